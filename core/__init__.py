@@ -1,0 +1,1 @@
+"""The model and everything it needs: config, tokenizer, data, masking layouts, checkpoints."""

@@ -1,0 +1,30 @@
+"""A padded batch of named (B, L) tensors, plus the two numbers the training loop needs."""
+import torch
+
+
+class Batch:
+    """Named tensors as attributes. `norm` is the count the summed loss is divided by (e.g. the
+    masked tokens), `n_tokens` the input tokens processed (for tokens/s)."""
+
+    def __init__(self, norm=0.0, n_tokens=0, **tensors):
+        self.tensors = tensors
+        self.norm, self.n_tokens = float(norm), int(n_tokens)
+        self.__dict__.update(tensors)
+
+    def to(self, device):
+        return Batch(self.norm, self.n_tokens, **{k: v.to(device, non_blocking=True) for k, v in self.tensors.items()})
+
+    def __len__(self):
+        return next(iter(self.tensors.values())).shape[0]
+
+
+def pad_stack(arrays, fill):
+    """list of 1-D numpy arrays -> (B, Lmax) long tensor padded with `fill`, and the (B, Lmax)
+    bool validity mask."""
+    L = max(1, max(len(a) for a in arrays))
+    out = torch.full((len(arrays), L), fill, dtype=torch.long)
+    valid = torch.zeros(len(arrays), L, dtype=torch.bool)
+    for b, a in enumerate(arrays):
+        out[b, :len(a)] = torch.as_tensor(a, dtype=torch.long)
+        valid[b, :len(a)] = True
+    return out, valid

@@ -1,0 +1,62 @@
+"""One code path for 1 and N processes: `python train.py` and `torchrun ... train.py` alike.
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK (and handles multi-node rendezvous); without them
+this is a single process. NCCL on CUDA, gloo on CPU. Only rank 0 prints and writes.
+"""
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def master(self):
+        return self.rank == 0
+
+
+def compute_init(device_flag="auto"):
+    """Initialise the process group when launched by torchrun; pick the device."""
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if device_flag == "auto":
+        device_flag = "cuda" if torch.cuda.is_available() else "cpu"
+    if device_flag == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device(device_flag)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        if device.type == "cpu":  # share the cores between the processes instead of oversubscribing
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+    return Dist(rank, world, local_rank, device)
+
+
+def compute_cleanup():
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(t, d: Dist):
+    """Sum a tensor over processes (in place, returned)."""
+    if d.world > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def barrier(d: Dist):
+    if d.world > 1:
+        dist.barrier()
+
+
+def print0(d: Dist, *args, **kwargs):
+    if d.master:
+        print(*args, **kwargs, flush=True)

@@ -1,0 +1,100 @@
+"""UniLMv2's pseudo-masked LM (PMLM): the input layout and the loss (sections 3.1-3.3).
+
+One example, for the factorization order <{4,5}, {2}> of "x1 .. x6" (Figure 4):
+
+    AE part (CONTEXT, step 0):   [SOS] x1 [M] x3 [M] [M] x6 [EOS] ...   (80/10/10 corruption)
+    step 1 (appended):           x4 x5 (ORIGINAL, step 1)  [P] [P] (PSEUDO, step 1)
+    step 2 (appended):           x2    (ORIGINAL, step 2)  [P]     (PSEUDO, step 2)
+
+Each appended token has the position id and segment of the masked token it copies. The
+attention rule (kernels/reference.py) then gives exactly Figure 5: context sees context only, the
+[P] of step s sees the context, the originals of earlier steps and the [P]s of its own step.
+L_AE is the cross-entropy at the masked positions of the AE part, L_PAR at the [P] tokens.
+Ablations (section 4.6): losses "ae" (no appended part: the RoBERTa-style MLM baseline), "par"
+(the appended part, no AE loss), "ae+par".
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from kernels import CONTEXT, ORIGINAL, PSEUDO
+from .batch import Batch, pad_stack
+from .masking import blockwise_mask, corrupt
+
+IGNORE = -100
+LOSSES = ("ae+par", "ae", "par")
+
+
+def pretraining_sentence_pair(window, rng, sos, eos):
+    """'[SOS] S1 [EOS] S2 [EOS]' from one contiguous window cut at a random point."""
+    cut = int(rng.integers(1, len(window)))
+    ids = np.concatenate([[sos], window[:cut], [eos], window[cut:], [eos]]).astype(np.int64)
+    seg = np.zeros(len(ids), dtype=np.int64)
+    seg[cut + 2:] = 1
+    special = np.zeros(len(ids), dtype=bool)
+    special[[0, cut + 1, len(ids) - 1]] = True
+    return ids, seg, special
+
+
+def pmlm_example(ids, seg, special, rng, tok, losses="ae+par", vocab_size=None):
+    """Arrays of one PMLM example (see the module docstring)."""
+    vocab_size = vocab_size or tok.vocab_size
+    n = len(ids)
+    blocks = blockwise_mask(~special, rng)
+    masked = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+    tokens = [corrupt(ids, masked, rng, tok.mask_id, tok.n_special, vocab_size)]
+    pos, segs = [np.arange(n)], [seg]
+    kind, step = [np.full(n, CONTEXT)], [np.zeros(n, dtype=np.int64)]
+    target = np.full(n, IGNORE, dtype=np.int64)
+    if losses != "par":
+        target[masked] = ids[masked]
+    targets = [target]
+    if losses != "ae":
+        for s, block in enumerate(blocks, 1):
+            m = len(block)
+            tokens += [ids[block], np.full(m, tok.pseudo_id)]
+            pos += [block, block]
+            segs += [seg[block], seg[block]]
+            kind += [np.full(m, ORIGINAL), np.full(m, PSEUDO)]
+            step += [np.full(m, s), np.full(m, s)]
+            targets += [np.full(m, IGNORE), ids[block]]
+    cat = lambda xs: np.concatenate(xs).astype(np.int64)
+    return dict(tokens=cat(tokens), pos=cat(pos), seg=cat(segs), kind=cat(kind), step=cat(step),
+                target=cat(targets))
+
+
+def collate(examples, pad_id, losses="ae+par"):
+    """Pad example dicts into a Batch (padding: pad token, CONTEXT, invalid, ignored)."""
+    fill = dict(tokens=pad_id, pos=0, seg=0, kind=CONTEXT, step=0, target=IGNORE)
+    out = {}
+    for k, v in fill.items():
+        out[k], valid = pad_stack([e[k] for e in examples], v)
+    predicted = out["target"] != IGNORE
+    # L_AE + L_PAR, each a mean over the masked tokens: both make one prediction per masked token
+    counted = predicted & (out["kind"] == (PSEUDO if losses == "par" else CONTEXT))
+    return Batch(norm=counted.sum(), n_tokens=valid.sum(), valid=valid, **out)
+
+
+def pmlm_batch(stream, indices, tok, losses="ae+par"):
+    """The examples `indices` of a TokenStream, masked and collated."""
+    examples = []
+    for i in indices:
+        window, rng = stream.window_at(i)
+        ids, seg, special = pretraining_sentence_pair(window, rng, tok.sos_id, tok.eos_id)
+        examples.append(pmlm_example(ids, seg, special, rng, tok, losses))
+    return collate(examples, tok.pad_id, losses)
+
+
+def pmlm_loss_sums(model, batch):
+    """Summed (not averaged) losses and hits, so that the caller can normalise by the count of
+    predicted tokens over the whole global batch, whatever the number of processes."""
+    sel = batch.target != IGNORE
+    logits = model(batch.tokens, batch.pos, batch.seg, batch.kind, batch.step, batch.valid,
+                   predict=sel).float()  # (N, V)
+    target = batch.target[sel]
+    ce = F.cross_entropy(logits, target, reduction="none")
+    hit = (logits.argmax(-1) == target).float()
+    par = batch.kind[sel] == PSEUDO
+    return dict(loss=ce.sum(), ae_loss=ce[~par].sum().detach(), par_loss=ce[par].sum().detach(),
+                ae_hit=hit[~par].sum(), par_hit=hit[par].sum(),
+                ae_n=(~par).sum().float(), par_n=par.sum().float())

@@ -1,0 +1,108 @@
+"""SentencePiece tokenizer with the project's reserved ids, trained on the pretraining text.
+
+Reserved ids, the same in every model: 0 <pad>, 1 <unk>, 2 [SOS], 3 [EOS], 4 [MASK] (the
+conventional mask of UniLMv2 / MLAE / ELMER), 5 [P] (UniLMv2's pseudo mask), then N_SENTINELS
+sentinels <extra_id_i> for T5-style span corruption. The trained model travels inside every
+checkpoint as bytes (a uint8 tensor, so checkpoints load with weights_only=True).
+"""
+import hashlib
+import io
+import os
+
+import sentencepiece as spm
+import torch
+
+from .errors import UserError
+
+PAD, UNK, SOS, EOS, MASK, PSEUDO = 0, 1, 2, 3, 4, 5
+N_SENTINELS = 64
+FIRST_SENTINEL = 6
+
+
+class Tokenizer:
+    pad_id, unk_id, sos_id, eos_id, mask_id, pseudo_id = PAD, UNK, SOS, EOS, MASK, PSEUDO
+
+    def __init__(self, proto: bytes):
+        self.proto = proto
+        self.sp = spm.SentencePieceProcessor(model_proto=proto)
+        if self.sp.piece_to_id("[P]") != PSEUDO or self.sp.piece_to_id("[SOS]") != SOS:
+            raise UserError("this SentencePiece model lacks the project's reserved ids ([SOS]=2, [P]=5)")
+
+    # --- the vocabulary -------------------------------------------------------------------------
+    @property
+    def vocab_size(self):
+        return self.sp.get_piece_size()
+
+    @property
+    def n_special(self):
+        return FIRST_SENTINEL + N_SENTINELS
+
+    def sentinel(self, i):
+        if not 0 <= i < N_SENTINELS:
+            raise ValueError(f"sentinel {i} out of range (0..{N_SENTINELS - 1})")
+        return FIRST_SENTINEL + i
+
+    # --- text <-> ids ---------------------------------------------------------------------------
+    def encode(self, texts):
+        """list[str] -> list[list[int]] (no [SOS]/[EOS] added)."""
+        return self.sp.encode(list(texts))
+
+    def decode(self, ids):
+        """list[int] -> str; stops at the first [EOS], drops pad and other special ids."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS:
+                break
+            if i >= self.n_special:
+                out.append(i)
+        return self.sp.decode(out)
+
+    # --- storage --------------------------------------------------------------------------------
+    def to_tensor(self):
+        return torch.frombuffer(bytearray(self.proto), dtype=torch.uint8).clone()
+
+    @classmethod
+    def from_tensor(cls, t):
+        return cls(bytes(t.cpu().numpy().tobytes()))
+
+    @classmethod
+    def load(cls, path):
+        with open(path, "rb") as f:
+            return cls(f.read())
+
+    @classmethod
+    def train(cls, texts, vocab_size, max_sentences=300_000):
+        if vocab_size <= FIRST_SENTINEL + N_SENTINELS + 100:
+            raise UserError(f"--vocab-size {vocab_size} is too small: {FIRST_SENTINEL + N_SENTINELS} ids are reserved")
+        out = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(t for t in texts if t.strip()), model_writer=out,
+                vocab_size=vocab_size, model_type="unigram", character_coverage=0.9995,
+                pad_id=PAD, unk_id=UNK, bos_id=SOS, eos_id=EOS,
+                pad_piece="<pad>", unk_piece="<unk>", bos_piece="[SOS]", eos_piece="[EOS]",
+                user_defined_symbols=["[MASK]", "[P]"] + [f"<extra_id_{i}>" for i in range(N_SENTINELS)],
+                input_sentence_size=max_sentences, shuffle_input_sentence=True,
+                max_sentence_length=1 << 16, num_threads=os.cpu_count() or 1, minloglevel=2)
+        except RuntimeError as e:  # e.g. a vocabulary larger than the text can support
+            raise UserError(f"tokenizer training failed: {e}; try a smaller --vocab-size") from None
+        return cls(out.getvalue())
+
+
+def cached_tokenizer(texts, vocab_size, cache_dir):
+    """Train once per (text, vocab size); later runs load the file. Written atomically."""
+    h = hashlib.sha1(f"{vocab_size}|{N_SENTINELS}".encode())
+    for t in texts:
+        h.update(t.encode())
+    key = h.hexdigest()[:12]
+    path = os.path.join(cache_dir, f"spm-{vocab_size}-{key}.model")
+    if os.path.exists(path):
+        return Tokenizer.load(path), path
+    tok = Tokenizer.train(texts, vocab_size)
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(tok.proto)
+    os.replace(tmp, path)
+    return tok, path

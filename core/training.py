@@ -1,0 +1,120 @@
+"""The pieces of a training loop that train.py and finetune.py share: one optimizer step over a
+list of micro-batches, a held-out evaluation, and checkpoint state in and out.
+
+Loss normalisation: every objective returns *sums* over its predicted tokens plus the count to
+normalise by. The count is summed over all micro-batches and all processes before the backward
+pass, so a step computes the same gradient whatever the number of processes and of
+micro-batches: 2 processes x 2 micro-batches == 1 process x 4 micro-batches.
+"""
+import contextlib
+import time
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from .distributed import all_reduce_sum
+from .optim import lr_at, set_lr
+
+
+def autocast(device):
+    """bf16 autocast on GPU; plain float32 elsewhere."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def wrap_ddp(model, d):
+    if d.world == 1:
+        return model
+    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+
+
+def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, norm_key, d, args, step):
+    """One optimizer step. loss_sums(model, batch) -> dict of summed statistics with a 'loss'
+    (differentiable sum) and the count `norm_key` to divide it by. Returns the statistics summed
+    over micro-batches and processes, plus 'tokens' (input tokens processed) and 'lr'."""
+    lr = lr_at(step, args.lr, args.warmup, args.steps)
+    set_lr(optimizer, lr)
+    # dropout draws from the global generator: seeding it per (step, rank) makes a resumed run
+    # replay exactly what the uninterrupted one would have done
+    torch.manual_seed(args.seed * 1_000_003 + step * d.world + d.rank)
+    norm = all_reduce_sum(torch.tensor(float(sum(b.norm for b in micro_batches)), device=d.device), d)
+    norm = norm.clamp_min(1.0)
+    totals = {}
+    for j, batch in enumerate(micro_batches):
+        last = j == len(micro_batches) - 1
+        sync = contextlib.nullcontext() if (last or d.world == 1) else ddp_model.no_sync()
+        with sync:
+            with autocast(d.device):
+                sums = loss_sums(ddp_model, batch.to(d.device))
+            # DDP averages gradients over processes; multiplying by world turns that into a sum
+            (sums["loss"] * (d.world / norm)).backward()
+        for k, v in sums.items():
+            totals[k] = totals.get(k, 0.0) + v.detach().float()
+        totals["tokens"] = totals.get("tokens", 0.0) + torch.tensor(float(batch.n_tokens), device=d.device)
+    grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), args.clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    stats = reduce_stats(totals, d)
+    stats["norm"] = float(norm)
+    stats["lr"] = lr
+    stats["grad_norm"] = float(grad_norm)
+    return stats
+
+
+def reduce_stats(totals, d):
+    """Sum a dict of scalar tensors over processes in one all-reduce; return floats."""
+    keys = sorted(totals)
+    if not keys:
+        return {}
+    flat = all_reduce_sum(torch.stack([torch.as_tensor(totals[k], device=d.device).float() for k in keys]), d)
+    return dict(zip(keys, flat.tolist()))
+
+
+@torch.no_grad()
+def evaluate(model, batches, loss_sums, d):
+    """Summed statistics of loss_sums over this process's share of the held-out batches."""
+    was_training = model.training
+    model.eval()
+    totals = {}
+    for batch in batches:
+        with autocast(d.device):
+            sums = loss_sums(model, batch.to(d.device))
+        for k, v in sums.items():
+            totals[k] = totals.get(k, 0.0) + v.detach().float()
+    model.train(was_training)
+    return reduce_stats(totals, d)
+
+
+# -----------------------------------------------------------------------------
+# checkpoint state
+
+def rng_state():
+    """The generator states. Data and masking draw from per-example generators and dropout is
+    reseeded every step, so these are kept for inspection and for code that draws elsewhere."""
+    state = dict(torch=torch.get_rng_state())
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_rng(state):
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+class Throughput:
+    """Tokens per second over the steps since the last report."""
+
+    def __init__(self):
+        self.t, self.tokens = time.time(), 0.0
+
+    def add(self, n):
+        self.tokens += n
+
+    def rate(self):
+        now = time.time()
+        r = self.tokens / max(1e-9, now - self.t)
+        self.t, self.tokens = now, 0.0
+        return r

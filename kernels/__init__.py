@@ -1,0 +1,89 @@
+"""Attention from per-token metadata, and the switch that picks a Triton kernel or the reference.
+
+    from kernels import attention, rel_pos_bias, CONTEXT, ORIGINAL, PSEUDO
+
+`backend='auto'` runs the Triton kernel on CUDA tensors and the PyTorch reference elsewhere.
+`use_backend('reference' | 'triton')` (a context manager) or the environment variable
+ATTENTION_BACKEND forces one for every 'auto' call, which is how tests and benchmarks pick a side.
+`backend='triton'` on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported.
+"""
+import contextlib
+import os
+
+from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, rel_pos_bias, t5_bucket, visible
+from . import reference
+
+_BACKENDS = ("auto", "reference", "triton")
+_forced = os.environ.get("ATTENTION_BACKEND", "auto")
+
+
+@contextlib.contextmanager
+def use_backend(name):
+    """Force `name` for every attention(..., backend='auto') call inside the block."""
+    global _forced
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; pick one of {_BACKENDS}")
+    before, _forced = _forced, name
+    try:
+        yield
+    finally:
+        _forced = before
+
+
+def triton_available():
+    try:
+        from . import pseudo_attention  # noqa: F401  (imports triton)
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_backend(backend, device):
+    if backend not in _BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; pick one of {_BACKENDS}")
+    if backend == "auto":
+        backend = _forced
+    if backend == "auto":
+        backend = "triton" if device.type == "cuda" and triton_available() else "reference"
+    return backend
+
+
+def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None,
+              bias=None, backend="auto", scale=None):
+    """Multi-head attention whose mask is derived on the fly from per-token metadata.
+
+    q: (B, H, Lq, D); k, v: (B, H, Lk, D).
+    q_kind, q_step: (B, Lq) int; k_kind, k_step: (B, Lk) int. kind is CONTEXT=0, ORIGINAL=1 or
+        PSEUDO=2, step the factorization step. The rule (kernels/reference.py): every query sees
+        CONTEXT keys; an ORIGINAL query at step s also sees ORIGINAL keys of step <= s; a PSEUDO
+        query at step s also sees ORIGINAL keys of step < s and PSEUDO keys of step == s.
+    k_valid: (B, Lk) bool, False for padding keys, which are never seen.
+    q_seq, k_seq: (B, Lq), (B, Lk) int sequence ids for packed batches: a query sees only keys of
+        its own sequence. Give both or neither.
+    bias: None, an additive float tensor broadcastable to (B, H, Lq, Lk), or a RelPosBias (built
+        by rel_pos_bias from a (H, buckets) table and position ids) that kernels compute in place.
+    scale: softmax scale, default D ** -0.5.
+    Returns (B, H, Lq, D) in q's dtype. A query that sees no key at all gets 0, never NaN.
+
+    Common layouts: bidirectional = all CONTEXT; causal = all ORIGINAL with step = position;
+    prefix-LM = source CONTEXT, target ORIGINAL with step = target index; cross-attention = all
+    CONTEXT with k_valid for the padding of the memory.
+    """
+    B, H, Lq, D = q.shape
+    if k.shape != v.shape or k.shape[:2] != (B, H) or k.shape[3] != D:
+        raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match")
+    Lk = k.shape[2]
+    if q_kind.shape != (B, Lq) or q_step.shape != (B, Lq):
+        raise ValueError(f"attention: query metadata must be (B, Lq) = {(B, Lq)}")
+    if k_kind.shape != (B, Lk) or k_step.shape != (B, Lk):
+        raise ValueError(f"attention: key metadata must be (B, Lk) = {(B, Lk)}")
+    if (q_seq is None) != (k_seq is None):
+        raise ValueError("attention: give both q_seq and k_seq, or neither")
+    if resolve_backend(backend, q.device) == "triton":
+        from .pseudo_attention import pseudo_attention
+        return pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale)
+    return reference.attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale)
+
+
+__all__ = ["attention", "use_backend", "resolve_backend", "rel_pos_bias", "RelPosBias", "t5_bucket",
+           "visible", "CONTEXT", "ORIGINAL", "PSEUDO"]

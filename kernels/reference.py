@@ -1,0 +1,108 @@
+"""Readable PyTorch references for the kernels in this folder.
+
+Every Triton kernel here is tested against the function of the same job in this file. These
+functions materialise what the kernels never do (an (B, Lq, Lk) mask, a (B, H, Lq, Lk) bias) so
+that a reader can check the rule in one screen.
+
+The attention rule (SPEC "The attention mask as data"; UniLMv2 section 3.2, Figure 5): each token
+carries a kind (CONTEXT, ORIGINAL, PSEUDO) and a factorization step.
+  * every query sees every CONTEXT key;
+  * an ORIGINAL query at step s also sees ORIGINAL keys at step <= s;
+  * a PSEUDO query at step s also sees ORIGINAL keys at step < s and PSEUDO keys at step == s;
+  * padding keys (k_valid False) and keys of another packed sequence are never seen.
+A CONTEXT query therefore sees only CONTEXT keys.
+"""
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+CONTEXT, ORIGINAL, PSEUDO = 0, 1, 2
+
+
+class RelPosBias(NamedTuple):
+    """T5-style relative position bias, described rather than materialised.
+
+    by_distance: (H, 2 * max_distance + 1) float, the bias of head h for the clamped distance
+                 d = clamp(k_pos - q_pos, -max_distance, max_distance), stored at d + max_distance.
+    q_pos: (B, Lq) long position ids of the queries; k_pos: (B, Lk) long position ids of the keys.
+    Build it with `rel_pos_bias` from the bucket table the model learns; gradients flow back to
+    that table through `by_distance`.
+    """
+    by_distance: torch.Tensor
+    q_pos: torch.Tensor
+    k_pos: torch.Tensor
+    max_distance: int
+
+
+def t5_bucket(distance, num_buckets=32, max_distance=128):
+    """Bidirectional T5 bucket of each relative distance (k_pos - q_pos): exact buckets for small
+    distances, logarithmic ones up to max_distance, one bucket for everything beyond."""
+    half = num_buckets // 2
+    bucket = (distance > 0).long() * half
+    n = distance.abs()
+    exact = half // 2
+    log_ratio = torch.log(n.clamp_min(1).float() / exact) / math.log(max_distance / exact)
+    large = exact + (log_ratio * (half - exact)).long()
+    large = large.clamp_max(half - 1)
+    return bucket + torch.where(n < exact, n, large)
+
+
+def rel_pos_bias(table, q_pos, k_pos, max_distance=128):
+    """Describe a relative position bias from a learnt (H, num_buckets) table.
+
+    The bucket of every distance in [-max_distance, max_distance] is computed once here, on a
+    vector of 2 * max_distance + 1 integers, so kernels only clamp a distance and read a table:
+    no floating-point logarithm has to agree between two implementations."""
+    num_buckets = table.shape[1]
+    distances = torch.arange(-max_distance, max_distance + 1, device=table.device)
+    buckets = t5_bucket(distances, num_buckets, max_distance)
+    # gather, not table[:, buckets]: its backward is deterministic on the CPU, so that a resumed
+    # run reproduces an uninterrupted one bit for bit
+    by_distance = table.gather(1, buckets[None].expand(table.shape[0], -1))  # (H, 2M+1)
+    return RelPosBias(by_distance, q_pos, k_pos, max_distance)
+
+
+def dense_bias(rel):
+    """The (B, H, Lq, Lk) tensor a RelPosBias stands for."""
+    m = rel.max_distance
+    d = (rel.k_pos[:, None, :] - rel.q_pos[:, :, None]).clamp(-m, m) + m  # (B, Lq, Lk)
+    H, (B, Lq, Lk) = rel.by_distance.shape[0], d.shape
+    bias = rel.by_distance.gather(1, d.reshape(1, -1).expand(H, -1))  # (H, B*Lq*Lk), see rel_pos_bias
+    return bias.view(H, B, Lq, Lk).permute(1, 0, 2, 3)
+
+
+def visible(q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None):
+    """(B, Lq, Lk) bool: may query i see key j? The whole rule, written out."""
+    qk, qs = q_kind[:, :, None], q_step[:, :, None]
+    kk, ks = k_kind[:, None, :], k_step[:, None, :]
+    see = kk == CONTEXT
+    see = see | ((qk == ORIGINAL) & (kk == ORIGINAL) & (ks <= qs))
+    see = see | ((qk == PSEUDO) & (kk == ORIGINAL) & (ks < qs))
+    see = see | ((qk == PSEUDO) & (kk == PSEUDO) & (ks == qs))
+    if k_valid is not None:
+        see = see & k_valid[:, None, :]
+    if q_seq is not None:
+        see = see & (q_seq[:, :, None] == k_seq[:, None, :])
+    return see
+
+
+def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None,
+              bias=None, scale=None):
+    """Reference masked attention; same contract as kernels.attention (see its docstring).
+
+    Computed in float32 (float64 for float64 inputs) and returned in q's dtype. A query that sees
+    no key returns 0."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    dt = torch.promote_types(q.dtype, torch.float32)
+    see = visible(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)[:, None]  # (B, 1, Lq, Lk)
+    s = torch.einsum("bhqd,bhkd->bhqk", q.to(dt), k.to(dt)) * scale
+    if isinstance(bias, RelPosBias):
+        s = s + dense_bias(bias).to(dt)
+    elif bias is not None:
+        s = s + bias.to(dt)
+    # a finite fill instead of -inf keeps rows with no visible key free of NaN (forward and backward);
+    # multiplying by `see` then zeroes them, and is exact for rows with at least one visible key
+    p = F.softmax(s.masked_fill(~see, -1e30), dim=-1) * see
+    return torch.einsum("bhqk,bhkd->bhqd", p, v.to(dt)).to(q.dtype)

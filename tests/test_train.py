@@ -1,0 +1,113 @@
+"""train.py end to end on the tiny preset: 1 vs 2 processes, exact resume, bad input."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import train
+from conftest import ROOT, TINY, read_log
+
+
+def losses(out):
+    return [r["loss"] for r in read_log(out) if "loss" in r]
+
+
+def test_two_processes_match_one(text_file, tmp_path):
+    flags = ["--data", text_file, "--dropout", "0", "--steps", "3"] + TINY
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "train.py", "--out", one] + flags, cwd=ROOT, env=env, check=True,
+                   capture_output=True)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        "train.py", "--out", two] + flags, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    a, b = losses(one), losses(two)
+    assert len(a) == len(b) == 3
+    assert a == pytest.approx(b, rel=1e-5, abs=1e-5), (a, b)
+    wa = torch.load(os.path.join(one, "last.pt"), weights_only=True)["model"]
+    wb = torch.load(os.path.join(two, "last.pt"), weights_only=True)["model"]
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-5), k
+
+
+def test_resume_is_exact(text_file, tmp_path):
+    flags = ["--data", text_file, "--steps", "6"] + TINY  # dropout on: its replay is part of the test
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    train.main(flags + ["--out", straight])
+    train.main(flags + ["--out", resumed, "--stop-after", "3"])
+    assert len(losses(resumed)) == 3
+    train.main(flags + ["--out", resumed, "--resume"])
+    assert losses(straight) == losses(resumed)
+    a = torch.load(os.path.join(straight, "last.pt"), weights_only=True)
+    b = torch.load(os.path.join(resumed, "last.pt"), weights_only=True)
+    assert a["step"] == b["step"] == 6
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+
+
+def test_loss_falls(text_file, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(["--data", text_file, "--steps", "30", "--lr", "3e-3", "--out", out] + TINY)
+    log = losses(out)
+    assert log[-1] < log[0] - 1.0, log
+    evals = [r for r in read_log(out) if "valid_ae_acc" in r]
+    assert evals and 0 <= evals[-1]["valid_ae_acc"] <= 1 and "valid_par_acc" in evals[-1]
+
+
+# -----------------------------------------------------------------------------
+# bad input: one clear line naming the file, exit status 2, no traceback
+
+def fails_with(capsys, argv, *needles):
+    with pytest.raises(SystemExit) as e:
+        train.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("error: ")
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+def test_missing_data_file(capsys, tmp_path):
+    missing = str(tmp_path / "nope.txt")
+    fails_with(capsys, ["--data", missing, "--out", str(tmp_path / "o")] + TINY, "not found", missing)
+
+
+def test_empty_data_file(capsys, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    fails_with(capsys, ["--data", str(empty), "--out", str(tmp_path / "o")] + TINY, str(empty), "no text")
+
+
+def test_malformed_jsonl(capsys, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": broken\n')
+    fails_with(capsys, ["--data", str(bad), "--out", str(tmp_path / "o")] + TINY, str(bad), "line 2")
+
+
+def test_jsonl_without_field(capsys, tmp_path):
+    f = tmp_path / "x.jsonl"
+    f.write_text('{"body": "some words here"}\n')
+    fails_with(capsys, ["--data", str(f), "--out", str(tmp_path / "o")] + TINY, "'text'", "body")
+
+
+@pytest.mark.parametrize("content", [b"not a checkpoint at all", None])
+def test_corrupt_or_foreign_checkpoint(capsys, tmp_path, text_file, content):
+    out = tmp_path / "o"
+    out.mkdir()
+    path = out / "last.pt"
+    if content is None:
+        torch.save({"weights": torch.zeros(3)}, path)  # a valid torch file, but not ours
+    else:
+        path.write_bytes(content)
+    fails_with(capsys, ["--data", text_file, "--out", str(out), "--resume"] + TINY, str(path))
+    assert path.exists()
+
+
+def test_checkpoint_of_another_kind(capsys, tmp_path, text_file):
+    from core import checkpoint
+    out = tmp_path / "o"
+    checkpoint.save(str(out / "last.pt"), dict(kind="finetune/summarize"))
+    fails_with(capsys, ["--data", text_file, "--out", str(out), "--resume"] + TINY, "finetune/summarize")

@@ -1,0 +1,208 @@
+"""Pretraining.
+
+    python train.py                                   # a small PMLM on the embedded corpus
+    torchrun --nproc_per_node=4 train.py --model base # the same code on 4 GPUs (or CPU processes)
+
+Objectives: pmlm (UniLMv2: --losses ae+par | ae | par) and mlm (the RoBERTa-style baseline,
+= pmlm with --losses ae). Reads top to bottom: args -> init -> tokenizer and data -> model ->
+optimizer -> loop -> save.
+"""
+import argparse
+import dataclasses
+import math
+import os
+import time
+
+import torch
+
+from core import checkpoint
+from core.config import preset
+from core.data import TokenStream, pretraining_texts, unigram_entropy
+from core.distributed import barrier, compute_cleanup, compute_init, print0
+from core.errors import UserError, main_guard
+from core.model import UnifiedLM, count_parameters
+from core.optim import make_optimizer
+from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
+from core.progress import Progress, fmt_duration
+from core.tokenizer import Tokenizer, cached_tokenizer
+from core.training import Throughput, evaluate, restore_rng, rng_state, train_step, wrap_ddp
+
+CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "cache")
+# flags that may differ when resuming: everything else comes from the checkpoint
+RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device")
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm"])
+    p.add_argument("--losses", default="ae+par", choices=LOSSES, help="PMLM ablations (UniLMv2 4.6)")
+    p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
+    p.add_argument("--rel-pos", action=argparse.BooleanOptionalAction, default=True,
+                   help="T5-style relative position bias")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--data", default=None, help=".txt or .jsonl pretraining text (default: embedded corpus)")
+    p.add_argument("--valid-data", default=None, help="held-out text (default: 2%% of --data by hash)")
+    p.add_argument("--text-field", default="text", help="field of a .jsonl --data")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--tokenizer", default=None, help="an existing SentencePiece .model with the reserved ids")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per example before the appended part")
+    p.add_argument("--batch-tokens", type=int, default=4096, help="global batch, in --seq-len tokens")
+    p.add_argument("--micro-batch", type=int, default=32, help="examples per forward pass per process")
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--stop-after", type=int, default=None,
+                   help="save and stop after this step, keeping the schedule of --steps (resume later)")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--eval-examples", type=int, default=256)
+    p.add_argument("--save-every", type=int, default=200)
+    p.add_argument("--out", default="runs/pretrain", help="directory for last.pt, config.json, log.jsonl")
+    p.add_argument("--resume", action="store_true", help="continue exactly from OUT/last.pt")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    args = p.parse_args(argv)
+    if args.objective == "mlm":
+        args.losses = "ae"
+    return args
+
+
+@main_guard
+def main(argv=None):
+    args = get_args(argv)
+    d = compute_init(args.device)
+    try:
+        run(args, d)
+    finally:
+        compute_cleanup()
+
+
+def run(args, d):
+    # -----------------------------------------------------------------------------
+    # resume: the checkpoint's flags win, except the ones a user may change
+    ckpt_path = os.path.join(args.out, "last.pt")
+    state = None
+    if args.resume:
+        state = checkpoint.load(ckpt_path, kinds=("pretrain/",))
+        saved = dict(state["args"])
+        for k in RESUMABLE:
+            saved[k] = getattr(args, k)
+        args = argparse.Namespace(**saved)
+        print0(d, f"resuming from {ckpt_path} at step {state['step']}")
+    elif d.master and os.path.exists(ckpt_path):
+        print0(d, f"note: {ckpt_path} exists and will be overwritten (use --resume to continue it)")
+    if args.seq_len < 8:
+        raise UserError(f"--seq-len {args.seq_len} is too short (at least 8)")
+    examples_per_step = args.batch_tokens // args.seq_len
+    if examples_per_step < d.world or examples_per_step % d.world:
+        raise UserError(f"--batch-tokens {args.batch_tokens} / --seq-len {args.seq_len} = {examples_per_step} "
+                        f"examples per step, which {d.world} processes cannot share evenly")
+    per_rank = examples_per_step // d.world
+
+    # -----------------------------------------------------------------------------
+    # tokenizer and data
+    train_texts, valid_texts = pretraining_texts(args.data, args.valid_data, args.text_field)
+    if state is not None:
+        tok = Tokenizer.from_tensor(state["tokenizer"])
+    elif args.tokenizer:
+        if not os.path.exists(args.tokenizer):
+            raise UserError(f"tokenizer file not found: {args.tokenizer}")
+        tok = Tokenizer.load(args.tokenizer)
+    else:
+        if d.master:  # train once; the other processes load the cached file after the barrier
+            t0 = time.time()
+            tok, path = cached_tokenizer(train_texts, args.vocab_size, CACHE)
+            print0(d, f"tokenizer: {path} ({tok.vocab_size} pieces, {time.time() - t0:.1f}s)")
+        barrier(d)
+        if not d.master:
+            tok, _ = cached_tokenizer(train_texts, args.vocab_size, CACHE)
+    train = TokenStream(tok.encode(train_texts), args.seq_len - 3, args.seed)
+    valid = TokenStream(tok.encode(valid_texts), args.seq_len - 3, args.seed + 1)
+    entropy = unigram_entropy(valid.ids, tok.vocab_size)
+    print0(d, f"data: {len(train_texts)} train documents ({len(train) / 1e6:.2f}M tokens), "
+              f"{len(valid_texts)} valid ({len(valid) / 1e6:.2f}M tokens); unigram entropy of valid "
+              f"{entropy:.3f} nats, the loss of a model that ignores context")
+
+    # -----------------------------------------------------------------------------
+    # model and optimizer
+    cfg = preset(args.model, vocab_size=tok.vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
+                 pad_id=tok.pad_id)
+    if state is not None:
+        cfg = dataclasses.replace(cfg, **state["model_config"])
+    if args.seq_len > cfg.max_positions:
+        raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
+    torch.manual_seed(args.seed)
+    model = UnifiedLM(cfg).to(d.device)
+    optimizer = make_optimizer(model, args.lr, args.weight_decay)
+    start = 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        restore_rng(state["rng"])
+        start = state["step"]
+    ddp_model = wrap_ddp(model, d)
+    print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
+              f"{args.objective} ({args.losses}), {d.world} process(es) on {d.device.type}, "
+              f"{examples_per_step} examples x {args.seq_len} tokens per step")
+
+    def batches_of(stream, first, count):
+        """This process's micro-batches for examples [first, first + count) of the stream."""
+        idx = list(range(first, first + count))
+        return [pmlm_batch(stream, idx[i:i + args.micro_batch], tok, args.losses)
+                for i in range(0, len(idx), args.micro_batch)]
+
+    eval_share = max(1, args.eval_examples // d.world)
+    eval_batches = batches_of(valid, d.rank * eval_share, eval_share)
+
+    def save(step):
+        if not d.master:
+            return
+        checkpoint.save(ckpt_path, dict(
+            kind=f"pretrain/{args.objective}", model=model.state_dict(), model_config=cfg.to_dict(),
+            args=vars(args), step=step, data=dict(next_example=step * examples_per_step),
+            optimizer=optimizer.state_dict(), rng=rng_state(), tokenizer=tok.to_tensor()),
+            config_json=dict(model=cfg.to_dict(), args=vars(args)))
+
+    # -----------------------------------------------------------------------------
+    # the loop
+    progress = Progress(args.steps, os.path.join(args.out, "log.jsonl") if d.master else None, start)
+    speed = Throughput()
+    model.train()
+    stats = {}
+    end = min(args.steps, args.stop_after or args.steps)
+    for step in range(start, end):
+        micro = batches_of(train, step * examples_per_step + d.rank * per_rank, per_rank)
+        stats = train_step(ddp_model, model, optimizer, micro, pmlm_loss_sums, "norm", d, args, step)
+        speed.add(stats["tokens"])
+        done = step + 1
+        loss = stats["loss"] / stats["norm"]
+        if not math.isfinite(loss):
+            save(step)
+            raise UserError(f"loss became {loss} at step {done}; the last good state is in {ckpt_path}")
+        if done % args.log_every == 0 or done == end:
+            rate = speed.rate()
+            parts = [f"{k} {stats[k + '_loss'] / stats[k + '_n']:.3f}" for k in ("ae", "par") if stats[k + "_n"]]
+            print0(d, progress.line(done, loss, stats["lr"], rate, " ".join(parts)))
+            if d.master:
+                progress.log(dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate,
+                                  grad_norm=stats["grad_norm"], **{k: stats[k] for k in stats if k.endswith("_n")}))
+        if done % args.eval_every == 0 or done == end:
+            ev = evaluate(model, eval_batches, pmlm_loss_sums, d)
+            rec = dict(step=done, unigram_entropy=entropy, valid_loss=ev["loss"] / max(1.0, ev["ae_n"] if args.losses != "par" else ev["par_n"]))
+            for k in ("ae", "par"):
+                if ev[k + "_n"]:
+                    rec[f"valid_{k}_loss"] = ev[k + "_loss"] / ev[k + "_n"]
+                    rec[f"valid_{k}_acc"] = ev[k + "_hit"] / ev[k + "_n"]
+            print0(d, "  eval | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items() if k.startswith("valid_")))
+            if d.master:
+                progress.log(rec)
+        if done % args.save_every == 0 or done == end:
+            save(done)
+    print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; checkpoint {ckpt_path}")
+    return stats
+
+
+if __name__ == "__main__":
+    main()
