@@ -186,12 +186,137 @@ class UnifiedLM(nn.Module):
 
 
 def _init(m):
-    """BERT's initialisation: N(0, 0.02) weights, zero biases."""
-    if isinstance(m, (nn.Linear, nn.Embedding)):
+    """Linear weights N(0, 1/fan_in), embeddings N(0, 0.02), zero biases.
+
+    BERT's N(0, 0.02) everywhere suits its width of 768 (0.02 is about 0.55/sqrt(768)); at the
+    widths of the tiny and small presets it makes the attention logits, products of two such
+    weights, start near zero with vanishing gradients, and the masked LM sits at the unigram
+    entropy for hundreds of steps before it learns to use the context. Scaling by fan-in keeps
+    every width on the same footing."""
+    if isinstance(m, nn.Linear):
+        nn.init.normal_(m.weight, std=m.in_features ** -0.5)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, nn.Embedding):
         nn.init.normal_(m.weight, std=0.02)
-    if isinstance(m, nn.Linear) and m.bias is not None:
-        nn.init.zeros_(m.bias)
 
 
 def count_parameters(model):
     return sum(p.numel() for p in model.parameters())
+
+
+# -----------------------------------------------------------------------------
+# the encoder-decoder (the T5 baseline)
+
+class EncoderDecoder(nn.Module):
+    """T5-style autoregressive encoder-decoder (Raffel et al. 2020, section 3.1.1), built from the
+    same Layer/Attention/kernels.attention as UnifiedLM; used with span corruption (core/t5.py).
+
+    Choices, and why:
+      * One Embeddings module (token, absolute position, LN) serves both sides, and its token
+        table is also the tied output softmax, as T5 shares one embedding matrix between encoder,
+        decoder and output layer. Positions restart at 0 on each side; there is no segment
+        embedding (seg=None).
+      * cfg.n_layers encoder layers (self-attention) and cfg.n_dec_layers decoder layers
+        (self-attention, cross-attention, FFN); cfg.n_dec_layers == 0 means "as many as the
+        encoder", so any preset gives a balanced model (T5 is balanced, 12L-12L at base).
+      * Pre-LN, with a final LayerNorm per stack (as in T5; see the module docstring for why).
+      * With cfg.rel_pos, one relative position table per stack, shared by that stack's layers
+        (T5 keeps separate encoder and decoder tables). The buckets are the bidirectional ones of
+        kernels.t5_bucket on both sides; in the causal decoder the "future" half is never used.
+        Cross-attention has no position bias, as in T5.
+      * Masks as data: the encoder is all CONTEXT with key padding; the decoder's self-attention
+        is all ORIGINAL with step = target index (causal); the cross-attention's queries are
+        CONTEXT against the memory, whose padding keys are invalid.
+    Decoding with a key/value cache: cross_kv projects the memory once for every decoder layer;
+    decode_step runs one new target token against the cached self-attention keys/values.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        n_dec = cfg.n_dec_layers or cfg.n_layers
+        self.emb = Embeddings(cfg)
+        self.emb.seg = None  # no segments: a table that no forward uses would stall DDP's gradient sync
+        self.enc_layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
+        self.dec_layers = nn.ModuleList(Layer(cfg, cross=True) for _ in range(n_dec))
+        self.ln_enc, self.ln_dec = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        if cfg.rel_pos:
+            self.enc_rel_table = nn.Parameter(torch.zeros(cfg.n_heads, cfg.rel_buckets))
+            self.dec_rel_table = nn.Parameter(torch.zeros(cfg.n_heads, cfg.rel_buckets))
+        else:
+            self.enc_rel_table = self.dec_rel_table = None
+        self.head = LMHead(cfg, self.emb.tok)
+        self.apply(_init)
+
+    def rel_bias(self, table, q_pos, k_pos):
+        if table is None:
+            return None
+        return kernels.rel_pos_bias(table, q_pos, k_pos, self.cfg.rel_max_distance)
+
+    def encode(self, src, src_pos, src_valid):
+        """src, src_pos: (B, S) long; src_valid: (B, S) bool. Returns the memory (B, S, C)."""
+        zero = torch.zeros_like(src)
+        meta = Meta(zero, zero, src_valid)  # all CONTEXT: bidirectional, padding keys unseen
+        bias = self.rel_bias(self.enc_rel_table, src_pos, src_pos)
+        x = self.emb(src, src_pos)
+        for layer in self.enc_layers:
+            x, _ = layer(x, meta, bias=bias)
+        return self.ln_enc(x)
+
+    def _mem_meta(self, src_valid):
+        zero = torch.zeros(src_valid.shape, dtype=torch.long, device=src_valid.device)
+        return Meta(zero, zero, src_valid)
+
+    def decode(self, tgt_in, tgt_pos, tgt_valid, memory, src_valid, predict=None):
+        """tgt_in, tgt_pos: (B, T) long; tgt_valid: (B, T) bool; memory: (B, S, C); src_valid:
+        (B, S) bool. Returns the decoder's final hidden states (B, T, C), or, given a (B, T) bool
+        `predict`, the logits (N, V) at its N True positions (see UnifiedLM.forward)."""
+        meta = Meta(torch.full_like(tgt_in, kernels.ORIGINAL), tgt_pos, tgt_valid)  # causal: step = index
+        mem_meta = self._mem_meta(src_valid)
+        bias = self.rel_bias(self.dec_rel_table, tgt_pos, tgt_pos)
+        x = self.emb(tgt_in, tgt_pos)
+        for layer in self.dec_layers:
+            x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=mem_meta)
+        h = self.ln_dec(x)
+        return h if predict is None else self.head(h[predict])
+
+    def forward(self, src, src_valid, tgt_in, tgt_valid, predict=None):
+        """Encode and decode in one call, so that DistributedDataParallel sees one forward.
+        src: (B, S), tgt_in: (B, T) long, with their (B, S), (B, T) bool validity. Returns what
+        decode returns."""
+        memory = self.encode(src, _positions(src), src_valid)
+        return self.decode(tgt_in, _positions(tgt_in), tgt_valid, memory, src_valid, predict)
+
+    # --- incremental decoding -------------------------------------------------------------------
+    def cross_kv(self, memory):
+        """Per decoder layer the cross-attention (k, v) of the memory (B, S, C), each
+        (B, H, S, D): computed once per source, reused at every decoding step."""
+        return [layer.cross.keys_values(memory) for layer in self.dec_layers]
+
+    def decode_step(self, tokens, t, past, mem_kv, src_valid):
+        """One decoding step for every row at target index t (an int).
+        tokens: (N,) long, the decoder input at index t; past: per decoder layer the cached
+        self-attention (k, v) of indices 0..t-1, each (N, H, t, D), or None when t == 0;
+        mem_kv: from cross_kv; src_valid: (N, S) bool.
+        Returns (logits (N, V), the new past, now holding indices 0..t)."""
+        N, dev = tokens.shape[0], tokens.device
+        pos = torch.full((N, 1), t, dtype=torch.long, device=dev)
+        k_pos = torch.arange(t + 1, device=dev).expand(N, t + 1)
+        meta = Meta(torch.full((N, 1), kernels.ORIGINAL, dtype=torch.long, device=dev), pos)
+        k_meta = Meta(torch.full((N, t + 1), kernels.ORIGINAL, dtype=torch.long, device=dev), k_pos)
+        mem_meta = self._mem_meta(src_valid)
+        bias = self.rel_bias(self.dec_rel_table, pos, k_pos)
+        x = self.emb(tokens[:, None], pos)  # (N, 1, C)
+        new_past = []
+        for i, layer in enumerate(self.dec_layers):
+            p = None if past is None else past[i]
+            x, (k, v) = layer(x, meta, k_meta, bias, past=p, mem_kv=mem_kv[i], mem_meta=mem_meta)
+            if p is not None:
+                k, v = torch.cat([p[0], k], 2), torch.cat([p[1], v], 2)
+            new_past.append((k, v))
+        return self.head(self.ln_dec(x[:, 0])), new_past
+
+
+def _positions(tokens):  # (B, L) -> (B, L) position ids 0..L-1
+    return torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)

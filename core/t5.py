@@ -1,0 +1,196 @@
+"""The T5 baseline: span-corruption pretraining, seq2seq fine-tuning with teacher forcing, and an
+incremental decoder with a key/value cache (Raffel et al. 2020, "Exploring the Limits of Transfer
+Learning with a Unified Text-to-Text Transformer"). The model is core.model.EncoderDecoder.
+
+Span corruption (section 3.1.4, and 3.3.4 for the span length): 15% of the tokens, in spans of
+mean length 3, each span replaced by one sentinel in the input; the target lists the sentinels
+in order, each followed by the tokens it replaced:
+
+    original:  x1 x2 x3 x4 x5 x6 x7 x8 x9 x10
+    source:    x1 <s0> x4 x5 x6 x7 <s1> x10 [EOS]
+    target:    <s0> x2 x3 <s1> x8 x9 [EOS]
+
+As in T5's random_spans_noise_mask, the number of corrupted tokens is round(ratio * n) and the
+number of spans round(corrupted / mean_span); both the corrupted tokens and the kept ones are
+split into spans by a uniformly random composition, so spans never touch. One departure: T5's code
+always begins with a kept run and ends with a corrupted span (its last token is always corrupted);
+here the kept runs before the first span and after the last may be empty, so the corruption is
+uniform over all layouts with that many corrupted tokens in that many spans.
+Both sides end with [EOS], as T5's inputs and targets do.
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .batch import Batch, pad_stack
+from .tokenizer import N_SENTINELS
+
+IGNORE = -100
+
+
+# -----------------------------------------------------------------------------
+# span corruption
+
+def _composition(total, parts, rng):
+    """`parts` positive integers summing to `total`, uniformly among all such compositions."""
+    if parts == 1:
+        return np.array([total], dtype=np.int64)
+    cuts = np.sort(rng.choice(total - 1, parts - 1, replace=False)) + 1  # distinct, in 1..total-1
+    return np.diff(np.concatenate([[0], cuts, [total]])).astype(np.int64)
+
+
+def noise_spans(n, rng, ratio=0.15, mean_span=3):
+    """(starts, lengths) of the corrupted spans of a sequence of n tokens, in order."""
+    n_noise = min(max(1, round(n * ratio)), n - 1)
+    if n_noise <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    n_keep = n - n_noise
+    n_spans = max(1, min(round(n_noise / mean_span), N_SENTINELS, n_keep + 1))
+    noise = _composition(n_noise, n_spans, rng)
+    # n_spans + 1 kept runs, the inner ones >= 1 token, the outer two possibly empty
+    keep = _composition(n_keep + 2, n_spans + 1, rng)
+    keep[0] -= 1
+    keep[-1] -= 1
+    starts = np.cumsum(keep[:-1]) + np.concatenate([[0], np.cumsum(noise)[:-1]])
+    return starts.astype(np.int64), noise
+
+
+def span_corruption(ids, rng, tok, ratio=0.15, mean_span=3):
+    """ids: 1-D token ids. Returns (source, target), int64 arrays (see the module docstring)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    starts, lengths = noise_spans(len(ids), rng, ratio, mean_span)
+    src, tgt, at = [], [], 0
+    for i, (s, m) in enumerate(zip(starts, lengths)):
+        src += [ids[at:s], [tok.sentinel(i)]]
+        tgt += [[tok.sentinel(i)], ids[s:s + m]]
+        at = s + m
+    src += [ids[at:], [tok.eos_id]]
+    tgt += [[tok.eos_id]]
+    return np.concatenate(src).astype(np.int64), np.concatenate(tgt).astype(np.int64)
+
+
+# -----------------------------------------------------------------------------
+# batches and losses
+
+def collate(sources, targets, tok):
+    """Pad (source, target) arrays into a Batch: src, src_valid, tgt_in ([SOS] + target[:-1]),
+    tgt_out (target, IGNORE at padding), tgt_valid. norm = target tokens, n_tokens = source +
+    target tokens."""
+    src, src_valid = pad_stack(sources, tok.pad_id)
+    tgt_in, tgt_valid = pad_stack([np.concatenate([[tok.sos_id], t[:-1]]) for t in targets], tok.pad_id)
+    tgt_out, _ = pad_stack(targets, IGNORE)
+    return Batch(norm=tgt_valid.sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src,
+                 src_valid=src_valid, tgt_in=tgt_in, tgt_out=tgt_out, tgt_valid=tgt_valid)
+
+
+def t5_batch(stream, indices, tok, ratio=0.15, mean_span=3):
+    """The examples `indices` of a TokenStream, span-corrupted and collated (cf. pmlm_batch)."""
+    sources, targets = [], []
+    for i in indices:
+        window, rng = stream.window_at(i)
+        s, t = span_corruption(window, rng, tok, ratio, mean_span)
+        sources.append(s)
+        targets.append(t)
+    return collate(sources, targets, tok)
+
+
+def _logits(model, batch):
+    logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, predict=batch.tgt_valid)
+    return logits.float(), batch.tgt_out[batch.tgt_valid]  # (N, V), (N,)
+
+
+def t5_loss_sums(model, batch):
+    """Summed cross-entropy over the target tokens (differentiable), with the hits and the count
+    (cf. pmlm_loss_sums): keys loss, hit, n."""
+    logits, target = _logits(model, batch)
+    loss = F.cross_entropy(logits, target, reduction="sum")
+    hit = (logits.argmax(-1) == target).float().sum()
+    return dict(loss=loss, hit=hit, n=torch.tensor(float(len(target)), device=logits.device))
+
+
+def t5_seq2seq_batch(pairs, tok, max_src, max_tgt):
+    """pairs: list of (source ids, target ids). Source = SRC + [EOS] (at most max_src tokens),
+    decoder input [SOS] + TGT, output TGT + [EOS] (at most max_tgt tokens); longer ones are cut."""
+    sources = [np.array(list(s)[:max_src - 1] + [tok.eos_id], dtype=np.int64) for s, _ in pairs]
+    targets = [np.array(list(t)[:max_tgt - 1] + [tok.eos_id], dtype=np.int64) for _, t in pairs]
+    return collate(sources, targets, tok)
+
+
+def t5_seq2seq_loss_sums(model, batch, label_smoothing=0.1):
+    """Teacher-forced fine-tuning: loss (label-smoothed cross-entropy, summed, differentiable),
+    nll (plain cross-entropy, summed), hit, n."""
+    logits, target = _logits(model, batch)
+    loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=label_smoothing)
+    nll = F.cross_entropy(logits.detach(), target, reduction="sum")
+    hit = (logits.argmax(-1) == target).float().sum()
+    return dict(loss=loss, nll=nll, hit=hit, n=torch.tensor(float(len(target)), device=logits.device))
+
+
+# -----------------------------------------------------------------------------
+# incremental decoding
+
+class T5Decoder:
+    """Step-by-step decoding of a batch of sources, the protocol the beam search drives:
+
+        dec = T5Decoder(model, [src_ids, ...], tok)
+        logp = dec.step(None)        # (N, V) log-probabilities of the first token ([SOS] fed)
+        dec.reorder(index)           # keep rows `index` in that order (beam reorder, or expand
+                                     # B sources to B*K beams with arange(B).repeat_interleave(K))
+        logp = dec.step(chosen)      # chosen: (N,) long, the tokens picked at the last step
+
+    `rows` is the current number of rows N. Each source gets [EOS] appended (and is cut to fit
+    the position table); they are padded and encoded once. With use_cache (default) the
+    cross-attention keys/values of the memory are projected once per decoder layer, and each step
+    runs the one new token against the cached self-attention keys/values; use_cache=False
+    re-decodes the whole prefix every step (the reference the cache is tested against). Runs
+    without gradients; put the model in eval mode first.
+    """
+
+    @torch.no_grad()
+    def __init__(self, model, src_ids_list, tok, use_cache=True):
+        self.model, self.tok, self.use_cache = model, tok, use_cache
+        dev = next(model.parameters()).device
+        limit = model.cfg.max_positions - 1
+        sources = [np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids_list]
+        src, valid = pad_stack(sources, tok.pad_id)
+        src, self.src_valid = src.to(dev), valid.to(dev)
+        pos = torch.arange(src.shape[1], device=dev).expand_as(src)
+        memory = model.encode(src, pos, self.src_valid)  # (N, S, C)
+        self.memory = None if use_cache else memory
+        self.mem_kv = model.cross_kv(memory) if use_cache else None
+        self.past = None  # per decoder layer (k, v), each (N, H, t, D)
+        self.prefix = torch.zeros(len(sources), 0, dtype=torch.long, device=dev)  # decoder inputs so far
+        self.rows = len(sources)
+
+    @torch.no_grad()
+    def step(self, prev=None):
+        t = self.prefix.shape[1]
+        if (prev is None) != (t == 0):
+            raise ValueError("T5Decoder.step: prev must be None on the first call only")
+        if prev is None:
+            tokens = torch.full((self.rows,), self.tok.sos_id, dtype=torch.long, device=self.prefix.device)
+        else:
+            tokens = prev.to(self.prefix.device, torch.long).view(self.rows)
+        self.prefix = torch.cat([self.prefix, tokens[:, None]], 1)  # (N, t + 1)
+        if self.use_cache:
+            logits, self.past = self.model.decode_step(tokens, t, self.past, self.mem_kv, self.src_valid)
+        else:
+            pos = torch.arange(t + 1, device=tokens.device).expand_as(self.prefix)
+            h = self.model.decode(self.prefix, pos, torch.ones_like(self.prefix, dtype=torch.bool),
+                                  self.memory, self.src_valid)
+            logits = self.model.head(h[:, -1])
+        return F.log_softmax(logits.float(), -1)  # (N, V)
+
+    @torch.no_grad()
+    def reorder(self, index):
+        index = index.to(self.prefix.device, torch.long)
+        pick = lambda kv: (kv[0].index_select(0, index), kv[1].index_select(0, index))
+        self.src_valid = self.src_valid.index_select(0, index)
+        self.prefix = self.prefix.index_select(0, index)
+        if self.memory is not None:
+            self.memory = self.memory.index_select(0, index)
+        if self.mem_kv is not None:
+            self.mem_kv = [pick(kv) for kv in self.mem_kv]
+        if self.past is not None:
+            self.past = [pick(kv) for kv in self.past]
+        self.rows = len(index)
