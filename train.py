@@ -3,13 +3,13 @@
     python train.py                                   # a small PMLM on the embedded corpus
     torchrun --nproc_per_node=4 train.py --model base # the same code on 4 GPUs (or CPU processes)
 
-Objectives: pmlm (UniLMv2: --losses ae+par | ae | par) and mlm (the RoBERTa-style baseline,
-= pmlm with --losses ae). Reads top to bottom: args -> init -> tokenizer and data -> model ->
+Objectives: pmlm (UniLMv2: --losses ae+par | ae | par), mlm (the RoBERTa-style baseline,
+= pmlm with --losses ae) and t5 (the T5-style encoder-decoder with span corruption; its decoder
+has --dec-layers layers, default as many as the encoder). Reads top to bottom: args -> init -> tokenizer and data -> model ->
 optimizer -> loop -> save.
 """
 import argparse
 import dataclasses
-import math
 import os
 import time
 
@@ -20,12 +20,14 @@ from core.config import preset
 from core.data import TokenStream, pretraining_texts, unigram_entropy
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.model import UnifiedLM, count_parameters
+from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
+from core.t5 import t5_batch, t5_loss_sums
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer, cached_tokenizer
-from core.training import Throughput, evaluate, restore_rng, rng_state, train_step, wrap_ddp
+from core.training import (Throughput, check_finite, evaluate, per_token, restore_rng, rng_state,
+                           start_or_resume, train_step, wrap_ddp)
 
 CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "cache")
 # flags that may differ when resuming: everything else comes from the checkpoint
@@ -34,9 +36,10 @@ RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm"])
+    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5"])
     p.add_argument("--losses", default="ae+par", choices=LOSSES, help="PMLM ablations (UniLMv2 4.6)")
     p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
+    p.add_argument("--dec-layers", type=int, default=None, help="t5: decoder layers (default: as the encoder)")
     p.add_argument("--rel-pos", action=argparse.BooleanOptionalAction, default=True,
                    help="T5-style relative position bias")
     p.add_argument("--dropout", type=float, default=0.1)
@@ -82,17 +85,7 @@ def main(argv=None):
 def run(args, d):
     # -----------------------------------------------------------------------------
     # resume: the checkpoint's flags win, except the ones a user may change
-    ckpt_path = os.path.join(args.out, "last.pt")
-    state = None
-    if args.resume:
-        state = checkpoint.load(ckpt_path, kinds=("pretrain/",))
-        saved = dict(state["args"])
-        for k in RESUMABLE:
-            saved[k] = getattr(args, k)
-        args = argparse.Namespace(**saved)
-        print0(d, f"resuming from {ckpt_path} at step {state['step']}")
-    elif d.master and os.path.exists(ckpt_path):
-        print0(d, f"note: {ckpt_path} exists and will be overwritten (use --resume to continue it)")
+    args, state, ckpt_path = start_or_resume(args, ("pretrain/",), RESUMABLE, d)
     if args.seq_len < 8:
         raise UserError(f"--seq-len {args.seq_len} is too short (at least 8)")
     examples_per_step = args.batch_tokens // args.seq_len
@@ -127,14 +120,18 @@ def run(args, d):
 
     # -----------------------------------------------------------------------------
     # model and optimizer
+    t5 = args.objective == "t5"
     cfg = preset(args.model, vocab_size=tok.vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
                  pad_id=tok.pad_id)
+    if t5:
+        cfg = dataclasses.replace(cfg, n_dec_layers=args.dec_layers or cfg.n_layers)
     if state is not None:
         cfg = dataclasses.replace(cfg, **state["model_config"])
     if args.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
     torch.manual_seed(args.seed)
-    model = UnifiedLM(cfg).to(d.device)
+    model = (EncoderDecoder if t5 else UnifiedLM)(cfg).to(d.device)
+    loss_sums = t5_loss_sums if t5 else pmlm_loss_sums
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
     start = 0
     if state is not None:
@@ -144,14 +141,14 @@ def run(args, d):
         start = state["step"]
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
-              f"{args.objective} ({args.losses}), {d.world} process(es) on {d.device.type}, "
+              f"{args.objective}{'' if t5 else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "
               f"{examples_per_step} examples x {args.seq_len} tokens per step")
 
     def batches_of(stream, first, count):
         """This process's micro-batches for examples [first, first + count) of the stream."""
         idx = list(range(first, first + count))
-        return [pmlm_batch(stream, idx[i:i + args.micro_batch], tok, args.losses)
-                for i in range(0, len(idx), args.micro_batch)]
+        make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses))
+        return [make(idx[i:i + args.micro_batch]) for i in range(0, len(idx), args.micro_batch)]
 
     eval_share = max(1, args.eval_examples // d.world)
     eval_batches = batches_of(valid, d.rank * eval_share, eval_share)
@@ -174,27 +171,21 @@ def run(args, d):
     end = min(args.steps, args.stop_after or args.steps)
     for step in range(start, end):
         micro = batches_of(train, step * examples_per_step + d.rank * per_rank, per_rank)
-        stats = train_step(ddp_model, model, optimizer, micro, pmlm_loss_sums, "norm", d, args, step)
+        stats = train_step(ddp_model, model, optimizer, micro, loss_sums, "norm", d, args, step)
         speed.add(stats["tokens"])
         done = step + 1
         loss = stats["loss"] / stats["norm"]
-        if not math.isfinite(loss):
-            save(step)
-            raise UserError(f"loss became {loss} at step {done}; the last good state is in {ckpt_path}")
+        check_finite(loss, step, save, ckpt_path)
         if done % args.log_every == 0 or done == end:
             rate = speed.rate()
-            parts = [f"{k} {stats[k + '_loss'] / stats[k + '_n']:.3f}" for k in ("ae", "par") if stats[k + "_n"]]
-            print0(d, progress.line(done, loss, stats["lr"], rate, " ".join(parts)))
+            parts = per_token(stats)
+            print0(d, progress.line(done, loss, stats["lr"], rate, " ".join(f"{k} {v:.3f}" for k, v in parts.items() if k != "loss")))
             if d.master:
-                progress.log(dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate,
-                                  grad_norm=stats["grad_norm"], **{k: stats[k] for k in stats if k.endswith("_n")}))
+                progress.log({**parts, **dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate,
+                                              grad_norm=stats["grad_norm"])})
         if done % args.eval_every == 0 or done == end:
-            ev = evaluate(model, eval_batches, pmlm_loss_sums, d)
-            rec = dict(step=done, unigram_entropy=entropy, valid_loss=ev["loss"] / max(1.0, ev["ae_n"] if args.losses != "par" else ev["par_n"]))
-            for k in ("ae", "par"):
-                if ev[k + "_n"]:
-                    rec[f"valid_{k}_loss"] = ev[k + "_loss"] / ev[k + "_n"]
-                    rec[f"valid_{k}_acc"] = ev[k + "_hit"] / ev[k + "_n"]
+            ev = evaluate(model, eval_batches, loss_sums, d)
+            rec = dict(step=done, unigram_entropy=entropy, **{f"valid_{k}": v for k, v in per_token(ev).items()})
             print0(d, "  eval | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items() if k.startswith("valid_")))
             if d.master:
                 progress.log(rec)

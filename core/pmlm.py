@@ -14,7 +14,6 @@ Ablations (section 4.6): losses "ae" (no appended part: the RoBERTa-style MLM ba
 (the appended part, no AE loss), "ae+par".
 """
 import numpy as np
-import torch
 import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL, PSEUDO

@@ -6,14 +6,42 @@ normalise by. The count is summed over all micro-batches and all processes befor
 pass, so a step computes the same gradient whatever the number of processes and of
 micro-batches: 2 processes x 2 micro-batches == 1 process x 4 micro-batches.
 """
+import argparse
 import contextlib
+import math
+import os
 import time
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .distributed import all_reduce_sum
+from . import checkpoint
+from .distributed import all_reduce_sum, print0
+from .errors import UserError
 from .optim import lr_at, set_lr
+
+
+def start_or_resume(args, kinds, resumable, d):
+    """(args, state or None, path of OUT/last.pt). With --resume the checkpoint's flags win,
+    except the `resumable` ones that a user may change (more steps, another log cadence)."""
+    path = os.path.join(args.out, "last.pt")
+    if not args.resume:
+        if d.master and os.path.exists(path):
+            print0(d, f"note: {path} exists and will be overwritten (use --resume to continue it)")
+        return args, None, path
+    state = checkpoint.load(path, kinds=kinds)
+    saved = dict(state["args"])
+    for k in resumable:
+        saved[k] = getattr(args, k)
+    print0(d, f"resuming from {path} at step {state['step']}")
+    return argparse.Namespace(**saved), state, path
+
+
+def check_finite(loss, step, save, path):
+    """Stop with the last good state saved when the loss is no longer a number."""
+    if not math.isfinite(loss):
+        save(step)
+        raise UserError(f"loss became {loss} at step {step + 1}; the last good state is in {path}")
 
 
 def autocast(device):
@@ -60,6 +88,18 @@ def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, norm_k
     stats["lr"] = lr
     stats["grad_norm"] = float(grad_norm)
     return stats
+
+
+def per_token(sums):
+    """Per-token loss and accuracy of each part an objective reports: PMLM's ae_/par_ sums, or
+    one loss/hit/n (T5)."""
+    out = {}
+    for prefix in ("ae_", "par_", ""):
+        n = sums.get(prefix + "n", 0)
+        if n:
+            out[prefix + "loss"] = sums[prefix + "loss"] / n
+            out[prefix + "acc"] = sums[prefix + "hit"] / n
+    return out
 
 
 def reduce_stats(totals, d):
