@@ -1,0 +1,88 @@
+"""Downstream data: summarization pairs and classification examples, from the embedded corpus or
+the user's JSONL files, and the order in which fine-tuning visits them.
+
+summarize: document -> the package's one-line summary (extreme summarization, like XSum);
+           a user's file gives --src-field / --tgt-field (XSum: document/summary, CNN/DM:
+           article/highlights, SQuAD-QG: context+answer/question joined beforehand).
+classify:  document -> section (58 classes); a user's file gives --text-field / --label-field.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .data import embedded_records, field, read_jsonl
+from .errors import UserError
+
+TASKS = ("summarize", "classify")
+
+
+@dataclass
+class Examples:
+    """One split of a task: source texts and targets (summaries, or label strings)."""
+    split: str
+    sources: list
+    targets: list
+    origin: str
+
+    def __len__(self):
+        return len(self.sources)
+
+
+def load_split(task, split, path=None, src_field=None, tgt_field=None):
+    """The examples of one split. path None: the embedded corpus. Fields default to the task's."""
+    default_src, default_tgt = ("document", "summary") if task == "summarize" else ("document", "section")
+    src_field, tgt_field = src_field or default_src, tgt_field or default_tgt
+    if path is None:
+        records, origin = embedded_records(split), f"embedded corpus ({split})"
+    else:
+        records, origin = read_jsonl(path), path
+    sources, targets = field(records, src_field, origin), field(records, tgt_field, origin)
+    keep = [i for i, (s, t) in enumerate(zip(sources, targets)) if s.strip() and t.strip()]
+    if not keep:
+        raise UserError(f"{origin}: the {split} split has no example with a non-empty {src_field!r} and {tgt_field!r}")
+    return Examples(split, [sources[i] for i in keep], [targets[i] for i in keep], origin)
+
+
+def lead(text, words=None):
+    """The LEAD baselines: the first `words` words, or (words None) the first sentence."""
+    if words is not None:
+        return " ".join(text.split()[:words])
+    cuts = [c for c in (text.find(end) for end in (". ", "! ", "? ")) if c > 0]
+    return text[:min(cuts) + 1] if cuts else text
+
+
+class Labels:
+    """Label strings <-> ids, fixed by the training split and stored in the checkpoint."""
+
+    def __init__(self, names):
+        self.names = list(names)
+        self.index = {n: i for i, n in enumerate(self.names)}
+
+    @classmethod
+    def from_targets(cls, targets):
+        return cls(sorted(set(targets)))
+
+    def ids(self, targets, origin):
+        """Label ids; a label the training split never had maps to -1 (counted as wrong)."""
+        return [self.index.get(t, -1) for t in targets]
+
+    def __len__(self):
+        return len(self.names)
+
+
+def epoch_order(n, epoch, seed):
+    """A permutation of range(n) that depends only on (seed, epoch): the data position of a
+    fine-tuning run is one integer, the number of examples consumed."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def examples_for_step(n, step, per_step, seed):
+    """Indices of the examples of optimizer step `step` (global, before splitting over
+    processes): walks through epochs of shuffled order, each example once per epoch."""
+    first = step * per_step
+    out = []
+    while len(out) < per_step:
+        epoch, offset = divmod(first + len(out), n)
+        order = epoch_order(n, epoch, seed)
+        out.extend(order[offset:offset + per_step - len(out)].tolist())
+    return out

@@ -1,0 +1,158 @@
+"""Evaluate fine-tuned checkpoints side by side: quality and speed in one table.
+
+    python eval.py                                           # runs/finetune/best.pt on the test split
+    python eval.py runs/ft-pmlm/best.pt runs/ft-t5/best.pt --beam 4
+    python eval.py CKPT --data my_test.jsonl --src-field article --tgt-field highlights
+
+Summarization: ROUGE-1/2/L F1 (rouge-score, stemming on), plus rows for the LEAD baselines
+(first 8 words, first sentence). Classification: accuracy and macro-F1. For every checkpoint:
+the parameter count, the latency per sample at batch size 1 and the throughput at a large batch
+(the device is synchronised before every clock read; warm-up runs are excluded). The table goes
+to stdout as markdown; each checkpoint's row goes to eval-SPLIT.json next to it, its generated
+outputs to outputs-SPLIT.jsonl.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+from core import checkpoint
+from core.classify import classify_batch, macro_f1, predict
+from core.config import ModelConfig
+from core.errors import main_guard
+from core.finetuning import arch_of, build_model, rouge, summarize
+from core.model import count_parameters
+from core.tasks import Labels, lead, load_split
+from core.tokenizer import Tokenizer
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoints", nargs="*", default=["runs/finetune/best.pt"])
+    p.add_argument("--data", default=None, help="a .jsonl file to evaluate on (default: the embedded corpus)")
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the embedded corpus")
+    p.add_argument("--src-field", default=None)
+    p.add_argument("--tgt-field", default=None)
+    p.add_argument("--limit", type=int, default=None, help="evaluate on the first N examples only")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--max-len", type=int, default=32, help="generated tokens at most, [EOS] included")
+    p.add_argument("--min-len", type=int, default=1)
+    p.add_argument("--length-penalty", type=float, default=1.0)
+    p.add_argument("--no-repeat-ngram", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
+    p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
+    p.add_argument("--no-lead", action="store_true", help="omit the LEAD baseline rows")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    return p.parse_args(argv)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def clock(device, fn):
+    """Seconds that fn() takes, with the device synchronised before both clock reads."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def progress_line(what):
+    def show(done, total):
+        print(f"\r  {what}: {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    return show
+
+
+def speed(device, run_batch, sources, batch_size, latency_samples):
+    """(ms per sample at batch size 1, samples/s at batch_size), warm-up excluded."""
+    one = sources[:max(1, latency_samples)]
+    run_batch(one[:1])  # warm-up
+    latency = sum(clock(device, lambda s=s: run_batch([s])) for s in one) / len(one)
+    big = (sources * (1 + batch_size // max(1, len(sources))))[:batch_size]
+    run_batch(big)  # warm-up
+    throughput = len(big) / clock(device, lambda: run_batch(big))
+    return 1000 * latency, throughput
+
+
+def evaluate_checkpoint(path, args, device):
+    state = checkpoint.load(path, kinds=("finetune/",))
+    task, arch = state["kind"].split("/")[1], arch_of(state, path)
+    tok = Tokenizer.from_tensor(state["tokenizer"])
+    cfg = ModelConfig.from_dict(state["model_config"])
+    labels = Labels(state["labels"]) if task == "classify" else None
+    model = build_model(arch, cfg, len(labels) if labels else None)
+    model.load_state_dict(state["model"])
+    model.to(device).eval()
+    fa = state["args"]
+    fields = (args.src_field, args.tgt_field)
+    data = load_split(task, args.split, args.data, *fields)
+    sources, targets = data.sources[:args.limit], data.targets[:args.limit]
+    row = dict(model=path, arch=arch, task=task, params_M=round(count_parameters(model) / 1e6, 2), n=len(sources))
+    out_dir = os.path.dirname(os.path.abspath(path))
+
+    if task == "summarize":
+        gen = dict(beam=args.beam, max_len=args.max_len, min_len=args.min_len,
+                   length_penalty=args.length_penalty, no_repeat_ngram=args.no_repeat_ngram)
+        run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
+        preds = run(sources, progress_line(f"generating with {os.path.basename(out_dir)}"))
+        row.update(rouge(preds, targets))
+        with open(os.path.join(out_dir, f"outputs-{args.split}.jsonl"), "w") as f:
+            for s, t, p in zip(sources, targets, preds):
+                f.write(json.dumps(dict(prediction=p, reference=t, source=s), ensure_ascii=False) + "\n")
+    else:
+        ids = tok.encode(sources)
+
+        def run(srcs_ids, show=None):
+            out = []
+            for i in range(0, len(srcs_ids), args.batch_size):
+                b = classify_batch(srcs_ids[i:i + args.batch_size], [0] * len(srcs_ids[i:i + args.batch_size]), tok, fa["max_src"])
+                with torch.no_grad():
+                    out += predict(model, b.to(device)).tolist()
+            return out
+        gold = labels.ids(targets, data.origin)
+        pred = run(ids)
+        row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
+        row["macro_f1"] = 100 * macro_f1(pred, gold, len(labels))
+        sources = ids
+    with torch.no_grad():
+        row["latency_ms"], row["samples_per_s"] = speed(device, run, sources, args.batch_size, args.latency_samples)
+    with open(os.path.join(out_dir, f"eval-{args.split}.json"), "w") as f:
+        json.dump(dict(row, generation=vars(args)), f, indent=2)
+    return row
+
+
+def markdown(rows):
+    cols = ["model", "arch", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy", "macro_f1",
+            "latency_ms", "samples_per_s"]
+    cols = [c for c in cols if any(c in r for r in rows)]
+    fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+@main_guard
+def main(argv=None):
+    args = get_args(argv)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if args.device == "auto" else args.device)
+    rows = [evaluate_checkpoint(path, args, device) for path in args.checkpoints]
+    if not args.no_lead and any(r["task"] == "summarize" for r in rows):
+        data = load_split("summarize", args.split, args.data, args.src_field, args.tgt_field)
+        sources, targets = data.sources[:args.limit], data.targets[:args.limit]
+        for name, words in (("LEAD-8", 8), ("LEAD-1sent", None)):
+            rows.append(dict(model=name, arch="-", params_M=0, n=len(sources),
+                             **rouge([lead(s, words) for s in sources], targets)))
+    print(f"\n{args.split} split, {device.type}, beam {args.beam}\n")
+    print(markdown(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

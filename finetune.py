@@ -1,0 +1,212 @@
+"""Fine-tuning a pretrained checkpoint: summarization (seq2seq) or classification.
+
+    python finetune.py                                        # summarize with runs/pretrain/last.pt
+    python finetune.py --init runs/t5/last.pt --out runs/ft-t5
+    python finetune.py --task classify --out runs/ft-classify
+    torchrun --nproc_per_node=4 finetune.py --init CKPT ...   # the same code on 4 processes
+
+Summarization of a unified (PMLM / MLM) checkpoint uses UniLMv2's pseudo-mask fine-tuning
+(section 3.4): "[SOS] SRC [EOS] TGT [EOS]", one [P] per target token; of a T5 checkpoint, teacher
+forcing. Classification puts a fresh linear layer on the [SOS] vector. Label smoothing 0.1,
+warmup then linear decay. After every epoch: the validation loss, a quick ROUGE (greedy) on a
+slice of the validation split or its accuracy; the best checkpoint is kept as best.pt.
+Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
+"""
+import argparse
+import dataclasses
+import functools
+import math
+import os
+import time
+
+import torch
+
+from core import checkpoint
+from core.classify import classify_batch, classify_loss_sums
+from core.config import ModelConfig
+from core.distributed import barrier, compute_cleanup, compute_init, print0
+from core.errors import UserError, main_guard
+from core.finetuning import arch_of, build_model, rouge, seq2seq_ops, summarize
+from core.model import count_parameters
+from core.optim import make_optimizer
+from core.progress import Progress, fmt_duration
+from core.tasks import TASKS, Labels, examples_for_step, load_split
+from core.tokenizer import Tokenizer
+from core.training import (Throughput, check_finite, evaluate, restore_rng, rng_state, start_or_resume,
+                           train_step, wrap_ddp)
+
+RESUMABLE = ("stop_after", "out", "resume", "log_every", "device")
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--init", default="runs/pretrain/last.pt", help="pretrained checkpoint (train.py)")
+    p.add_argument("--task", default="summarize", choices=TASKS)
+    p.add_argument("--train-data", default=None, help="a .jsonl training file (default: the embedded corpus)")
+    p.add_argument("--valid-data", default=None, help="a .jsonl validation file (default: the embedded corpus)")
+    p.add_argument("--src-field", default=None, help="source field of --train-data (summarize; default document)")
+    p.add_argument("--tgt-field", default=None, help="target field (summarize; default summary)")
+    p.add_argument("--text-field", default=None, help="text field (classify; default document)")
+    p.add_argument("--label-field", default=None, help="label field (classify; default section)")
+    p.add_argument("--max-src", type=int, default=128, help="source tokens kept, [SOS]/[EOS] included")
+    p.add_argument("--max-tgt", type=int, default=24, help="target tokens kept, [EOS] included")
+    p.add_argument("--epochs", type=float, default=3)
+    p.add_argument("--batch", type=int, default=64, help="global batch, in examples")
+    p.add_argument("--micro-batch", type=int, default=32, help="examples per forward pass per process")
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--warmup-frac", type=float, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--valid-examples", type=int, default=512, help="validation loss / accuracy on this many")
+    p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--stop-after", type=int, default=None, help="save and stop after this step (resume later)")
+    p.add_argument("--out", default="runs/finetune")
+    p.add_argument("--resume", action="store_true", help="continue exactly from OUT/last.pt")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    return p.parse_args(argv)
+
+
+@main_guard
+def main(argv=None):
+    args = get_args(argv)
+    d = compute_init(args.device)
+    try:
+        return run(args, d)
+    finally:
+        compute_cleanup()
+
+
+def run(args, d):
+    # -----------------------------------------------------------------------------
+    # init: a pretrained checkpoint, or this run's own last.pt when resuming
+    args, state, ckpt_path = start_or_resume(args, ("finetune/",), RESUMABLE, d)
+    source = state if state is not None else checkpoint.load(args.init, kinds=("pretrain/",))
+    arch = arch_of(source, args.init)
+    tok = Tokenizer.from_tensor(source["tokenizer"])
+    cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
+    if args.max_src > cfg.max_positions or (arch == "unilm" and args.max_src + args.max_tgt > cfg.max_positions):
+        raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
+
+    # -----------------------------------------------------------------------------
+    # data
+    summ = args.task == "summarize"
+    fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
+    train = load_split(args.task, "train", args.train_data, *fields)
+    valid_path = args.valid_data if args.valid_data or not args.train_data else None
+    if args.train_data and not args.valid_data:
+        raise UserError("--train-data needs a --valid-data file too")
+    valid = load_split(args.task, "valid", valid_path, *fields)
+    src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
+    if summ:
+        ops = seq2seq_ops(arch)
+        batch_fn = ops.batch
+        loss_fn = functools.partial(ops.loss_sums, label_smoothing=args.label_smoothing)
+        tgt_ids, valid_tgt = tok.encode(train.targets), tok.encode(valid.targets[:args.valid_examples])
+        make = lambda s, t: batch_fn(list(zip(s, t)), tok, args.max_src, args.max_tgt)
+        labels = None
+    else:
+        labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets)
+        tgt_ids, valid_tgt = labels.ids(train.targets, train.origin), labels.ids(valid.targets[:args.valid_examples], valid.origin)
+        make = lambda s, t: classify_batch(s, t, tok, args.max_src)
+        loss_fn = classify_loss_sums
+    n = len(train)
+    if args.batch % d.world or args.batch < d.world:
+        raise UserError(f"--batch {args.batch} cannot be shared evenly by {d.world} processes")
+    per_rank = args.batch // d.world
+    steps_per_epoch = math.ceil(n / args.batch)
+    args.steps = max(1, round(args.epochs * steps_per_epoch))
+    args.warmup = max(1, round(args.warmup_frac * args.steps))
+    print0(d, f"data: {train.origin}: {n} train, {len(valid)} valid examples ({args.task}); "
+              f"{steps_per_epoch} steps per epoch, {args.steps} steps")
+
+    def batches(srcs, tgts, idx):
+        return [make([srcs[i] for i in idx[j:j + args.micro_batch]], [tgts[i] for i in idx[j:j + args.micro_batch]])
+                for j in range(0, len(idx), args.micro_batch)]
+
+    share = max(1, len(valid_ids) // d.world)
+    valid_batches = batches(valid_ids, valid_tgt, list(range(d.rank * share, (d.rank + 1) * share)))
+
+    # -----------------------------------------------------------------------------
+    # model and optimizer
+    torch.manual_seed(args.seed)
+    model = build_model(arch, cfg, None if summ else len(labels)).to(d.device)
+    if state is not None:
+        model.load_state_dict(state["model"])
+    elif summ:
+        model.load_state_dict(source["model"])
+    else:
+        model.encoder.load_state_dict(source["model"])
+    optimizer = make_optimizer(model, args.lr, args.weight_decay)
+    start, best = 0, None
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        restore_rng(state["rng"])
+        start, best = state["step"], state.get("best")
+    ddp_model = wrap_ddp(model, d)
+    print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
+              f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}")
+
+    def save(step, path=ckpt_path, with_optimizer=True):
+        if not d.master:
+            return
+        checkpoint.save(path, dict(
+            kind=f"finetune/{args.task}", arch=arch, model=model.state_dict(), model_config=cfg.to_dict(),
+            args=vars(args), step=step, best=best, labels=labels.names if labels else None,
+            optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
+            tokenizer=tok.to_tensor()), config_json=dict(model=cfg.to_dict(), args=vars(args)))
+
+    def validate(done):
+        """Validation loss (all processes), then ROUGE or accuracy (rank 0); returns the score."""
+        ev = evaluate(model, valid_batches, loss_fn, d)
+        rec = dict(step=done, valid_loss=ev["nll"] / max(1.0, ev["n"]), valid_acc=ev["hit"] / max(1.0, ev["n"]))
+        if summ and d.master and args.rouge_examples > 0:
+            k = args.rouge_examples
+            preds = summarize(model, arch, tok, valid.sources[:k], args.max_src, max_len=args.max_tgt)
+            rec.update({f"valid_{m}": float(v) for m, v in rouge(preds, valid.targets[:k]).items()})
+            rec["sample"] = preds[0]
+        return rec
+
+    # -----------------------------------------------------------------------------
+    # the loop
+    progress = Progress(args.steps, os.path.join(args.out, "log.jsonl") if d.master else None, start)
+    speed = Throughput()
+    model.train()
+    end = min(args.steps, args.stop_after or args.steps)
+    for step in range(start, end):
+        idx = examples_for_step(n, step, args.batch, args.seed)[d.rank * per_rank:(d.rank + 1) * per_rank]
+        stats = train_step(ddp_model, model, optimizer, batches(src_ids, tgt_ids, idx), loss_fn, "n", d, args, step)
+        speed.add(stats["tokens"])
+        done = step + 1
+        loss = stats["nll"] / stats["n"]
+        check_finite(loss, step, save, ckpt_path)
+        if done % args.log_every == 0 or done == end:
+            rate = speed.rate()
+            print0(d, progress.line(done, loss, stats["lr"], rate, f"acc {stats['hit'] / stats['n']:.3f}"))
+            if d.master:
+                progress.log(dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate, grad_norm=stats["grad_norm"]))
+        if done % steps_per_epoch == 0 or done == args.steps:
+            rec = validate(done)
+            score = rec.get("valid_rougeL", 100 * rec["valid_acc"])
+            print0(d, "  valid | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items() if isinstance(v, float)))
+            if "sample" in rec:
+                print0(d, f"  sample | {rec['sample']}")
+            if d.master:
+                progress.log(rec)
+            if best is None or score > best:
+                best = score
+                save(done, os.path.join(args.out, "best.pt"), with_optimizer=False)
+                print0(d, f"  best so far ({score:.2f}): {os.path.join(args.out, 'best.pt')}")
+            barrier(d)
+        if done == end or done % steps_per_epoch == 0:
+            save(done)
+    print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; "
+              f"checkpoints {ckpt_path}, {os.path.join(args.out, 'best.pt')}")
+    return best
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""finetune.py and eval.py end to end on the tiny preset, and their bad-input errors."""
+import json
+import os
+
+import pytest
+import torch
+
+import eval as evaluate_script
+import finetune
+import train
+from conftest import TINY, read_log
+from core.data import embedded_records
+
+
+@pytest.fixture(scope="module")
+def task_files(tmp_path_factory):
+    """Small JSONL train/valid/test files cut from the embedded corpus (with its field names)."""
+    root = tmp_path_factory.mktemp("tasks")
+    paths = {}
+    for split, n in (("train", 160), ("valid", 24), ("test", 12)):
+        paths[split] = str(root / f"{split}.jsonl")
+        with open(paths[split], "w") as f:
+            for r in embedded_records(split)[:n]:
+                f.write(json.dumps(r) + "\n")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def pretrained(text_file, tmp_path_factory):
+    """Tiny PMLM and T5 checkpoints after a few steps each."""
+    out = {}
+    for objective in ("pmlm", "t5"):
+        path = str(tmp_path_factory.mktemp(objective))
+        train.main(["--data", text_file, "--objective", objective, "--steps", "4", "--out", path] + TINY)
+        out[objective] = os.path.join(path, "last.pt")
+    return out
+
+
+FT = ["--epochs", "2", "--batch", "32", "--micro-batch", "16", "--max-src", "48", "--max-tgt", "16",
+      "--rouge-examples", "8", "--valid-examples", "16", "--log-every", "2", "--lr", "1e-3"]
+
+
+@pytest.mark.parametrize("objective", ["pmlm", "t5"])
+def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys):
+    out = str(tmp_path / "ft")
+    best = finetune.main(["--init", pretrained[objective], "--train-data", task_files["train"],
+                          "--valid-data", task_files["valid"], "--out", out] + FT)
+    assert best is not None and 0 <= best <= 100
+    log = read_log(out)
+    assert [r for r in log if "valid_rougeL" in r], log
+    ckpt = os.path.join(out, "best.pt")
+    rows = evaluate_script.main([ckpt, "--data", task_files["test"], "--beam", "2", "--batch-size", "4",
+                                 "--latency-samples", "2"])
+    text = capsys.readouterr().out
+    assert "rougeL" in text
+    assert "LEAD-8" in text and "latency_ms" in text
+    row = rows[0]
+    assert row["arch"] == ("t5" if objective == "t5" else "unilm")
+    assert 0 <= row["rougeL"] <= 100 and row["latency_ms"] > 0 and row["samples_per_s"] > 0
+    saved = json.load(open(os.path.join(out, "eval-test.json")))
+    assert saved["rougeL"] == row["rougeL"]
+    outputs = [json.loads(l) for l in open(os.path.join(out, "outputs-test.jsonl"))]
+    assert len(outputs) == 12 and {"prediction", "reference", "source"} <= set(outputs[0])
+
+
+def test_classify_pipeline(pretrained, task_files, tmp_path, capsys):
+    out = str(tmp_path / "cls")
+    finetune.main(["--init", pretrained["pmlm"], "--task", "classify", "--train-data", task_files["train"],
+                   "--valid-data", task_files["valid"], "--out", out] + FT)
+    rows = evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--batch-size", "4",
+                                 "--latency-samples", "2"])
+    assert 0 <= rows[0]["accuracy"] <= 100 and 0 <= rows[0]["macro_f1"] <= 100
+    assert "accuracy" in capsys.readouterr().out
+
+
+def test_finetune_resume_is_exact(pretrained, task_files, tmp_path):
+    flags = ["--init", pretrained["pmlm"], "--train-data", task_files["train"], "--valid-data",
+             task_files["valid"], "--rouge-examples", "0"] + FT[:-4] + ["--log-every", "1"]
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    finetune.main(flags + ["--out", a])
+    finetune.main(flags + ["--out", b, "--stop-after", "5"])
+    finetune.main(flags + ["--out", b, "--resume"])
+    loss = lambda out: [r["loss"] for r in read_log(out) if "loss" in r]
+    assert loss(a) == loss(b)
+    wa = torch.load(os.path.join(a, "last.pt"), weights_only=True)["model"]
+    wb = torch.load(os.path.join(b, "last.pt"), weights_only=True)["model"]
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+# -----------------------------------------------------------------------------
+# bad input: one clear line, exit status 2, no traceback
+
+def fails_with(capsys, main, argv, *needles):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("error: ")
+    for n in needles:
+        assert n in err, err
+
+
+def test_t5_checkpoint_cannot_classify(capsys, pretrained, task_files, tmp_path):
+    fails_with(capsys, finetune.main, ["--init", pretrained["t5"], "--task", "classify", "--train-data",
+                                       task_files["train"], "--valid-data", task_files["valid"],
+                                       "--out", str(tmp_path / "o")], "classification", "t5")
+
+
+def test_eval_needs_a_finetuned_checkpoint(capsys, pretrained):
+    fails_with(capsys, evaluate_script.main, [pretrained["pmlm"]], pretrained["pmlm"], "pretrain/pmlm")
+
+
+def test_jsonl_without_the_named_fields(capsys, pretrained, task_files, tmp_path):
+    fails_with(capsys, finetune.main, ["--init", pretrained["pmlm"], "--train-data", task_files["train"],
+                                       "--valid-data", task_files["valid"], "--src-field", "article",
+                                       "--out", str(tmp_path / "o")], "'article'", task_files["train"])
+
+
+def test_empty_split(capsys, pretrained, task_files, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"document": "", "summary": ""}\n')
+    fails_with(capsys, finetune.main, ["--init", pretrained["pmlm"], "--train-data", task_files["train"],
+                                       "--valid-data", str(empty), "--out", str(tmp_path / "o")],
+               str(empty), "no example")
+
+
+def test_missing_init_checkpoint(capsys, tmp_path):
+    missing = str(tmp_path / "none.pt")
+    fails_with(capsys, finetune.main, ["--init", missing, "--out", str(tmp_path / "o")], "not found", missing)
