@@ -32,7 +32,7 @@ from core.optim import make_optimizer
 from core.progress import Progress, fmt_duration
 from core.tasks import TASKS, Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
-from core.training import (Throughput, check_finite, evaluate, restore_rng, rng_state, start_or_resume,
+from core.training import (Throughput, add_run_flags, check_finite, evaluate, restore_rng, rng_state, start_or_resume,
                            train_step, wrap_ddp)
 
 RESUMABLE = ("stop_after", "out", "resume", "log_every", "device")
@@ -52,21 +52,12 @@ def get_args(argv=None):
     p.add_argument("--max-tgt", type=int, default=24, help="target tokens kept, [EOS] included")
     p.add_argument("--epochs", type=float, default=3)
     p.add_argument("--batch", type=int, default=64, help="global batch, in examples")
-    p.add_argument("--micro-batch", type=int, default=32, help="examples per forward pass per process")
-    p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--warmup-frac", type=float, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--valid-examples", type=int, default=512, help="validation loss / accuracy on this many")
     p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
-    p.add_argument("--log-every", type=int, default=25)
-    p.add_argument("--stop-after", type=int, default=None, help="save and stop after this step (resume later)")
-    p.add_argument("--out", default="runs/finetune")
-    p.add_argument("--resume", action="store_true", help="continue exactly from OUT/last.pt")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    add_run_flags(p, out="runs/finetune", lr=5e-4)
     return p.parse_args(argv)
 
 

@@ -26,7 +26,7 @@ from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
 from core.t5 import t5_batch, t5_loss_sums
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer, cached_tokenizer
-from core.training import (Throughput, check_finite, evaluate, per_token, restore_rng, rng_state,
+from core.training import (Throughput, add_run_flags, check_finite, evaluate, per_token, restore_rng, rng_state,
                            start_or_resume, train_step, wrap_ddp)
 
 CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "cache")
@@ -50,22 +50,12 @@ def get_args(argv=None):
     p.add_argument("--tokenizer", default=None, help="an existing SentencePiece .model with the reserved ids")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per example before the appended part")
     p.add_argument("--batch-tokens", type=int, default=4096, help="global batch, in --seq-len tokens")
-    p.add_argument("--micro-batch", type=int, default=32, help="examples per forward pass per process")
     p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--stop-after", type=int, default=None,
-                   help="save and stop after this step, keeping the schedule of --steps (resume later)")
-    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=50)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--clip", type=float, default=1.0)
-    p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--eval-examples", type=int, default=256)
     p.add_argument("--save-every", type=int, default=200)
-    p.add_argument("--out", default="runs/pretrain", help="directory for last.pt, config.json, log.jsonl")
-    p.add_argument("--resume", action="store_true", help="continue exactly from OUT/last.pt")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    add_run_flags(p, out="runs/pretrain", lr=1e-3)
     args = p.parse_args(argv)
     if args.objective == "mlm":
         args.losses = "ae"

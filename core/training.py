@@ -21,6 +21,21 @@ from .errors import UserError
 from .optim import lr_at, set_lr
 
 
+def add_run_flags(p, out, lr):
+    """The flags train.py and finetune.py share: optimizer, cadence, output, resume, device."""
+    p.add_argument("--micro-batch", type=int, default=32, help="examples per forward pass per process")
+    p.add_argument("--lr", type=float, default=lr, help="peak learning rate")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping")
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--stop-after", type=int, default=None,
+                   help="save and stop after this step, keeping the schedule (continue with --resume)")
+    p.add_argument("--out", default=out, help="directory for last.pt, config.json, log.jsonl")
+    p.add_argument("--resume", action="store_true", help="continue exactly from OUT/last.pt")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
 def start_or_resume(args, kinds, resumable, d):
     """(args, state or None, path of OUT/last.pt). With --resume the checkpoint's flags win,
     except the `resumable` ones that a user may change (more steps, another log cadence)."""
