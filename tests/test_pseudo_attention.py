@@ -1,0 +1,367 @@
+"""The Triton pseudo-mask attention kernel against kernels/reference.py: outputs, every gradient,
+every layout, and the tile map. Runs under TRITON_INTERPRET=1 on CPU (set in conftest.py)."""
+import pytest
+import torch
+
+import kernels
+from kernels import CONTEXT, ORIGINAL, PSEUDO, reference
+from kernels.tilemap import EMPTY, FULL, NEVER, build_tile_map
+
+pa = pytest.importorskip("kernels.pseudo_attention")
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+# (output, gradient) tolerances per dtype; fp32 runs IEEE dots on both sides
+TOL = {torch.float32: (2e-5, 5e-5), torch.bfloat16: (2e-2, 5e-2), torch.float16: (3e-3, 1e-2)}
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch):
+    """Outputs and gradients start as NaN, so an element the kernels forget to write fails."""
+    monkeypatch.setattr(pa, "POISON", True)
+
+
+# -----------------------------------------------------------------------------
+# layouts: (q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq), each (B, L)
+
+def random_layout(B, Lq, Lk, g, steps=4):
+    qk, kk = torch.randint(0, 3, (B, Lq), generator=g), torch.randint(0, 3, (B, Lk), generator=g)
+    qs, ks = torch.randint(0, steps, (B, Lq), generator=g), torch.randint(0, steps, (B, Lk), generator=g)
+    valid = torch.rand(B, Lk, generator=g) > 0.15
+    return qk, qs, kk, ks, valid, None, None
+
+
+def pmlm_layout(B, n_ctx, g):
+    """UniLMv2 pretraining: a CONTEXT part, then per factorization step its ORIGINAL tokens and as
+    many PSEUDO tokens, both carrying that step."""
+    kinds, steps = [CONTEXT] * n_ctx, [0] * n_ctx
+    for s in range(1, 9):
+        n = int(torch.randint(1, 4, (1,), generator=g))
+        kinds += [ORIGINAL] * n + [PSEUDO] * n
+        steps += [s] * (2 * n)
+    kind = torch.tensor(kinds).expand(B, -1).clone()
+    step = torch.tensor(steps).expand(B, -1).clone()
+    valid = torch.ones_like(kind, dtype=torch.bool)
+    valid[-1, -5:] = False  # a shorter last row
+    return kind, step, kind, step, valid, None, None
+
+
+def causal_layout(B, L):
+    kind = torch.full((B, L), ORIGINAL)
+    step = torch.arange(L).expand(B, -1).clone()
+    return kind, step, kind, step, None, None, None
+
+
+def prefix_lm_layout(B, L, n_src):
+    kind = torch.full((B, L), ORIGINAL)
+    kind[:, :n_src] = CONTEXT
+    step = (torch.arange(L) - n_src).clamp_min(0).expand(B, -1).clone()
+    return kind, step, kind, step, None, None, None
+
+
+def seq2seq_pseudo_layout(B, n_src, n_tgt):
+    """Fine-tuning: source CONTEXT, target ORIGINAL at step t, one PSEUDO per target token."""
+    kind = torch.tensor([CONTEXT] * n_src + [ORIGINAL] * n_tgt + [PSEUDO] * n_tgt).expand(B, -1).clone()
+    step = torch.tensor([0] * n_src + list(range(n_tgt)) * 2).expand(B, -1).clone()
+    return kind, step, kind, step, None, None, None
+
+
+def cross_layout(B, Lq, Lk):
+    qk, kk = torch.zeros(B, Lq, dtype=torch.long), torch.zeros(B, Lk, dtype=torch.long)
+    valid = torch.arange(Lk)[None] < torch.tensor([Lk, Lk - 23])[:B, None]
+    return qk, qk.clone(), kk, kk.clone(), valid, None, None
+
+
+def packed_layout(B, L, g):
+    """Three causal sequences packed in each row, with a padded tail."""
+    kind, step, *_ = causal_layout(B, L)
+    seq = torch.zeros(B, L, dtype=torch.long)
+    for b in range(B):
+        cuts = sorted(torch.randperm(L - 2, generator=g)[:2].add(1).tolist())
+        seq[b, cuts[0]:] += 1
+        seq[b, cuts[1]:] += 1
+        step[b] = torch.arange(L) - torch.tensor([0, cuts[0], cuts[1]])[seq[b]]
+    valid = torch.ones(B, L, dtype=torch.bool)
+    valid[0, -7:] = False
+    return kind, step, kind, step, valid, seq, seq.clone()
+
+
+def decoding_layout(B, Lq, Lk):
+    """KV-cache decoding of pseudo-mask seq2seq: the newest [P] tokens against the cache."""
+    n_src = 40
+    kk = torch.full((B, Lk), ORIGINAL)
+    kk[:, :n_src] = CONTEXT
+    ks = (torch.arange(Lk) - n_src).clamp_min(0).expand(B, -1).clone()
+    kk[:, -Lq:], ks[:, -Lq:] = PSEUDO, Lk - n_src
+    qk, qs = kk[:, -Lq:].clone(), ks[:, -Lq:].clone()
+    valid = torch.ones(B, Lk, dtype=torch.bool)
+    valid[-1, n_src - 5:n_src] = False
+    return qk, qs, kk, ks, valid, None, None
+
+
+def blind_layout(B, L):
+    """The first query tile holds CONTEXT queries and every CONTEXT key is padding: those queries
+    see nothing at all (output exactly 0, zero gradients)."""
+    kind = torch.full((B, L), ORIGINAL)
+    kind[:, :20] = CONTEXT
+    step = torch.arange(L).expand(B, -1).clone()
+    valid = kind != CONTEXT
+    return kind, step, kind, step, valid, None, None
+
+
+# -----------------------------------------------------------------------------
+# the comparison
+
+def report(name, got, want):
+    diff = (got.float() - want.float()).abs()
+    return f"{name}: max abs diff {diff.max().item():.3g}, mean {diff.mean().item():.3g}"
+
+
+def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed=0, M=6):
+    g = torch.Generator().manual_seed(seed)
+    qk, qs, kk, ks, valid, qseq, kseq = layout
+    B, Lq, Lk = qk.shape[0], qk.shape[1], kk.shape[1]
+    dev = DEVICE
+    q, k, v = (torch.randn(B, H, L, D, generator=g).to(dev, dtype).requires_grad_() for L in (Lq, Lk, Lk))
+    meta = [x if x is None else x.to(dev) for x in (qk, qs, kk, ks, valid, qseq, kseq)]
+    leaves = [q, k, v]
+    if bias == "rel":
+        table = torch.randn(H, 2 * M + 1, generator=g).to(dev).requires_grad_()
+        pos_q = torch.randint(0, 3 * M, (B, Lq), generator=g).to(dev)
+        pos_k = torch.randint(0, 3 * M, (B, Lk), generator=g).to(dev)
+        bias_arg = reference.RelPosBias(table, pos_q, pos_k, M)
+        leaves.append(table)
+    elif bias == "dense":
+        bias_arg = torch.randn(B, H, Lq, Lk, generator=g).to(dev).requires_grad_()
+        leaves.append(bias_arg)
+    elif bias == "broadcast":
+        bias_arg = torch.randn(1, H, 1, Lk, generator=g).to(dev).requires_grad_()
+        leaves.append(bias_arg)
+    else:
+        bias_arg = None
+    grad_out = torch.randn(B, H, Lq, D, generator=g).to(dev, dtype)
+
+    out = pa.pseudo_attention(q, k, v, *meta, bias=bias_arg, scale=scale)
+    grads = torch.autograd.grad(out, leaves, grad_out)
+    ref = reference.attention(q, k, v, *meta, bias=bias_arg, scale=scale)
+    ref_grads = torch.autograd.grad(ref, leaves, grad_out)
+
+    tol_out, tol_grad = TOL[dtype]
+    assert out.shape == ref.shape and out.dtype == q.dtype
+    assert torch.isfinite(out).all(), "non-finite output"
+    assert torch.allclose(out.float(), ref.float(), atol=tol_out, rtol=tol_out), report("output", out, ref)
+    names = ["dq", "dk", "dv", f"d{bias}"]
+    for name, got, want in zip(names, grads, ref_grads):
+        assert torch.isfinite(got).all(), f"{name} not finite"
+        assert torch.allclose(got.float(), want.float(), atol=tol_grad, rtol=tol_grad), report(name, got, want)
+    return out, grads
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("seed,Lq,Lk,steps", [(0, 40, 40, 4), (1, 63, 100, 3), (2, 100, 63, 6), (3, 17, 33, 1)])
+def test_random_metadata(seed, Lq, Lk, steps):
+    run_case(random_layout(2, Lq, Lk, gen(seed), steps), seed=seed)
+
+
+@pytest.mark.parametrize("bias", [None, "rel"])
+def test_pmlm_layout(bias):
+    run_case(pmlm_layout(2, 60, gen(4)), bias=bias, D=32)
+
+
+def test_causal():
+    run_case(causal_layout(2, 100), bias="rel")
+
+
+def test_prefix_lm():
+    run_case(prefix_lm_layout(2, 63, 30))
+
+
+def test_seq2seq_pseudo():
+    run_case(seq2seq_pseudo_layout(1, 34, 30), bias="rel")
+
+
+def test_cross_attention_with_padding():
+    run_case(cross_layout(2, 20, 70), bias="dense")
+
+
+def test_packed_sequences():
+    run_case(packed_layout(2, 90, gen(5)), bias="rel")
+
+
+@pytest.mark.parametrize("Lq", [1, 2])
+def test_decoding(Lq):
+    run_case(decoding_layout(2, Lq, 70), bias="rel", D=32)
+
+
+def test_broadcast_bias_and_scale():
+    run_case(random_layout(1, 30, 50, gen(6)), bias="broadcast", scale=0.3)
+
+
+def test_query_tile_that_sees_nothing():
+    out, grads = run_case(blind_layout(2, 50), bias="rel")
+    assert (out[:, :, :20] == 0).all(), "a query that sees no key must output exactly 0"
+    assert (grads[0][:, :, :20] == 0).all(), "and receive zero gradient"
+
+
+def test_empty_tiles_are_never_loaded():
+    """Keys of a tile that no query may see hold NaN: any load of that tile would spread it."""
+    layout = list(causal_layout(2, 192))
+    valid = torch.ones(2, 192, dtype=torch.bool)
+    valid[0, 64:128] = False  # whole key tiles of row 0 (16 or 64 wide) are padding: EMPTY for every query tile
+    layout[4] = valid
+    layout = [x if x is None else x.to(DEVICE) for x in layout]
+    g = gen(7)
+    q, k, v = (torch.randn(2, 2, 192, 16, generator=g).to(DEVICE) for _ in range(3))
+    k_nan, v_nan = k.clone(), v.clone()
+    k_nan[0, :, 64:128], v_nan[0, :, 64:128] = float("nan"), float("nan")
+    out = pa.pseudo_attention(q, k_nan, v_nan, *layout)
+    ref = reference.attention(q, k, v, *layout)
+    assert torch.allclose(out, ref, atol=2e-5), report("output", out, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision(dtype):
+    if dtype == torch.bfloat16 and not CUDA:
+        pytest.skip("the Triton interpreter cannot run a bf16 tl.dot (it multiplies the uint16 bit "
+                    "patterns): bf16 is checked on CUDA only")
+    D = 64 if CUDA else 32
+    run_case(pmlm_layout(2, 200 if CUDA else 60, gen(8)), D=D, dtype=dtype, bias="rel")
+    run_case(random_layout(2, 63, 100, gen(9)), D=D, dtype=dtype)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_head_dims(D):
+    run_case(random_layout(1, 40, 33, gen(10)), D=D, bias="rel")
+
+
+def test_perturbation_of_an_unseen_key():
+    """PMLM: changing the appended ORIGINAL copy of step 1 moves no CONTEXT output and no output of
+    a step-1 PSEUDO query, and does move a PSEUDO query of a later step."""
+    kind, step, _, _, valid, _, _ = pmlm_layout(1, 30, gen(13))
+    kind, step, valid = (x.to(DEVICE) for x in (kind, step, valid))
+    g = gen(14)
+    q, k, v = (torch.randn(1, 2, kind.shape[1], 16, generator=g).to(DEVICE) for _ in range(3))
+    j = int(torch.nonzero((kind[0] == ORIGINAL) & (step[0] == 1))[0])
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, j] += 3.0
+    v2[:, :, j] -= 3.0
+    a = pa.pseudo_attention(q, k, v, kind, step, kind, step, valid)
+    b = pa.pseudo_attention(q, k2, v2, kind, step, kind, step, valid)
+    moved = (a - b).abs().amax((0, 1, 3)) > 1e-6  # (L,)
+    unseen = (kind[0] == CONTEXT) | ((kind[0] == PSEUDO) & (step[0] <= 1))
+    later = (kind[0] == PSEUDO) & (step[0] > 1)
+    assert not moved[unseen].any(), "an output moved that must not see the ORIGINAL copy"
+    assert moved[later].all(), "a later PSEUDO query did not see the ORIGINAL copy"
+
+
+def test_launcher_rejects_bad_inputs():
+    q = torch.randn(1, 1, 8, 16)
+    kind = torch.zeros(1, 8, dtype=torch.long)
+    with pytest.raises(AssertionError, match="head dim"):
+        pa.pseudo_attention(torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24),
+                            kind, kind, kind, kind)
+    with pytest.raises(AssertionError, match="must be \\(B, L\\)"):
+        pa.pseudo_attention(q, q, q, kind[:, :5], kind, kind, kind)
+    with pytest.raises(AssertionError, match="share one of"):
+        pa.pseudo_attention(q, q.double(), q, kind, kind, kind, kind)
+
+
+# -----------------------------------------------------------------------------
+# the tile map against the dense mask
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("bm,bn", [(16, 16), (16, 32), (32, 16)])
+def test_tile_map_against_dense_mask(seed, bm, bn):
+    g = gen(100 + seed)
+    B, Lq, Lk = 2, 70 + 9 * seed, 90 - 7 * seed
+    if seed % 2 == 0:  # smooth metadata, so that EMPTY and FULL tiles occur
+        qk = torch.randint(0, 3, (B, Lq // 16 + 1), generator=g).repeat_interleave(16, 1)[:, :Lq]
+        kk = torch.randint(0, 3, (B, Lk // 16 + 1), generator=g).repeat_interleave(16, 1)[:, :Lk]
+        qs = (torch.arange(Lq) // 10).expand(B, -1).clone()
+        ks = (torch.arange(Lk) // 10).expand(B, -1).clone()
+        valid = torch.arange(Lk)[None] < torch.tensor([Lk, Lk - 20])[:, None]
+        qseq = (torch.arange(Lq) // 48).expand(B, -1).clone()
+        kseq = (torch.arange(Lk) // 48).expand(B, -1).clone()
+    else:
+        qk, qs, kk, ks, valid, _, _ = random_layout(B, Lq, Lk, g, steps=3)
+        qseq = kseq = None
+    k_kind = torch.where(valid, kk, NEVER)
+    tiles = build_tile_map(qk, qs, qseq, k_kind, ks, kseq, bm, bn)
+    see = reference.visible(qk, qs, kk, ks, valid, qseq, kseq)  # (B, Lq, Lk)
+    n_qt, n_kt = -(-Lq // bm), -(-Lk // bn)
+    padded = torch.zeros(B, n_qt * bm, n_kt * bn, dtype=torch.bool)
+    padded[:, :Lq, :Lk] = see
+    blocks = padded.view(B, n_qt, bm, n_kt, bn)
+    any_seen = blocks.any(4).any(2)  # (B, n_qt, n_kt)
+    # FULL must also hold for every key slot of the tile (padding slots are not visible)
+    rows_live = torch.zeros(n_qt * bm, dtype=torch.bool)
+    rows_live[:Lq] = True
+    all_seen = (blocks | ~rows_live.view(1, n_qt, bm, 1, 1)).all(4).all(2)
+    cls = tiles.cls
+    assert (any_seen[cls == EMPTY] == 0).all(), "a tile with a visible pair was called EMPTY"
+    assert all_seen[cls == FULL].all(), "a tile with a hidden pair was called FULL"
+    if seed % 2 == 0:  # not vacuous: the smooth layouts do produce EMPTY and (with 16-key tiles) FULL
+        assert (cls == EMPTY).any() and (bn != 16 or (cls == FULL).any())
+    for lst, count, c in ((tiles.q_list, tiles.q_count, cls), (tiles.k_list, tiles.k_count, cls.transpose(1, 2))):
+        for b in range(B):
+            for r in range(c.shape[1]):
+                want = torch.nonzero(c[b, r] != EMPTY).flatten()
+                n = int(count[b, r])
+                assert n == len(want)
+                assert torch.equal(lst[b, r, :n].long() // 2, want), "compaction lists the wrong tiles"
+                assert torch.equal(lst[b, r, :n].long() % 2, (c[b, r, want] == FULL).long())
+
+
+def test_tile_map_is_tight_on_structured_layouts():
+    """Not required for correctness, but the point of the map: on a causal layout the tiles above
+    the diagonal are EMPTY, those below it FULL."""
+    kind, step, *_ = causal_layout(1, 64)
+    tiles = build_tile_map(kind, step, None, kind, step, None, 16, 16)
+    c = tiles.cls[0]
+    assert torch.equal(c, torch.tensor([[1, 0, 0, 0], [2, 1, 0, 0], [2, 2, 1, 0], [2, 2, 2, 1]], dtype=torch.int8))
+
+
+# -----------------------------------------------------------------------------
+# the model trains through it
+
+def test_model_trains_through_kernel():
+    from core.config import preset
+    from core.model import UnifiedLM
+    B, n_ctx = 2, 30
+    kind, step, *_ = pmlm_layout(B, n_ctx, gen(11))
+    L = kind.shape[1]
+    g = gen(12)
+    tokens = torch.randint(6, 600, (B, L), generator=g)
+    pos = torch.cat([torch.arange(n_ctx), torch.randint(0, n_ctx, (L - n_ctx,), generator=g)]).expand(B, -1)
+    seg = (pos >= n_ctx // 2).long()
+    valid = torch.ones(B, L, dtype=torch.bool)
+    valid[1, -3:] = False
+    predict = (kind == PSEUDO) & valid
+    targets = torch.randint(6, 600, (int(predict.sum()),), generator=g)
+    tokens, pos, seg, kind, step, valid, predict, targets = (
+        x.to(DEVICE) for x in (tokens, pos, seg, kind, step, valid, predict, targets))
+
+    def train(backend):
+        torch.manual_seed(0)
+        model = UnifiedLM(preset("tiny", vocab_size=600, dropout=0.0)).to(DEVICE)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        losses = []
+        with kernels.use_backend(backend):
+            for _ in range(3):
+                logits = model(tokens, pos, seg, kind, step, valid, predict=predict)
+                loss = torch.nn.functional.cross_entropy(logits, targets)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        return losses, model.state_dict()
+
+    ref_losses, ref_state = train("reference")
+    losses, state = train("triton")
+    assert torch.allclose(torch.tensor(losses), torch.tensor(ref_losses), atol=1e-4), (losses, ref_losses)
+    assert ref_state["rel_table"].abs().max() > 0, "the relative bias table received no gradient"
+    for name in ref_state:
+        assert torch.allclose(state[name], ref_state[name], atol=1e-4), report(name, state[name], ref_state[name])
