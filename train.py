@@ -17,7 +17,7 @@ import torch
 
 from core import checkpoint
 from core.config import preset
-from core.data import TokenStream, pretraining_texts, unigram_entropy
+from core.data import TokenStream, pretraining_texts, token_counts, unigram_entropy
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.model import EncoderDecoder, UnifiedLM, count_parameters
@@ -123,6 +123,7 @@ def run(args, d):
     model = (EncoderDecoder if t5 else UnifiedLM)(cfg).to(d.device)
     loss_sums = t5_loss_sums if t5 else pmlm_loss_sums
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
+    model.head.init_bias(token_counts(train.ids, cfg.vocab_size))
     start = 0
     if state is not None:
         model.load_state_dict(state["model"])

@@ -121,10 +121,14 @@ def pretraining_texts(path=None, valid_path=None, text_field="text"):
     return train, valid
 
 
+def token_counts(ids, vocab_size):
+    return np.bincount(np.asarray(ids), minlength=vocab_size)
+
+
 def unigram_entropy(ids, vocab_size):
     """Entropy (nats) of the token frequencies of `ids`: the per-token loss of a model that
     predicts every token from its frequency alone. A pretrained model must do well below it."""
-    p = np.bincount(np.asarray(ids), minlength=vocab_size).astype(np.float64)
+    p = token_counts(ids, vocab_size).astype(np.float64)
     p = p[p > 0] / p.sum()
     return float(-(p * np.log(p)).sum())
 

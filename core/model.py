@@ -148,6 +148,15 @@ class LMHead(nn.Module):
     def forward(self, h):  # (..., C) -> (..., V)
         return F.linear(self.ln(F.gelu(self.dense(h))), self.embedding.weight, self.bias)
 
+    @torch.no_grad()
+    def init_bias(self, counts):
+        """Start the output bias at the log unigram frequencies of the training text (add-one
+        smoothed), so that the first step already predicts as well as the token frequencies.
+        From zero, Adam moves the bias by about one learning rate per step, and a model spends
+        its first hundreds of steps learning the unigram prior before it learns the context."""
+        counts = torch.as_tensor(counts, dtype=torch.float64) + 1.0
+        self.bias.copy_((counts / counts.sum()).log().to(self.bias.dtype))
+
 
 class UnifiedLM(nn.Module):
     """One stack of self-attention layers used as a bidirectional encoder, a prefix-LM or a

@@ -111,3 +111,24 @@ def test_checkpoint_of_another_kind(capsys, tmp_path, text_file):
     out = tmp_path / "o"
     checkpoint.save(str(out / "last.pt"), dict(kind="finetune/summarize"))
     fails_with(capsys, ["--data", text_file, "--out", str(out), "--resume"] + TINY, "finetune/summarize")
+
+
+def test_output_bias_starts_at_the_unigram_prior(text_file, tokenizer):
+    """With the head's bias at the log token frequencies, the untrained model's masked-token loss
+    is about the unigram entropy; from a zero bias it is far above."""
+    from core.config import preset
+    from core.data import TokenStream, read_texts, token_counts, unigram_entropy
+    from core.model import UnifiedLM
+    from core.pmlm import pmlm_batch, pmlm_loss_sums
+    stream = TokenStream(tokenizer.encode(read_texts(text_file)), 61, 0)
+    batch = pmlm_batch(stream, list(range(64)), tokenizer, "ae")
+    torch.manual_seed(0)
+    model = UnifiedLM(preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0)).eval()
+    loss = lambda: float(pmlm_loss_sums(model, batch)["ae_loss"] / batch.norm)
+    entropy = unigram_entropy(stream.ids, tokenizer.vocab_size)
+    with torch.no_grad():
+        cold = loss()
+        model.head.init_bias(token_counts(stream.ids, tokenizer.vocab_size))
+        warm = loss()
+    assert cold > entropy + 0.5, (cold, entropy)
+    assert abs(warm - entropy) < 0.25, (warm, entropy)
