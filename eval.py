@@ -115,7 +115,7 @@ def evaluate_checkpoint(path, args, device):
                 with torch.no_grad():
                     out += predict(model, b.to(device)).tolist()
             return out
-        gold = labels.ids(targets, data.origin)
+        gold = labels.ids(targets)
         pred = run(ids)
         row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
         row["macro_f1"] = 100 * macro_f1(pred, gold, len(labels))

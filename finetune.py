@@ -101,7 +101,7 @@ def run(args, d):
         labels = None
     else:
         labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets)
-        tgt_ids, valid_tgt = labels.ids(train.targets, train.origin), labels.ids(valid.targets[:args.valid_examples], valid.origin)
+        tgt_ids, valid_tgt = labels.ids(train.targets), labels.ids(valid.targets[:args.valid_examples])
         make = lambda s, t: classify_batch(s, t, tok, args.max_src)
         loss_fn = classify_loss_sums
     n = len(train)
@@ -169,7 +169,7 @@ def run(args, d):
     end = min(args.steps, args.stop_after or args.steps)
     for step in range(start, end):
         idx = examples_for_step(n, step, args.batch, args.seed)[d.rank * per_rank:(d.rank + 1) * per_rank]
-        stats = train_step(ddp_model, model, optimizer, batches(src_ids, tgt_ids, idx), loss_fn, "n", d, args, step)
+        stats = train_step(ddp_model, model, optimizer, batches(src_ids, tgt_ids, idx), loss_fn, d, args, step)
         speed.add(stats["tokens"])
         done = step + 1
         loss = stats["nll"] / stats["n"]

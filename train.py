@@ -162,7 +162,7 @@ def run(args, d):
     end = min(args.steps, args.stop_after or args.steps)
     for step in range(start, end):
         micro = batches_of(train, step * examples_per_step + d.rank * per_rank, per_rank)
-        stats = train_step(ddp_model, model, optimizer, micro, loss_sums, "norm", d, args, step)
+        stats = train_step(ddp_model, model, optimizer, micro, loss_sums, d, args, step)
         speed.add(stats["tokens"])
         done = step + 1
         loss = stats["loss"] / stats["norm"]

@@ -24,7 +24,6 @@ TFLOP/s of ours are counted on the tiles actually computed (the non-EMPTY ones o
              (= 4 * B * H * BM * BN * D * n, n the mean per batch row: two matmuls of 2 flops per MAC)
   backward = 2.5 * forward (five matmuls instead of two), counted on the backward map's tiles.
 """
-import math
 import os
 import sys
 

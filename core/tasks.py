@@ -62,7 +62,7 @@ class Labels:
     def from_targets(cls, targets):
         return cls(sorted(set(targets)))
 
-    def ids(self, targets, origin):
+    def ids(self, targets):
         """Label ids; a label the training split never had maps to -1 (counted as wrong)."""
         return [self.index.get(t, -1) for t in targets]
 

@@ -72,10 +72,11 @@ def wrap_ddp(model, d):
     return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
 
 
-def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, norm_key, d, args, step):
+def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, args, step):
     """One optimizer step. loss_sums(model, batch) -> dict of summed statistics with a 'loss'
-    (differentiable sum) and the count `norm_key` to divide it by. Returns the statistics summed
-    over micro-batches and processes, plus 'tokens' (input tokens processed) and 'lr'."""
+    (differentiable sum); each batch's `norm` is the count it is divided by, summed over the
+    micro-batches and processes. Returns the statistics summed over micro-batches and processes,
+    plus 'norm', 'tokens' (input tokens processed), 'lr' and 'grad_norm'."""
     lr = lr_at(step, args.lr, args.warmup, args.steps)
     set_lr(optimizer, lr)
     # dropout draws from the global generator: seeding it per (step, rank) makes a resumed run
