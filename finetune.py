@@ -50,7 +50,7 @@ def get_args(argv=None):
     p.add_argument("--label-field", default=None, help="label field (classify; default section)")
     p.add_argument("--max-src", type=int, default=128, help="source tokens kept, [SOS]/[EOS] included")
     p.add_argument("--max-tgt", type=int, default=24, help="target tokens kept, [EOS] included")
-    p.add_argument("--epochs", type=float, default=3)
+    p.add_argument("--epochs", type=float, default=1, help="passes over the training split (fractions allowed)")
     p.add_argument("--batch", type=int, default=64, help="global batch, in examples")
     p.add_argument("--warmup-frac", type=float, default=0.1)
     p.add_argument("--label-smoothing", type=float, default=0.1)
