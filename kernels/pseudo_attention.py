@@ -45,6 +45,16 @@ POISON = False  # tests set this: outputs and gradients start as NaN, so an unwr
 # the tile: scores with bias and mask
 
 @triton.jit
+def _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN: tl.constexpr):
+    """The key tile a list entry names (code = 2 * tile + full): its columns, keys and values."""
+    cols = (code // 2) * BN + offs_n
+    col_in = cols[:, None] < Lk
+    k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=col_in, other=0.0)
+    v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=col_in, other=0.0)
+    return cols, k, v
+
+
+@triton.jit
 def _scores(q, k, b, h, rows, cols, Lq, Lk, is_full, qk_scale,
             QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
             TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
@@ -98,10 +108,7 @@ def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, so
     count = tl.load(COUNT + entry)
     for t in range(0, count):
         code = tl.load(LIST + entry * n_kt + t)
-        cols = (code // 2) * BN + offs_n
-        col_in = cols[:, None] < Lk
-        k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=col_in, other=0.0)
-        v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=col_in, other=0.0)
+        cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
         s = _scores(q, k, b, h, rows, cols, Lq, Lk, code % 2, qk_scale,
                     QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
                     TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE, PRECISION)
@@ -195,10 +202,7 @@ def _bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ, sqb, sqh, sqm, skb, skh, skn, svb
     count = tl.load(COUNT + entry)
     for t in range(0, count):
         code = tl.load(LIST + entry * n_kt + t)
-        cols = (code // 2) * BN + offs_n
-        col_in = cols[:, None] < Lk
-        k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=col_in, other=0.0)
-        v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=col_in, other=0.0)
+        cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
         s = _scores(q, k, b, h, rows, cols, Lq, Lk, code % 2, qk_scale,
                     QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
                     TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE, PRECISION)
