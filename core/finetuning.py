@@ -64,17 +64,23 @@ def seq2seq_ops(arch):
 
 @torch.no_grad()
 def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_penalty=1.0,
-             no_repeat_ngram=0):
-    """Token-id lists (without [EOS]) for a batch of (already truncated) sources."""
+             no_repeat_ngram=0, use_cache=True, return_scores=False):
+    """Token-id lists (without [EOS]) for a batch of (already truncated) sources: greedy for
+    beam 1, else beam search; with return_scores also their (B,) scores. Runs in eval mode and
+    restores the model's mode afterwards. use_cache=False recomputes the whole prefix at every
+    step (the reference the key/value cache is tested against)."""
     was_training = model.training
     model.eval()
-    decoder = seq2seq_ops(arch).decoder(model, src_ids, tok)
-    if beam == 1:
-        out, _ = decoding.greedy(decoder, max_len, min_len, tok.eos_id, no_repeat_ngram)
-    else:
-        out, _ = decoding.beam_search(decoder, beam, max_len, min_len, length_penalty, tok.eos_id, no_repeat_ngram)
-    model.train(was_training)
-    return out
+    try:
+        decoder = seq2seq_ops(arch).decoder(model, src_ids, tok, use_cache=use_cache)
+        if beam == 1:
+            out, scores = decoding.greedy(decoder, max_len, min_len, tok.eos_id, no_repeat_ngram)
+        else:
+            out, scores = decoding.beam_search(decoder, beam, max_len, min_len, length_penalty, tok.eos_id,
+                                               no_repeat_ngram)
+    finally:
+        model.train(was_training)
+    return (out, scores) if return_scores else out
 
 
 def summarize(model, arch, tok, sources, max_src, batch_size=64, progress=None, **gen):

@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL, PSEUDO
-from .decoding import beam_search, greedy
 from .model import Meta
 from .pmlm import IGNORE, collate
 
@@ -199,21 +198,3 @@ class PMLMDecoder:
         if self.cache is not None:
             self.cache = [(k[index], v[index]) for k, v in self.cache]
         self.rows_ = index.numel()
-
-
-def generate(model, src_ids, tok, beam=1, max_len=32, min_len=1, length_penalty=1.0, no_repeat_ngram=0,
-             use_cache=True, return_scores=False):
-    """Decode a batch of sources (list of id lists) with greedy (beam = 1) or beam search. Returns
-    the B token lists (no [EOS]), and their scores if return_scores. Runs in eval mode and restores
-    the model's mode afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        dec = PMLMDecoder(model, src_ids, tok, use_cache=use_cache)
-        if beam == 1:
-            out, scores = greedy(dec, max_len, min_len, tok.eos_id, no_repeat_ngram)
-        else:
-            out, scores = beam_search(dec, beam, max_len, min_len, length_penalty, tok.eos_id, no_repeat_ngram)
-    finally:
-        model.train(was_training)
-    return (out, scores) if return_scores else out

@@ -7,7 +7,8 @@ import torch
 from core.config import preset
 from core.model import UnifiedLM
 from core.pmlm import IGNORE
-from core.seq2seq import PMLMDecoder, generate, seq2seq_batch, seq2seq_example, seq2seq_loss_sums
+from core.finetuning import generate
+from core.seq2seq import PMLMDecoder, seq2seq_batch, seq2seq_example, seq2seq_loss_sums
 from kernels import CONTEXT, ORIGINAL, PSEUDO
 
 
@@ -146,8 +147,8 @@ def test_cache_equals_recompute(tokenizer, dtype, tol, beam, no_repeat):
     rng = np.random.default_rng(3)
     srcs = [ids(rng, 5), ids(rng, 11), ids(rng, 2)]
     kw = dict(beam=beam, max_len=10, min_len=2, length_penalty=1.0, no_repeat_ngram=no_repeat, return_scores=True)
-    out, score = generate(model, srcs, tokenizer, **kw)
-    ref, ref_score = generate(model, srcs, tokenizer, use_cache=False, **kw)
+    out, score = generate(model, "unilm", srcs, tokenizer, **kw)
+    ref, ref_score = generate(model, "unilm", srcs, tokenizer, use_cache=False, **kw)
     assert out == ref
     assert (score - ref_score).abs().max() < tol, (score - ref_score).abs().max()
     assert all(2 <= len(o) <= 10 for o in out) and len({len(o) for o in out}) > 1, out
@@ -155,7 +156,7 @@ def test_cache_equals_recompute(tokenizer, dtype, tol, beam, no_repeat):
 
 def test_generate_restores_training_mode(tokenizer):
     model = tiny(tokenizer).train()
-    generate(model, [[100, 101]], tokenizer, max_len=2)
+    generate(model, "unilm", [[100, 101]], tokenizer, max_len=2)
     assert model.training
 
 
