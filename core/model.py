@@ -34,6 +34,21 @@ from .config import ModelConfig
 REL_SCALE = 16.0
 
 
+def local_rel_table(cfg: ModelConfig):
+    """A relative-bias table that starts attention local: head h adds -slope_h * log(1 + |distance|),
+    slopes spread from 2 down to 0, so one head is nearly a neighbour lookup and the last one
+    attends uniformly as a zero table would. From a zero table every head starts uniform over the
+    window, the representation of a [MASK] is an average of the whole window, and a masked LM
+    spends hundreds of steps predicting only token frequencies before attention finds the
+    neighbours. The table stays learnt; this is only its starting point (divided by REL_SCALE)."""
+    distance = torch.arange(-cfg.rel_max_distance, cfg.rel_max_distance + 1)
+    buckets = kernels.t5_bucket(distance, cfg.rel_buckets, cfg.rel_max_distance)
+    nearest = torch.full((cfg.rel_buckets,), float(cfg.rel_max_distance))
+    nearest.scatter_reduce_(0, buckets, distance.abs().float(), reduce="amin")
+    slopes = torch.linspace(2.0, 0.0, cfg.n_heads) if cfg.n_heads > 1 else torch.ones(1)
+    return nn.Parameter(-slopes[:, None] * torch.log1p(nearest)[None] / REL_SCALE)
+
+
 @dataclass
 class Meta:
     """Per-token attention metadata, each (B, L): kind, step, valid (bool), seq (packing, optional)."""
@@ -176,7 +191,7 @@ class UnifiedLM(nn.Module):
         self.emb = Embeddings(cfg)
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.rel_table = nn.Parameter(torch.zeros(cfg.n_heads, cfg.rel_buckets)) if cfg.rel_pos else None
+        self.rel_table = local_rel_table(cfg) if cfg.rel_pos else None
         self.head = LMHead(cfg, self.emb.tok)
         self.apply(_init)
 
@@ -256,8 +271,7 @@ class EncoderDecoder(nn.Module):
         self.dec_layers = nn.ModuleList(Layer(cfg, cross=True) for _ in range(n_dec))
         self.ln_enc, self.ln_dec = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         if cfg.rel_pos:
-            self.enc_rel_table = nn.Parameter(torch.zeros(cfg.n_heads, cfg.rel_buckets))
-            self.dec_rel_table = nn.Parameter(torch.zeros(cfg.n_heads, cfg.rel_buckets))
+            self.enc_rel_table, self.dec_rel_table = local_rel_table(cfg), local_rel_table(cfg)
         else:
             self.enc_rel_table = self.dec_rel_table = None
         self.head = LMHead(cfg, self.emb.tok)
