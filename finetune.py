@@ -23,7 +23,8 @@ import torch
 
 from core import checkpoint
 from core.classify import classify_batch, classify_loss_sums
-from core.config import ModelConfig
+from core.config import PRESETS, ModelConfig, preset
+from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.finetuning import arch_of, build_model, rouge, seq2seq_ops, summarize
@@ -32,15 +33,19 @@ from core.optim import make_optimizer
 from core.progress import Progress, fmt_duration
 from core.tasks import TASKS, Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
-from core.training import (Throughput, add_run_flags, check_finite, evaluate, restore_rng, rng_state, start_or_resume,
-                           train_step, wrap_ddp)
+from core.training import (Throughput, add_run_flags, check_finite, corpus_tokenizer, evaluate, restore_rng, rng_state,
+                           start_or_resume, train_step, wrap_ddp)
 
 RESUMABLE = ("stop_after", "out", "resume", "log_every", "device")
 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--init", default="runs/pretrain/last.pt", help="pretrained checkpoint (train.py)")
+    p.add_argument("--init", default="runs/pretrain/last.pt",
+                   help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
+    p.add_argument("--arch", default="unilm", choices=["unilm", "t5"], help="with --init none: the architecture")
+    p.add_argument("--model", default="small", choices=sorted(PRESETS), help="with --init none: the preset")
+    p.add_argument("--vocab-size", type=int, default=8000, help="with --init none: tokenizer of the embedded corpus")
     p.add_argument("--task", default="summarize", choices=TASKS)
     p.add_argument("--train-data", default=None, help="a .jsonl training file (default: the embedded corpus)")
     p.add_argument("--valid-data", default=None, help="a .jsonl validation file (default: the embedded corpus)")
@@ -71,19 +76,27 @@ def main(argv=None):
         compute_cleanup()
 
 
+def scratch(args, d, train):
+    """What a pretrained checkpoint would provide, for --init none: a tokenizer, the preset's
+    config, and the token counts that start the output bias. The tokenizer is the one train.py
+    makes of the embedded corpus (so the ablation differs from a pretrained model in the weights
+    only), or, with --train-data, one trained on that file's texts."""
+    if args.train_data is None:
+        texts = pretraining_texts()[0]
+    else:
+        texts = train.sources + (train.targets if args.task == "summarize" else [])
+    tok = corpus_tokenizer(texts, args.vocab_size, d)
+    cfg = preset(args.model, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
+    if args.arch == "t5":
+        cfg = dataclasses.replace(cfg, n_dec_layers=cfg.n_layers)
+    counts = token_counts([i for ids in tok.encode(texts) for i in ids], tok.vocab_size)
+    return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict(), tokenizer=tok.to_tensor(), counts=counts)
+
+
 def run(args, d):
     # -----------------------------------------------------------------------------
-    # init: a pretrained checkpoint, or this run's own last.pt when resuming
+    # data, then the init: a pretrained checkpoint, this run's own last.pt when resuming, or none
     args, state, ckpt_path = start_or_resume(args, ("finetune/",), RESUMABLE, d)
-    source = state if state is not None else checkpoint.load(args.init, kinds=("pretrain/",))
-    arch = arch_of(source, args.init)
-    tok = Tokenizer.from_tensor(source["tokenizer"])
-    cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
-    if args.max_src > cfg.max_positions or (arch == "unilm" and args.max_src + args.max_tgt > cfg.max_positions):
-        raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
-
-    # -----------------------------------------------------------------------------
-    # data
     summ = args.task == "summarize"
     fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
     train = load_split(args.task, "train", args.train_data, *fields)
@@ -91,6 +104,17 @@ def run(args, d):
     if args.train_data and not args.valid_data:
         raise UserError("--train-data needs a --valid-data file too")
     valid = load_split(args.task, "valid", valid_path, *fields)
+    if state is not None:
+        source = state
+    elif args.init == "none":
+        source = scratch(args, d, train)
+    else:
+        source = checkpoint.load(args.init, kinds=("pretrain/",))
+    arch = arch_of(source, args.init)
+    tok = Tokenizer.from_tensor(source["tokenizer"])
+    cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
+    if args.max_src > cfg.max_positions or (arch == "unilm" and args.max_src + args.max_tgt > cfg.max_positions):
+        raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
     if summ:
         ops = seq2seq_ops(arch)
@@ -127,6 +151,8 @@ def run(args, d):
     model = build_model(arch, cfg, None if summ else len(labels)).to(d.device)
     if state is not None:
         model.load_state_dict(state["model"])
+    elif "model" not in source:  # --init none: only the output bias starts from the data
+        (model.encoder if labels else model).head.init_bias(source["counts"])
     elif summ:
         model.load_state_dict(source["model"])
     else:

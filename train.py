@@ -18,18 +18,17 @@ import torch
 from core import checkpoint
 from core.config import preset
 from core.data import TokenStream, pretraining_texts, token_counts, unigram_entropy
-from core.distributed import barrier, compute_cleanup, compute_init, print0
+from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
 from core.t5 import t5_batch, t5_loss_sums
 from core.progress import Progress, fmt_duration
-from core.tokenizer import Tokenizer, cached_tokenizer
-from core.training import (Throughput, add_run_flags, check_finite, evaluate, per_token, restore_rng, rng_state,
-                           start_or_resume, train_step, wrap_ddp)
+from core.tokenizer import Tokenizer
+from core.training import (Throughput, add_run_flags, check_finite, corpus_tokenizer, evaluate, per_token, restore_rng,
+                           rng_state, start_or_resume, train_step, wrap_ddp)
 
-CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "cache")
 # flags that may differ when resuming: everything else comes from the checkpoint
 RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device")
 
@@ -94,13 +93,7 @@ def run(args, d):
             raise UserError(f"tokenizer file not found: {args.tokenizer}")
         tok = Tokenizer.load(args.tokenizer)
     else:
-        if d.master:  # train once; the other processes load the cached file after the barrier
-            t0 = time.time()
-            tok, path = cached_tokenizer(train_texts, args.vocab_size, CACHE)
-            print0(d, f"tokenizer: {path} ({tok.vocab_size} pieces, {time.time() - t0:.1f}s)")
-        barrier(d)
-        if not d.master:
-            tok, _ = cached_tokenizer(train_texts, args.vocab_size, CACHE)
+        tok = corpus_tokenizer(train_texts, args.vocab_size, d)
     train = TokenStream(tok.encode(train_texts), args.seq_len - 3, args.seed)
     valid = TokenStream(tok.encode(valid_texts), args.seq_len - 3, args.seed + 1)
     entropy = unigram_entropy(valid.ids, tok.vocab_size)

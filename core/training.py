@@ -16,9 +16,12 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import checkpoint
-from .distributed import all_reduce_sum, print0
+from .distributed import all_reduce_sum, barrier, print0
 from .errors import UserError
 from .optim import lr_at, set_lr
+from .tokenizer import cached_tokenizer
+
+TOKENIZER_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "cache")
 
 
 def add_run_flags(p, out, lr):
@@ -34,6 +37,19 @@ def add_run_flags(p, out, lr):
     p.add_argument("--resume", action="store_true", help="continue exactly from OUT/last.pt")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
+def corpus_tokenizer(texts, vocab_size, d):
+    """The SentencePiece model of `texts`, trained once by rank 0 and cached under data/cache;
+    the other processes load the cached file after a barrier."""
+    if d.master:
+        t0 = time.time()
+        tok, path = cached_tokenizer(texts, vocab_size, TOKENIZER_CACHE)
+        print0(d, f"tokenizer: {path} ({tok.vocab_size} pieces, {time.time() - t0:.1f}s)")
+    barrier(d)
+    if not d.master:
+        tok, _ = cached_tokenizer(texts, vocab_size, TOKENIZER_CACHE)
+    return tok
 
 
 def start_or_resume(args, kinds, resumable, d):

@@ -127,3 +127,16 @@ def test_empty_split(capsys, pretrained, task_files, tmp_path):
 def test_missing_init_checkpoint(capsys, tmp_path):
     missing = str(tmp_path / "none.pt")
     fails_with(capsys, finetune.main, ["--init", missing, "--out", str(tmp_path / "o")], "not found", missing)
+
+
+@pytest.mark.parametrize("arch", ["unilm", "t5"])
+def test_no_pretraining(arch, task_files, tmp_path):
+    """--init none: the ablation starts from random weights, with a tokenizer of the training file."""
+    out = str(tmp_path / "ft")
+    finetune.main(["--init", "none", "--arch", arch, "--model", "tiny", "--vocab-size", "600",
+                   "--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", out] + FT)
+    state = torch.load(os.path.join(out, "best.pt"), weights_only=True)
+    assert state["arch"] == arch and state["model_config"]["d_model"] == 64
+    assert state["model_config"]["vocab_size"] == 600
+    assert (state["model_config"]["n_dec_layers"] > 0) == (arch == "t5")
+    assert [r for r in read_log(out) if "valid_rougeL" in r]
