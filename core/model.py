@@ -38,9 +38,9 @@ def local_rel_table(cfg: ModelConfig):
     """A relative-bias table that starts attention local: head h adds -slope_h * log(1 + |distance|),
     slopes spread from 2 down to 0, so one head is nearly a neighbour lookup and the last one
     attends uniformly as a zero table would. From a zero table every head starts uniform over the
-    window, the representation of a [MASK] is an average of the whole window, and a masked LM
-    spends hundreds of steps predicting only token frequencies before attention finds the
-    neighbours. The table stays learnt; this is only its starting point (divided by REL_SCALE)."""
+    window and must learn the same shape by updates of about one learning rate each. Measured
+    alone on the small PMLM it changed the held-out loss by no more than seed noise (README).
+    The table stays learnt; this is only its starting point (divided by REL_SCALE)."""
     distance = torch.arange(-cfg.rel_max_distance, cfg.rel_max_distance + 1)
     buckets = kernels.t5_bucket(distance, cfg.rel_buckets, cfg.rel_max_distance)
     nearest = torch.full((cfg.rel_buckets,), float(cfg.rel_max_distance))
