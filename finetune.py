@@ -59,8 +59,6 @@ def get_args(argv=None):
     p.add_argument("--batch", type=int, default=64, help="global batch, in examples")
     p.add_argument("--warmup-frac", type=float, default=0.1)
     p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--dropout", type=float, default=0.0,
-                   help="0 for one or two epochs (the measured default); the papers use 0.1 over many epochs")
     p.add_argument("--valid-examples", type=int, default=512, help="validation loss / accuracy on this many")
     p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
     add_run_flags(p, out="runs/finetune", lr=1e-3, save_every=200)

@@ -41,8 +41,6 @@ def get_args(argv=None):
     p.add_argument("--dec-layers", type=int, default=None, help="t5: decoder layers (default: as the encoder)")
     p.add_argument("--rel-pos", action=argparse.BooleanOptionalAction, default=True,
                    help="T5-style relative position bias")
-    p.add_argument("--dropout", type=float, default=0.0,
-                   help="0 for runs that see the corpus about once (the default); the papers use 0.1 over many epochs")
     p.add_argument("--data", default=None, help=".txt or .jsonl pretraining text (default: embedded corpus)")
     p.add_argument("--valid-data", default=None, help="held-out text (default: 2%% of --data by hash)")
     p.add_argument("--text-field", default="text", help="field of a .jsonl --data")

@@ -25,11 +25,13 @@ TOKENIZER_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_
 
 
 def add_run_flags(p, out, lr, save_every):
-    """The flags train.py and finetune.py share: optimizer, cadence, output, resume, device."""
+    """The flags train.py and finetune.py share: optimizer, dropout, cadence, output, resume, device."""
     p.add_argument("--micro-batch", type=int, default=32, help="examples per forward pass per process")
     p.add_argument("--lr", type=float, default=lr, help="peak learning rate")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="0 for runs that see the data once or twice (measured for pretraining, README); the papers use 0.1 over many epochs")
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--save-every", type=int, default=save_every, help="write OUT/last.pt every this many steps")
     p.add_argument("--stop-after", type=int, default=None,
