@@ -4,6 +4,7 @@ torchrun sets RANK / WORLD_SIZE / LOCAL_RANK (and handles multi-node rendezvous)
 this is a single process. NCCL on CUDA, gloo on CPU. Only rank 0 prints and writes.
 """
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +42,13 @@ def compute_init(device_flag="auto"):
 
 
 def compute_cleanup():
+    """Tear the process group down. After a normal finish the ranks first meet at a barrier: with
+    gloo, a rank that destroys the group while another still works (rank 0 writing the last
+    checkpoint) can abort with "terminate called without an active exception". While an exception
+    propagates there is no barrier, since the other ranks may never reach it."""
     if dist.is_initialized():
+        if sys.exc_info()[0] is None:
+            dist.barrier()
         dist.destroy_process_group()
 
 
