@@ -10,7 +10,7 @@ ATTENTION_BACKEND forces one for every 'auto' call, which is how tests and bench
 import contextlib
 import os
 
-from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, rel_pos_bias, t5_bucket, visible
+from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, active_index, rel_pos_bias, t5_bucket, visible
 from . import reference
 
 _BACKENDS = ("auto", "reference", "triton")
@@ -85,5 +85,24 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
     return reference.attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale)
 
 
-__all__ = ["attention", "use_backend", "resolve_backend", "rel_pos_bias", "RelPosBias", "t5_bucket",
+# -----------------------------------------------------------------------------
+# early exit (ELMER): gather the active tokens of a layer, scatter them back, the fused off-ramp.
+# The references in kernels/reference.py; the Triton kernels take over through the same switch.
+
+def gather_rows(x, index, backend="auto"):
+    """x: (M, C), index: (N,) long -> (N, C) = x[index]; autograd-aware."""
+    return reference.gather_rows(x, index)
+
+
+def scatter_rows(base, index, rows, backend="auto"):
+    """A copy of base (M, C) with rows index (N,) replaced by rows (N, C); autograd-aware."""
+    return reference.scatter_rows(base, index, rows)
+
+
+def offramp(h, weight, bias=None, backend="auto"):
+    """(argmax, entropy, logsumexp) of softmax(h @ weight.T + bias), each (N,); no gradient."""
+    return reference.offramp(h, weight, bias)
+
+
+__all__ = ["attention", "gather_rows", "scatter_rows", "offramp", "active_index", "use_backend", "resolve_backend", "rel_pos_bias", "RelPosBias", "t5_bucket",
            "visible", "CONTEXT", "ORIGINAL", "PSEUDO"]

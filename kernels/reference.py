@@ -106,3 +106,38 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
     # multiplying by `see` then zeroes them, and is exact for rows with at least one visible key
     p = F.softmax(s.masked_fill(~see, -1e30), dim=-1) * see
     return torch.einsum("bhqk,bhkd->bhqd", p, v.to(dt)).to(q.dtype)
+
+
+# -----------------------------------------------------------------------------
+# early exit (ELMER, Li et al. 2022, section 4.2): the active tokens of a layer, and the off-ramp
+
+def active_index(active):
+    """(B, T) bool -> (N,) long flat indices (into B*T rows) of the True entries, in row-major
+    order. The one place a count must reach the host (N is a shape): call it once per layer."""
+    return active.reshape(-1).nonzero().squeeze(1)
+
+
+def gather_rows(x, index):
+    """x: (M, C); index: (N,) long -> (N, C), row i = x[index[i]]. Backward: a scatter-add."""
+    return x.index_select(0, index)
+
+
+def scatter_rows(base, index, rows):
+    """base: (M, C); index: (N,) long, distinct; rows: (N, C) -> (M, C), a copy of base with
+    row index[i] replaced by rows[i]; rows not named keep base's values (an exited token keeps its
+    hidden state). Backward: base gets the gradient with the named rows zeroed, rows a gather."""
+    return base.index_copy(0, index, rows)
+
+
+def offramp(h, weight, bias=None):
+    """The statistics an early exit needs from a vocabulary projection, without keeping it.
+
+    h: (N, C) hidden states after the LM head's transform; weight: (V, C) (the tied embedding);
+    bias: (V,) or None. Returns (argmax (N,) long, entropy (N,) float32 in nats of
+    softmax(h W^T + b), logsumexp (N,) float32). The reference materialises the (N, V) logits; the
+    kernel streams the vocabulary with an online max and sum and never writes them."""
+    logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float())  # (N, V)
+    lse = torch.logsumexp(logits, -1)
+    p = torch.softmax(logits, -1)
+    entropy = lse - (p * logits).sum(-1)
+    return logits.argmax(-1), entropy, lse
