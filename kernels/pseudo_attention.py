@@ -32,17 +32,46 @@ import torch
 import triton
 import triton.language as tl
 
-from .reference import RelPosBias
+from .reference import RelPosBias, rel_pos_bias
 from .tilemap import NEVER, build_tile_map
 
-LOG2E: tl.constexpr = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # a global a @triton.jit function reads must be a tl.constexpr object
 HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 POISON = False  # tests set this: outputs and gradients start as NaN, so an unwritten element fails
+# lengths change with every batch: without this Triton would compile a variant per "== 1" and
+# "divisible by 16" pattern of each of them
+_LENGTHS = ["Lq", "Lk", "n_qt", "n_kt"]
 
 
 # -----------------------------------------------------------------------------
-# the tile: scores with bias and mask
+# the tile: metadata, scores with bias and mask
+
+@triton.jit
+def _meta_of(KIND, STEP, SEQ, POS, b, idx, L, NEVER_KIND: tl.constexpr):
+    """(kind, step, seq, pos) of tokens idx of row b; slots past L get kind NEVER_KIND."""
+    inside = idx < L
+    base = b * L + idx
+    kind = tl.load(KIND + base, mask=inside, other=NEVER_KIND)
+    step = tl.load(STEP + base, mask=inside, other=0)
+    seq = tl.load(SEQ + base, mask=inside, other=0)
+    pos = tl.load(POS + base, mask=inside, other=0)
+    return kind, step, seq, pos
+
+
+@triton.jit
+def _dist_range(q_pos, rows, Lq, k_pos, cols, Lk, max_dist):
+    """Smallest and largest clamped distance k_pos - q_pos over the tile's real (query, key) pairs.
+    Equal when every pair reads one bias entry (far tiles, and every tile of a long sequence)."""
+    big = 1 << 30
+    k_hi = tl.max(tl.where(cols < Lk, k_pos, -big), 0)
+    k_lo = tl.min(tl.where(cols < Lk, k_pos, big), 0)
+    q_hi = tl.max(tl.where(rows < Lq, q_pos, -big), 0)
+    q_lo = tl.min(tl.where(rows < Lq, q_pos, big), 0)
+    lo = tl.minimum(tl.maximum(k_lo - q_hi, -max_dist), max_dist)
+    hi = tl.minimum(tl.maximum(k_hi - q_lo, -max_dist), max_dist)
+    return lo, hi
+
 
 @triton.jit
 def _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN: tl.constexpr):
@@ -55,33 +84,24 @@ def _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn,
 
 
 @triton.jit
-def _scores(q, k, b, h, rows, cols, Lq, Lk, is_full, qk_scale,
-            QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
+def _scores(s, b, h, rows, cols, Lq, Lk, is_full, qk, qs, qq, qp, kk, ks, kq, kp,
             TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
-            HAS_SEQ: tl.constexpr, REL: tl.constexpr, DENSE: tl.constexpr, PRECISION: tl.constexpr):
-    """(BM, BN) base-2 scores of q (BM, D) against k (BN, D), masked with -inf unless is_full."""
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-    row_in, col_in = rows < Lq, cols < Lk
+            HAS_SEQ: tl.constexpr, REL: tl.constexpr, DENSE: tl.constexpr):
+    """Add the bias to the (BM, BN) base-2 scores s and mask them with -inf unless is_full.
+    qk, qs, qq, qp: (BM,) kind, step, seq, pos of the queries; kk, ks, kq, kp: (BN,) of the keys."""
     if REL:
-        q_pos = tl.load(QPOS + b * Lq + rows, mask=row_in, other=0)
-        k_pos = tl.load(KPOS + b * Lk + cols, mask=col_in, other=0)
-        d = tl.minimum(tl.maximum(k_pos[None, :] - q_pos[:, None], -max_dist), max_dist) + max_dist
-        s += tl.load(TABLE + h * (2 * max_dist + 1) + d) * LOG2E
+        d = tl.minimum(tl.maximum(kp[None, :] - qp[:, None], -max_dist), max_dist)
+        s += tl.load(TABLE + h * (2 * max_dist + 1) + max_dist + d) * LOG2E
     if DENSE:
-        ptrs = BIAS + b * sbb + h * sbh + rows[:, None] * sbm + cols[None, :] * sbn
-        s += tl.load(ptrs, mask=row_in[:, None] & col_in[None, :], other=0.0).to(tl.float32) * LOG2E
+        ptrs = BIAS + b * sbb + h * sbh + rows[:, None].to(tl.int64) * sbm + cols[None, :] * sbn
+        s += tl.load(ptrs, mask=(rows < Lq)[:, None] & (cols < Lk)[None, :], other=0.0).to(tl.float32) * LOG2E
     if is_full == 0:
         # the rule of reference.visible; padding keys and the tile's tail carry kind NEVER (-1)
-        qk = tl.load(QKIND + b * Lq + rows, mask=row_in, other=0)[:, None]
-        qs = tl.load(QSTEP + b * Lq + rows, mask=row_in, other=0)[:, None]
-        kk = tl.load(KKIND + b * Lk + cols, mask=col_in, other=-1)[None, :]
-        ks = tl.load(KSTEP + b * Lk + cols, mask=col_in, other=0)[None, :]
-        see = (kk == 0) | ((qk == 1) & (kk == 1) & (ks <= qs))
-        see = see | ((qk == 2) & (((kk == 1) & (ks < qs)) | ((kk == 2) & (ks == qs))))
+        qk2, qs2, kk2, ks2 = qk[:, None], qs[:, None], kk[None, :], ks[None, :]
+        see = (kk2 == 0) | ((qk2 == 1) & (kk2 == 1) & (ks2 <= qs2))
+        see = see | ((qk2 == 2) & (((kk2 == 1) & (ks2 < qs2)) | ((kk2 == 2) & (ks2 == qs2))))
         if HAS_SEQ:
-            q_seq = tl.load(QSEQ + b * Lq + rows, mask=row_in, other=0)
-            k_seq = tl.load(KSEQ + b * Lk + cols, mask=col_in, other=0)
-            see = see & (q_seq[:, None] == k_seq[None, :])
+            see = see & (qq[:, None] == kq[None, :])
         s = tl.where(see, s, float("-inf"))
     return s
 
@@ -89,7 +109,7 @@ def _scores(q, k, b, h, rows, cols, Lq, Lk, is_full, qk_scale,
 # -----------------------------------------------------------------------------
 # forward: one program per (query tile, batch * head)
 
-@triton.jit
+@triton.jit(do_not_specialize=_LENGTHS)
 def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som,
                 QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
                 TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
@@ -97,10 +117,11 @@ def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, so
                 D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
                 REL: tl.constexpr, DENSE: tl.constexpr, PRECISION: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     rows = pid_m * BM + tl.arange(0, BM)
     offs_n, offs_d = tl.arange(0, BN), tl.arange(0, D)
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=rows[:, None] < Lq, other=0.0)
+    qk, qs, qq, qp = _meta_of(QKIND, QSTEP, QSEQ, QPOS, b, rows, Lq, 0)
     m_i = tl.full((BM,), float("-inf"), tl.float32)
     l_i = tl.zeros((BM,), tl.float32)
     acc = tl.zeros((BM, D), tl.float32)
@@ -109,9 +130,10 @@ def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, so
     for t in range(0, count):
         code = tl.load(LIST + entry * n_kt + t)
         cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
-        s = _scores(q, k, b, h, rows, cols, Lq, Lk, code % 2, qk_scale,
-                    QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
-                    TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE, PRECISION)
+        kk, ks, kq, kp = _meta_of(KKIND, KSTEP, KSEQ, KPOS, b, cols, Lk, -1)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        s = _scores(s, b, h, rows, cols, Lq, Lk, code % 2, qk, qs, qq, qp, kk, ks, kq, kp,
+                    TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: no NaN
         alpha = tl.exp2(m_i - m_use)
@@ -123,13 +145,26 @@ def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, so
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     tl.store(O + b * sob + h * soh + rows[:, None] * som + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=rows[:, None] < Lq)
-    tl.store(LSE + bh * Lq + rows, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf")), mask=rows < Lq)
+    tl.store(LSE + bh.to(tl.int64) * Lq + rows, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf")),
+             mask=rows < Lq)
 
 
 # -----------------------------------------------------------------------------
-# backward: dK, dV (and the bias gradients) per key tile; dQ per query tile
+# backward: delta = rowsum(dO * O); dK, dV (and the bias gradients) per key tile; dQ per query tile
 
-@triton.jit
+@triton.jit(do_not_specialize=["Lq"])
+def _delta_kernel(O, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, Lq, D: tl.constexpr, BM: tl.constexpr):
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
+    rows = pid_m * BM + tl.arange(0, BM)
+    offs_d = tl.arange(0, D)
+    inside = rows[:, None] < Lq
+    o = tl.load(O + b * sob + h * soh + rows[:, None] * som + offs_d[None, :], mask=inside, other=0.0)
+    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=inside, other=0.0)
+    tl.store(DELTA + bh.to(tl.int64) * Lq + rows, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=rows < Lq)
+
+
+@triton.jit(do_not_specialize=_LENGTHS)
 def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn,
                    sdob, sdoh, sdom, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
                    QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
@@ -139,15 +174,19 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
                    REL: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr,
                    PRECISION: tl.constexpr):
     pid_n, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
+    bh64 = bh.to(tl.int64)
     cols = pid_n * BN + tl.arange(0, BN)
     offs_m, offs_d = tl.arange(0, BM), tl.arange(0, D)
     col_in = cols < Lk
     k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=col_in[:, None], other=0.0)
     v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=col_in[:, None], other=0.0)
+    kk, ks, kq, kp = _meta_of(KKIND, KSTEP, KSEQ, KPOS, b, cols, Lk, -1)
     dk = tl.zeros((BN, D), tl.float32)
     dv = tl.zeros((BN, D), tl.float32)
     entry = b * n_kt + pid_n
+    # this program's own (2M+1) row of the table gradient: atomics contend only within the program
+    drow = DTABLE + (entry * H + h) * (2 * max_dist + 1) + max_dist
     count = tl.load(COUNT + entry)
     for t in range(0, count):
         code = tl.load(LIST + entry * n_qt + t)
@@ -155,32 +194,34 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
         row_in = rows < Lq
         q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=row_in[:, None], other=0.0)
         do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=row_in[:, None], other=0.0)
-        lse = tl.load(LSE + bh * Lq + rows, mask=row_in, other=float("inf"))
-        delta = tl.load(DELTA + bh * Lq + rows, mask=row_in, other=0.0)
-        s = _scores(q, k, b, h, rows, cols, Lq, Lk, code % 2, qk_scale,
-                    QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
-                    TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE, PRECISION)
+        lse = tl.load(LSE + bh64 * Lq + rows, mask=row_in, other=float("inf"))
+        delta = tl.load(DELTA + bh64 * Lq + rows, mask=row_in, other=0.0)
+        qk, qs, qq, qp = _meta_of(QKIND, QSTEP, QSEQ, QPOS, b, rows, Lq, 0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        s = _scores(s, b, h, rows, cols, Lq, Lk, code % 2, qk, qs, qq, qp, kk, ks, kq, kp,
+                    TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE)
         p = tl.exp2(s - lse[:, None])  # (BM, BN); 0 where masked, out of range or the row sees nothing
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])  # dLoss / d(score), natural units, = dLoss / d(bias)
+        ds = p * (dp - delta[:, None])  # dLoss / d(score), natural units, = dLoss / d(bias); 0 outside
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
-        inside = row_in[:, None] & col_in[None, :]
         if REL:
-            q_pos = tl.load(QPOS + b * Lq + rows, mask=row_in, other=0)
-            k_pos = tl.load(KPOS + b * Lk + cols, mask=col_in, other=0)
-            d = tl.minimum(tl.maximum(k_pos[None, :] - q_pos[:, None], -max_dist), max_dist) + max_dist
-            # this program's own (2M+1) row: atomics contend only within the program
-            tl.atomic_add(DTABLE + (entry * H + h) * (2 * max_dist + 1) + d, ds, mask=inside)
+            lo, hi = _dist_range(qp, rows, Lq, kp, cols, Lk, max_dist)
+            if lo == hi:  # every pair reads one entry: one add of the tile's sum
+                tl.atomic_add(drow + lo, tl.sum(tl.sum(ds, 1), 0), sem="relaxed")
+            else:
+                d = tl.minimum(tl.maximum(kp[None, :] - qp[:, None], -max_dist), max_dist)
+                tl.atomic_add(drow + d, ds, mask=row_in[:, None] & col_in[None, :], sem="relaxed")
         if DENSE_GRAD:
-            tl.store(DBIAS + ((bh * Lq) + rows[:, None]) * Lk + cols[None, :], ds, mask=inside)
+            tl.store(DBIAS + ((bh64 * Lq) + rows[:, None]) * Lk + cols[None, :], ds,
+                     mask=row_in[:, None] & col_in[None, :])
     tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=col_in[:, None])
     tl.store(DV + b * sdvb + h * sdvh + cols[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
              mask=col_in[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_LENGTHS)
 def _bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn,
                   sdob, sdoh, sdom, sdqb, sdqh, sdqm,
                   QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
@@ -189,23 +230,26 @@ def _bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ, sqb, sqh, sqm, skb, skh, skn, svb
                   D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
                   REL: tl.constexpr, DENSE: tl.constexpr, PRECISION: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // H, bh % H
+    b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
+    bh64 = bh.to(tl.int64)
     rows = pid_m * BM + tl.arange(0, BM)
     offs_n, offs_d = tl.arange(0, BN), tl.arange(0, D)
     row_in = rows < Lq
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=row_in[:, None], other=0.0)
     do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=row_in[:, None], other=0.0)
-    lse = tl.load(LSE + bh * Lq + rows, mask=row_in, other=float("inf"))
-    delta = tl.load(DELTA + bh * Lq + rows, mask=row_in, other=0.0)
+    lse = tl.load(LSE + bh64 * Lq + rows, mask=row_in, other=float("inf"))
+    delta = tl.load(DELTA + bh64 * Lq + rows, mask=row_in, other=0.0)
+    qk, qs, qq, qp = _meta_of(QKIND, QSTEP, QSEQ, QPOS, b, rows, Lq, 0)
     dq = tl.zeros((BM, D), tl.float32)
     entry = b * n_qt + pid_m
     count = tl.load(COUNT + entry)
     for t in range(0, count):
         code = tl.load(LIST + entry * n_kt + t)
         cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
-        s = _scores(q, k, b, h, rows, cols, Lq, Lk, code % 2, qk_scale,
-                    QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
-                    TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE, PRECISION)
+        kk, ks, kq, kp = _meta_of(KKIND, KSTEP, KSEQ, KPOS, b, cols, Lk, -1)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        s = _scores(s, b, h, rows, cols, Lq, Lk, code % 2, qk, qs, qq, qp, kk, ks, kq, kp,
+                    TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE)
         p = tl.exp2(s - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
@@ -223,8 +267,9 @@ def _blocks(device, D, backward):
     the usual FlashAttention-2 settings for H100 and are not tuned yet (bench/RESULTS.md)."""
     if device.type != "cuda":
         return 16, 16, 1, 1
-    warps, stages = (4, 3) if D <= 64 else (8, 2)
-    return (64, 64, warps, stages) if backward else (128, 64, warps, stages)
+    # 8 warps at every head dim: with the metadata, the bias gather and the mask on top of the
+    # FlashAttention tiles, 4 warps need more than 255 registers a thread and spill (kernels/aot.py)
+    return (64, 64, 8, 1 if D > 64 else 3) if backward else (128, 64, 8, 2 if D > 64 else 3)
 
 
 def _new(like, dtype=None):
@@ -267,7 +312,9 @@ def _backward(q, k, v, o, lse, do, meta, scale, tiles, blocks, dense_grad):
     Lk = k.shape[2]
     BM, BN, warps, stages = blocks
     n_qt, n_kt = triton.cdiv(Lq, BM), triton.cdiv(Lk, BN)
-    delta = (do.float() * o.float()).sum(-1).contiguous()  # (B, H, Lq): rowsum(dO * O)
+    delta = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)  # rowsum(dO * O)
+    _delta_kernel[(n_qt, B * H)](o, do, delta, *o.stride()[:3], *do.stride()[:3], H, Lq, D=D, BM=BM,
+                                 num_warps=warps)
     dq, dk, dv = _new(q), _new(k), _new(v)
     rel = meta["rel"]
     width = 2 * meta["max_dist"] + 1
@@ -350,8 +397,6 @@ def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k
     for name, x in (("q", q), ("k", k), ("v", v)):
         assert x.stride(-1) == 1, f"pseudo_attention: {name} must be contiguous in its last (head) dim"
     assert Lq >= 1 and Lk >= 1, "pseudo_attention: empty query or key sequence"
-    assert q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1", \
-        "pseudo_attention: CPU tensors need TRITON_INTERPRET=1 set before triton is imported"
 
     def ints(x, name, L):
         assert x.shape == (B, L), f"pseudo_attention: {name} must be (B, L) = {(B, L)}, got {tuple(x.shape)}"
@@ -400,6 +445,51 @@ def pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_se
     RelPosBias (computed in the kernel, gradient to by_distance) or a float tensor broadcastable to
     (B, H, Lq, Lk) (gradient supported). Returns (B, H, Lq, D) in q's dtype; a query that sees no
     key returns 0 and passes back zero gradients."""
+    assert q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1", \
+        "pseudo_attention: CPU tensors need TRITON_INTERPRET=1 set before triton is imported"
     meta, table, dense = prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     return _PseudoAttention.apply(q, k, v, table, dense, meta, scale)
+
+
+# -----------------------------------------------------------------------------
+# ahead-of-time compile cases (kernels/aot.py): the launchers on CPU tensors shaped like the model's
+
+def aot_cases():
+    """[(case name, thunk)]: each thunk runs the forward and backward launchers with the CUDA block
+    choice on CPU tensors like a base-size layer's (B=2, H=12, L=768, PMLM layout). Variants: no bias,
+    relative bias (the model's self-attention), packed sequences, a dense bias without and with its
+    gradient, and decoding (one query against 768 cached keys)."""
+    cuda = torch.device("cuda")
+    cases = []
+    for variant in ("norel", "rel", "seq", "dense", "dense_grad", "decode"):
+        for dtype in (torch.bfloat16, torch.float16):
+            for D in (64, 128):
+                cases.append((f"{variant}-{str(dtype)[6:]}-d{D}",
+                              lambda variant=variant, dtype=dtype, D=D: _aot_launch(cuda, variant, dtype, D)))
+    return cases
+
+
+def _aot_launch(cuda, variant, dtype, D, B=2, H=12, L=768):
+    g = torch.Generator().manual_seed(0)
+    Lq = 1 if variant == "decode" else L
+    q = torch.randn(B, Lq, H, D, generator=g).to(dtype).transpose(1, 2)  # the model's (B, L, H, D) view
+    k, v = (torch.randn(B, L, H, D, generator=g).to(dtype).transpose(1, 2) for _ in range(2))
+    kind = torch.zeros(B, L, dtype=torch.long)
+    kind[:, 512:], kind[:, 640:] = 1, 2
+    step = torch.zeros(B, L, dtype=torch.long)
+    step[:, 512:640] = step[:, 640:] = torch.arange(128) // 8 + 1
+    pos = torch.arange(L).expand(B, L)
+    q_kind, q_step, q_pos = (x[:, -Lq:] for x in (kind, step, pos))
+    seq = (torch.arange(L) // 384).expand(B, L) if variant == "seq" else None
+    bias = rel_pos_bias(torch.randn(H, 32, generator=g), q_pos, pos, 128)
+    if variant == "norel":
+        bias = None
+    elif variant.startswith("dense"):
+        bias = torch.randn(1, H, Lq, L, generator=g).to(dtype)
+    meta, _, _ = prepare(q, k, v, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias)
+    scale = D ** -0.5
+    fb, bb = _blocks(cuda, D, backward=False), _blocks(cuda, D, backward=True)
+    o, lse = _forward(q, k, v, meta, scale, tilemap_for(meta, fb), fb)
+    _backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, scale,
+              tilemap_for(meta, bb), bb, dense_grad=variant == "dense_grad")

@@ -117,7 +117,7 @@ def report(name, got, want):
     return f"{name}: max abs diff {diff.max().item():.3g}, mean {diff.mean().item():.3g}"
 
 
-def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed=0, M=6):
+def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed=0, M=6, sorted_pos=False):
     g = torch.Generator().manual_seed(seed)
     qk, qs, kk, ks, valid, qseq, kseq = layout
     B, Lq, Lk = qk.shape[0], qk.shape[1], kk.shape[1]
@@ -129,6 +129,8 @@ def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed
         table = torch.randn(H, 2 * M + 1, generator=g).to(dev).requires_grad_()
         pos_q = torch.randint(0, 3 * M, (B, Lq), generator=g).to(dev)
         pos_k = torch.randint(0, 3 * M, (B, Lk), generator=g).to(dev)
+        if sorted_pos:  # real positions: tiles farther apart than M read one clamped distance
+            pos_q, pos_k = (torch.arange(L, device=dev).expand(B, L) for L in (Lq, Lk))
         bias_arg = reference.RelPosBias(table, pos_q, pos_k, M)
         leaves.append(table)
     elif bias == "dense":
@@ -173,6 +175,16 @@ def test_pmlm_layout(bias):
 
 def test_causal():
     run_case(causal_layout(2, 100), bias="rel")
+
+
+@pytest.mark.parametrize("layout", ["causal", "bidirectional"])
+def test_tiles_whose_distances_clamp_to_one_value(layout):
+    """With positions 0..L-1 and max distance 4, most 16x16 tiles read a single bias entry: the
+    kernels' scalar-load forward path and one-add gradient path, next to the per-pair path."""
+    lay = causal_layout(2, 100) if layout == "causal" else random_layout(2, 100, 100, gen(9), steps=1)
+    if layout == "bidirectional":
+        lay = (torch.zeros_like(lay[0]),) + lay[1:2] + (torch.zeros_like(lay[2]),) + lay[3:]
+    run_case(lay, bias="rel", M=4, sorted_pos=True)
 
 
 def test_prefix_lm():

@@ -1,0 +1,194 @@
+"""Ahead-of-time compile of every Triton kernel in kernels/ for an H100 (sm_90a), with no GPU.
+
+    python -m kernels.aot                 # the table: kernel, case, registers, spills, shared memory, wgmma
+    python -m kernels.aot --json out.json --only pseudo_attention
+
+The Triton interpreter (how the tests run the kernels on a CPU) accepts code that the GPU compiler
+refuses, such as a non-constexpr global read inside a kernel. This runs the real compiler instead:
+Triton's frontend, its NVIDIA backend and ptxas (shipped in the triton wheel) need no GPU.
+
+How a launch is made faithful: every kernel module defines `aot_cases()`, a list of (name, thunk);
+each thunk calls the module's own launchers on CPU tensors shaped like a real launch, with the
+block sizes, warps and stages the launcher picks for a CUDA device. While a thunk runs, the `.run`
+of each @triton.jit kernel of the module is replaced by a recorder, so nothing executes; the recorded
+arguments then go through Triton's own binder (the signature, constexprs and the divisibility-by-16
+attributes a launch would specialise on) and triton.compile for GPUTarget("cuda", 90, 32).
+Registers and spills come from `ptxas -v` on the PTX; wgmma from the PTX text.
+Must run with TRITON_INTERPRET unset (this module unsets it before importing triton).
+"""
+import argparse
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.pop("TRITON_INTERPRET", None)
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, make_backend  # noqa: E402
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+MODULES = ("pseudo_attention", "early_exit")
+
+
+def _ptxas():
+    from triton.backends.nvidia import compiler
+    try:
+        return compiler.get_ptxas(TARGET.arch).path
+    except TypeError:  # older Triton: get_ptxas() without the architecture
+        return compiler.get_ptxas().path
+
+
+# -----------------------------------------------------------------------------
+# capture: run a module's thunks with every kernel's launch recorded instead of executed
+
+def capture(module, cases=None):
+    """[(case, kernel name, args, kwargs)] for every launch of the aot cases of `module` whose name
+    matches the regular expression `cases` (all by default)."""
+    kernels = {n: f for n, f in vars(module).items() if isinstance(f, JITFunction)}
+    launches, current = [], [None]
+
+    def recorder(name):
+        def run(*args, grid, warmup, **kwargs):
+            launches.append((current[0], name, args, kwargs))
+        return run
+    for name, f in kernels.items():
+        f.run = recorder(name)
+    try:
+        for case, thunk in module.aot_cases():
+            if cases and not re.search(cases, case):
+                continue
+            current[0] = case
+            thunk()
+    finally:
+        for f in kernels.values():
+            del f.run
+    return launches
+
+
+def _key(fn, args, kwargs):
+    """What makes two launches compile to the same binary: the kernel, tensor dtypes, the
+    specialisations of scalars (none for do_not_specialize parameters) and the constexprs."""
+    fixed = {p.num for p in fn.params if p.do_not_specialize}
+
+    def one(i, a):
+        if i in fixed:
+            return ("any",)
+        if isinstance(a, torch.Tensor):
+            return ("t", str(a.dtype))
+        if isinstance(a, int):
+            return ("i", a == 1, a % 16 == 0, a >= 2 ** 31)
+        return ("v", repr(a))
+    return (fn.__name__, tuple(one(i, a) for i, a in enumerate(args)), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+
+
+# -----------------------------------------------------------------------------
+# compile one launch
+
+def compile_launch(module_name, kernel, args, kwargs):
+    """Compile one recorded launch; returns its row of the table (no exception escapes)."""
+    module = importlib.import_module(f"kernels.{module_name}")
+    fn = getattr(module, kernel)
+    backend = make_backend(TARGET)
+    row = dict(module=module_name, kernel=kernel, num_warps=kwargs.get("num_warps", 4),
+               num_stages=kwargs.get("num_stages", 3))
+    try:
+        binder = create_function_from_signature(fn.signature, fn.params, backend)
+        kw = dict(kwargs, debug=False)
+        bound, specialization, options = binder(*args, **kw)
+        options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, specialization, options)
+        ck = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
+    except Exception as e:  # noqa: BLE001 - the error is the result
+        row.update(compiles=False, error=f"{type(e).__name__}: {e}"[:2000])
+        return row
+    ptx = ck.asm["ptx"]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([_ptxas(), "-v", f"--gpu-name=sm_{TARGET.arch}a", path, "-o", os.path.join(d, "k.o")],
+                           capture_output=True, text=True)
+    log = r.stdout + r.stderr
+    regs = re.search(r"Used (\d+) registers", log)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    row.update(compiles=True, registers=int(regs.group(1)) if regs else None,
+               spill_stores=int(spill.group(1)) if spill else None, spill_loads=int(spill.group(2)) if spill else None,
+               shared=ck.metadata.shared, wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
+               mma_sync=len(re.findall(r"\bmma\.sync", ptx)))
+    return row
+
+
+def _compile_job(job):
+    module_name, kernel, args, kwargs, cases = job
+    row = compile_launch(module_name, kernel, args, kwargs)
+    row["cases"] = cases
+    return row
+
+
+def compile_all(modules=MODULES, workers=2, cases=None):
+    """Rows of the table for every distinct launch of every module that exists."""
+    jobs = {}
+    for name in modules:
+        try:
+            module = importlib.import_module(f"kernels.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"kernels.{name}":
+                continue  # a kernel module that is not there yet
+            raise
+        for case, kernel, args, kwargs in capture(module, cases):
+            key = (name, _key(getattr(module, kernel), args, kwargs))
+            if key not in jobs:
+                jobs[key] = [name, kernel, args, kwargs, []]
+            jobs[key][4].append(case)
+    jobs = [tuple(j) for j in jobs.values()]
+    if workers <= 1:
+        return [_compile_job(j) for j in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_compile_job, jobs))
+
+
+def table(rows):
+    head = "| kernel | cases | warps | stages | registers | spill st/ld | shared B | wgmma | compiles |"
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        cases = r["cases"][0] + (f" (+{len(r['cases']) - 1} same binary)" if len(r["cases"]) > 1 else "")
+        if not r["compiles"]:
+            lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} |  |  |  |  | "
+                         f"NO: {[l for l in r['error'].splitlines() if l.strip()][-1][:160]} |")
+            continue
+        lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} | {r['registers']} | "
+                     f"{r['spill_stores']}/{r['spill_loads']} | {r['shared']} | {r['wgmma']} | yes |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default=",".join(MODULES), help="comma-separated kernel modules of kernels/")
+    p.add_argument("--json", default=None, help="also write the rows to this file")
+    p.add_argument("--workers", type=int, default=2, help="compiles in parallel")
+    p.add_argument("--cases", default=None, help="only the cases whose name matches this regular expression")
+    a = p.parse_args(argv)
+    t0 = time.time()
+    rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases)
+    print(table(rows))
+    bad = [r for r in rows if not r["compiles"] or r["spill_stores"]]
+    print(f"{len(rows)} distinct kernels compiled for sm_{TARGET.arch}a in {time.time() - t0:.0f}s; "
+          f"{sum(not r['compiles'] for r in rows)} failed, {sum(bool(r.get('spill_stores')) for r in rows)} spill")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
