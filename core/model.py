@@ -15,7 +15,7 @@ Choices, and why:
     kernel has none).
 No distributed code lives here.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -49,13 +49,25 @@ def local_rel_table(cfg: ModelConfig):
     return nn.Parameter(-slopes[:, None] * torch.log1p(nearest)[None] / REL_SCALE)
 
 
-@dataclass
+@dataclass(eq=False)
 class Meta:
-    """Per-token attention metadata, each (B, L): kind, step, valid (bool), seq (packing, optional)."""
+    """Per-token attention metadata, each (B, L): kind, step, valid (bool), seq (packing, optional).
+    One Meta serves every layer of a forward; `cache` holds what is derived from it once, not once
+    per layer: the Triton kernel's tile map per key metadata (tile_cache), the cross-attention's
+    query metadata (_unmasked). Build a new Meta when the tensors change."""
     kind: torch.Tensor
     step: torch.Tensor
     valid: Optional[torch.Tensor] = None
     seq: Optional[torch.Tensor] = None
+    cache: dict = field(default_factory=dict, repr=False)
+
+
+def tile_cache(q_meta: Meta, k_meta: Meta):
+    """The dict in which kernels.attention keeps the tile map of this (query, key) metadata pair."""
+    entry = q_meta.cache.get(id(k_meta))
+    if entry is None or entry[0] is not k_meta:  # an id can be reused once its Meta is gone
+        entry = q_meta.cache[id(k_meta)] = (k_meta, {})
+    return entry[1]
 
 
 # -----------------------------------------------------------------------------
@@ -91,7 +103,8 @@ class Attention(nn.Module):
             if past is not None:
                 k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
         y = kernels.attention(q, k, v, q_meta.kind, q_meta.step, k_meta.kind, k_meta.step,
-                              k_valid=k_meta.valid, q_seq=q_meta.seq, k_seq=k_meta.seq, bias=bias)
+                              k_valid=k_meta.valid, q_seq=q_meta.seq, k_seq=k_meta.seq, bias=bias,
+                              cache=tile_cache(q_meta, k_meta))
         B, H, Lq, D = y.shape
         return self.o(y.transpose(1, 2).reshape(B, Lq, H * D)), new
 
@@ -135,9 +148,12 @@ class Layer(nn.Module):
 
 
 def _unmasked(meta):
-    """Queries of a cross-attention: plain CONTEXT (they see every valid memory key)."""
-    z = torch.zeros_like(meta.kind)
-    return Meta(z, z, seq=meta.seq)
+    """Queries of a cross-attention: plain CONTEXT (they see every valid memory key). Made once per
+    Meta, so that every decoder layer shares it and its tile map."""
+    if "unmasked" not in meta.cache:
+        z = torch.zeros_like(meta.kind)
+        meta.cache["unmasked"] = Meta(z, z, seq=meta.seq)
+    return meta.cache["unmasked"]
 
 
 # -----------------------------------------------------------------------------

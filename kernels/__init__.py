@@ -49,7 +49,7 @@ def resolve_backend(backend, device):
 
 
 def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None,
-              bias=None, backend="auto", scale=None):
+              bias=None, backend="auto", scale=None, cache=None):
     """Multi-head attention whose mask is derived on the fly from per-token metadata.
 
     q: (B, H, Lq, D); k, v: (B, H, Lk, D).
@@ -63,6 +63,9 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
     bias: None, an additive float tensor broadcastable to (B, H, Lq, Lk), or a RelPosBias (built
         by rel_pos_bias from a (H, buckets) table and position ids) that kernels compute in place.
     scale: softmax scale, default D ** -0.5.
+    cache: optional dict that the caller keeps for as long as this metadata is unchanged (every layer
+        of one forward, and its backward): the Triton backend builds its tile map once into it
+        instead of once per call. The reference ignores it.
     Returns (B, H, Lq, D) in q's dtype. A query that sees no key at all gets 0, never NaN.
 
     Common layouts: bidirectional = all CONTEXT; causal = all ORIGINAL with step = position;
@@ -81,7 +84,7 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
         raise ValueError("attention: give both q_seq and k_seq, or neither")
     if resolve_backend(backend, q.device) == "triton":
         from .pseudo_attention import pseudo_attention
-        return pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale)
+        return pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale, cache)
     return reference.attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale)
 
 

@@ -346,13 +346,13 @@ def _sum_to(grad, shape):
 
 class _PseudoAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, dense, meta, scale):
+    def forward(ctx, q, k, v, table, dense, meta, scale, cache):
         D = q.shape[-1]
         blocks = _blocks(q.device, D, backward=False)
-        tiles = tilemap_for(meta, blocks, transposed=_blocks(q.device, D, True) == blocks)
+        tiles = _cached_tilemap(cache, meta, blocks, transposed=_blocks(q.device, D, True) == blocks)
         o, lse = _forward(q, k, v, meta, scale, tiles, blocks)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.meta, ctx.scale, ctx.tiles, ctx.blocks = meta, scale, tiles, blocks
+        ctx.meta, ctx.scale, ctx.tiles, ctx.blocks, ctx.cache = meta, scale, tiles, blocks, cache
         ctx.dense_shape = None if dense is None else dense.shape
         return o
 
@@ -364,7 +364,7 @@ class _PseudoAttention(torch.autograd.Function):
             do = do.contiguous()
         blocks = _blocks(q.device, q.shape[-1], backward=True)
         tiles = ctx.tiles if ctx.tiles.k_list is not None and blocks == ctx.blocks else \
-            tilemap_for(ctx.meta, blocks, transposed=True)
+            _cached_tilemap(ctx.cache, ctx.meta, blocks, transposed=True)
         dense_grad = ctx.needs_input_grad[4]
         dq, dk, dv, dtable, dbias = _backward(q, k, v, o, lse, do, ctx.meta, ctx.scale, tiles, blocks, dense_grad)
         if dtable is not None and ctx.needs_input_grad[3]:
@@ -373,7 +373,20 @@ class _PseudoAttention(torch.autograd.Function):
             dtable = None
         if dbias is not None:
             dbias = _sum_to(dbias, ctx.dense_shape).view(ctx.dense_shape).to(ctx.meta["dense_dtype"])
-        return dq, dk, dv, dtable, dbias, None, None
+        return dq, dk, dv, dtable, dbias, None, None, None
+
+
+def _cached_tilemap(cache, meta, blocks, transposed):
+    """The tile map of `meta` for `blocks`, built once per cache: a caller that gives the same dict
+    for the same metadata (every layer of a forward, and the backward) builds it once."""
+    if cache is None:
+        return tilemap_for(meta, blocks, transposed)
+    key = (blocks, transposed)
+    if key not in cache and (blocks, True) in cache:
+        key = (blocks, True)  # a map with the k-major lists serves a forward too
+    if key not in cache:
+        cache[key] = tilemap_for(meta, blocks, transposed)
+    return cache[key]
 
 
 def tilemap_for(meta, blocks, transposed=True):
@@ -437,19 +450,20 @@ def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k
 
 
 def pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None,
-                     bias=None, scale=None):
+                     bias=None, scale=None, cache=None):
     """Masked attention from per-token metadata (see kernels.attention for the rule).
 
     q: (B, H, Lq, D), k, v: (B, H, Lk, D), fp16 / bf16 / fp32, D in (16, 32, 64, 128), last dim
     contiguous. Metadata: (B, Lq) / (B, Lk) int tensors; k_valid (B, Lk) bool. bias: None, a
     RelPosBias (computed in the kernel, gradient to by_distance) or a float tensor broadcastable to
     (B, H, Lq, Lk) (gradient supported). Returns (B, H, Lq, D) in q's dtype; a query that sees no
-    key returns 0 and passes back zero gradients."""
+    key returns 0 and passes back zero gradients. cache: an optional dict the caller keeps for as
+    long as the metadata is unchanged; the tile maps are built once into it and reused."""
     assert q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1", \
         "pseudo_attention: CPU tensors need TRITON_INTERPRET=1 set before triton is imported"
     meta, table, dense = prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return _PseudoAttention.apply(q, k, v, table, dense, meta, scale)
+    return _PseudoAttention.apply(q, k, v, table, dense, meta, scale, cache)
 
 
 # -----------------------------------------------------------------------------

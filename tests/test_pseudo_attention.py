@@ -377,3 +377,33 @@ def test_model_trains_through_kernel():
     assert ref_state["rel_table"].abs().max() > 0, "the relative bias table received no gradient"
     for name in ref_state:
         assert torch.allclose(state[name], ref_state[name], atol=1e-4), report(name, state[name], ref_state[name])
+
+
+def count_builds(monkeypatch):
+    calls = []
+    real = pa.build_tile_map
+    monkeypatch.setattr(pa, "build_tile_map", lambda *a, **kw: calls.append(a[-3:-1]) or real(*a, **kw))
+    return calls
+
+
+def test_tile_map_built_once_per_forward_and_backward(monkeypatch):
+    """Every layer of a forward shares the metadata, so the tile map is built once for the whole
+    model, and the backward reuses it (one more build only where its blocks differ, on CUDA)."""
+    from core.config import preset
+    from core.model import EncoderDecoder, UnifiedLM
+    B, L = 2, 40
+    tokens = torch.randint(6, 600, (B, L)).to(DEVICE)
+    pos = torch.arange(L).expand(B, L).to(DEVICE)
+    kind = torch.zeros(B, L, dtype=torch.long, device=DEVICE)
+    valid = torch.ones(B, L, dtype=torch.bool, device=DEVICE)
+    distinct = len({pa._blocks(torch.device(DEVICE), 32, b) for b in (False, True)})
+    with kernels.use_backend("triton"):
+        calls = count_builds(monkeypatch)
+        model = UnifiedLM(preset("tiny", vocab_size=600, n_layers=4)).to(DEVICE)
+        model(tokens, pos, None, kind, kind, valid).sum().backward()
+        assert len(calls) == distinct, f"{len(calls)} tile-map builds in a 4-layer forward and backward"
+        calls.clear()
+        t5 = EncoderDecoder(preset("tiny", vocab_size=600, n_layers=3, n_dec_layers=3)).to(DEVICE)
+        t5(tokens, valid, tokens[:, :20], valid[:, :20]).sum().backward()
+        # encoder self-attention, decoder self-attention, cross-attention: one map each
+        assert len(calls) == 3 * distinct, f"{len(calls)} tile-map builds in a 3+3-layer encoder-decoder"
