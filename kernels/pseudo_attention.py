@@ -60,20 +60,6 @@ def _meta_of(KIND, STEP, SEQ, POS, b, idx, L, NEVER_KIND: tl.constexpr):
 
 
 @triton.jit
-def _dist_range(q_pos, rows, Lq, k_pos, cols, Lk, max_dist):
-    """Smallest and largest clamped distance k_pos - q_pos over the tile's real (query, key) pairs.
-    Equal when every pair reads one bias entry (far tiles, and every tile of a long sequence)."""
-    big = 1 << 30
-    k_hi = tl.max(tl.where(cols < Lk, k_pos, -big), 0)
-    k_lo = tl.min(tl.where(cols < Lk, k_pos, big), 0)
-    q_hi = tl.max(tl.where(rows < Lq, q_pos, -big), 0)
-    q_lo = tl.min(tl.where(rows < Lq, q_pos, big), 0)
-    lo = tl.minimum(tl.maximum(k_lo - q_hi, -max_dist), max_dist)
-    hi = tl.minimum(tl.maximum(k_hi - q_lo, -max_dist), max_dist)
-    return lo, hi
-
-
-@triton.jit
 def _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN: tl.constexpr):
     """The key tile a list entry names (code = 2 * tile + full): its columns, keys and values."""
     cols = (code // 2) * BN + offs_n
@@ -106,6 +92,45 @@ def _scores(s, b, h, rows, cols, Lq, Lk, is_full, qk, qs, qq, qp, kk, ks, kq, kp
     return s
 
 
+@triton.jit
+def _far_bias(TABLE, h, code, max_dist):
+    """The one bias value of a FAR tile (kernels/tilemap.py), in base 2: distance +M if the entry's
+    bit is set, else -M."""
+    return tl.load(TABLE + h * (2 * max_dist + 1) + (code % 2) * 2 * max_dist) * LOG2E
+
+
+@triton.jit
+def _softmax_step(s, v, m_i, l_i, acc, PRECISION: tl.constexpr):
+    """One key tile of the online softmax: rescale the running sums, add this tile's share."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: no NaN
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _dq_step(s, do, k, v, lse, delta, dq, PRECISION: tl.constexpr):
+    p = tl.exp2(s - lse[:, None])
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    ds = p * (dp - delta[:, None])
+    return dq + tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+
+
+@triton.jit
+def _dkdv_step(s, q, do, v, lse, delta, dk, dv, PRECISION: tl.constexpr):
+    """dK, dV of one query tile; also returns dS = dLoss / d(score) in natural units (= the bias's
+    gradient), 0 where masked, out of range, or for a row that sees nothing."""
+    p = tl.exp2(s - lse[:, None])  # (BM, BN)
+    dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+    ds = p * (dp - delta[:, None])
+    dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+    return dk, dv, ds
+
+
 # -----------------------------------------------------------------------------
 # forward: one program per (query tile, batch * head)
 
@@ -113,7 +138,7 @@ def _scores(s, b, h, rows, cols, Lq, Lk, is_full, qk, qs, qq, qp, kk, ks, kq, kp
 def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som,
                 QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
                 TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
-                LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale,
+                LIST, COUNT, SPLIT, H, Lq, Lk, n_qt, n_kt, qk_scale,
                 D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
                 REL: tl.constexpr, DENSE: tl.constexpr, PRECISION: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
@@ -126,21 +151,21 @@ def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, so
     l_i = tl.zeros((BM,), tl.float32)
     acc = tl.zeros((BM, D), tl.float32)
     entry = b * n_qt + pid_m
-    count = tl.load(COUNT + entry)
-    for t in range(0, count):
+    count, split = tl.load(COUNT + entry), tl.load(SPLIT + entry)
+    for t in range(0, split):  # PARTIAL and FULL tiles: the bias per pair, the rule where not FULL
         code = tl.load(LIST + entry * n_kt + t)
         cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
         kk, ks, kq, kp = _meta_of(KKIND, KSTEP, KSEQ, KPOS, b, cols, Lk, -1)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         s = _scores(s, b, h, rows, cols, Lq, Lk, code % 2, qk, qs, qq, qp, kk, ks, kq, kp,
                     TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: no NaN
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, PRECISION)
+    if REL:
+        for t in range(split, count):  # FAR tiles: plain FlashAttention plus one scalar bias
+            code = tl.load(LIST + entry * n_kt + t)
+            cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + _far_bias(TABLE, h, code, max_dist)
+            m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, PRECISION)
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     tl.store(O + b * sob + h * soh + rows[:, None] * som + offs_d[None, :], out.to(O.dtype.element_ty),
@@ -169,7 +194,7 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
                    sdob, sdoh, sdom, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
                    QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
                    TABLE, DTABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS,
-                   LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale,
+                   LIST, COUNT, SPLIT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale,
                    D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
                    REL: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr,
                    PRECISION: tl.constexpr):
@@ -187,8 +212,8 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
     entry = b * n_kt + pid_n
     # this program's own (2M+1) row of the table gradient: atomics contend only within the program
     drow = DTABLE + (entry * H + h) * (2 * max_dist + 1) + max_dist
-    count = tl.load(COUNT + entry)
-    for t in range(0, count):
+    count, split = tl.load(COUNT + entry), tl.load(SPLIT + entry)
+    for t in range(0, split):  # PARTIAL and FULL tiles
         code = tl.load(LIST + entry * n_qt + t)
         rows = (code // 2) * BM + offs_m
         row_in = rows < Lq
@@ -200,21 +225,26 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         s = _scores(s, b, h, rows, cols, Lq, Lk, code % 2, qk, qs, qq, qp, kk, ks, kq, kp,
                     TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE)
-        p = tl.exp2(s - lse[:, None])  # (BM, BN); 0 where masked, out of range or the row sees nothing
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])  # dLoss / d(score), natural units, = dLoss / d(bias); 0 outside
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+        dk, dv, ds = _dkdv_step(s, q, do, v, lse, delta, dk, dv, PRECISION)
         if REL:
-            lo, hi = _dist_range(qp, rows, Lq, kp, cols, Lk, max_dist)
-            if lo == hi:  # every pair reads one entry: one add of the tile's sum
-                tl.atomic_add(drow + lo, tl.sum(tl.sum(ds, 1), 0), sem="relaxed")
-            else:
-                d = tl.minimum(tl.maximum(kp[None, :] - qp[:, None], -max_dist), max_dist)
-                tl.atomic_add(drow + d, ds, mask=row_in[:, None] & col_in[None, :], sem="relaxed")
+            d = tl.minimum(tl.maximum(kp[None, :] - qp[:, None], -max_dist), max_dist)
+            tl.atomic_add(drow + d, ds, mask=row_in[:, None] & col_in[None, :], sem="relaxed")
         if DENSE_GRAD:
             tl.store(DBIAS + ((bh64 * Lq) + rows[:, None]) * Lk + cols[None, :], ds,
                      mask=row_in[:, None] & col_in[None, :])
+    if REL:
+        for t in range(split, count):  # FAR tiles: one bias value, so one add of the tile's dS sum
+            code = tl.load(LIST + entry * n_qt + t)
+            rows = (code // 2) * BM + offs_m
+            row_in = rows < Lq
+            q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=row_in[:, None], other=0.0)
+            do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=row_in[:, None],
+                         other=0.0)
+            lse = tl.load(LSE + bh64 * Lq + rows, mask=row_in, other=float("inf"))
+            delta = tl.load(DELTA + bh64 * Lq + rows, mask=row_in, other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + _far_bias(TABLE, h, code, max_dist)
+            dk, dv, ds = _dkdv_step(s, q, do, v, lse, delta, dk, dv, PRECISION)
+            tl.atomic_add(drow + (code % 2) * 2 * max_dist - max_dist, tl.sum(tl.sum(ds, 1), 0), sem="relaxed")
     tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=col_in[:, None])
     tl.store(DV + b * sdvb + h * sdvh + cols[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
@@ -226,7 +256,7 @@ def _bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ, sqb, sqh, sqm, skb, skh, skn, svb
                   sdob, sdoh, sdom, sdqb, sdqh, sdqm,
                   QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
                   TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
-                  LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale,
+                  LIST, COUNT, SPLIT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale,
                   D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
                   REL: tl.constexpr, DENSE: tl.constexpr, PRECISION: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
@@ -242,18 +272,21 @@ def _bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ, sqb, sqh, sqm, skb, skh, skn, svb
     qk, qs, qq, qp = _meta_of(QKIND, QSTEP, QSEQ, QPOS, b, rows, Lq, 0)
     dq = tl.zeros((BM, D), tl.float32)
     entry = b * n_qt + pid_m
-    count = tl.load(COUNT + entry)
-    for t in range(0, count):
+    count, split = tl.load(COUNT + entry), tl.load(SPLIT + entry)
+    for t in range(0, split):  # PARTIAL and FULL tiles
         code = tl.load(LIST + entry * n_kt + t)
         cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
         kk, ks, kq, kp = _meta_of(KKIND, KSTEP, KSEQ, KPOS, b, cols, Lk, -1)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         s = _scores(s, b, h, rows, cols, Lq, Lk, code % 2, qk, qs, qq, qp, kk, ks, kq, kp,
                     TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE)
-        p = tl.exp2(s - lse[:, None])
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+        dq = _dq_step(s, do, k, v, lse, delta, dq, PRECISION)
+    if REL:
+        for t in range(split, count):  # FAR tiles
+            code = tl.load(LIST + entry * n_kt + t)
+            cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + _far_bias(TABLE, h, code, max_dist)
+            dq = _dq_step(s, do, k, v, lse, delta, dq, PRECISION)
     tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=row_in[:, None])
 
@@ -301,7 +334,7 @@ def _forward(q, k, v, meta, scale, tiles, blocks):
     _fwd_kernel[(n_qt, B * H)](
         q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         *_meta_args(meta), meta["table"], meta["max_dist"], *_bias_args(meta),
-        tiles.q_list, tiles.q_count, H, Lq, Lk, n_qt, n_kt, scale * 1.4426950408889634,
+        tiles.q_list, tiles.q_count, tiles.q_split, H, Lq, Lk, n_qt, n_kt, scale * 1.4426950408889634,
         D=D, BM=BM, BN=BN, HAS_SEQ=meta["has_seq"], REL=meta["rel"], DENSE=meta["dense"] is not None,
         PRECISION=meta["precision"], num_warps=warps, num_stages=stages)
     return o, lse
@@ -328,12 +361,13 @@ def _backward(q, k, v, o, lse, do, meta, scale, tiles, blocks, dense_grad):
         q, k, v, do, lse, delta, dk, dv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], *common,
         meta["table"], dtable, meta["max_dist"], *_bias_args(meta), dbias,
-        tiles.k_list, tiles.k_count, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, DENSE_GRAD=dense_grad, **flags)
+        tiles.k_list, tiles.k_count, tiles.k_split, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, DENSE_GRAD=dense_grad,
+        **flags)
     _bwd_q_kernel[(n_qt, B * H)](
         q, k, v, do, lse, delta, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *do.stride()[:3], *dq.stride()[:3], *common,
         meta["table"], meta["max_dist"], *_bias_args(meta),
-        tiles.q_list, tiles.q_count, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, **flags)
+        tiles.q_list, tiles.q_count, tiles.q_split, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, **flags)
     return dq, dk, dv, (dtable.sum(0) if rel else None), (dbias if dense_grad else None)
 
 
@@ -390,9 +424,10 @@ def _cached_tilemap(cache, meta, blocks, transposed):
 
 
 def tilemap_for(meta, blocks, transposed=True):
+    rel = dict(q_pos=meta["q_pos"], k_pos=meta["k_pos"], max_dist=meta["max_dist"]) if meta["rel"] else {}
     return build_tile_map(meta["q_kind"], meta["q_step"], meta["q_seq"] if meta["has_seq"] else None,
                           meta["k_kind"], meta["k_step"], meta["k_seq"] if meta["has_seq"] else None,
-                          blocks[0], blocks[1], transposed)
+                          blocks[0], blocks[1], transposed, **rel)
 
 
 def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None):
