@@ -35,8 +35,10 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
+import triton.language as tl  # noqa: E402
+
 TARGET = GPUTarget("cuda", 90, 32)
-MODULES = ("pseudo_attention", "early_exit")
+MODULES = ("pseudo_attention", "early_exit", "aot")  # "aot": the plain FlashAttention yardstick below
 
 
 def _ptxas():
@@ -45,6 +47,48 @@ def _ptxas():
         return compiler.get_ptxas(TARGET.arch).path
     except TypeError:  # older Triton: get_ptxas() without the architecture
         return compiler.get_ptxas().path
+
+
+# -----------------------------------------------------------------------------
+# the yardstick: a plain FlashAttention-2 forward (no mask, no bias, every key tile in order),
+# compiled with the pseudo-mask forward's blocks, so that the SASS of one loop iteration can be
+# compared: how much the metadata, the tile list and the bias cost per tile
+
+@triton.jit(do_not_specialize=["L"])
+def _plain_flash_fwd(Q, K, V, O, sb, sh, sm, H, L, qk_scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    base = (bh // H).to(tl.int64) * sb + (bh % H).to(tl.int64) * sh
+    rows = pid_m * BM + tl.arange(0, BM)
+    offs_n, offs_d = tl.arange(0, BN), tl.arange(0, D)
+    q = tl.load(Q + base + rows[:, None] * sm + offs_d[None, :], mask=rows[:, None] < L, other=0.0)
+    m_i = tl.full((BM,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BM,), tl.float32)
+    acc = tl.zeros((BM, D), tl.float32)
+    for start in range(0, L, BN):
+        cols = start + offs_n
+        k = tl.load(K + base + cols[:, None] * sm + offs_d[None, :], mask=cols[:, None] < L, other=0.0)
+        v = tl.load(V + base + cols[:, None] * sm + offs_d[None, :], mask=cols[:, None] < L, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    tl.store(O + base + rows[:, None] * sm + offs_d[None, :], (acc / l_i[:, None]).to(O.dtype.element_ty),
+             mask=rows[:, None] < L)
+
+
+def aot_cases():
+    """The yardstick at D = 64 and 128 with the pseudo-mask forward's CUDA blocks."""
+    from .pseudo_attention import _blocks
+
+    def launch(dtype, D, B=2, H=12, L=768):
+        BM, BN, warps, stages = _blocks(torch.device("cuda"), D, backward=False)
+        q, k, v, o = (torch.empty(B, H, L, D, dtype=dtype) for _ in range(4))
+        _plain_flash_fwd[(triton.cdiv(L, BM), B * H)](q, k, v, o, *q.stride()[:3], H, L, D ** -0.5 * 1.4426950408889634,
+                                                      D=D, BM=BM, BN=BN, num_warps=warps, num_stages=stages)
+    return [(f"plain-flash-bfloat16-d{D}", lambda D=D: launch(torch.bfloat16, D)) for D in (64, 128)]
 
 
 # -----------------------------------------------------------------------------
@@ -122,8 +166,34 @@ def compile_launch(module_name, kernel, args, kwargs):
     row.update(compiles=True, registers=int(regs.group(1)) if regs else None,
                spill_stores=int(spill.group(1)) if spill else None, spill_loads=int(spill.group(2)) if spill else None,
                shared=ck.metadata.shared, wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
-               mma_sync=len(re.findall(r"\bmma\.sync", ptx)))
+               mma_sync=len(re.findall(r"\bmma\.sync", ptx)),
+               loops=[l["instructions"] for l in sass_loops(ck.asm["cubin"])])
     return row
+
+
+def sass_loops(cubin):
+    """Instruction counts of the loops of a compiled kernel's SASS, in address order: a loop is a
+    backward branch (BRA to a lower address) and the instructions from its target to it."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True).stdout
+    loops = []
+    for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", sass):
+        here = int(m.group(1), 16)
+        target = m.group(2)
+        if target is None:  # a label: find its address
+            label = re.search(r"`\((\.L_x_\d+)\)", m.group(0)).group(1)
+            at = re.search(re.escape(label) + r":\s*\n\s*/\*([0-9a-f]{4,})\*/", sass)
+            if not at:
+                continue
+            target = at.group(1)
+        start = int(target, 16)
+        if start < here:
+            loops.append(dict(start=start, instructions=(here - start) // 16 + 1))
+    return sorted(loops, key=lambda l: l["start"])
 
 
 def _compile_job(job):
@@ -158,16 +228,18 @@ def compile_all(modules=MODULES, workers=2, cases=None):
 
 
 def table(rows):
-    head = "| kernel | cases | warps | stages | registers | spill st/ld | shared B | wgmma | compiles |"
-    lines = [head, "|" + "---|" * 9]
+    head = ("| kernel | cases | warps | stages | registers | spill st/ld | shared B | wgmma / mma.sync | "
+            "SASS per loop iteration | compiles |")
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         cases = r["cases"][0] + (f" (+{len(r['cases']) - 1} same binary)" if len(r["cases"]) > 1 else "")
         if not r["compiles"]:
             lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} |  |  |  |  | "
-                         f"NO: {[l for l in r['error'].splitlines() if l.strip()][-1][:160]} |")
+                         f" | NO: {[l for l in r['error'].splitlines() if l.strip()][-1][:160]} |")
             continue
         lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} | {r['registers']} | "
-                     f"{r['spill_stores']}/{r['spill_loads']} | {r['shared']} | {r['wgmma']} | yes |")
+                     f"{r['spill_stores']}/{r['spill_loads']} | {r['shared']} | {r['wgmma']} / {r['mma_sync']} | "
+                     f"{', '.join(map(str, r['loops']))} | yes |")
     return "\n".join(lines)
 
 

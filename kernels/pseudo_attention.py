@@ -233,7 +233,7 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
             tl.store(DBIAS + ((bh64 * Lq) + rows[:, None]) * Lk + cols[None, :], ds,
                      mask=row_in[:, None] & col_in[None, :])
     if REL:
-        for t in range(split, count):  # FAR tiles: one bias value, so one add of the tile's dS sum
+        for t in tl.range(split, count, num_stages=1):  # FAR tiles: one bias value, one add of the dS sum
             code = tl.load(LIST + entry * n_qt + t)
             rows = (code // 2) * BM + offs_m
             row_in = rows < Lq
@@ -301,8 +301,10 @@ def _blocks(device, D, backward):
     if device.type != "cuda":
         return 16, 16, 1, 1
     # 8 warps at every head dim: with the metadata, the bias gather and the mask on top of the
-    # FlashAttention tiles, 4 warps need more than 255 registers a thread and spill (kernels/aot.py)
-    return (64, 64, 8, 1 if D > 64 else 3) if backward else (128, 64, 8, 2 if D > 64 else 3)
+    # FlashAttention tiles, 4 warps need more than 255 registers a thread and spill (kernels/aot.py).
+    # At D = 128 the backward takes 32-key tiles and one stage: 64 x 64 spills in dK/dV; the price
+    # is that dK/dV's 32-row matmuls compile to mma.sync instead of wgmma
+    return ((64, 32, 8, 1) if D > 64 else (64, 64, 8, 3)) if backward else (128, 64, 8, 2 if D > 64 else 3)
 
 
 def _new(like, dtype=None):

@@ -5,7 +5,7 @@ import torch
 
 import kernels
 from kernels import CONTEXT, ORIGINAL, PSEUDO, reference
-from kernels.tilemap import EMPTY, FULL, NEVER, build_tile_map
+from kernels.tilemap import EMPTY, FAR, FULL, NEVER, build_tile_map
 
 pa = pytest.importorskip("kernels.pseudo_attention")
 
@@ -185,6 +185,20 @@ def test_tiles_whose_distances_clamp_to_one_value(layout):
     if layout == "bidirectional":
         lay = (torch.zeros_like(lay[0]),) + lay[1:2] + (torch.zeros_like(lay[2]),) + lay[3:]
     run_case(lay, bias="rel", M=4, sorted_pos=True)
+    # the map: FAR tiles occur, each is fully visible and reads one clamped distance of the right sign
+    qk, qs, kk, ks, valid = lay[:5]
+    k_kind = kk if valid is None else torch.where(valid, kk, NEVER)
+    pos = torch.arange(100).expand(2, 100)
+    tiles = build_tile_map(qk, qs, None, k_kind, ks, None, 16, 16, q_pos=pos, k_pos=pos, max_dist=4)
+    see = reference.visible(qk, qs, kk, ks, valid)
+    far = (tiles.cls == FAR).nonzero().tolist()
+    assert far, "no FAR tile in the layout"
+    for b, i, j in far:
+        d = (pos[b, 16 * j:16 * j + 16][None] - pos[b, 16 * i:16 * i + 16][:, None]).clamp(-4, 4)
+        assert see[b, 16 * i:16 * i + 16, 16 * j:16 * j + 16].all() and (d == d[0, 0]).all() and d.abs().max() == 4
+        lst, split, count = tiles.q_list[b, i], tiles.q_split[b, i], tiles.q_count[b, i]
+        [code] = [c for c in lst[split:count].tolist() if c // 2 == j]
+        assert code % 2 == int(d[0, 0] > 0)
 
 
 def test_prefix_lm():
