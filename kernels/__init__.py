@@ -124,5 +124,14 @@ def offramp(h, weight, bias=None, backend="auto"):
     return reference.offramp(h, weight, bias)
 
 
+def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, backend="auto"):
+    """Mean cross-entropy of the off-ramp h @ weight.T + bias against target (N,), gradients to
+    h, weight and bias. The Triton path never materialises the (N, V) logits."""
+    if resolve_backend(backend, h.device) == "triton":
+        from .early_exit import offramp_cross_entropy as kernel
+        return kernel(h, weight, bias, target, ignore_index)
+    return reference.offramp_cross_entropy(h, weight, bias, target, ignore_index)
+
+
 __all__ = ["attention", "gather_rows", "scatter_rows", "offramp", "active_index", "use_backend", "resolve_backend", "rel_pos_bias", "RelPosBias", "t5_bucket",
            "visible", "CONTEXT", "ORIGINAL", "PSEUDO"]

@@ -385,6 +385,66 @@ def offramp(h, weight, bias=None):
 
 
 # -----------------------------------------------------------------------------
+# the off-ramp loss for training: cross-entropy without the (N, V) logits
+
+class _OfframpCrossEntropy(torch.autograd.Function):
+    """Forward: lse from the fused off-ramp kernel, the target's logit from one (N, C) gather, so
+    loss_i = lse_i - z_i[y_i]. Backward, the fused linear cross-entropy way: the logits are
+    recomputed one vocabulary tile at a time, dz = softmax - onehot from the saved lse, and dh, dW,
+    db accumulated from the tile (dW and db rows of a tile are written once). At most an
+    (N, tile) block of logits exists at any time."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, target, ignore_index, tile):
+        valid = target != ignore_index
+        safe = torch.where(valid, target, 0)
+        _, _, lse = _offramp_launch(h, weight, bias, _offramp_config(h.device.type, h.shape[0], weight.shape[0], h.shape[1], h.dtype))
+        z_t = (h.float() * weight[safe].float()).sum(-1) + (0.0 if bias is None else bias[safe].float())
+        n = valid.sum().clamp_min(1)
+        loss = torch.where(valid, lse - z_t, 0.0).sum() / n
+        ctx.save_for_backward(h, weight, bias, safe, valid, lse, n)
+        ctx.tile = tile
+        return loss
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        h, weight, bias, safe, valid, lse, n = ctx.saved_tensors
+        scale = (g / n * valid).float()[:, None]  # (N, 1): the mean's weight of each row
+        hf = h.float()
+        dh = torch.zeros_like(hf)
+        dw = torch.empty(weight.shape, dtype=torch.float32, device=h.device)
+        db = None if bias is None else torch.empty(bias.shape, dtype=torch.float32, device=h.device)
+        for v0 in range(0, weight.shape[0], ctx.tile):
+            w = weight[v0: v0 + ctx.tile].float()  # (T, C)
+            z = hf @ w.T  # (N, T)
+            if bias is not None:
+                z += bias[v0: v0 + ctx.tile].float()
+            dz = torch.exp(z - lse[:, None])
+            hit = (safe >= v0) & (safe < v0 + w.shape[0])
+            dz[hit.nonzero().squeeze(1), safe[hit] - v0] -= 1.0
+            dz *= scale
+            dh += dz @ w
+            dw[v0: v0 + w.shape[0]] = dz.T @ hf
+            if db is not None:
+                db[v0: v0 + w.shape[0]] = dz.sum(0)
+        return dh.to(h.dtype), dw.to(weight.dtype), None if db is None else db.to(bias.dtype), None, None, None
+
+
+def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, tile=4096):
+    """Mean cross-entropy of softmax(h @ weight.T + bias) against target (N,) long, over the rows
+    whose target is not ignore_index, as F.cross_entropy(F.linear(h, weight, bias), target);
+    gradients to h, weight and bias. Never materialises the (N, V) logits: the forward is the
+    fused off-ramp kernel, the backward recomputes (N, tile) logits per vocabulary tile.
+    h and weight of different dtypes are cast to the narrower, as in offramp."""
+    _check_device(h, "offramp_cross_entropy")
+    assert target.shape == h.shape[:1] and not target.is_floating_point(), "offramp_cross_entropy: target must be (N,) int"
+    dt = h.dtype if h.element_size() <= weight.element_size() else weight.dtype
+    h, weight = h.to(dt).contiguous(), weight.to(dt).contiguous()
+    return _OfframpCrossEntropy.apply(h, weight, None if bias is None else bias.contiguous(), target, ignore_index, tile)
+
+
+# -----------------------------------------------------------------------------
 # ahead-of-time compile cases (kernels/aot.py): the launchers on CPU tensors shaped like an H100
 # launch of the base model (C = 768, the 8000-token vocabulary, 4096 active tokens)
 

@@ -118,11 +118,11 @@ def test_scatter_then_gather_roundtrip_keeps_exited_rows():
 
 def test_dispatch(monkeypatch):
     """use_backend picks the kernel or the reference for every early-exit entry point."""
-    for name in ("active_index", "gather_rows", "scatter_rows", "offramp"):
+    for name in ("active_index", "gather_rows", "scatter_rows", "offramp", "offramp_cross_entropy"):
         monkeypatch.setattr(ee, name, lambda *a, **k: "kernel")
     x, index = torch.randn(4, 8), torch.tensor([1, 3])
     calls = {"active_index": (x > 0,), "gather_rows": (x, index), "scatter_rows": (x, index, x[:2]),
-             "offramp": (x, torch.randn(5, 8))}
+             "offramp": (x, torch.randn(5, 8)), "offramp_cross_entropy": (x, torch.randn(5, 8), None, torch.zeros(4, dtype=torch.long))}
     for name, args in calls.items():
         with kernels.use_backend("triton"):
             assert getattr(kernels, name)(*args) == "kernel", name
@@ -240,3 +240,42 @@ def test_aot_cases_launch_with_cuda_configs(monkeypatch):
     ramp = [k for n, k in launches if n == "_offramp_kernel"][0]
     assert ramp["UPCAST"] is False
     assert (ramp["BN"], ramp["BV"], ramp["BK"], ramp["num_warps"]) == ee._offramp_config("cuda", 4096, 8000, 768, torch.bfloat16)[:3] + (4,)
+
+
+# -----------------------------------------------------------------------------
+# the off-ramp loss: cross-entropy without the logits, forward and backward
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
+def test_offramp_cross_entropy(dtype, tol):
+    g = torch.Generator().manual_seed(9)
+    N, V, C = 37, 1000, 32
+    h = (torch.randn(N, C, generator=g) * 0.5).to(DEVICE, dtype)
+    w = torch.randn(V, C, generator=g).to(DEVICE, dtype)
+    b = torch.randn(V, generator=g).to(DEVICE)
+    target = torch.randint(0, V, (N,), generator=g).to(DEVICE)
+    target[::5] = -100  # ignored rows
+    grads = []
+    for fn in ("kernel", "reference"):
+        hh, ww, bb = (t.clone().requires_grad_() for t in (h, w, b))
+        if fn == "kernel":
+            loss = ee.offramp_cross_entropy(hh, ww, bb, target, tile=300)  # 300 does not divide V
+        else:
+            loss = reference.offramp_cross_entropy(hh, ww, bb, target)
+        loss.backward()
+        grads.append((loss.detach(), hh.grad, ww.grad, bb.grad))
+    for name, got, want in zip(("loss", "grad h", "grad weight", "grad bias"), *grads):
+        assert got.dtype == want.dtype if name != "loss" else True
+        # gradients relative to their scale: bf16 rounds h and the weight's gradient
+        assert (got.float() - want.float()).abs().max() <= tol * max(1.0, want.float().abs().max().item()), \
+            report(name, got, want)
+
+
+def test_offramp_cross_entropy_backward_works_in_tiles():
+    g = torch.Generator().manual_seed(10)
+    N, V, C, tile = 128, 1000, 16, 100
+    h = torch.randn(N, C, generator=g).to(DEVICE).requires_grad_()
+    w = torch.randn(V, C, generator=g).to(DEVICE).requires_grad_()
+    loss = ee.offramp_cross_entropy(h, w, None, torch.randint(0, V, (N,), generator=g).to(DEVICE), tile=tile)
+    with AllocationTrace() as trace:
+        loss.backward()
+    assert trace.largest <= max(V * C, N * tile) * 4, f"largest tensor {trace.largest} bytes, (N, V) logits {N * V * 4}"
