@@ -9,6 +9,12 @@ the tied (V, C) embedding, V = 8000 (the embedded corpus's vocabulary), bf16 on 
          entropy = lse - (p * z).sum(-1); argmax = z.argmax(-1)   (kernels/reference.py's chain,
          with the matmul in the input dtype as autocast would run it).
 Throughput: TFLOP/s = 2 * N * V * C / t (the matmul; the softmax's O(N V) work is not counted).
+A second table times the training loss, forward + backward:
+  ours   kernels.early_exit.offramp_cross_entropy (fused forward, backward recomputing the logits
+         one vocabulary tile at a time);
+  torch  F.cross_entropy(F.linear(h, W, b).float(), y)
+  TFLOP/s = 6 * N * V * C / t for both: the chain's three matmuls (logits, dh, dW). Ours does
+  a fourth, recomputing the logits in the backward (8 N V C in all), which is not counted.
 Memory: on CUDA the peak allocated above the inputs during one call (torch.cuda.max_memory_allocated),
 against the (N, V) float32 logits' 4 N V bytes. Under a CPU the Triton kernel would run in the
 interpreter, whose timings mean nothing: only the torch chain is timed there (in float32).
@@ -60,7 +66,8 @@ def peak_extra(fn):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tokens", type=int, nargs="+", default=[512, 4096, 16384], help="N values")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[512, 4096, 16384] if CUDA else [512, 4096],
+                    help="N values")
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions on CPU")
@@ -97,6 +104,28 @@ def main():
         else:
             cells += ["-", "-", "-", "-"]
         print(f"| {N} | " + " | ".join(cells) + f" |   (N, V) logits: {4 * N * V / 2**20:.0f} MB")
+
+    print("\ntraining loss, forward + backward; TFLOP/s = 6 N V C / t\n")
+    print("| N | torch ms | torch TFLOP/s | torch peak MB | ours ms | ours TFLOP/s | ours peak MB | torch / ours |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for N in args.tokens:
+        h = torch.randn(N, C, generator=g).to(DEV, dtype).requires_grad_()
+        wl, bl = w.clone().requires_grad_(), b.clone().requires_grad_()
+        y = torch.randint(0, V, (N,), generator=g).to(DEV)
+        flops = 6 * N * V * C
+
+        def ref():
+            F.cross_entropy(F.linear(h, wl, bl.to(dtype)).float(), y).backward()
+        t_ref = bench(ref, args.reps)
+        cells = [f"{t_ref:.3f}", f"{flops / t_ref / 1e9:.2f}", f"{peak_extra(ref) / 2**20:.1f}" if CUDA else "-"]
+        if ee is not None:
+            def ours():
+                ee.offramp_cross_entropy(h, wl, bl, y).backward()
+            t = bench(ours, args.reps)
+            cells += [f"{t:.3f}", f"{flops / t / 1e9:.2f}", f"{peak_extra(ours) / 2**20:.1f}", f"{t_ref / t:.2f}"]
+        else:
+            cells += ["-", "-", "-", "-"]
+        print(f"| {N} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -282,7 +282,7 @@ def _offramp_kernel(H, W, BIAS, PM, PS, PU, PA, N, V, C, sh, sw, v_per_split,
         m_new = tl.maximum(m, tile_max)
         alpha = tl.exp(m - m_new)  # 0 on the first tile, where m = -inf
         p = tl.exp(z - m_new[:, None])  # 0 on the masked tail
-        zc = tl.where(col_in[None, :], z - m_new[:, None], 0.0)
+        zc = tl.where(p > 0, z - m_new[:, None], 0.0)  # no 0 * -inf: the tail, a -inf bias
         # re-centre u from m to m_new: (z - m_new) = (z - m) + (m - m_new); nothing to move while s = 0
         u = alpha * (u + tl.where(s > 0, m - m_new, 0.0) * s) + tl.sum(p * zc, 1)
         s = alpha * s + tl.sum(p, 1)

@@ -139,7 +139,7 @@ def offramp(h, weight, bias=None):
     logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float())  # (N, V)
     lse = torch.logsumexp(logits, -1)
     p = torch.softmax(logits, -1)
-    entropy = lse - (p * logits).sum(-1)
+    entropy = lse - torch.where(p > 0, p * logits, 0.0).sum(-1)  # a -inf bias (a banned token) adds 0
     return logits.argmax(-1), entropy, lse
 
 

@@ -183,6 +183,19 @@ def test_offramp_small_and_empty():
     assert arg.shape == ent.shape == lse.shape == (0,)
 
 
+def test_offramp_banned_tokens():
+    """A -inf bias bans a token (padding, [MASK]): it gets probability 0 and adds nothing, no NaN."""
+    g = torch.Generator().manual_seed(11)
+    h, w = torch.randn(20, 16, generator=g).to(DEVICE), torch.randn(150, 16, generator=g).to(DEVICE)
+    b = torch.zeros(150, device=DEVICE)
+    b[[0, 5, 64, 149]] = float("-inf")  # across tiles and the last column
+    arg, ent, lse = ee.offramp(h, w, b)
+    assert torch.isfinite(ent).all() and torch.isfinite(lse).all()
+    check_offramp(h, w, b, 1e-4)
+    want = reference.offramp(h[:, :], w[b == 0], None)
+    assert (ent - want[1]).abs().max() <= 1e-4, report("entropy without the banned rows", ent, want[1])
+
+
 def test_offramp_mixed_dtypes_cast_to_the_narrower():
     """bf16 hidden states under autocast against an fp32 tied embedding: computed in bf16."""
     g = torch.Generator().manual_seed(7)
