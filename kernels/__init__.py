@@ -90,21 +90,50 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
 
 # -----------------------------------------------------------------------------
 # early exit (ELMER): gather the active tokens of a layer, scatter them back, the fused off-ramp.
-# The references in kernels/reference.py; the Triton kernels take over through the same switch.
+# The references in kernels/reference.py; the Triton kernels (kernels/early_exit.py) take over
+# through the same switch. This active_index replaces the reference's imported at the top.
+
+def active_index(active, backend="auto"):
+    """(B, T) bool -> (N,) long flat indices of the True entries, row-major. The Triton path
+    builds it with a prefix sum on the device and reads only the count (one sync per call)."""
+    if resolve_backend(backend, active.device) == "triton":
+        from .early_exit import active_index as kernel
+        return kernel(active)
+    return reference.active_index(active)
+
 
 def gather_rows(x, index, backend="auto"):
-    """x: (M, C), index: (N,) long -> (N, C) = x[index]; autograd-aware."""
+    """x: (M, C), index: (N,) long, distinct -> (N, C) = x[index]; autograd-aware."""
+    if resolve_backend(backend, x.device) == "triton":
+        from .early_exit import gather_rows as kernel
+        return kernel(x, index)
     return reference.gather_rows(x, index)
 
 
 def scatter_rows(base, index, rows, backend="auto"):
     """A copy of base (M, C) with rows index (N,) replaced by rows (N, C); autograd-aware."""
+    if resolve_backend(backend, base.device) == "triton":
+        from .early_exit import scatter_rows as kernel
+        return kernel(base, index, rows)
     return reference.scatter_rows(base, index, rows)
 
 
 def offramp(h, weight, bias=None, backend="auto"):
-    """(argmax, entropy, logsumexp) of softmax(h @ weight.T + bias), each (N,); no gradient."""
+    """(argmax, entropy, logsumexp) of softmax(h @ weight.T + bias), each (N,); no gradient.
+    The Triton path tiles the vocabulary and never writes the (N, V) logits."""
+    if resolve_backend(backend, h.device) == "triton":
+        from .early_exit import offramp as kernel
+        return kernel(h, weight, bias)
     return reference.offramp(h, weight, bias)
+
+
+def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, backend="auto"):
+    """Mean cross-entropy of the off-ramp h @ weight.T + bias against target (N,), gradients to
+    h, weight and bias. The Triton path never materialises the (N, V) logits."""
+    if resolve_backend(backend, h.device) == "triton":
+        from .early_exit import offramp_cross_entropy as kernel
+        return kernel(h, weight, bias, target, ignore_index)
+    return reference.offramp_cross_entropy(h, weight, bias, target, ignore_index)
 
 
 __all__ = ["attention", "gather_rows", "scatter_rows", "offramp", "active_index", "use_backend", "resolve_backend", "rel_pos_bias", "RelPosBias", "t5_bucket",

@@ -139,5 +139,13 @@ def offramp(h, weight, bias=None):
     logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float())  # (N, V)
     lse = torch.logsumexp(logits, -1)
     p = torch.softmax(logits, -1)
-    entropy = lse - (p * logits).sum(-1)
+    entropy = lse - torch.where(p > 0, p * logits, 0.0).sum(-1)  # a -inf bias (a banned token) adds 0
     return logits.argmax(-1), entropy, lse
+
+
+def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100):
+    """Mean cross-entropy of softmax(h W^T + b) against target (N,) long over the rows whose
+    target is not ignore_index: the off-ramp's training loss. Materialises the (N, V) logits,
+    which the kernel never does."""
+    logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float())  # (N, V)
+    return F.cross_entropy(logits, target, ignore_index=ignore_index)

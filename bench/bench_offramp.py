@@ -1,0 +1,132 @@
+"""Benchmark of the fused off-ramp against the PyTorch chain logits -> softmax -> entropy / argmax.
+
+    python bench/bench_offramp.py       # CUDA: ours vs torch; CPU: the torch chain only
+
+An ELMER off-ramp (Li et al. 2022, sections 4.1, 4.3) on N active tokens of width C = 768 against
+the tied (V, C) embedding, V = 8000 (the embedded corpus's vocabulary), bf16 on CUDA. Methods:
+  ours   kernels.early_exit.offramp: vocabulary tiles through an online max / sum, no (N, V) tensor;
+  torch  z = F.linear(h, W, b).float(); lse = z.logsumexp(-1); p = z.softmax(-1);
+         entropy = lse - (p * z).sum(-1); argmax = z.argmax(-1)   (kernels/reference.py's chain,
+         with the matmul in the input dtype as autocast would run it).
+Throughput: TFLOP/s = 2 * N * V * C / t (the matmul; the softmax's O(N V) work is not counted).
+A second table times the training loss, forward + backward:
+  ours   kernels.early_exit.offramp_cross_entropy (fused forward, backward recomputing the logits
+         one vocabulary tile at a time);
+  torch  F.cross_entropy(F.linear(h, W, b).float(), y)
+  TFLOP/s = 6 * N * V * C / t for both: the chain's three matmuls (logits, dh, dW). Ours does
+  a fourth, recomputing the logits in the backward (8 N V C in all), which is not counted.
+Memory: on CUDA the peak allocated above the inputs during one call (torch.cuda.max_memory_allocated),
+against the (N, V) float32 logits' 4 N V bytes. Under a CPU the Triton kernel would run in the
+interpreter, whose timings mean nothing: only the torch chain is timed there (in float32).
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CUDA = torch.cuda.is_available()
+DEV = "cuda" if CUDA else "cpu"
+
+
+def bench(fn, reps):
+    if CUDA:
+        from triton.testing import do_bench
+        return do_bench(fn, warmup=25, rep=100)
+    fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def torch_chain(h, w, b):
+    z = F.linear(h, w, b).float()  # (N, V)
+    lse = z.logsumexp(-1)
+    p = z.softmax(-1)
+    return z.argmax(-1), lse - (p * z).sum(-1), lse
+
+
+def peak_extra(fn):
+    """Bytes allocated at the peak of fn() above what was allocated before it (CUDA only)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokens", type=int, nargs="+", default=[512, 4096, 16384] if CUDA else [512, 4096],
+                    help="N values")
+    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--width", type=int, default=768)
+    ap.add_argument("--reps", type=int, default=5, help="timed repetitions on CPU")
+    args = ap.parse_args()
+    V, C = args.vocab, args.width
+    if CUDA:
+        from kernels import early_exit as ee
+        dtype = torch.bfloat16
+        print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, bf16")
+    else:
+        ee, dtype = None, torch.float32
+        print("device: CPU, float32. The Triton kernel would run in the interpreter here, whose timings "
+              "mean nothing: only the torch chain is timed. Run on a CUDA GPU for the comparison.")
+    print(f"V = {V}, C = {C}; TFLOP/s = 2 N V C / t; memory: peak above the inputs, "
+          f"(N, V) float32 logits = 4 N V bytes\n")
+    print("| N | torch ms | torch TFLOP/s | torch peak MB | ours ms | ours TFLOP/s | ours peak MB | torch / ours |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(V, C, generator=g) * C ** -0.5).to(DEV, dtype)
+    b = torch.randn(V, generator=g).to(DEV)
+    for N in args.tokens:
+        h = torch.randn(N, C, generator=g).to(DEV, dtype)
+        flops = 2 * N * V * C
+        ref = lambda: torch_chain(h, w, b.to(dtype))  # noqa: E731
+        t_ref = bench(ref, args.reps)
+        cells = [f"{t_ref:.3f}", f"{flops / t_ref / 1e9:.2f}", f"{peak_extra(ref) / 2**20:.1f}" if CUDA else "-"]
+        if ee is not None:
+            ours = lambda: ee.offramp(h, w, b)  # noqa: E731
+            arg, ent, lse = ours()
+            arg_r, ent_r, lse_r = torch_chain(h.float(), w.float(), b)
+            assert (lse - lse_r).abs().max() < 1e-2 and (ent - ent_r).abs().max() < 1e-2, "ours disagrees"
+            t = bench(ours, args.reps)
+            cells += [f"{t:.3f}", f"{flops / t / 1e9:.2f}", f"{peak_extra(ours) / 2**20:.1f}", f"{t_ref / t:.2f}"]
+        else:
+            cells += ["-", "-", "-", "-"]
+        print(f"| {N} | " + " | ".join(cells) + f" |   (N, V) logits: {4 * N * V / 2**20:.0f} MB")
+
+    print("\ntraining loss, forward + backward; TFLOP/s = 6 N V C / t\n")
+    print("| N | torch ms | torch TFLOP/s | torch peak MB | ours ms | ours TFLOP/s | ours peak MB | torch / ours |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for N in args.tokens:
+        h = torch.randn(N, C, generator=g).to(DEV, dtype).requires_grad_()
+        wl, bl = w.clone().requires_grad_(), b.clone().requires_grad_()
+        y = torch.randint(0, V, (N,), generator=g).to(DEV)
+        flops = 6 * N * V * C
+
+        def ref():
+            F.cross_entropy(F.linear(h, wl, bl.to(dtype)).float(), y).backward()
+        t_ref = bench(ref, args.reps)
+        cells = [f"{t_ref:.3f}", f"{flops / t_ref / 1e9:.2f}", f"{peak_extra(ref) / 2**20:.1f}" if CUDA else "-"]
+        if ee is not None:
+            def ours():
+                ee.offramp_cross_entropy(h, wl, bl, y).backward()
+            t = bench(ours, args.reps)
+            cells += [f"{t:.3f}", f"{flops / t / 1e9:.2f}", f"{peak_extra(ours) / 2**20:.1f}", f"{t_ref / t:.2f}"]
+        else:
+            cells += ["-", "-", "-", "-"]
+        print(f"| {N} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
