@@ -72,3 +72,13 @@ def test_no_kernel_spills(rows):
     spills = [f"{r['kernel']} [{r['cases'][0]}]: {r['registers']} registers, spill {r['spill_stores']}/"
               f"{r['spill_loads']} bytes" for r in rows if r["compiles"] and (r["spill_stores"] or r["spill_loads"])]
     assert not spills, "\n".join(spills)
+
+
+def test_every_kernel_module_is_compiled(rows):
+    """A kernels/*.py with a @triton.jit kernel must give kernels/aot.py its launches (aot_cases)."""
+    import glob
+    compiled = {r["module"] for r in rows}
+    for path in glob.glob(os.path.join(ROOT, "kernels", "*.py")):
+        name = os.path.basename(path)[:-3]
+        if "@triton.jit" in open(path).read() and name != "aot":
+            assert name in compiled, f"kernels/{name}.py has Triton kernels but no aot_cases() compiled"
