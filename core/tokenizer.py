@@ -22,11 +22,19 @@ FIRST_SENTINEL = 6
 class Tokenizer:
     pad_id, unk_id, sos_id, eos_id, mask_id, pseudo_id = PAD, UNK, SOS, EOS, MASK, PSEUDO
 
-    def __init__(self, proto: bytes):
+    def __init__(self, proto: bytes, origin="this tokenizer"):
         self.proto = proto
-        self.sp = spm.SentencePieceProcessor(model_proto=proto)
-        if self.sp.piece_to_id("[P]") != PSEUDO or self.sp.piece_to_id("[SOS]") != SOS:
-            raise UserError("this SentencePiece model lacks the project's reserved ids ([SOS]=2, [P]=5)")
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=proto)
+        except (RuntimeError, TypeError, ValueError):
+            raise UserError(f"{origin} is not a SentencePiece model") from None
+        reserved = {"<pad>": PAD, "<unk>": UNK, "[SOS]": SOS, "[EOS]": EOS, "[MASK]": MASK, "[P]": PSEUDO,
+                    **{f"<extra_id_{i}>": FIRST_SENTINEL + i for i in range(N_SENTINELS)}}
+        wrong = [f"{piece}={i}" for piece, i in reserved.items()
+                 if i >= self.sp.get_piece_size() or self.sp.id_to_piece(i) != piece]
+        if wrong:
+            raise UserError(f"{origin} lacks the project's reserved ids (needs {', '.join(wrong[:4])}"
+                            f"{', ...' if len(wrong) > 4 else ''}); train one with train.py")
 
     # --- the vocabulary -------------------------------------------------------------------------
     @property
@@ -68,8 +76,10 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path):
+        if not os.path.isfile(path):
+            raise UserError(f"tokenizer file not found: {path}")
         with open(path, "rb") as f:
-            return cls(f.read())
+            return cls(f.read(), path)
 
     @classmethod
     def train(cls, texts, vocab_size, max_sentences=300_000):
