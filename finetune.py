@@ -124,7 +124,7 @@ def run(args, d):
         make = lambda s, t: batch_fn(list(zip(s, t)), tok, args.max_src, args.max_tgt)
         labels = None
     else:
-        labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets, valid.targets, train.origin)
+        labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets, valid.targets, train.origin, lambda m: print0(d, m))
         tgt_ids, valid_tgt = labels.ids(train.targets), labels.ids(valid.targets[:args.valid_examples])
         make = lambda s, t: classify_batch(s, t, tok, args.max_src)
         loss_fn = classify_loss_sums

@@ -59,15 +59,17 @@ class Labels:
         self.index = {n: i for i, n in enumerate(self.names)}
 
     @classmethod
-    def from_targets(cls, targets, valid_targets=(), origin="the training split"):
-        """The labels of the training split; one label, or validation labels it lacks, are errors."""
+    def from_targets(cls, targets, valid_targets=(), origin="the training split", note=print):
+        """The labels of the training split. One label is an error; validation labels it lacks
+        are said (they can only be scored wrong), since a small training subset may lack rare ones."""
         names = sorted(set(targets))
         if len(names) < 2:
             raise UserError(f"{origin} has only one label ({names[0]!r}); classification needs at least two")
         unseen = sorted(set(valid_targets) - set(names))
         if unseen:
-            raise UserError(f"the validation split has labels that {origin} never has: "
-                            f"{', '.join(map(repr, unseen[:5]))}{' ...' if len(unseen) > 5 else ''} ({len(unseen)} in all)")
+            n = sum(t in set(unseen) for t in valid_targets)
+            note(f"note: {n} validation examples have labels that {origin} never has, and count as wrong: "
+                 f"{', '.join(map(repr, unseen[:5]))}{' ...' if len(unseen) > 5 else ''} ({len(unseen)} labels)")
         return cls(names)
 
     def ids(self, targets):

@@ -94,8 +94,6 @@ CASES = [
     ("ft-warmup-frac-1", "finetune", "--warmup-frac 1 --out {root}/new", ["--warmup-frac 1"]),
     ("ft-one-class", "finetune", "--init {run}/last.pt --task classify --train-data {oneclass} --valid-data {oneclass} "
      "--out {root}/new", ["only one label", "'x'"]),
-    ("ft-unseen-valid-labels", "finetune", "--init {run}/last.pt --task classify --train-data {train} --valid-data {unseen} "
-     "--out {root}/new", ["never has", "'zz'"]),
     ("ft-null-source", "finetune", "--init {run}/last.pt --train-data {nullsrc} --valid-data {valid} --out {root}/new",
      ["'document'", "null"]),
     ("ft-rerun-existing-out", "finetune", "--init {run}/last.pt --train-data {train} --valid-data {valid} --out {ft}",
@@ -180,3 +178,33 @@ def test_sigint_saves_the_current_step(world, tmp_path):
     step = torch.load(os.path.join(out, "last.pt"), weights_only=True)["step"]
     last_logged = max(int(l.split()[1].split("/")[0]) for l in seen + rest.splitlines() if l.startswith("step "))
     assert step >= 3 and step >= last_logged and f"after step {step}" in err_lines[0]
+
+
+# -----------------------------------------------------------------------------
+# eval.py: results named per checkpoint and data set; a directory stands for its runs
+
+def test_eval_names_results_and_reads_directories(world, tmp_path, capsys):
+    import shutil
+    run = tmp_path / "runs" / "a"
+    run.mkdir(parents=True)
+    shutil.copy(os.path.join(world["ft"], "best.pt"), run / "best.pt")
+    shutil.copy(os.path.join(world["ft"], "best.pt"), run / "other.pt")
+    common = ["--data", world["valid"], "--limit", "3", "--beam", "1", "--batch-size", "4", "--latency-samples", "1",
+              "--no-lead"]
+    evaluate_script.main([str(run / "best.pt"), str(run / "other.pt")] + common)
+    rows = evaluate_script.main([str(tmp_path / "runs")] + common)  # the directory: a/best.pt only
+    assert [r["model"] for r in rows] == [str(run / "best.pt")]
+    assert str(run / "best.pt") in capsys.readouterr().err
+    names = sorted(os.listdir(run))
+    evals = [n for n in names if n.startswith("eval-")]
+    assert len(evals) == 2 and any(n.startswith("eval-other-valid-") for n in evals), names
+    assert all(n.endswith("-first3.json") for n in evals)
+    assert len([n for n in names if n.startswith("outputs-")]) == 2
+
+
+def test_unseen_validation_labels_are_said(capsys):
+    from core.tasks import Labels
+    labels = Labels.from_targets(["a", "b", "a"], ["a", "zz", "zz"], "train.jsonl")
+    assert labels.names == ["a", "b"] and labels.ids(["zz"]) == [-1]
+    out = capsys.readouterr().out
+    assert "2 validation examples" in out and "'zz'" in out and "train.jsonl" in out
