@@ -88,7 +88,7 @@ class Tokenizer:
         out = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(t for t in texts if t.strip()), model_writer=out,
+                sentence_iterator=training_sentences(texts), model_writer=out,
                 vocab_size=vocab_size, model_type="unigram", character_coverage=0.9995,
                 pad_id=PAD, unk_id=UNK, bos_id=SOS, eos_id=EOS,
                 pad_piece="<pad>", unk_piece="<unk>", bos_piece="[SOS]", eos_piece="[EOS]",
@@ -98,6 +98,20 @@ class Tokenizer:
         except RuntimeError as e:  # e.g. a vocabulary larger than the text can support
             raise UserError(f"tokenizer training failed: {e}; try a smaller --vocab-size") from None
         return cls(out.getvalue())
+
+
+def training_sentences(texts, longest=4096):
+    """The tokenizer trainer's input: SentencePiece silently drops a sentence past its
+    max_sentence_length, so a long document (a 100k-character line) is fed in pieces cut at
+    spaces; the documents themselves stay whole."""
+    for t in texts:
+        while len(t) > longest:
+            cut = t.rfind(" ", 0, longest)
+            cut = cut if cut > 0 else longest
+            yield t[:cut]
+            t = t[cut:].lstrip()
+        if t.strip():
+            yield t
 
 
 def cached_tokenizer(texts, vocab_size, cache_dir):

@@ -208,3 +208,41 @@ def test_unseen_validation_labels_are_said(capsys):
     assert labels.names == ["a", "b"] and labels.ids(["zz"]) == [-1]
     out = capsys.readouterr().out
     assert "2 validation examples" in out and "'zz'" in out and "train.jsonl" in out
+
+
+def test_long_line_reaches_the_tokenizer_trainer():
+    """SentencePiece drops sentences past 65536 bytes without a word: a 100k-character line is fed
+    to it in pieces (and stays one document for pretraining)."""
+    from core.tokenizer import training_sentences
+    words = [f"w{i}" for i in range(30000)]
+    pieces = list(training_sentences([" ".join(words), "short one"]))
+    assert max(len(p) for p in pieces) <= 4096 and len(pieces) > 20
+    assert " ".join(pieces).split() == words + ["short", "one"]
+
+
+def test_finetune_extends_with_more_epochs(world, tmp_path):
+    import shutil
+    out = str(tmp_path / "ft")
+    shutil.copytree(world["ft"], out)
+    first = torch.load(os.path.join(out, "last.pt"), weights_only=True)
+    best_before = open(os.path.join(out, "best.pt"), "rb").read()
+    finetune.main(["--out", out, "--resume", "--epochs", "2"])
+    last = torch.load(os.path.join(out, "last.pt"), weights_only=True)
+    assert last["step"] == 2 * first["step"] and last["args"]["epochs"] == 2
+    best = torch.load(os.path.join(out, "best.pt"), weights_only=True)["best"]
+    assert best >= first["best"]  # best.pt is replaced only by a better score
+    if best == first["best"]:
+        assert open(os.path.join(out, "best.pt"), "rb").read() == best_before
+
+
+def test_torchrun_bad_data_says_the_error_first(tmp_path):
+    """Under torchrun the user's first line is the one `error:` line (rank 0's; the other ranks,
+    which meet the same error, are stopped by torchrun before they repeat it). Each worker exits
+    with status 2; torchrun itself reports any failed worker with status 1 and its own summary."""
+    missing = str(tmp_path / "nope.txt")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        "train.py", "--data", missing, "--out", str(tmp_path / "o")] + TINY, cwd=ROOT,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert r.returncode != 0 and lines[0] == f"error: data file not found: {missing}", r.stderr[:2000]
+    assert sum(l.startswith("error: ") for l in lines) == 1 and "exitcode  : 2" in r.stderr
