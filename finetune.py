@@ -27,7 +27,7 @@ from core.config import PRESETS, ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.guards import StopSignals, best_on_disk, parse_args
+from core.guards import StopSignals, best_on_disk, check_continues, parse_args
 from core.finetuning import arch_of, build_model, rouge, seq2seq_ops, summarize
 from core.model import count_parameters
 from core.optim import make_optimizer
@@ -163,8 +163,7 @@ def run(args, d):
         optimizer.load_state_dict(state["optimizer"])
         restore_rng(state["rng"])
         start, best = state["step"], best_on_disk(args.out, state.get("best"))
-        if start >= args.steps:
-            raise UserError(f"{ckpt_path} is already at step {start} of {args.steps}: give more --epochs to continue it")
+        check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
               f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}")

@@ -20,7 +20,7 @@ from core.config import preset
 from core.data import TokenStream, pretraining_texts, token_counts, unigram_entropy
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.guards import StopSignals, parse_args
+from core.guards import StopSignals, check_continues, parse_args
 from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
@@ -122,8 +122,7 @@ def run(args, d):
         optimizer.load_state_dict(state["optimizer"])
         restore_rng(state["rng"])
         start = state["step"]
-        if start >= args.steps:
-            raise UserError(f"{ckpt_path} is already at step {start} of {args.steps}: give more --steps to continue it")
+        check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
               f"{args.objective}{'' if t5 else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "

@@ -20,7 +20,8 @@ class Interrupted(Exception):
 
 def main_guard(fn):
     """Decorate a script's main(): a UserError becomes `error: ...` on stderr and exit status 2;
-    an Interrupted run its one line and 128 + the signal number.
+    an Interrupted run its one line and 128 + the signal number; Ctrl-C outside the training
+    loop (which saves, see guards.StopSignals) one line and status 130.
 
     Under torchrun every process usually meets the same bad input. Rank 0 prints at once; the
     others wait a moment first, and torchrun, which stops the remaining workers as soon as one
@@ -35,6 +36,10 @@ def main_guard(fn):
             if str(e):
                 print(str(e), file=sys.stderr, flush=True)
             sys.exit(e.status)
+        except KeyboardInterrupt:  # before the training loop, or a second Ctrl-C within it
+            if int(os.environ.get("RANK", 0)) == 0:
+                print("interrupted; nothing more was saved", file=sys.stderr, flush=True)
+            sys.exit(130)
         except UserError as e:
             if int(os.environ.get("RANK", 0)) > 0:
                 time.sleep(2.0)

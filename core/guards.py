@@ -128,6 +128,15 @@ def resume_conflicts(args, saved, resumable):
             for k in sorted(given) if k not in resumable and k in saved and saved[k] != getattr(args, k)]
 
 
+def check_continues(start, steps, stop_after, path, longer):
+    """A resumed run must have steps left: --steps / --epochs beyond the checkpoint's step, and a
+    --stop-after beyond it too (else nothing would run, and nothing new be saved)."""
+    if start >= steps:
+        raise UserError(f"{path} is already at step {start} of {steps}: give more {longer} to continue it")
+    if stop_after is not None and stop_after <= start:
+        raise UserError(f"--stop-after {stop_after} is not beyond the step of {path} ({start})")
+
+
 def best_on_disk(out, best):
     """The better of `best` and the score recorded in OUT/best.pt, so that a resumed run never
     replaces a better best.pt."""

@@ -88,6 +88,7 @@ CASES = [
     ("resume-changed-model", "train", "--data {text} --steps 4 --out {run} --resume --model small --seq-len 64",
      ["--model small", "--seq-len 64", "tiny"]),
     ("resume-no-more-steps", "train", "--data {text} --steps 2 --out {run} --resume", ["already at step 2", "--steps"]),
+    ("resume-stop-after-behind", "train", "--steps 9 --stop-after 1 --out {run} --resume", ["--stop-after 1", "(2)"]),
     ("ft-label-smoothing-1", "finetune", "--label-smoothing 1 --out {root}/new", ["--label-smoothing 1"]),
     ("ft-epochs-0", "finetune", "--epochs 0 --out {root}/new", ["--epochs 0"]),
     ("ft-batch-0", "finetune", "--batch 0 --out {root}/new", ["--batch 0"]),
