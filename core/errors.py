@@ -26,7 +26,8 @@ def main_guard(fn):
     Under torchrun every process usually meets the same bad input. Rank 0 prints at once; the
     others wait a moment first, and torchrun, which stops the remaining workers as soon as one
     fails, ends them before they repeat the line, so the user's first line is the one error.
-    A process whose error is its own still prints it after the wait."""
+    A process whose error is its own still prints it after the wait (10 s: a loaded machine can
+    take seconds to end rank 0 and notice)."""
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         from .guards import restore_signals
@@ -42,7 +43,7 @@ def main_guard(fn):
             sys.exit(130)
         except UserError as e:
             if int(os.environ.get("RANK", 0)) > 0:
-                time.sleep(2.0)
+                time.sleep(10.0)
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
         finally:
