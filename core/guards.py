@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import signal
+import time
 
 import torch
 
@@ -161,7 +162,8 @@ def restore_signals():
 class StopSignals:
     """Installed for the training loop. The first SIGINT/SIGTERM asks for a stop after the
     current step; a second one stops at once. Every process agrees on the step to stop at (the
-    flag is summed over processes), so no rank waits in a collective for one that left."""
+    flag is summed over processes), so no rank waits in a collective for one that left. Only rank
+    0 writes the checkpoint; every process exits with status 128 + the signal."""
 
     def __init__(self):
         self.signum = None
@@ -169,10 +171,14 @@ class StopSignals:
         ACTIVE.append(self)
 
     def handle(self, signum, frame):
+        # Ctrl-C under torchrun reaches a worker twice at once (from the terminal, and forwarded by
+        # torchrun): only a signal a second after the first means "stop now"
         if self.signum is not None:
-            self.restore()
-            raise KeyboardInterrupt
-        self.signum = signum
+            if time.time() - self.t > 1.0:
+                self.restore()
+                raise KeyboardInterrupt
+            return
+        self.signum, self.t = signum, time.time()
 
     def restore(self):
         for s, h in self.previous.items():
