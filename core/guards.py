@@ -167,7 +167,9 @@ class StopSignals:
 
     def __init__(self):
         self.signum = None
-        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        # a signal the parent ignores (nohup, a background job) stays ignored
+        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)
+                         if signal.getsignal(s) is not signal.SIG_IGN}
         ACTIVE.append(self)
 
     def handle(self, signum, frame):
