@@ -7,11 +7,16 @@
 Summarization: ROUGE-1/2/L F1 (rouge-score, stemming on), plus rows for the LEAD baselines
 (first 8 words, first sentence). Classification: accuracy and macro-F1. For every checkpoint:
 the parameter count, the latency per sample at batch size 1 and the throughput at a large batch
-(the device is synchronised before every clock read; warm-up runs are excluded). The table goes
-to stdout as markdown; each checkpoint's row goes to eval-SPLIT.json next to it, its generated
-outputs to outputs-SPLIT.jsonl.
+(the device is synchronised before every clock read; warm-up runs are excluded). A directory
+stands for every fine-tuned run under it (the best.pt of each). The table goes to stdout as
+markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its generated outputs
+to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
+name and a hash of its path, with -firstN under --limit), so that no evaluation overwrites another.
+Every checkpoint and data file is read and checked before the first is evaluated; files are
+written last.
 """
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -22,7 +27,8 @@ import torch
 from core import checkpoint
 from core.classify import classify_batch, macro_f1, predict
 from core.config import ModelConfig
-from core.errors import main_guard
+from core.errors import UserError, main_guard
+from core.guards import parse_args
 from core.finetuning import arch_of, build_model, rouge, summarize
 from core.model import count_parameters
 from core.tasks import Labels, lead, load_split
@@ -31,7 +37,8 @@ from core.tokenizer import Tokenizer
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoints", nargs="*", default=["runs/finetune/best.pt"])
+    p.add_argument("checkpoints", nargs="*", default=["runs/finetune/best.pt"],
+                   help="fine-tuned checkpoints, or directories: every best.pt under them")
     p.add_argument("--data", default=None, help="a .jsonl file to evaluate on (default: the embedded corpus)")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the embedded corpus")
     p.add_argument("--src-field", default=None)
@@ -46,7 +53,7 @@ def get_args(argv=None):
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
     p.add_argument("--no-lead", action="store_true", help="omit the LEAD baseline rows")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    return p.parse_args(argv)
+    return parse_args(p, argv)
 
 
 def sync(device):
@@ -80,8 +87,32 @@ def speed(device, run_batch, sources, batch_size, latency_samples):
     return 1000 * latency, throughput
 
 
-def evaluate_checkpoint(path, args, device):
-    state = checkpoint.load(path, kinds=("finetune/",))
+def pick_checkpoints(paths):
+    """The checkpoint files: a directory stands for every best.pt under it (one per run)."""
+    out = []
+    for path in paths:
+        if not os.path.isdir(path):
+            out.append(path)
+            continue
+        found = sorted(os.path.join(d, "best.pt") for d, _, files in os.walk(path) if "best.pt" in files)
+        if not found:
+            raise UserError(f"{path} holds no fine-tuned run (no best.pt under it)")
+        print(f"{path}: {len(found)} fine-tuned checkpoint(s): {', '.join(found)}", file=sys.stderr)
+        out += found
+    return out
+
+
+def result_names(path, args):
+    """(eval json, outputs jsonl) beside the checkpoint, named for it and for the data."""
+    data = args.split if args.data is None else (
+        os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
+    tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-first{args.limit}" if args.limit else "")
+    out_dir = os.path.dirname(os.path.abspath(path))
+    return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
+
+
+def evaluate_checkpoint(path, state, args, device):
+    """The row of one checkpoint, and the generated outputs (summarization) to write."""
     task, arch = state["kind"].split("/")[1], arch_of(state, path)
     tok = Tokenizer.from_tensor(state["tokenizer"])
     cfg = ModelConfig.from_dict(state["model_config"])
@@ -95,6 +126,7 @@ def evaluate_checkpoint(path, args, device):
     sources, targets = data.sources[:args.limit], data.targets[:args.limit]
     row = dict(model=path, arch=arch, task=task, params_M=round(count_parameters(model) / 1e6, 2), n=len(sources))
     out_dir = os.path.dirname(os.path.abspath(path))
+    outputs = None
 
     if task == "summarize":
         gen = dict(beam=args.beam, max_len=args.max_len, min_len=args.min_len,
@@ -102,9 +134,7 @@ def evaluate_checkpoint(path, args, device):
         run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
         preds = run(sources, progress_line(f"generating with {os.path.basename(out_dir)}"))
         row.update(rouge(preds, targets))
-        with open(os.path.join(out_dir, f"outputs-{args.split}.jsonl"), "w") as f:
-            for s, t, p in zip(sources, targets, preds):
-                f.write(json.dumps(dict(prediction=p, reference=t, source=s), ensure_ascii=False) + "\n")
+        outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
     else:
         ids = tok.encode(sources)
 
@@ -116,15 +146,28 @@ def evaluate_checkpoint(path, args, device):
                     out += predict(model, b.to(device)).tolist()
             return out
         gold = labels.ids(targets)
+        if -1 in gold:
+            print(f"note: {gold.count(-1)} examples of {data.origin} have labels {path} never saw in training "
+                  f"(counted as wrong)", file=sys.stderr)
         pred = run(ids)
         row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
         row["macro_f1"] = 100 * macro_f1(pred, gold, len(labels))
         sources = ids
     with torch.no_grad():
         row["latency_ms"], row["samples_per_s"] = speed(device, run, sources, args.batch_size, args.latency_samples)
-    with open(os.path.join(out_dir, f"eval-{args.split}.json"), "w") as f:
-        json.dump(dict(row, generation=vars(args)), f, indent=2)
-    return row
+    return row, outputs
+
+
+def write_results(path, row, outputs, args):
+    """Atomically, the row (with the settings) and the outputs, named by result_names."""
+    json_path, outputs_path = result_names(path, args)
+    files = [(json_path, json.dumps(dict(row, generation=vars(args)), indent=2))]
+    if outputs is not None:
+        files.append((outputs_path, "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in outputs)))
+    for name, text in files:
+        with open(name + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(name + ".tmp", name)
 
 
 def markdown(rows):
@@ -142,14 +185,27 @@ def main(argv=None):
     args = get_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
-    rows = [evaluate_checkpoint(path, args, device) for path in args.checkpoints]
+    # read and check every input before the first (long) evaluation; write the results last
+    paths = pick_checkpoints(args.checkpoints)
+    states = {path: checkpoint.load(path, kinds=("finetune/",)) for path in paths}
+    for task in sorted({state["kind"].split("/")[1] for state in states.values()}):
+        load_split(task, args.split, args.data, args.src_field, args.tgt_field)
+    for path in paths:
+        out_dir = os.path.dirname(os.path.abspath(path))
+        if not os.access(out_dir, os.W_OK):
+            raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
+    results = [evaluate_checkpoint(path, states[path], args, device) for path in paths]
+    for path, (row, outputs) in zip(paths, results):
+        write_results(path, row, outputs, args)
+    rows = [row for row, _ in results]
     if not args.no_lead and any(r["task"] == "summarize" for r in rows):
         data = load_split("summarize", args.split, args.data, args.src_field, args.tgt_field)
         sources, targets = data.sources[:args.limit], data.targets[:args.limit]
         for name, words in (("LEAD-8", 8), ("LEAD-1sent", None)):
             rows.append(dict(model=name, arch="-", params_M=0, n=len(sources),
                              **rouge([lead(s, words) for s in sources], targets)))
-    print(f"\n{args.split} split, {device.type}, beam {args.beam}\n")
+    data = f"{args.split} split" if args.data is None else args.data
+    print(f"\n{data}{f' (first {args.limit})' if args.limit else ''}, {device.type}, beam {args.beam}\n")
     print(markdown(rows))
     return rows
 

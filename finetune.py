@@ -27,6 +27,7 @@ from core.config import PRESETS, ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
+from core.guards import StopSignals, best_on_disk, check_continues, parse_args
 from core.finetuning import arch_of, build_model, rouge, seq2seq_ops, summarize
 from core.model import count_parameters
 from core.optim import make_optimizer
@@ -36,7 +37,7 @@ from core.tokenizer import Tokenizer
 from core.training import (Throughput, add_run_flags, check_finite, corpus_tokenizer, evaluate, restore_rng, rng_state,
                            start_or_resume, train_step, wrap_ddp)
 
-RESUMABLE = ("stop_after", "out", "resume", "log_every", "save_every", "device")
+RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device")
 
 
 def get_args(argv=None):
@@ -62,7 +63,7 @@ def get_args(argv=None):
     p.add_argument("--valid-examples", type=int, default=512, help="validation loss / accuracy on this many")
     p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
     add_run_flags(p, out="runs/finetune", lr=1e-3, save_every=200)
-    return p.parse_args(argv)
+    return parse_args(p, argv)
 
 
 @main_guard
@@ -123,7 +124,7 @@ def run(args, d):
         make = lambda s, t: batch_fn(list(zip(s, t)), tok, args.max_src, args.max_tgt)
         labels = None
     else:
-        labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets)
+        labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets, valid.targets, train.origin, lambda m: print0(d, m))
         tgt_ids, valid_tgt = labels.ids(train.targets), labels.ids(valid.targets[:args.valid_examples])
         make = lambda s, t: classify_batch(s, t, tok, args.max_src)
         loss_fn = classify_loss_sums
@@ -161,7 +162,8 @@ def run(args, d):
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         restore_rng(state["rng"])
-        start, best = state["step"], state.get("best")
+        start, best = state["step"], best_on_disk(args.out, state.get("best"))
+        check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
               f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}")
@@ -192,6 +194,7 @@ def run(args, d):
     speed = Throughput()
     model.train()
     end = min(args.steps, args.stop_after or args.steps)
+    stop = StopSignals()
     for step in range(start, end):
         idx = examples_for_step(n, step, args.batch, args.seed)[d.rank * per_rank:(d.rank + 1) * per_rank]
         stats = train_step(ddp_model, model, optimizer, batches(src_ids, tgt_ids, idx), loss_fn, d, args, step)
@@ -219,6 +222,7 @@ def run(args, d):
             barrier(d)
         if done == end or done % steps_per_epoch == 0 or done % args.save_every == 0:
             save(done)
+        stop.check(d, done, save, ckpt_path)
     print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; "
               f"checkpoints {ckpt_path}, {os.path.join(args.out, 'best.pt')}")
     return best

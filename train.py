@@ -20,6 +20,7 @@ from core.config import preset
 from core.data import TokenStream, pretraining_texts, token_counts, unigram_entropy
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
+from core.guards import StopSignals, check_continues, parse_args
 from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
@@ -53,7 +54,7 @@ def get_args(argv=None):
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-examples", type=int, default=256)
     add_run_flags(p, out="runs/pretrain", lr=1e-3, save_every=100)
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     if args.objective == "mlm":
         args.losses = "ae"
     return args
@@ -121,6 +122,7 @@ def run(args, d):
         optimizer.load_state_dict(state["optimizer"])
         restore_rng(state["rng"])
         start = state["step"]
+        check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
               f"{args.objective}{'' if t5 else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "
@@ -151,6 +153,7 @@ def run(args, d):
     model.train()
     stats = {}
     end = min(args.steps, args.stop_after or args.steps)
+    stop = StopSignals()
     for step in range(start, end):
         micro = batches_of(train, step * examples_per_step + d.rank * per_rank, per_rank)
         stats = train_step(ddp_model, model, optimizer, micro, loss_sums, d, args, step)
@@ -173,6 +176,7 @@ def run(args, d):
                 progress.log(rec)
         if done % args.save_every == 0 or done == end:
             save(done)
+        stop.check(d, done, save, ckpt_path)
     print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; checkpoint {ckpt_path}")
     return stats
 

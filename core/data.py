@@ -61,13 +61,18 @@ def read_jsonl(path):
     return records
 
 
-def field(records, name, path):
-    """The values of one field; a record without it is an error naming the field and line."""
+def field(records, name, path, text=True):
+    """The values of one field; a record without it, or with a null or (text=True) non-string
+    value, is an error naming the field and record. Labels (text=False) may be numbers."""
     out = []
     for n, r in enumerate(records, 1):
         if name not in r:
             raise UserError(f"{path}: record {n} has no field {name!r} (it has {sorted(r)})")
-        out.append(str(r[name]))
+        v = r[name]
+        if v is None or (not isinstance(v, str) if text else isinstance(v, (dict, list))):
+            raise UserError(f"{path}: record {n} field {name!r} is {json.dumps(v)[:40]}, not "
+                            f"{'a string' if text else 'a label'}")
+        out.append(str(v))
     return out
 
 
@@ -81,7 +86,7 @@ def read_texts(path, text_field="text"):
                 raw = f.read()
         except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as e:
             raise UserError(f"cannot read {path}: {e}") from None
-        lines = raw.splitlines()
+        lines = raw.strip("\n").splitlines()  # a trailing blank line separates nothing
         if any(not l.strip() for l in lines):  # blank-line separated paragraphs
             texts = [" ".join(p.split()) for p in raw.split("\n\n")]
         else:

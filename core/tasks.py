@@ -36,7 +36,7 @@ def load_split(task, split, path=None, src_field=None, tgt_field=None):
         records, origin = embedded_records(split), f"embedded corpus ({split})"
     else:
         records, origin = read_jsonl(path), path
-    sources, targets = field(records, src_field, origin), field(records, tgt_field, origin)
+    sources, targets = field(records, src_field, origin), field(records, tgt_field, origin, text=task == "summarize")
     keep = [i for i, (s, t) in enumerate(zip(sources, targets)) if s.strip() and t.strip()]
     if not keep:
         raise UserError(f"{origin}: the {split} split has no example with a non-empty {src_field!r} and {tgt_field!r}")
@@ -59,8 +59,18 @@ class Labels:
         self.index = {n: i for i, n in enumerate(self.names)}
 
     @classmethod
-    def from_targets(cls, targets):
-        return cls(sorted(set(targets)))
+    def from_targets(cls, targets, valid_targets=(), origin="the training split", note=print):
+        """The labels of the training split. One label is an error; validation labels it lacks
+        are said (they can only be scored wrong), since a small training subset may lack rare ones."""
+        names = sorted(set(targets))
+        if len(names) < 2:
+            raise UserError(f"{origin} has only one label ({names[0]!r}); classification needs at least two")
+        unseen = sorted(set(valid_targets) - set(names))
+        if unseen:
+            n = sum(t in set(unseen) for t in valid_targets)
+            note(f"note: {n} validation examples have labels that {origin} never has, and count as wrong: "
+                 f"{', '.join(map(repr, unseen[:5]))}{' ...' if len(unseen) > 5 else ''} ({len(unseen)} labels)")
+        return cls(names)
 
     def ids(self, targets):
         """Label ids; a label the training split never had maps to -1 (counted as wrong)."""

@@ -22,11 +22,19 @@ FIRST_SENTINEL = 6
 class Tokenizer:
     pad_id, unk_id, sos_id, eos_id, mask_id, pseudo_id = PAD, UNK, SOS, EOS, MASK, PSEUDO
 
-    def __init__(self, proto: bytes):
+    def __init__(self, proto: bytes, origin="this tokenizer"):
         self.proto = proto
-        self.sp = spm.SentencePieceProcessor(model_proto=proto)
-        if self.sp.piece_to_id("[P]") != PSEUDO or self.sp.piece_to_id("[SOS]") != SOS:
-            raise UserError("this SentencePiece model lacks the project's reserved ids ([SOS]=2, [P]=5)")
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=proto)
+        except (RuntimeError, TypeError, ValueError):
+            raise UserError(f"{origin} is not a SentencePiece model") from None
+        reserved = {"<pad>": PAD, "<unk>": UNK, "[SOS]": SOS, "[EOS]": EOS, "[MASK]": MASK, "[P]": PSEUDO,
+                    **{f"<extra_id_{i}>": FIRST_SENTINEL + i for i in range(N_SENTINELS)}}
+        wrong = [f"{piece}={i}" for piece, i in reserved.items()
+                 if i >= self.sp.get_piece_size() or self.sp.id_to_piece(i) != piece]
+        if wrong:
+            raise UserError(f"{origin} lacks the project's reserved ids (needs {', '.join(wrong[:4])}"
+                            f"{', ...' if len(wrong) > 4 else ''}); train one with train.py")
 
     # --- the vocabulary -------------------------------------------------------------------------
     @property
@@ -68,8 +76,10 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path):
+        if not os.path.isfile(path):
+            raise UserError(f"tokenizer file not found: {path}")
         with open(path, "rb") as f:
-            return cls(f.read())
+            return cls(f.read(), path)
 
     @classmethod
     def train(cls, texts, vocab_size, max_sentences=300_000):
@@ -78,7 +88,7 @@ class Tokenizer:
         out = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(t for t in texts if t.strip()), model_writer=out,
+                sentence_iterator=training_sentences(texts), model_writer=out,
                 vocab_size=vocab_size, model_type="unigram", character_coverage=0.9995,
                 pad_id=PAD, unk_id=UNK, bos_id=SOS, eos_id=EOS,
                 pad_piece="<pad>", unk_piece="<unk>", bos_piece="[SOS]", eos_piece="[EOS]",
@@ -88,6 +98,20 @@ class Tokenizer:
         except RuntimeError as e:  # e.g. a vocabulary larger than the text can support
             raise UserError(f"tokenizer training failed: {e}; try a smaller --vocab-size") from None
         return cls(out.getvalue())
+
+
+def training_sentences(texts, longest=4096):
+    """The tokenizer trainer's input: SentencePiece silently drops a sentence past its
+    max_sentence_length, so a long document (a 100k-character line) is fed in pieces cut at
+    spaces; the documents themselves stay whole."""
+    for t in texts:
+        while len(t) > longest:
+            cut = t.rfind(" ", 0, longest)
+            cut = cut if cut > 0 else longest
+            yield t[:cut]
+            t = t[cut:].lstrip()
+        if t.strip():
+            yield t
 
 
 def cached_tokenizer(texts, vocab_size, cache_dir):

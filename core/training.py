@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import checkpoint
 from .distributed import all_reduce_sum, barrier, print0
 from .errors import UserError
+from .guards import check_out, resume_conflicts
 from .optim import lr_at, set_lr
 from .tokenizer import cached_tokenizer
 
@@ -38,6 +39,7 @@ def add_run_flags(p, out, lr, save_every):
                    help="save and stop after this step, keeping the schedule (continue with --resume)")
     p.add_argument("--out", default=out, help="directory for last.pt, config.json, log.jsonl")
     p.add_argument("--resume", action="store_true", help="continue exactly from OUT/last.pt")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in OUT (without it, refused)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
 
@@ -56,26 +58,35 @@ def corpus_tokenizer(texts, vocab_size, d):
 
 
 def start_or_resume(args, kinds, resumable, d):
-    """(args, state or None, path of OUT/last.pt). With --resume the checkpoint's flags win,
-    except the `resumable` ones that a user may change (more steps, another log cadence)."""
+    """(args, state or None, path of OUT/last.pt). OUT is checked before any work (see
+    guards.check_out). With --resume the checkpoint's flags win, except the `resumable` ones that
+    a user may change (more steps, another log cadence); any other flag given with a different
+    value is refused, with the list of conflicts."""
+    check_out(args.out, args.resume, args.overwrite, d.master)
     path = os.path.join(args.out, "last.pt")
     if not args.resume:
-        if d.master and os.path.exists(path):
-            print0(d, f"note: {path} exists and will be overwritten (use --resume to continue it)")
         return args, None, path
     state = checkpoint.load(path, kinds=kinds)
     saved = dict(state["args"])
-    for k in resumable:
-        saved[k] = getattr(args, k)
+    conflicts = resume_conflicts(args, saved, resumable)
+    if conflicts:
+        raise UserError(f"--resume continues {path} with its own flags, but this command changes "
+                        f"{'; '.join(conflicts)}: drop them, or start a new run with another --out")
+    for k, v in vars(args).items():
+        if k in resumable or k not in saved or k == "overwrite":
+            saved[k] = v
     print0(d, f"resuming from {path} at step {state['step']}")
     return argparse.Namespace(**saved), state, path
 
 
 def check_finite(loss, step, save, path):
-    """Stop with the last good state saved when the loss is no longer a number."""
+    """Stop when the loss is no longer a number. train_step has not applied such a step, so the
+    weights are still those after `step` good steps: they are saved (never the poisoned ones) and
+    the message names the file that holds them."""
     if not math.isfinite(loss):
         save(step)
-        raise UserError(f"loss became {loss} at step {step + 1}; the last good state is in {path}")
+        raise UserError(f"loss became {loss} at step {step + 1}; that step was not applied, and the last good "
+                        f"state (after step {step}) is in {path}")
 
 
 def autocast(device):
@@ -116,9 +127,14 @@ def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, arg
             totals[k] = totals.get(k, 0.0) + v.detach().float()
         totals["tokens"] = totals.get("tokens", 0.0) + torch.tensor(float(batch.n_tokens), device=d.device)
     grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), args.clip)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
     stats = reduce_stats(totals, d)
+    # a non-finite loss or gradient (the same on every process after the reductions) is never
+    # applied: the weights stay good for check_finite to save
+    if all(math.isfinite(v) for v in stats.values()) and math.isfinite(float(grad_norm)):
+        optimizer.step()
+    else:
+        stats["loss"] = stats["nll"] = float("nan")
+    optimizer.zero_grad(set_to_none=True)
     stats["norm"] = float(norm)
     stats["lr"] = lr
     stats["grad_norm"] = float(grad_norm)

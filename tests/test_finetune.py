@@ -57,9 +57,11 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     row = rows[0]
     assert row["arch"] == ("t5" if objective == "t5" else "unilm")
     assert 0 <= row["rougeL"] <= 100 and row["latency_ms"] > 0 and row["samples_per_s"] > 0
-    saved = json.load(open(os.path.join(out, "eval-test.json")))
+    eval_json, outputs_jsonl = evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, "--data", task_files["test"]]))
+    assert os.path.basename(eval_json).startswith("eval-best-test-")  # named for the checkpoint and the file
+    saved = json.load(open(eval_json))
     assert saved["rougeL"] == row["rougeL"]
-    outputs = [json.loads(l) for l in open(os.path.join(out, "outputs-test.jsonl"))]
+    outputs = [json.loads(l) for l in open(outputs_jsonl)]
     assert len(outputs) == 12 and {"prediction", "reference", "source"} <= set(outputs[0])
 
 

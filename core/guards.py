@@ -1,0 +1,202 @@
+"""Guards that keep a run's files safe and its inputs sane, shared by train.py, finetune.py and
+eval.py: every flag checked before any work, the output directory checked before training, a
+re-run that would overwrite an earlier one refused, a resume that would silently ignore changed
+flags refused, and Ctrl-C / SIGTERM turned into a checkpoint at the last completed step.
+"""
+import argparse
+import math
+import os
+import signal
+import time
+
+import torch
+
+from .errors import Interrupted, UserError
+
+# -----------------------------------------------------------------------------
+# flags: parsed, remembered as given, checked
+
+# dest -> (test, what the value must be); a dest a script does not have is skipped
+RULES = {
+    "steps": (lambda v: v >= 1, "at least 1"),
+    "warmup": (lambda v: v >= 0, "0 or more"),
+    "eval_every": (lambda v: v >= 1, "at least 1"),
+    "eval_examples": (lambda v: v >= 1, "at least 1"),
+    "batch_tokens": (lambda v: v >= 1, "at least 1"),
+    "dec_layers": (lambda v: v is None or v >= 1, "at least 1"),
+    "micro_batch": (lambda v: v >= 1, "at least 1"),
+    "lr": (lambda v: v > 0, "above 0"),
+    "weight_decay": (lambda v: v >= 0, "0 or more"),
+    "clip": (lambda v: v > 0, "above 0"),
+    "dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "label_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "warmup_frac": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "log_every": (lambda v: v >= 1, "at least 1"),
+    "save_every": (lambda v: v >= 1, "at least 1"),
+    "stop_after": (lambda v: v is None or v >= 1, "at least 1"),
+    "epochs": (lambda v: v > 0, "above 0"),
+    "batch": (lambda v: v >= 1, "at least 1"),
+    "max_src": (lambda v: v >= 3, "at least 3"),
+    "max_tgt": (lambda v: v >= 2, "at least 2"),
+    "valid_examples": (lambda v: v >= 1, "at least 1"),
+    "rouge_examples": (lambda v: v >= 0, "0 or more"),
+    "limit": (lambda v: v is None or v >= 1, "at least 1"),
+    "beam": (lambda v: v >= 1, "at least 1"),
+    "max_len": (lambda v: v >= 1, "at least 1"),
+    "min_len": (lambda v: v >= 0, "0 or more"),
+    "no_repeat_ngram": (lambda v: v >= 0, "0 or more"),
+    "batch_size": (lambda v: v >= 1, "at least 1"),
+    "latency_samples": (lambda v: v >= 1, "at least 1"),
+}
+
+
+class Args(argparse.Namespace):
+    """A Namespace that also remembers which flags the command line gave. The slot keeps `given`
+    out of vars(args), and so out of checkpoints and config.json."""
+    __slots__ = ("given",)
+
+
+def parse_args(p, argv=None):
+    """p.parse_args(argv), then every value checked against RULES: one `error:` line naming each
+    flag out of range."""
+    args = p.parse_args(argv, namespace=Args())
+    defaults = {a.dest: a.default for a in p._actions}
+    for a in p._actions:
+        a.default = argparse.SUPPRESS
+    try:
+        args.given = set(vars(p.parse_args(argv)))
+    finally:
+        for a in p._actions:
+            a.default = defaults[a.dest]
+    check_values(args)
+    return args
+
+
+def check_values(args):
+    flag = lambda k: "--" + k.replace("_", "-")
+    bad = []
+    for k, v in vars(args).items():
+        if k not in RULES:
+            continue
+        test, what = RULES[k]
+        if isinstance(v, float) and not math.isfinite(v) or not test(v):
+            bad.append(f"{flag(k)} {v} must be {what}")
+    if getattr(args, "min_len", 0) > getattr(args, "max_len", math.inf):
+        bad.append(f"--min-len {args.min_len} is above --max-len {args.max_len}")
+    if getattr(args, "device", None) == "cuda" and not torch.cuda.is_available():
+        bad.append("--device cuda, but no CUDA GPU is available here (use --device cpu or auto)")
+    if bad:
+        raise UserError("; ".join(bad))
+
+
+# -----------------------------------------------------------------------------
+# the output directory
+
+RUN_FILES = ("last.pt", "best.pt", "log.jsonl")
+
+
+def check_out(out, resume, overwrite, master):
+    """Before any work: --out must be a directory this process can create and write. Without
+    --resume, a directory that holds an earlier run is refused unless --overwrite, which removes
+    that run's log and best.pt (so neither mixes with the new run's)."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UserError(f"--out {out} is a file, not a directory")
+    if master:
+        try:
+            os.makedirs(out, exist_ok=True)
+            probe = os.path.join(out, f".write-test{os.getpid()}")
+            open(probe, "w").close()
+            os.remove(probe)
+        except OSError as e:
+            raise UserError(f"--out {out} cannot be written ({e.strerror or e})") from None
+    if resume:
+        return
+    earlier = [f for f in RUN_FILES if os.path.exists(os.path.join(out, f))]
+    if earlier and not overwrite:
+        raise UserError(f"--out {out} already holds a run ({', '.join(earlier)}): continue it with --resume, "
+                        f"replace it with --overwrite, or choose another --out")
+    if earlier and master:
+        for f in ("best.pt", "log.jsonl"):
+            if f in earlier:
+                os.remove(os.path.join(out, f))
+        print(f"note: --overwrite: replacing the run in {out} ({', '.join(earlier)})", flush=True)
+
+
+def resume_conflicts(args, saved, resumable):
+    """The flags given on this command line that differ from the run being resumed."""
+    given = getattr(args, "given", set())
+    return [f"--{k.replace('_', '-')} {getattr(args, k)} (the run has {saved[k]})"
+            for k in sorted(given) if k not in resumable and k in saved and saved[k] != getattr(args, k)]
+
+
+def check_continues(start, steps, stop_after, path, longer):
+    """A resumed run must have steps left: --steps / --epochs beyond the checkpoint's step, and a
+    --stop-after beyond it too (else nothing would run, and nothing new be saved)."""
+    if start >= steps:
+        raise UserError(f"{path} is already at step {start} of {steps}: give more {longer} to continue it")
+    if stop_after is not None and stop_after <= start:
+        raise UserError(f"--stop-after {stop_after} is not beyond the step of {path} ({start})")
+
+
+def best_on_disk(out, best):
+    """The better of `best` and the score recorded in OUT/best.pt, so that a resumed run never
+    replaces a better best.pt."""
+    path = os.path.join(out, "best.pt")
+    if not os.path.exists(path):
+        return best
+    other = torch.load(path, map_location="cpu", weights_only=True).get("best")
+    return other if best is None or (other is not None and other > best) else best
+
+
+# -----------------------------------------------------------------------------
+# Ctrl-C and SIGTERM: finish the step, save, exit
+
+ACTIVE = []  # the installed StopSignals, restored by errors.main_guard whatever ends the script
+
+
+def restore_signals():
+    for s in list(ACTIVE):
+        s.restore()
+
+
+class StopSignals:
+    """Installed for the training loop. The first SIGINT/SIGTERM asks for a stop after the
+    current step; a second one stops at once. Every process agrees on the step to stop at (the
+    flag is summed over processes), so no rank waits in a collective for one that left. Only rank
+    0 writes the checkpoint; every process exits with status 128 + the signal."""
+
+    def __init__(self):
+        self.signum = None
+        # a signal the parent ignores (nohup, a background job) stays ignored
+        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)
+                         if signal.getsignal(s) is not signal.SIG_IGN}
+        ACTIVE.append(self)
+
+    def handle(self, signum, frame):
+        # Ctrl-C under torchrun reaches a worker twice at once (from the terminal, and forwarded by
+        # torchrun): only a signal a second after the first means "stop now"
+        if self.signum is not None:
+            if time.time() - self.t > 1.0:
+                self.restore()
+                raise KeyboardInterrupt
+            return
+        self.signum, self.t = signum, time.time()
+
+    def restore(self):
+        for s, h in self.previous.items():
+            signal.signal(s, h)
+        if self in ACTIVE:
+            ACTIVE.remove(self)
+
+    def check(self, d, done, save, path):
+        """After step `done`: if any process was signalled, save and stop every process."""
+        from .distributed import all_reduce_sum
+        flag = all_reduce_sum(torch.tensor([float(self.signum or 0)], device=d.device), d)
+        if flag.item() == 0:
+            return
+        signum = self.signum or signal.SIGTERM
+        save(done)
+        self.restore()
+        name = signal.Signals(signum).name
+        raise Interrupted(f"stopped by {name} after step {done}; saved {path} (continue with --resume)"
+                          if d.master else "", 128 + signum)
