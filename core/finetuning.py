@@ -63,10 +63,11 @@ def seq2seq_ops(arch):
 
 
 @torch.no_grad()
-def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_penalty=1.0,
-             no_repeat_ngram=0, use_cache=True, return_scores=False):
+def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_penalty=0.6,
+             no_repeat_ngram=0, use_cache=True, return_scores=False, length_norm="wu"):
     """Token-id lists (without [EOS]) for a batch of (already truncated) sources: greedy for
-    beam 1, else beam search; with return_scores also their (B,) scores. Runs in eval mode and
+    beam 1, else beam search; with return_scores also their (B,) scores. The length penalty
+    defaults to UniLMv2's (Table 10: Wu et al.'s ((5 + len) / 6) ** 0.6; core/decoding.py). Runs in eval mode and
     restores the model's mode afterwards. use_cache=False recomputes the whole prefix at every
     step (the reference the key/value cache is tested against)."""
     was_training = model.training
@@ -77,7 +78,7 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
             out, scores = decoding.greedy(decoder, max_len, min_len, tok.eos_id, no_repeat_ngram)
         else:
             out, scores = decoding.beam_search(decoder, beam, max_len, min_len, length_penalty, tok.eos_id,
-                                               no_repeat_ngram)
+                                               no_repeat_ngram, length_norm)
     finally:
         model.train(was_training)
     return (out, scores) if return_scores else out

@@ -1,6 +1,7 @@
 """The defaults that would silently cost quality: what [P] may see, positions, document
 boundaries, validation samples, the length penalty, the tokenizer."""
 import numpy as np
+import pytest
 
 from core.pmlm import pmlm_example, pretraining_sentence_pair
 from kernels import CONTEXT, PSEUDO
@@ -28,3 +29,25 @@ def test_pseudo_never_sees_its_target(tokenizer):
     assert _visible_targets(tokenizer, "ae+par") < 0.01  # only a random draw equal to the original
     assert _visible_targets(tokenizer, "par") < 0.01
     assert 0.08 < _visible_targets(tokenizer, "ae") < 0.12
+
+
+def test_length_penalty_wu_is_the_default():
+    """Wu et al.'s ((5 + len) / 6) ** alpha, UniLMv2's decoding (Table 10: alpha 0.6, beam 5), is
+    what eval.py and generate() use unless told otherwise; len ** alpha stays on offer."""
+    import inspect
+    import math
+
+    import eval as eval_script
+    from core.decoding import beam_search
+    from core.finetuning import generate
+    from test_decoding import lure
+    out, score = beam_search(lure(), beam=2, max_len=10, length_penalty=0.6, eos_id=3, length_norm="wu")
+    assert out == [[1]]
+    assert score.item() == pytest.approx(math.log(0.4 * 0.9) / (7 / 6) ** 0.6, abs=1e-6)
+    _, pow_score = beam_search(lure(), beam=2, max_len=10, length_penalty=0.6, eos_id=3, length_norm="pow")
+    assert pow_score.item() == pytest.approx(math.log(0.4 * 0.9) / 2 ** 0.6, abs=1e-6)
+    args = eval_script.get_args([])
+    assert (args.beam, args.length_penalty, args.length_norm) == (5, 0.6, "wu")
+    assert eval_script.get_args(["--length-norm", "pow"]).length_norm == "pow"
+    defaults = inspect.signature(generate).parameters
+    assert (defaults["length_penalty"].default, defaults["length_norm"].default) == (0.6, "wu")
