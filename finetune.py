@@ -102,7 +102,7 @@ def run(args, d):
     valid_path = args.valid_data if args.valid_data or not args.train_data else None
     if args.train_data and not args.valid_data:
         raise UserError("--train-data needs a --valid-data file too")
-    valid = load_split(args.task, "valid", valid_path, *fields)
+    valid = load_split(args.task, "valid", valid_path, *fields).shuffled()  # [:k] samples the whole split
     if state is not None:
         source = state
     elif args.init == "none":

@@ -51,3 +51,17 @@ def test_length_penalty_wu_is_the_default():
     assert eval_script.get_args(["--length-norm", "pow"]).length_norm == "pow"
     defaults = inspect.signature(generate).parameters
     assert (defaults["length_penalty"].default, defaults["length_norm"].default) == (0.6, "wu")
+
+
+def test_validation_slices_sample_the_whole_split():
+    """finetune.py's valid[:512] and [:200] come from one fixed-seed order over the whole split,
+    not the alphabetical head of the package-sorted corpus."""
+    from core.tasks import load_split
+    valid = load_split("summarize", "valid")
+    a, b = valid.shuffled(), valid.shuffled()
+    assert a.sources == b.sources and sorted(a.sources) == sorted(valid.sources)  # fixed, a permutation
+    assert sorted(zip(a.sources, a.targets)) == sorted(zip(valid.sources, valid.targets))  # pairs stay together
+    rank = {s: i for i, s in enumerate(valid.sources)}
+    head = [rank[s] for s in a.sources[:200]]
+    assert max(head) > 0.9 * len(valid) and min(head) < 0.1 * len(valid)  # spread over the split
+    assert np.mean(head) == pytest.approx(len(valid) / 2, rel=0.15)
