@@ -65,3 +65,32 @@ def test_validation_slices_sample_the_whole_split():
     head = [rank[s] for s in a.sources[:200]]
     assert max(head) > 0.9 * len(valid) and min(head) < 0.1 * len(valid)  # spread over the split
     assert np.mean(head) == pytest.approx(len(valid) / 2, rel=0.15)
+
+
+def test_tokenizer_keeps_rare_characters_and_plain_text(tokenizer):
+    """Byte fallback: characters the vocabulary lacks survive encode/decode; text that spells a
+    reserved token is encoded as ordinary text, never as its id."""
+    text = "Tom & Jerry: smörgåsbord, Ærø, 日本語 (≥ 2 s)"  # (NFKC normalisation still applies: µ becomes μ)
+    assert tokenizer.decode(tokenizer.encode([text])[0]) == text
+    assert tokenizer.unk_id not in tokenizer.encode([text])[0]
+    spelled = "use [P] or [MASK] then <extra_id_0> <extra_id_63> [SOS] [EOS] <pad> <unk> in text"
+    ids = tokenizer.encode([spelled])[0]
+    assert min(ids) >= tokenizer.n_special, [i for i in ids if i < tokenizer.n_special]
+    assert tokenizer.decode(ids) == spelled
+
+
+def test_tokenizer_cache_ignores_the_old_format(tmp_path):
+    """A cached model trained by the code before byte fallback (same texts, same vocabulary size,
+    the old cache key) is not picked up."""
+    import hashlib
+
+    from core.tokenizer import N_SENTINELS, cached_tokenizer
+    from core.data import embedded_records
+    texts = [r["document"] for r in embedded_records("valid")[:1000]]
+    h = hashlib.sha1(f"600|{N_SENTINELS}".encode())  # the old key
+    for t in texts:
+        h.update(t.encode())
+    old = tmp_path / f"spm-600-{h.hexdigest()[:12]}.model"
+    old.write_bytes(b"not a model of the current format")
+    tok, path = cached_tokenizer(texts, 600, str(tmp_path))
+    assert path != str(old) and tok.decode(tok.encode(["a & b"])[0]) == "a & b"
