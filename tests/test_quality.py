@@ -94,3 +94,41 @@ def test_tokenizer_cache_ignores_the_old_format(tmp_path):
     old.write_bytes(b"not a model of the current format")
     tok, path = cached_tokenizer(texts, 600, str(tmp_path))
     assert path != str(old) and tok.decode(tok.encode(["a & b"])[0]) == "a & b"
+
+
+def test_pretraining_records_its_positions_and_finetuning_fits_them(text_file, tmp_path):
+    """A checkpoint records the positions it trained; fine-tuning's default source length fits
+    them, and a layout past them is refused with the numbers (UserError, not a silent loss)."""
+    import torch
+
+    import train
+    from conftest import TINY
+    from core.errors import UserError
+    from core.finetuning import fit_lengths, positions_of
+    out = str(tmp_path / "pmlm")
+    train.main(["--data", text_file, "--steps", "1", "--out", out] + TINY)  # --seq-len 48
+    state = torch.load(f"{out}/last.pt", weights_only=True)
+    assert state["positions"] == dict(total=48)
+    assert positions_of({k: v for k, v in state.items() if k != "positions"}) == dict(total=48)  # older ones
+    assert fit_lengths("unilm", dict(total=128), None, 24) == 80  # the README's recipe
+    assert fit_lengths("unilm", positions_of(state), None, 24) == 24  # 24 + 24 = 48
+    with pytest.raises(UserError, match=r"--max-src 40 \+ --max-tgt 24 = 64 exceed .*--max-src <= 24"):
+        fit_lengths("unilm", positions_of(state), 40, 24)
+    with pytest.raises(UserError, match="--max-src 120 / --max-tgt 24 exceed.*--max-src <= 113"):
+        fit_lengths("t5", positions_of(dict(kind="pretrain/t5", args=dict(seq_len=128))), 120, 24)
+
+
+def test_t5_windows_train_every_encoder_position(tokenizer):
+    """T5's windows are as long as lets the corrupted source fill --seq-len: the encoder trains
+    every position fine-tuning may use (windows of seq_len - 3 stopped at 113 of 128)."""
+    from core.data import TokenStream
+    from core.finetuning import trained_positions
+    from core.t5 import t5_batch, window_for
+    for seq_len in (16, 48, 128, 512):
+        pos = trained_positions("t5", seq_len)
+        assert pos["encoder"] == seq_len and pos["decoder"] <= seq_len // 3, (seq_len, pos)
+    ids = np.random.default_rng(0).integers(tokenizer.n_special, tokenizer.vocab_size, 5000)
+    stream = TokenStream([ids.tolist()], window_for(128), 0)
+    b = t5_batch(stream, range(8), tokenizer)
+    assert b.src.shape[1] == 128 and b.src_valid.all()
+    assert b.tgt_in.shape[1] == trained_positions("t5", 128)["decoder"]
