@@ -25,6 +25,7 @@ import time
 import torch
 
 from core import checkpoint
+from core.decoding import LENGTH_NORMS
 from core.classify import classify_batch, macro_f1, predict
 from core.config import ModelConfig
 from core.errors import UserError, main_guard
@@ -44,10 +45,14 @@ def get_args(argv=None):
     p.add_argument("--src-field", default=None)
     p.add_argument("--tgt-field", default=None)
     p.add_argument("--limit", type=int, default=None, help="evaluate on the first N examples only")
-    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--beam", type=int, default=5, help="beam size (UniLMv2 Table 10, XSum: 5)")
     p.add_argument("--max-len", type=int, default=32, help="generated tokens at most, [EOS] included")
     p.add_argument("--min-len", type=int, default=1)
-    p.add_argument("--length-penalty", type=float, default=1.0)
+    p.add_argument("--length-penalty", type=float, default=0.6,
+                   help="alpha: a beam's score is its log-probability / lp(len) (UniLMv2 Table 10, XSum: 0.6)")
+    p.add_argument("--length-norm", default="wu", choices=LENGTH_NORMS,
+                   help="lp(len): wu = ((5 + len) / 6) ** alpha (Wu et al. 2016, UniLMv2's decoding), "
+                        "pow = len ** alpha (fairseq)")
     p.add_argument("--no-repeat-ngram", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
@@ -130,7 +135,8 @@ def evaluate_checkpoint(path, state, args, device):
 
     if task == "summarize":
         gen = dict(beam=args.beam, max_len=args.max_len, min_len=args.min_len,
-                   length_penalty=args.length_penalty, no_repeat_ngram=args.no_repeat_ngram)
+                   length_penalty=args.length_penalty, length_norm=args.length_norm,
+                   no_repeat_ngram=args.no_repeat_ngram)
         run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
         preds = run(sources, progress_line(f"generating with {os.path.basename(out_dir)}"))
         row.update(rouge(preds, targets))

@@ -28,7 +28,8 @@ from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.guards import StopSignals, best_on_disk, check_continues, parse_args
-from core.finetuning import arch_of, build_model, rouge, seq2seq_ops, summarize
+from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, rouge, seq2seq_ops,
+                             summarize)
 from core.model import count_parameters
 from core.optim import make_optimizer
 from core.progress import Progress, fmt_duration
@@ -54,7 +55,9 @@ def get_args(argv=None):
     p.add_argument("--tgt-field", default=None, help="target field (summarize; default summary)")
     p.add_argument("--text-field", default=None, help="text field (classify; default document)")
     p.add_argument("--label-field", default=None, help="label field (classify; default section)")
-    p.add_argument("--max-src", type=int, default=128, help="source tokens kept, [SOS]/[EOS] included")
+    p.add_argument("--max-src", type=int, default=None,
+                   help="source tokens kept, [SOS]/[EOS] included (default: 80, the measured recipe, or less "
+                        "to fit the positions the checkpoint was pretrained on; more than those is refused)")
     p.add_argument("--max-tgt", type=int, default=24, help="target tokens kept, [EOS] included")
     p.add_argument("--epochs", type=float, default=1, help="passes over the training split (fractions allowed)")
     p.add_argument("--batch", type=int, default=64, help="global batch, in examples")
@@ -103,7 +106,7 @@ def run(args, d):
     valid_path = args.valid_data if args.valid_data or not args.train_data else None
     if args.train_data and not args.valid_data:
         raise UserError("--train-data needs a --valid-data file too")
-    valid = load_split(args.task, "valid", valid_path, *fields)
+    valid = load_split(args.task, "valid", valid_path, *fields).shuffled()  # [:k] samples the whole split
     if state is not None:
         source = state
     elif args.init == "none":
@@ -113,6 +116,9 @@ def run(args, d):
     arch = arch_of(source, args.init)
     tok = Tokenizer.from_tensor(source["tokenizer"])
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
+    if state is None and "model" in source:  # stay within the positions pretraining trained
+        args.max_src = fit_lengths(arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
+    args.max_src = args.max_src or DEFAULT_MAX_SRC
     if args.max_src > cfg.max_positions or (arch == "unilm" and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])

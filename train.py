@@ -21,6 +21,7 @@ from core.data import TokenStream, pretraining_texts, token_counts, unigram_entr
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.guards import StopSignals, check_continues, parse_args
+from core.finetuning import pretraining_window, trained_positions
 from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
@@ -93,8 +94,9 @@ def run(args, d):
         tok = Tokenizer.load(args.tokenizer)
     else:
         tok = corpus_tokenizer(train_texts, args.vocab_size, d)
-    train = TokenStream(tok.encode(train_texts), args.seq_len - 3, args.seed)
-    valid = TokenStream(tok.encode(valid_texts), args.seq_len - 3, args.seed + 1)
+    window = pretraining_window(args.objective, args.seq_len)
+    train = TokenStream(tok.encode(train_texts), window, args.seed)
+    valid = TokenStream(tok.encode(valid_texts), window, args.seed + 1)
     entropy = unigram_entropy(valid.ids, tok.vocab_size)
     print0(d, f"data: {len(train_texts)} train documents ({len(train) / 1e6:.2f}M tokens), "
               f"{len(valid_texts)} valid ({len(valid) / 1e6:.2f}M tokens); unigram entropy of valid "
@@ -143,6 +145,7 @@ def run(args, d):
         checkpoint.save(ckpt_path, dict(
             kind=f"pretrain/{args.objective}", model=model.state_dict(), model_config=cfg.to_dict(),
             args=vars(args), step=step, data=dict(next_example=step * examples_per_step),
+            positions=trained_positions(args.objective, args.seq_len),
             optimizer=optimizer.state_dict(), rng=rng_state(), tokenizer=tok.to_tensor()),
             config_json=dict(model=cfg.to_dict(), args=vars(args)))
 

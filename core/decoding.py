@@ -25,9 +25,12 @@ Definitions shared by both searches:
     hypothesis gets log-probability -inf (fairseq's rule), computed with tensor ops on the
     decoder's device (see `ban_repeated_ngrams`).
   * Scores. greedy returns the summed log-probability of the tokens (EOS included when
-    emitted). beam_search returns sum / len ** length_penalty with len the number of tokens
-    counting the EOS (fairseq's normalisation; length_penalty = 0 gives the plain sum, > 0
-    favours longer outputs).
+    emitted). beam_search returns sum / lp(len), len the number of tokens counting the EOS and
+    alpha = length_penalty, with lp (`length_norm`) either
+        "pow": len ** alpha                  (fairseq's normalisation), or
+        "wu":  ((5 + len) / 6) ** alpha      (Wu et al. 2016, section 7; UniLMv2 decodes with it,
+                                              alpha 0.6 and beam 5 on XSum: its Table 10).
+    alpha = 0 gives the plain sum under both; alpha > 0 favours longer outputs.
 
 Beam search (section 3.4 of UniLMv2 decodes with beam search; the bookkeeping is fairseq's):
 each step ranks the K*V extensions of a source's K live beams by summed log-probability and keeps
@@ -48,6 +51,16 @@ for length_penalty = 0).
 import torch
 
 NEG_INF = float("-inf")
+LENGTH_NORMS = ("wu", "pow")
+
+
+def length_norm_fn(length_norm, alpha):
+    """lp(len) of the module docstring: the divisor of a hypothesis' summed log-probability."""
+    if length_norm == "wu":
+        return lambda length: ((5 + length) / 6) ** alpha
+    if length_norm == "pow":
+        return lambda length: length ** alpha
+    raise ValueError(f"length_norm must be one of {LENGTH_NORMS}, got {length_norm!r}")
 
 
 def ban_repeated_ngrams(logp, hyps, n):
@@ -120,11 +133,13 @@ def greedy(decoder, max_len, min_len=0, eos_id=3, no_repeat_ngram=0):
 # beam search
 
 @torch.no_grad()
-def beam_search(decoder, beam, max_len, min_len=0, length_penalty=1.0, eos_id=3, no_repeat_ngram=0):
+def beam_search(decoder, beam, max_len, min_len=0, length_penalty=1.0, eos_id=3, no_repeat_ngram=0,
+                length_norm="pow"):
     """Beam search of size `beam` for each of the decoder's B rows (see the module docstring for
     the scores and the stopping criterion). Returns (list of B token lists without the EOS,
     (B,) float tensor of the best hypothesis' score)."""
     B, K = decoder.rows, beam
+    lp = length_norm_fn(length_norm, length_penalty)
     if K < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
     if max_len <= 0:
@@ -157,7 +172,7 @@ def beam_search(decoder, beam, max_len, min_len=0, length_penalty=1.0, eos_id=3,
         finishing = (rank < K) & (is_eos | last)  # (A, C)
         if finishing.any():
             length = t + 1  # tokens counting the EOS (or the forced end at max_len)
-            new_score = torch.where(finishing, top / length ** length_penalty, NEG_INF)
+            new_score = torch.where(finishing, top / lp(length), NEG_INF)
             new_tok = torch.zeros(A, C, max_len, dtype=torch.long, device=dev)
             new_tok[:, :, :t] = hyps[parent]
             new_tok[:, :, t] = torch.where(is_eos, 0, tok)
@@ -177,7 +192,7 @@ def beam_search(decoder, beam, max_len, min_len=0, length_penalty=1.0, eos_id=3,
         live_parent, live_tok = parent.gather(1, order), tok.gather(1, order)
         # (with fewer than 2K candidates, e.g. V <= K, an EOS may fill a slot: it stays dead)
         live_sum = top.gather(1, order).masked_fill(is_eos.gather(1, order), NEG_INF)
-        best_live = live_sum[:, 0] / (t + 1) ** length_penalty
+        best_live = live_sum[:, 0] / lp(t + 1)
         done = fin_score[src, K - 1] >= best_live  # -inf while the pool is not full
         if done.all():
             break

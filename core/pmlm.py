@@ -12,6 +12,15 @@ attention rule (kernels/reference.py) then gives exactly Figure 5: context sees 
 L_AE is the cross-entropy at the masked positions of the AE part, L_PAR at the [P] tokens.
 Ablations (section 4.6): losses "ae" (no appended part: the RoBERTa-style MLM baseline), "par"
 (the appended part, no AE loss), "ae+par".
+
+What a [P] may see (equation 5): the [P]s of step i predict x_{M_i} from x minus M_{>=i}, so no
+[P] may see the original of any token still to be predicted. Section 4.1 also replaces masked
+tokens BERT's way, 80% [MASK] / 10% random / 10% kept; but the AE part is the one context every
+[P] attends to, so a kept token would be visible to its own [P] (and to the [P]s of earlier
+steps): about 10% of L_PAR would be copying. The two statements cannot both hold in one shared
+context; equation 5 defines the objective, so with a PAR loss the kept share goes to [MASK]
+(90% [MASK] / 10% random: a random token says nothing about the original). The AE-only baseline
+(losses "ae", RoBERTa's MLM) keeps 80/10/10 exactly.
 """
 import numpy as np
 import torch.nn.functional as F
@@ -41,7 +50,8 @@ def pmlm_example(ids, seg, special, rng, tok, losses="ae+par", vocab_size=None):
     n = len(ids)
     blocks = blockwise_mask(~special, rng)
     masked = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
-    tokens = [corrupt(ids, masked, rng, tok.mask_id, tok.n_special, vocab_size)]
+    p_mask = 0.8 if losses == "ae" else 0.9  # no kept originals in the context of a [P] (equation 5)
+    tokens = [corrupt(ids, masked, rng, tok.mask_id, tok.n_special, vocab_size, p_mask=p_mask)]
     pos, segs = [np.arange(n)], [seg]
     kind, step = [np.full(n, CONTEXT)], [np.zeros(n, dtype=np.int64)]
     target = np.full(n, IGNORE, dtype=np.int64)

@@ -55,6 +55,24 @@ def noise_spans(n, rng, ratio=0.15, mean_span=3):
     return starts.astype(np.int64), noise
 
 
+def corrupted_lengths(n, ratio=0.15, mean_span=3):
+    """(source length, target length) that span corruption makes of n tokens, both with [EOS]:
+    they depend on n alone (noise_spans fixes the counts, only the places are random)."""
+    n_noise = min(max(1, round(n * ratio)), n - 1)
+    n_spans = max(1, min(round(n_noise / mean_span), N_SENTINELS, n - n_noise + 1))
+    return n - n_noise + n_spans + 1, n_noise + n_spans + 1
+
+
+def window_for(seq_len, ratio=0.15, mean_span=3):
+    """The longest window whose corrupted source fits seq_len tokens: the encoder then trains
+    every position 0..seq_len-1 that fine-tuning may use (a window of seq_len - 3, the PMLM's,
+    would leave the last ~10% of them untrained)."""
+    n = 2
+    while corrupted_lengths(n + 1, ratio, mean_span)[0] <= seq_len:
+        n += 1
+    return n
+
+
 def span_corruption(ids, rng, tok, ratio=0.15, mean_span=3):
     """ids: 1-D token ids. Returns (source, target), int64 arrays (see the module docstring)."""
     ids = np.asarray(ids, dtype=np.int64)

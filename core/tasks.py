@@ -27,6 +27,13 @@ class Examples:
     def __len__(self):
         return len(self.sources)
 
+    def shuffled(self, seed=0):
+        """The same examples in an order fixed by `seed`, so that any head [:k] is a sample of the
+        whole split: the embedded corpus is sorted by package, and its first 200 validation
+        examples would all be packages from "2to3" to "dibbler"."""
+        order = np.random.default_rng([seed, len(self)]).permutation(len(self))
+        return Examples(self.split, [self.sources[i] for i in order], [self.targets[i] for i in order], self.origin)
+
 
 def load_split(task, split, path=None, src_field=None, tgt_field=None):
     """The examples of one split. path None: the embedded corpus. Fields default to the task's."""

@@ -2,8 +2,11 @@
 
 Reserved ids, the same in every model: 0 <pad>, 1 <unk>, 2 [SOS], 3 [EOS], 4 [MASK] (the
 conventional mask of UniLMv2 / MLAE / ELMER), 5 [P] (UniLMv2's pseudo mask), then N_SENTINELS
-sentinels <extra_id_i> for T5-style span corruption. The trained model travels inside every
-checkpoint as bytes (a uint8 tensor, so checkpoints load with weights_only=True).
+sentinels <extra_id_i> for T5-style span corruption. All of them are control symbols: user text
+that spells "[P]" or "<extra_id_0>" is ordinary text. Byte fallback (the next 256 ids) spells a
+character the vocabulary lacks ('&', 'å', ...) as its UTF-8 bytes, so decoding gives it back.
+The trained model travels inside every checkpoint as bytes (a uint8 tensor, so checkpoints load
+with weights_only=True); a checkpoint made before byte fallback keeps its own tokenizer.
 """
 import hashlib
 import io
@@ -17,6 +20,8 @@ from .errors import UserError
 PAD, UNK, SOS, EOS, MASK, PSEUDO = 0, 1, 2, 3, 4, 5
 N_SENTINELS = 64
 FIRST_SENTINEL = 6
+N_BYTES = 256  # byte-fallback pieces <0x00> .. <0xFF>, after the reserved ids
+FORMAT = "control-symbols+byte-fallback"  # part of the cache key: files of an older format are not reused
 
 
 class Tokenizer:
@@ -83,8 +88,9 @@ class Tokenizer:
 
     @classmethod
     def train(cls, texts, vocab_size, max_sentences=300_000):
-        if vocab_size <= FIRST_SENTINEL + N_SENTINELS + 100:
-            raise UserError(f"--vocab-size {vocab_size} is too small: {FIRST_SENTINEL + N_SENTINELS} ids are reserved")
+        if vocab_size <= FIRST_SENTINEL + N_SENTINELS + N_BYTES + 100:
+            raise UserError(f"--vocab-size {vocab_size} is too small: {FIRST_SENTINEL + N_SENTINELS} ids are reserved "
+                            f"and {N_BYTES} hold the byte fallback (at least {FIRST_SENTINEL + N_SENTINELS + N_BYTES + 101})")
         out = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
@@ -92,7 +98,10 @@ class Tokenizer:
                 vocab_size=vocab_size, model_type="unigram", character_coverage=0.9995,
                 pad_id=PAD, unk_id=UNK, bos_id=SOS, eos_id=EOS,
                 pad_piece="<pad>", unk_piece="<unk>", bos_piece="[SOS]", eos_piece="[EOS]",
-                user_defined_symbols=["[MASK]", "[P]"] + [f"<extra_id_{i}>" for i in range(N_SENTINELS)],
+                # control symbols, not user-defined ones: text that reads "[P]" or "<extra_id_0>"
+                # is encoded as ordinary characters, never as the ids the objectives reserve
+                control_symbols=["[MASK]", "[P]"] + [f"<extra_id_{i}>" for i in range(N_SENTINELS)],
+                byte_fallback=True,  # a character outside the vocabulary becomes its UTF-8 bytes, not <unk>
                 input_sentence_size=max_sentences, shuffle_input_sentence=True,
                 max_sentence_length=1 << 16, num_threads=os.cpu_count() or 1, minloglevel=2)
         except RuntimeError as e:  # e.g. a vocabulary larger than the text can support
@@ -116,7 +125,7 @@ def training_sentences(texts, longest=4096):
 
 def cached_tokenizer(texts, vocab_size, cache_dir):
     """Train once per (text, vocab size); later runs load the file. Written atomically."""
-    h = hashlib.sha1(f"{vocab_size}|{N_SENTINELS}".encode())
+    h = hashlib.sha1(f"{vocab_size}|{N_SENTINELS}|{FORMAT}".encode())
     for t in texts:
         h.update(t.encode())
     key = h.hexdigest()[:12]

@@ -36,7 +36,7 @@ def pretrained(text_file, tmp_path_factory):
     return out
 
 
-FT = ["--epochs", "2", "--batch", "32", "--micro-batch", "16", "--max-src", "48", "--max-tgt", "16",
+FT = ["--epochs", "2", "--batch", "32", "--micro-batch", "16", "--max-src", "32", "--max-tgt", "12",
       "--rouge-examples", "8", "--valid-examples", "16", "--log-every", "2", "--lr", "1e-3"]
 
 

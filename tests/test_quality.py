@@ -1,0 +1,134 @@
+"""The defaults that would silently cost quality: what [P] may see, positions, document
+boundaries, validation samples, the length penalty, the tokenizer."""
+import numpy as np
+import pytest
+
+from core.pmlm import pmlm_example, pretraining_sentence_pair
+from kernels import CONTEXT, PSEUDO
+
+
+def _visible_targets(tok, losses, n_examples=300):
+    """Share of the masked positions whose original token stays in the AE context."""
+    rng = np.random.default_rng(0)
+    seen = total = 0
+    for _ in range(n_examples):
+        window = rng.integers(tok.n_special, tok.vocab_size, 120)
+        ids, seg, special = pretraining_sentence_pair(window, rng, tok.sos_id, tok.eos_id)
+        ex = pmlm_example(ids, seg, special, rng, tok, losses)
+        n = len(ids)
+        masked = np.flatnonzero((ex["target"][:n] >= 0) | np.isin(np.arange(n), ex["pos"][n:]))
+        seen += int((ex["tokens"][:n][masked] == ids[masked]).sum())
+        total += len(masked)
+    return seen / total
+
+
+def test_pseudo_never_sees_its_target(tokenizer):
+    """UniLMv2 equation 5: a [P] predicts x_{M_i} from x minus M_{>=i}, so the AE context (which
+    every [P] sees) must not keep the original of a masked token; the AE-only baseline keeps
+    BERT's 80/10/10."""
+    assert _visible_targets(tokenizer, "ae+par") < 0.01  # only a random draw equal to the original
+    assert _visible_targets(tokenizer, "par") < 0.01
+    assert 0.08 < _visible_targets(tokenizer, "ae") < 0.12
+
+
+def test_length_penalty_wu_is_the_default():
+    """Wu et al.'s ((5 + len) / 6) ** alpha, UniLMv2's decoding (Table 10: alpha 0.6, beam 5), is
+    what eval.py and generate() use unless told otherwise; len ** alpha stays on offer."""
+    import inspect
+    import math
+
+    import eval as eval_script
+    from core.decoding import beam_search
+    from core.finetuning import generate
+    from test_decoding import lure
+    out, score = beam_search(lure(), beam=2, max_len=10, length_penalty=0.6, eos_id=3, length_norm="wu")
+    assert out == [[1]]
+    assert score.item() == pytest.approx(math.log(0.4 * 0.9) / (7 / 6) ** 0.6, abs=1e-6)
+    _, pow_score = beam_search(lure(), beam=2, max_len=10, length_penalty=0.6, eos_id=3, length_norm="pow")
+    assert pow_score.item() == pytest.approx(math.log(0.4 * 0.9) / 2 ** 0.6, abs=1e-6)
+    args = eval_script.get_args([])
+    assert (args.beam, args.length_penalty, args.length_norm) == (5, 0.6, "wu")
+    assert eval_script.get_args(["--length-norm", "pow"]).length_norm == "pow"
+    defaults = inspect.signature(generate).parameters
+    assert (defaults["length_penalty"].default, defaults["length_norm"].default) == (0.6, "wu")
+
+
+def test_validation_slices_sample_the_whole_split():
+    """finetune.py's valid[:512] and [:200] come from one fixed-seed order over the whole split,
+    not the alphabetical head of the package-sorted corpus."""
+    from core.tasks import load_split
+    valid = load_split("summarize", "valid")
+    a, b = valid.shuffled(), valid.shuffled()
+    assert a.sources == b.sources and sorted(a.sources) == sorted(valid.sources)  # fixed, a permutation
+    assert sorted(zip(a.sources, a.targets)) == sorted(zip(valid.sources, valid.targets))  # pairs stay together
+    rank = {s: i for i, s in enumerate(valid.sources)}
+    head = [rank[s] for s in a.sources[:200]]
+    assert max(head) > 0.9 * len(valid) and min(head) < 0.1 * len(valid)  # spread over the split
+    assert np.mean(head) == pytest.approx(len(valid) / 2, rel=0.15)
+
+
+def test_tokenizer_keeps_rare_characters_and_plain_text(tokenizer):
+    """Byte fallback: characters the vocabulary lacks survive encode/decode; text that spells a
+    reserved token is encoded as ordinary text, never as its id."""
+    text = "Tom & Jerry: smörgåsbord, Ærø, 日本語 (≥ 2 s)"  # (NFKC normalisation still applies: µ becomes μ)
+    assert tokenizer.decode(tokenizer.encode([text])[0]) == text
+    assert tokenizer.unk_id not in tokenizer.encode([text])[0]
+    spelled = "use [P] or [MASK] then <extra_id_0> <extra_id_63> [SOS] [EOS] <pad> <unk> in text"
+    ids = tokenizer.encode([spelled])[0]
+    assert min(ids) >= tokenizer.n_special, [i for i in ids if i < tokenizer.n_special]
+    assert tokenizer.decode(ids) == spelled
+
+
+def test_tokenizer_cache_ignores_the_old_format(tmp_path):
+    """A cached model trained by the code before byte fallback (same texts, same vocabulary size,
+    the old cache key) is not picked up."""
+    import hashlib
+
+    from core.tokenizer import N_SENTINELS, cached_tokenizer
+    from core.data import embedded_records
+    texts = [r["document"] for r in embedded_records("valid")[:1000]]
+    h = hashlib.sha1(f"600|{N_SENTINELS}".encode())  # the old key
+    for t in texts:
+        h.update(t.encode())
+    old = tmp_path / f"spm-600-{h.hexdigest()[:12]}.model"
+    old.write_bytes(b"not a model of the current format")
+    tok, path = cached_tokenizer(texts, 600, str(tmp_path))
+    assert path != str(old) and tok.decode(tok.encode(["a & b"])[0]) == "a & b"
+
+
+def test_pretraining_records_its_positions_and_finetuning_fits_them(text_file, tmp_path):
+    """A checkpoint records the positions it trained; fine-tuning's default source length fits
+    them, and a layout past them is refused with the numbers (UserError, not a silent loss)."""
+    import torch
+
+    import train
+    from conftest import TINY
+    from core.errors import UserError
+    from core.finetuning import fit_lengths, positions_of
+    out = str(tmp_path / "pmlm")
+    train.main(["--data", text_file, "--steps", "1", "--out", out] + TINY)  # --seq-len 48
+    state = torch.load(f"{out}/last.pt", weights_only=True)
+    assert state["positions"] == dict(total=48)
+    assert positions_of({k: v for k, v in state.items() if k != "positions"}) == dict(total=48)  # older ones
+    assert fit_lengths("unilm", dict(total=128), None, 24) == 80  # the README's recipe
+    assert fit_lengths("unilm", positions_of(state), None, 24) == 24  # 24 + 24 = 48
+    with pytest.raises(UserError, match=r"--max-src 40 \+ --max-tgt 24 = 64 exceed .*--max-src <= 24"):
+        fit_lengths("unilm", positions_of(state), 40, 24)
+    with pytest.raises(UserError, match="--max-src 120 / --max-tgt 24 exceed.*--max-src <= 113"):
+        fit_lengths("t5", positions_of(dict(kind="pretrain/t5", args=dict(seq_len=128))), 120, 24)
+
+
+def test_t5_windows_train_every_encoder_position(tokenizer):
+    """T5's windows are as long as lets the corrupted source fill --seq-len: the encoder trains
+    every position fine-tuning may use (windows of seq_len - 3 stopped at 113 of 128)."""
+    from core.data import TokenStream
+    from core.finetuning import trained_positions
+    from core.t5 import t5_batch, window_for
+    for seq_len in (16, 48, 128, 512):
+        pos = trained_positions("t5", seq_len)
+        assert pos["encoder"] == seq_len and pos["decoder"] <= seq_len // 3, (seq_len, pos)
+    ids = np.random.default_rng(0).integers(tokenizer.n_special, tokenizer.vocab_size, 5000)
+    stream = TokenStream([ids.tolist()], window_for(128), 0)
+    b = t5_batch(stream, range(8), tokenizer)
+    assert b.src.shape[1] == 128 and b.src_valid.all()
+    assert b.tgt_in.shape[1] == trained_positions("t5", 128)["decoder"]
