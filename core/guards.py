@@ -23,7 +23,7 @@ RULES = {
     "eval_every": (lambda v: v >= 1, "at least 1"),
     "eval_examples": (lambda v: v >= 1, "at least 1"),
     "batch_tokens": (lambda v: v >= 1, "at least 1"),
-    "dec_layers": (lambda v: v is None or v >= 1, "at least 1"),
+    "dec_layers": (lambda v: v >= 1, "at least 1"),
     "micro_batch": (lambda v: v >= 1, "at least 1"),
     "lr": (lambda v: v > 0, "above 0"),
     "weight_decay": (lambda v: v >= 0, "0 or more"),
@@ -33,14 +33,14 @@ RULES = {
     "warmup_frac": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "log_every": (lambda v: v >= 1, "at least 1"),
     "save_every": (lambda v: v >= 1, "at least 1"),
-    "stop_after": (lambda v: v is None or v >= 1, "at least 1"),
+    "stop_after": (lambda v: v >= 1, "at least 1"),
     "epochs": (lambda v: v > 0, "above 0"),
     "batch": (lambda v: v >= 1, "at least 1"),
     "max_src": (lambda v: v >= 3, "at least 3"),
     "max_tgt": (lambda v: v >= 2, "at least 2"),
     "valid_examples": (lambda v: v >= 1, "at least 1"),
     "rouge_examples": (lambda v: v >= 0, "0 or more"),
-    "limit": (lambda v: v is None or v >= 1, "at least 1"),
+    "limit": (lambda v: v >= 1, "at least 1"),
     "beam": (lambda v: v >= 1, "at least 1"),
     "max_len": (lambda v: v >= 1, "at least 1"),
     "min_len": (lambda v: v >= 0, "0 or more"),
@@ -76,7 +76,7 @@ def check_values(args):
     flag = lambda k: "--" + k.replace("_", "-")
     bad = []
     for k, v in vars(args).items():
-        if k not in RULES:
+        if k not in RULES or v is None:  # None: not given, derived later (from a checkpoint, the encoder)
             continue
         test, what = RULES[k]
         if isinstance(v, float) and not math.isfinite(v) or not test(v):
