@@ -16,7 +16,7 @@ import train
 from conftest import ROOT, TINY
 from core.data import read_texts
 
-FT = ["--epochs", "1", "--batch", "32", "--micro-batch", "16", "--max-src", "48", "--max-tgt", "16",
+FT = ["--epochs", "1", "--batch", "32", "--micro-batch", "16", "--max-src", "32", "--max-tgt", "16",
       "--rouge-examples", "0", "--valid-examples", "16"]
 
 
