@@ -1,0 +1,162 @@
+"""MLAE: the asymmetric non-autoregressive encoder-decoder, pretrained as a masked autoencoder
+("MLAE: Encoder-decoder Pretraining with Non-autoregressive Modeling", sections 3-5).
+
+Pretraining (section 3.1, and 4.1 for the masking): 15% of the tokens of "[SOS] TEXT [EOS]" in
+spans of mean length 3 (the span sampler of the T5 baseline, core/t5.noise_spans; [SOS]/[EOS]
+are never masked). The masked tokens are *removed* from the encoder's input, as MAE removes
+patches: each example keeps its unmasked tokens with their original position ids, compacted to
+the left and padded to the longest in the batch, so the encoder's cost falls with the mask
+ratio. A light decoder (fewer layers than the encoder) reconstructs the masked tokens
+bidirectionally, in one of two variants (SPEC "MLAE"):
+
+    (a) self-attention only, over the full sequence: the encoder's latents put back at their
+        positions, the [MASK] embedding (token + position) at the masked positions;
+    (b) the [MASK] placeholders only, at the masked positions, bidirectional among themselves,
+        with cross-attention to the latents (the variant the paper loads into CMLM for NAR
+        generation, section 4.4, and ablates in Table 6).
+
+    text:        [SOS] x1 x2 x3 x4 x5 x6 [EOS]      masked: x2 x3, x6
+    encoder:     [SOS] x1 x4 x5 [EOS]               positions 0 1 4 5 7
+    decoder (a): h0 h1 [M] [M] h4 h5 [M] h7         positions 0..7, predicts at 2, 3, 6
+    decoder (b): [M] [M] [M] x-attn(h0 h1 h4 h5 h7) positions 2 3 6
+
+Loss: cross-entropy on the masked tokens only. The model reuses the T5 baseline's
+EncoderDecoder (core/model.py) with its parameter names, so that seq2seq-style fine-tuning
+(section 3.3) is that EncoderDecoder loaded with MLAE's weights; in variant (a) the decoder
+layers have no cross-attention. The latents of (a) enter the decoder as they leave the
+encoder's final LayerNorm, with no second position embedding: they already carry their
+position, and the decoder's relative position bias sees the position ids.
+
+Depths: --enc-layers / --dec-layers. The paper's base model is 12L-4L (3:1); at `small` the
+default is 4L-2L, the encoder as deep as the MLM baseline's stack (the paper compares a 12L
+RoBERTa with a 12L-4L MLAE), and 3L-3L is the symmetric ablation of Table 6 (the same number of
+layers, as the paper's 8L-8L has the parameters of its 12L-4L).
+"""
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .batch import Batch, pad_stack
+from .model import EncoderDecoder, Layer, Meta, _init
+from .t5 import IGNORE, noise_spans
+from .tokenizer import MASK
+
+VARIANTS = ("a", "b")
+DEFAULT_DEPTHS = {"tiny": (2, 1), "small": (4, 2), "base": (12, 4)}  # (encoder, decoder) layers
+
+
+def variant_of(state_dict):
+    """'b' when the pretrained decoder has cross-attention, else 'a'."""
+    return "b" if any(k.startswith("dec_layers.0.cross.") for k in state_dict) else "a"
+
+
+# -----------------------------------------------------------------------------
+# the model
+
+class MLAE(EncoderDecoder):
+    """Encoder over the unmasked tokens, light bidirectional decoder (variant a or b)."""
+
+    def __init__(self, cfg, variant="b"):
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown MLAE decoder variant {variant!r}; pick one of {VARIANTS}")
+        super().__init__(cfg)
+        self.variant = variant
+        if variant == "a":  # self-attention only
+            self.dec_layers = nn.ModuleList(Layer(cfg) for _ in range(len(self.dec_layers)))
+            self.dec_layers.apply(_init)
+
+    def forward(self, enc_tok, enc_pos, enc_valid, dec_tok, dec_pos, dec_valid, predict=None):
+        """enc_*: (B, U) the unmasked tokens, their original positions, validity. dec_*: (B, Ld)
+        the decoder's input: the whole sequence with [MASK] at the masked positions for (a), the
+        [MASK] placeholders alone for (b). Returns the decoder's hidden states (B, Ld, C), or the
+        logits (N, V) at the N True positions of a (B, Ld) bool `predict`."""
+        latents = self.encode(enc_tok, enc_pos, enc_valid)  # (B, U, C)
+        h = self.decode_masked(latents, enc_pos, enc_valid, dec_tok, dec_pos, dec_valid)
+        return h if predict is None else self.head(h[predict])
+
+    def decode_masked(self, latents, enc_pos, enc_valid, dec_tok, dec_pos, dec_valid):
+        """The pretraining decoder, bidirectional (all CONTEXT, padding keys unseen)."""
+        x = self.emb(dec_tok, dec_pos)  # (B, Ld, C): [MASK] (and, for (a), the unmasked ids, replaced below)
+        zero = torch.zeros_like(dec_tok)
+        meta = Meta(zero, zero, dec_valid)
+        bias = self.rel_bias(self.dec_rel_table, dec_pos, dec_pos)
+        if self.variant == "a":
+            x = place(x, latents, enc_pos, enc_valid)
+            for layer in self.dec_layers:
+                x, _ = layer(x, meta, bias=bias)
+        else:
+            mem_meta = self._mem_meta(enc_valid)
+            for layer in self.dec_layers:
+                x, _ = layer(x, meta, bias=bias, memory=latents, mem_meta=mem_meta)
+        return self.ln_dec(x)
+
+
+def place(x, rows, index, valid):
+    """x (B, L, C) with rows (B, U, C) written at positions index (B, U) where valid; autograd
+    flows to both. Padding rows go to a scratch column that is dropped."""
+    B, L, C = x.shape
+    idx = torch.where(valid, index, L)[..., None].expand(-1, -1, C)
+    out = torch.cat([x, x.new_zeros(B, 1, C)], 1).scatter(1, idx, rows)
+    return out[:, :L]
+
+
+# -----------------------------------------------------------------------------
+# pretraining examples, batches and the loss
+
+def mlae_example(window, rng, tok, ratio=0.15, mean_span=3):
+    """One example: "[SOS] window [EOS]" with spans of the window masked. Returns a dict of
+    arrays: enc_tok/enc_pos (the unmasked tokens and their positions), full_tok (the sequence
+    with [MASK] at the masked positions), full_target (the masked ids there, IGNORE elsewhere),
+    msk_pos/msk_target (the masked positions and ids)."""
+    ids = np.concatenate([[tok.sos_id], np.asarray(window, dtype=np.int64), [tok.eos_id]]).astype(np.int64)
+    masked = np.zeros(len(ids), dtype=bool)
+    for s, m in zip(*noise_spans(len(window), rng, ratio, mean_span)):
+        masked[1 + s:1 + s + m] = True
+    keep = np.flatnonzero(~masked)
+    where = np.flatnonzero(masked)
+    return dict(enc_tok=ids[keep], enc_pos=keep, full_tok=np.where(masked, tok.mask_id, ids),
+                full_target=np.where(masked, ids, IGNORE), msk_pos=where, msk_target=ids[where])
+
+
+def collate(examples, tok):
+    """Pad the example dicts into a Batch. norm = masked tokens; n_tokens = text tokens (the
+    whole sequence, masked ones included, so that tokens/s compares with the MLM baseline)."""
+    out = {}
+    out["enc_tok"], out["enc_valid"] = pad_stack([e["enc_tok"] for e in examples], tok.pad_id)
+    out["enc_pos"], _ = pad_stack([e["enc_pos"] for e in examples], 0)
+    out["full_tok"], out["full_valid"] = pad_stack([e["full_tok"] for e in examples], tok.pad_id)
+    out["full_target"], _ = pad_stack([e["full_target"] for e in examples], IGNORE)
+    out["msk_pos"], out["msk_valid"] = pad_stack([e["msk_pos"] for e in examples], 0)
+    out["msk_target"], _ = pad_stack([e["msk_target"] for e in examples], IGNORE)
+    return Batch(norm=out["msk_valid"].sum(), n_tokens=out["full_valid"].sum(), **out)
+
+
+def mlae_batch(stream, indices, tok, ratio=0.15, mean_span=3):
+    """The examples `indices` of a TokenStream, span-masked and collated (cf. t5_batch)."""
+    examples = []
+    for i in indices:
+        window, rng = stream.window_at(i)
+        examples.append(mlae_example(window, rng, tok, ratio, mean_span))
+    return collate(examples, tok)
+
+
+def decoder_inputs(batch, variant, mask_id):
+    """(dec_tok, dec_pos, dec_valid, predict, target) of the variant's decoder layout."""
+    if variant == "a":
+        pos = torch.arange(batch.full_tok.shape[1], device=batch.full_tok.device).expand_as(batch.full_tok)
+        predict = batch.full_target != IGNORE
+        return batch.full_tok, pos, batch.full_valid, predict, batch.full_target[predict]
+    dec_tok = torch.full_like(batch.msk_pos, mask_id)
+    return dec_tok, batch.msk_pos, batch.msk_valid, batch.msk_valid, batch.msk_target[batch.msk_valid]
+
+
+def mlae_loss_sums(model, batch, mask_id=MASK):
+    """Summed cross-entropy over the masked tokens (differentiable), hits and count: keys loss,
+    hit, n (cf. t5_loss_sums)."""
+    variant = getattr(model, "module", model).variant  # through a DDP wrapper
+    dec_tok, dec_pos, dec_valid, predict, target = decoder_inputs(batch, variant, mask_id)
+    logits = model(batch.enc_tok, batch.enc_pos, batch.enc_valid, dec_tok, dec_pos, dec_valid, predict).float()
+    loss = F.cross_entropy(logits, target, reduction="sum")
+    hit = (logits.argmax(-1) == target).float().sum()
+    return dict(loss=loss, hit=hit, n=torch.tensor(float(len(target)), device=logits.device))
