@@ -160,3 +160,101 @@ def mlae_loss_sums(model, batch, mask_id=MASK):
     loss = F.cross_entropy(logits, target, reduction="sum")
     hit = (logits.argmax(-1) == target).float().sum()
     return dict(loss=loss, hit=hit, n=torch.tensor(float(len(target)), device=logits.device))
+
+
+# -----------------------------------------------------------------------------
+# fine-tuning for understanding (section 3.2): the encoder, a linear layer on [EOS]
+
+class MLAEClassifier(nn.Module):
+    """The encoder of a pretrained MLAE and a linear layer on the vector of [EOS], the last
+    token of "[SOS] TEXT [EOS]" (the paper's choice). The decoder stays in the state dict,
+    unused, so that the checkpoint loads as an MLAE."""
+
+    def __init__(self, encoder: MLAE, n_labels, dropout=0.1):
+        super().__init__()
+        self.encoder = encoder
+        self.drop = nn.Dropout(dropout)
+        self.out = nn.Linear(encoder.cfg.d_model, n_labels)
+        nn.init.normal_(self.out.weight, std=0.02)
+        nn.init.zeros_(self.out.bias)
+
+    def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
+        pos = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+        h = self.encoder.encode(tokens, pos, valid)  # (B, L, C)
+        last = valid.long().sum(1) - 1  # the [EOS] of each row
+        return self.out(self.drop(h[torch.arange(len(h), device=h.device), last]))
+
+
+# -----------------------------------------------------------------------------
+# fine-tuning for generation, seq2seq-style (section 3.3, Table 5): the pretrained weights in an
+# encoder-decoder whose every decoder layer has cross-attention
+
+CROSS_INITS = ("self", "partial", "random")
+
+
+def init_from_pretrained(model, state_dict, cross_init="self"):
+    """Load pretrained weights into `model` (an EncoderDecoder or NARModel) for seq2seq-style
+    fine-tuning. cross_init (Table 5 of the paper):
+      self     every cross-attention (and its LayerNorm) that the checkpoint lacks starts as a
+               copy of the same layer's self-attention (and ln1); a checkpoint that has them
+               (MLAE (b), T5) keeps its pretrained ones;
+      partial  the decoder's self-attention and FFN pretrained, its cross-attention random;
+      random   the whole decoder random (its layers, final LayerNorm and position table).
+    Weights the model has and the checkpoint lacks (a NARModel's length predictor) keep their
+    fresh initialisation; weights the model has no place for (a decoder's cross-attention when
+    the model has none) are dropped. Returns the names of the weights left fresh."""
+    if cross_init not in CROSS_INITS:
+        raise ValueError(f"unknown cross_init {cross_init!r}; pick one of {CROSS_INITS}")
+    sd = dict(state_dict)
+    is_cross = lambda k: k.startswith("dec_layers.") and (".cross." in k or ".ln_cross." in k)
+    if cross_init == "random":
+        sd = {k: v for k, v in sd.items() if not k.startswith(("dec_layers.", "ln_dec.", "dec_rel_table"))}
+    elif cross_init == "partial":
+        sd = {k: v for k, v in sd.items() if not is_cross(k)}
+    else:
+        for k in model.state_dict():
+            if is_cross(k) and k not in sd:
+                src = k.replace(".cross.", ".attn.").replace(".ln_cross.", ".ln1.")
+                sd[k] = sd[src].clone()
+    own = model.state_dict()
+    fresh = [k for k in own if k not in sd]
+    own.update({k: v for k, v in sd.items() if k in own})
+    model.load_state_dict(own)
+    return fresh
+
+
+# -----------------------------------------------------------------------------
+# scheduled masking (section 3.4, Algorithm 1)
+
+SCHEDULES = ("linear", "constant", "none")
+
+
+def mask_ratio(schedule, m0, step, total):
+    """m_t of Algorithm 1: linear m0 - m0 * t / T, constant m0, none 0."""
+    if schedule == "linear":
+        return m0 - m0 * min(step, total) / max(1, total)
+    if schedule == "constant":
+        return m0
+    if schedule == "none":
+        return 0.0
+    raise ValueError(f"unknown mask schedule {schedule!r}; pick one of {SCHEDULES}")
+
+
+class ScheduledMasking:
+    """Wraps an AR loss: while the model trains, each decoder input token (batch.tgt_in, past
+    its leading [SOS]) becomes [MASK] with probability m_t, t = self.step (set by the training
+    loop before each optimizer step). The draw uses the global generator, which the training
+    step seeds per (step, rank), so a resumed run replays it. Evaluation sees no masks."""
+
+    def __init__(self, loss_sums, schedule, m0, total, mask_id=MASK):
+        self.loss_sums, self.schedule, self.m0, self.total, self.mask_id = loss_sums, schedule, m0, total, mask_id
+        self.step = 0
+
+    def __call__(self, model, batch):
+        m = mask_ratio(self.schedule, self.m0, self.step, self.total)
+        if model.training and m > 0:
+            hit = torch.rand(batch.tgt_in.shape, device=batch.tgt_in.device) < m
+            hit[:, 0] = False  # [SOS] stays
+            tensors = dict(batch.tensors, tgt_in=batch.tgt_in.masked_fill(hit & batch.tgt_valid, self.mask_id))
+            batch = Batch(batch.norm, batch.n_tokens, **tensors)
+        return self.loss_sums(model, batch)

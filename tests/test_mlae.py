@@ -120,3 +120,117 @@ def test_pretraining_runs(mlae_checkpoint):
     state = torch.load(os.path.join(mlae_checkpoint, "last.pt"), weights_only=True)
     assert state["kind"] == "pretrain/mlae"
     assert state["model_config"]["n_layers"] == 2 and state["model_config"]["n_dec_layers"] == 1  # tiny's 2L-1L
+
+
+# -----------------------------------------------------------------------------
+# fine-tuning: cross-attention init, scheduled masking, and the pipelines end to end
+
+def test_cross_attention_init():
+    from core.mlae import init_from_pretrained
+    from core.model import EncoderDecoder
+    pre = tiny_model("a").state_dict()
+    cfg = preset("tiny", vocab_size=V, n_dec_layers=1, dropout=0.0)
+    for how in ("self", "partial", "random"):
+        torch.manual_seed(1)
+        m = EncoderDecoder(cfg)
+        init_from_pretrained(m, pre, how)
+        layer = m.dec_layers[0]
+        same = all(torch.equal(getattr(layer.cross, n).weight, getattr(layer.attn, n).weight) for n in "qkvo")
+        assert same == (how == "self"), how
+        assert torch.equal(layer.ln_cross.weight, layer.ln1.weight) or how != "self"
+        assert torch.equal(m.enc_layers[0].attn.q.weight, pre["enc_layers.0.attn.q.weight"])  # encoder always loaded
+        assert torch.equal(layer.ffn.up.weight, pre["dec_layers.0.ffn.up.weight"]) == (how != "random")
+    # a (b) checkpoint keeps its pretrained cross-attention
+    pre_b = tiny_model("b", seed=3).state_dict()
+    m = EncoderDecoder(cfg)
+    init_from_pretrained(m, pre_b, "self")
+    assert torch.equal(m.dec_layers[0].cross.q.weight, pre_b["dec_layers.0.cross.q.weight"])
+
+
+def test_mask_schedules():
+    from core.mlae import mask_ratio
+    T = 100
+    lin = [mask_ratio("linear", 0.6, t, T) for t in range(T + 1)]
+    assert lin[0] == 0.6 and lin[T] == 0.0 and lin[50] == pytest.approx(0.3)
+    assert np.allclose(np.diff(lin), -0.006)  # linear
+    assert all(mask_ratio("constant", 0.6, t, T) == 0.6 for t in (0, 37, T))
+    assert all(mask_ratio("none", 0.6, t, T) == 0.0 for t in (0, 37, T))
+
+
+def test_scheduled_masking_masks_decoder_inputs_at_the_ratio():
+    from core.batch import Batch
+    from core.mlae import ScheduledMasking
+    seen = []
+    sched = ScheduledMasking(lambda model, b: seen.append(b.tgt_in) or {}, "linear", 0.6, 10)
+    tgt = torch.randint(10, V, (64, 40))
+    tgt[:, 0] = 2
+    batch = Batch(tgt_in=tgt, tgt_valid=torch.ones_like(tgt, dtype=torch.bool))
+    model = torch.nn.Linear(1, 1)
+    for step, expect in ((0, 0.6), (5, 0.3), (10, 0.0)):
+        sched.step = step
+        sched(model, batch)
+        frac = (seen[-1][:, 1:] == MASK).float().mean().item()
+        assert abs(frac - expect) < 0.03, (step, frac)
+        assert (seen[-1][:, 0] == 2).all()
+    model.eval()
+    sched.step = 0
+    sched(model, batch)
+    assert torch.equal(seen[-1], tgt)  # evaluation is never masked
+
+
+@pytest.fixture(scope="module")
+def task_files(tmp_path_factory):
+    import json
+    from core.data import embedded_records
+    root = tmp_path_factory.mktemp("mlae_tasks")
+    paths = {}
+    for split, n in (("train", 96), ("valid", 16), ("test", 6)):
+        paths[split] = str(root / f"{split}.jsonl")
+        with open(paths[split], "w") as f:
+            for r in embedded_records(split)[:n]:
+                f.write(json.dumps(r) + "\n")
+    return paths
+
+
+FT = ["--epochs", "1", "--batch", "32", "--micro-batch", "16", "--max-src", "48", "--max-tgt", "12",
+      "--rouge-examples", "4", "--valid-examples", "16", "--log-every", "1"]
+
+
+def finetune_and_eval(init, task_files, out, *flags):
+    import eval as evaluate_script
+    import finetune
+    finetune.main(["--init", init, "--train-data", task_files["train"], "--valid-data", task_files["valid"],
+                   "--out", out] + FT + list(flags))
+    return evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--beam", "2",
+                                 "--batch-size", "3", "--latency-samples", "1", "--no-lead"])[0]
+
+
+def test_pretrain_then_classify(mlae_checkpoint, task_files, tmp_path):
+    row = finetune_and_eval(os.path.join(mlae_checkpoint, "last.pt"), task_files, str(tmp_path / "c"),
+                            "--task", "classify")
+    assert row["arch"] == "mlae-b" and 0 <= row["accuracy"] <= 100 and 0 <= row["macro_f1"] <= 100
+
+
+def test_pretrain_then_ar_seq2seq(mlae_checkpoint, task_files, tmp_path):
+    out = str(tmp_path / "s2s")
+    row = finetune_and_eval(os.path.join(mlae_checkpoint, "last.pt"), task_files, out, "--mask-schedule", "linear")
+    assert row["arch"] == "mlae-s2s" and row["decoding"] == "beam 2" and 0 <= row["rougeL"] <= 100
+    state = torch.load(os.path.join(out, "last.pt"), weights_only=True)
+    assert state["args"]["mask_schedule"] == "linear" and state["model_config"]["n_dec_layers"] == 1
+
+
+@pytest.mark.parametrize("init", ["mlae", "t5", "none"])
+def test_nar_pipelines(init, mlae_checkpoint, text_file, task_files, tmp_path):
+    """MLAE NAR, T5-NAR and CMLM from scratch: CMLM fine-tuning, Mask-Predict in eval.py."""
+    if init == "mlae":
+        ckpt = os.path.join(mlae_checkpoint, "last.pt")
+    elif init == "t5":
+        pre = str(tmp_path / "t5")
+        train.main(["--data", text_file, "--objective", "t5", "--steps", "2", "--out", pre] + TINY)
+        ckpt = os.path.join(pre, "last.pt")
+    else:
+        ckpt = "none"
+    extra = ["--arch", "t5", "--model", "tiny", "--vocab-size", "600"] if init == "none" else []
+    row = finetune_and_eval(ckpt, task_files, str(tmp_path / "nar"), "--nar", "--iterations", "4", *extra)
+    assert row["arch"] == "nar" and row["iterations"] == 4 and row["decoding"].startswith("mask-predict")
+    assert 0 <= row["rougeL"] <= 100 and row["latency_ms"] > 0
