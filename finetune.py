@@ -126,7 +126,7 @@ def run(args, d):
     arch = seq2seq_arch(arch, args.nar, args.style) if summ else arch
     tok = Tokenizer.from_tensor(source["tokenizer"])
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
-    if args.max_src > cfg.max_positions or (arch == "unilm" and args.max_src + args.max_tgt > cfg.max_positions):
+    if args.max_src > cfg.max_positions or (arch in ("unilm", "mlae-unilm") and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
     if summ:

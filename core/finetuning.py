@@ -4,7 +4,8 @@ the seq2seq operations of each architecture, generation, and the metrics.
 Architectures: "unilm" (one stack; pretrained by PMLM or MLM, fine-tuned for seq2seq with pseudo
 masks, UniLMv2 section 3.4), "t5" (encoder-decoder, span corruption, teacher forcing), "mlae-a" /
 "mlae-b" (a pretrained MLAE of either decoder variant: classification uses its encoder),
-"mlae-s2s" (MLAE fine-tuned seq2seq-style: an encoder-decoder with the T5 operations) and "nar"
+"mlae-s2s" (MLAE fine-tuned seq2seq-style: an encoder-decoder with the T5 operations),
+"mlae-unilm" (MLAE fine-tuned UniLM-style: latents + target in one decoder stack) and "nar"
 (core/nar.py: T5-NAR, MLAE NAR or CMLM, decoded by Mask-Predict).
 Checkpoint kinds: pretrain/{pmlm,mlm,t5,mlae}, finetune/summarize, finetune/classify; a fine-tuned
 checkpoint also records its "arch".
@@ -19,7 +20,7 @@ from . import decoding, nar, seq2seq, t5
 from .classify import Classifier
 from .config import ModelConfig
 from .errors import UserError
-from .mlae import MLAE, MLAEClassifier, variant_of
+from .mlae import MLAE, MLAEClassifier, MLAEUniLM, MLAEUniLMDecoder, variant_of
 from .model import EncoderDecoder, UnifiedLM
 
 ARCH_OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5"}
@@ -47,9 +48,7 @@ def seq2seq_arch(arch, nar_flag, style):
     if arch.startswith("mlae-") and arch not in ("mlae-a", "mlae-b"):
         return arch
     if arch.startswith("mlae-"):
-        if style == "unilm":
-            raise UserError("--style unilm is not built yet for MLAE; use --style seq2seq")
-        return "mlae-s2s"
+        return "mlae-unilm" if style == "unilm" else "mlae-s2s"
     return arch
 
 
@@ -63,6 +62,8 @@ def build_model(arch, cfg: ModelConfig, n_labels=None):
         return Classifier(UnifiedLM(cfg), n_labels, cfg.dropout)
     if arch == "nar":
         return nar.NARModel(cfg)
+    if arch == "mlae-unilm":
+        return MLAEUniLM(cfg)
     if arch in ("mlae-a", "mlae-b"):
         return MLAE(cfg, arch[-1])
     return EncoderDecoder(cfg) if arch in ("t5", "mlae-s2s") else UnifiedLM(cfg)
@@ -86,6 +87,8 @@ class Seq2SeqOps(NamedTuple):
 def seq2seq_ops(arch):
     if arch == "nar":
         return Seq2SeqOps(nar.nar_batch, nar.nar_loss_sums, nar.NARDecoder, 1)
+    if arch == "mlae-unilm":
+        return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, MLAEUniLMDecoder, 1)
     if arch in ("t5", "mlae-s2s"):
         return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, t5.T5Decoder, 1)
     batch = lambda pairs, tok, max_src, max_tgt: seq2seq.seq2seq_batch(pairs, tok, max_src - 2, max_tgt)

@@ -37,6 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, pad_stack
 from .model import EncoderDecoder, Layer, Meta, _init
 from .t5 import IGNORE, noise_spans
@@ -221,6 +222,112 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
     own.update({k: v for k, v in sd.items() if k in own})
     model.load_state_dict(own)
     return fresh
+
+
+# -----------------------------------------------------------------------------
+# fine-tuning for generation, UniLM-style (section 3.3): the decoder's self-attention over the
+# source's latents followed by the target tokens, with the seq2seq (prefix) mask
+
+class MLAEUniLM(MLAE):
+    """Encoder over "SRC [EOS]"; the decoder stack (no cross-attention: the layers of variant
+    (a); a (b) checkpoint's cross-attention is dropped) over [latents | [SOS] y_1 .. y_{T-1}]:
+
+        kind   CONTEXT (the latents, positions 0..S-1) | ORIGINAL (targets, positions S..S+T-1)
+        step   0                                       | 1 .. T
+
+    so the source attends within itself and target token t to the source and targets <= t
+    (the attention rule of kernels/reference.py). The latents enter as they leave the encoder,
+    as in pretraining variant (a). Same forward signature as the T5 EncoderDecoder, so its
+    batches, loss and scheduled masking serve unchanged; MLAEUniLMDecoder decodes with a cache."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg, "a")
+
+    def stack(self, x, meta, pos, k_meta, k_pos, past=None):
+        """The decoder layers over queries x (B, Lq, C) against past (per layer (k, v), or None)
+        plus x's own keys. Returns (x, per layer the (k, v) of x)."""
+        bias = self.rel_bias(self.dec_rel_table, pos, k_pos)
+        new = []
+        for i, layer in enumerate(self.dec_layers):
+            x, kv = layer(x, meta, k_meta, bias, past=None if past is None else past[i])
+            new.append(kv)
+        return x, new
+
+    def forward(self, src, src_valid, tgt_in, tgt_valid, predict=None):
+        """src (B, S), tgt_in (B, T) with validity. Returns the targets' hidden states (B, T, C),
+        or the logits (N, V) at the N True positions of `predict` (B, T)."""
+        S, T = src.shape[1], tgt_in.shape[1]
+        src_pos = torch.arange(S, device=src.device).expand_as(src)
+        latents = self.encode(src, src_pos, src_valid)  # (B, S, C)
+        tgt_pos = src_valid.long().sum(1, keepdim=True) + torch.arange(T, device=src.device)  # (B, T)
+        steps = torch.arange(1, T + 1, device=src.device).expand_as(tgt_in)
+        meta = Meta(torch.cat([torch.full_like(src, CONTEXT), torch.full_like(tgt_in, ORIGINAL)], 1),
+                    torch.cat([torch.zeros_like(src), steps], 1), torch.cat([src_valid, tgt_valid], 1))
+        pos = torch.cat([src_pos, tgt_pos], 1)
+        x = torch.cat([latents, self.emb(tgt_in, tgt_pos)], 1)  # (B, S + T, C)
+        x, _ = self.stack(x, meta, pos, meta, pos)
+        h = self.ln_dec(x[:, S:])
+        return h if predict is None else self.head(h[predict])
+
+
+class MLAEUniLMDecoder:
+    """The IncrementalDecoder protocol of core/decoding.py for MLAEUniLM (cf. T5Decoder): the
+    source is encoded and run through the decoder stack once, its keys/values cached per layer;
+    each step feeds one target token (ORIGINAL, step t + 1, position S_b + t) against the
+    cache and appends its keys/values. use_cache=False re-runs the whole forward every step."""
+
+    @torch.no_grad()
+    def __init__(self, model, src_ids_list, tok, use_cache=True):
+        self.model, self.tok, self.use_cache = model, tok, use_cache
+        dev = next(model.parameters()).device
+        limit = model.cfg.max_positions - 1
+        sources = [np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids_list]
+        src, valid = pad_stack(sources, tok.pad_id)
+        self.src, self.src_valid = src.to(dev), valid.to(dev)
+        self.src_len = self.src_valid.long().sum(1)  # (N,)
+        self.prefix = torch.zeros(len(sources), 0, dtype=torch.long, device=dev)
+        self.rows = len(sources)
+        self.cache = None
+        if use_cache:
+            pos = torch.arange(src.shape[1], device=dev).expand_as(self.src)
+            latents = model.encode(self.src, pos, self.src_valid)
+            z = torch.zeros_like(self.src)
+            self.k_meta = Meta(z + CONTEXT, z, self.src_valid)
+            self.k_pos = pos
+            _, self.cache = model.stack(latents, self.k_meta, pos, self.k_meta, pos)
+
+    @torch.no_grad()
+    def step(self, prev=None):
+        t = self.prefix.shape[1]
+        tokens = (torch.full((self.rows,), self.tok.sos_id, device=self.src.device) if prev is None
+                  else prev.to(self.src.device, torch.long).view(self.rows))
+        self.prefix = torch.cat([self.prefix, tokens[:, None]], 1)  # (N, t + 1)
+        pos = (self.src_len + t)[:, None]  # (N, 1)
+        if int(pos.max()) >= self.model.cfg.max_positions:
+            raise ValueError(f"decoding step {t + 1} reaches position {int(pos.max())}, past the model's "
+                             f"max_positions {self.model.cfg.max_positions}: shorten the source or max_len")
+        if not self.use_cache:
+            h = self.model(self.src, self.src_valid, self.prefix, torch.ones_like(self.prefix, dtype=torch.bool))
+            return F.log_softmax(self.model.head(h[:, -1]).float(), -1)
+        one = torch.ones_like(pos)
+        meta = Meta(one * ORIGINAL, one * (t + 1))
+        self.k_meta = Meta(torch.cat([self.k_meta.kind, meta.kind], 1), torch.cat([self.k_meta.step, meta.step], 1),
+                           torch.cat([self.k_meta.valid, one.bool()], 1))
+        self.k_pos = torch.cat([self.k_pos, pos], 1)
+        x, new = self.model.stack(self.model.emb(tokens[:, None], pos), meta, pos, self.k_meta, self.k_pos, self.cache)
+        self.cache = [(torch.cat([k, nk], 2), torch.cat([v, nv], 2)) for (k, v), (nk, nv) in zip(self.cache, new)]
+        return F.log_softmax(self.model.head(self.model.ln_dec(x[:, 0])).float(), -1)  # (N, V)
+
+    @torch.no_grad()
+    def reorder(self, index):
+        index = index.to(self.src.device, torch.long)
+        self.src, self.src_valid, self.src_len = self.src[index], self.src_valid[index], self.src_len[index]
+        self.prefix = self.prefix[index]
+        if self.cache is not None:
+            self.k_meta = Meta(self.k_meta.kind[index], self.k_meta.step[index], self.k_meta.valid[index])
+            self.k_pos = self.k_pos[index]
+            self.cache = [(k[index], v[index]) for k, v in self.cache]
+        self.rows = len(index)
 
 
 # -----------------------------------------------------------------------------

@@ -234,3 +234,40 @@ def test_nar_pipelines(init, mlae_checkpoint, text_file, task_files, tmp_path):
     row = finetune_and_eval(ckpt, task_files, str(tmp_path / "nar"), "--nar", "--iterations", "4", *extra)
     assert row["arch"] == "nar" and row["iterations"] == 4 and row["decoding"].startswith("mask-predict")
     assert 0 <= row["rougeL"] <= 100 and row["latency_ms"] > 0
+
+
+def test_unilm_style_prefix_rule_and_cache():
+    from core.finetuning import generate
+    from core.mlae import MLAEUniLM
+    from core.model import count_parameters
+    torch.manual_seed(0)
+    cfg = preset("tiny", vocab_size=V, n_dec_layers=2, dropout=0.0)
+    model = MLAEUniLM(cfg).eval()
+    assert model.dec_layers[0].cross is None
+    src = torch.randint(10, V, (2, 9))
+    sv = torch.ones_like(src, dtype=torch.bool)
+    sv[1, 6:] = False
+    tgt = torch.randint(10, V, (2, 6))
+    tv = torch.ones_like(tgt, dtype=torch.bool)
+    h = model(src, sv, tgt, tv)
+    later = tgt.clone()
+    later[:, 4] = 11  # target 4 changes: outputs 0..3 must not, 4 must
+    h2 = model(src, sv, later, tv)
+    assert torch.equal(h[:, :4], h2[:, :4]) and not torch.allclose(h[:, 4], h2[:, 4])
+    pad = src.clone()
+    pad[1, 6:] = 50  # the source's padding is never seen
+    assert torch.equal(model(pad, sv, tgt, tv)[1], h[1])
+
+    class Tok:
+        sos_id, eos_id, pad_id = 2, 3, 0
+    sources = [src[0].tolist(), src[1, :6].tolist()]
+    for beam in (1, 3):
+        fast = generate(model, "mlae-unilm", sources, Tok, beam=beam, max_len=7, return_scores=True)
+        slow = generate(model, "mlae-unilm", sources, Tok, beam=beam, max_len=7, use_cache=False, return_scores=True)
+        assert fast[0] == slow[0] and torch.allclose(fast[1], slow[1], atol=1e-4)
+
+
+def test_pretrain_then_ar_unilm(mlae_checkpoint, task_files, tmp_path):
+    row = finetune_and_eval(os.path.join(mlae_checkpoint, "last.pt"), task_files, str(tmp_path / "u"),
+                            "--style", "unilm", "--mask-schedule", "constant")
+    assert row["arch"] == "mlae-unilm" and 0 <= row["rougeL"] <= 100
