@@ -30,8 +30,8 @@ from core.config import PRESETS, ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.finetuning import arch_of, build_model, rouge, seq2seq_arch, seq2seq_ops, summarize
-from core.mlae import CROSS_INITS, SCHEDULES, ScheduledMasking, init_from_pretrained
+from core.finetuning import arch_of, build_model, rouge, scheduled_loss, seq2seq_arch, seq2seq_ops, summarize
+from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
 from core.model import count_parameters
 from core.optim import make_optimizer
 from core.progress import Progress, fmt_duration
@@ -65,7 +65,8 @@ def get_args(argv=None):
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--valid-examples", type=int, default=512, help="validation loss / accuracy on this many")
     p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
-    p.add_argument("--style", default="seq2seq", choices=["seq2seq", "unilm"], help="mlae: AR fine-tuning style")
+    p.add_argument("--style", default=None, choices=["seq2seq", "unilm"],
+                   help="AR style: mlae seq2seq (default) or unilm; pmlm/mlm unilm (default) or seq2seq (a random decoder: the RoBERTa baseline)")
     p.add_argument("--cross-init", default="self", choices=CROSS_INITS,
                    help="mlae/t5: cross-attention from the layer's self-attention, random, or the whole decoder random")
     p.add_argument("--mask-schedule", default=None, choices=SCHEDULES,
@@ -123,9 +124,9 @@ def run(args, d):
     else:
         source = checkpoint.load(args.init, kinds=("pretrain/",))
     arch = arch_of(source, args.init)
-    arch = seq2seq_arch(arch, args.nar, args.style) if summ else arch
     tok = Tokenizer.from_tensor(source["tokenizer"])
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
+    arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
     if args.max_src > cfg.max_positions or (arch in ("unilm", "mlae-unilm") and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
@@ -133,8 +134,6 @@ def run(args, d):
         ops = seq2seq_ops(arch)
         batch_fn = ops.batch
         loss_fn = functools.partial(ops.loss_sums, label_smoothing=args.label_smoothing)
-        if args.mask_schedule is None:
-            args.mask_schedule = "linear" if arch.startswith("mlae-") else "none"
         tgt_ids, valid_tgt = tok.encode(train.targets), tok.encode(valid.targets[:args.valid_examples])
         make = lambda s, t: batch_fn(list(zip(s, t)), tok, args.max_src, args.max_tgt)
         labels = None
@@ -150,8 +149,8 @@ def run(args, d):
     steps_per_epoch = math.ceil(n / args.batch)
     args.steps = max(1, round(args.epochs * steps_per_epoch))
     args.warmup = max(1, round(args.warmup_frac * args.steps))
-    if summ and arch != "nar":
-        loss_fn = ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, args.steps)
+    if summ:
+        loss_fn = scheduled_loss(loss_fn, arch, args)
     print0(d, f"data: {train.origin}: {n} train, {len(valid)} valid examples ({args.task}); "
               f"{steps_per_epoch} steps per epoch, {args.steps} steps")
 

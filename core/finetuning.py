@@ -5,11 +5,13 @@ Architectures: "unilm" (one stack; pretrained by PMLM or MLM, fine-tuned for seq
 masks, UniLMv2 section 3.4), "t5" (encoder-decoder, span corruption, teacher forcing), "mlae-a" /
 "mlae-b" (a pretrained MLAE of either decoder variant: classification uses its encoder),
 "mlae-s2s" (MLAE fine-tuned seq2seq-style: an encoder-decoder with the T5 operations),
-"mlae-unilm" (MLAE fine-tuned UniLM-style: latents + target in one decoder stack) and "nar"
+"mlae-unilm" (MLAE fine-tuned UniLM-style: latents + target in one decoder stack),
+"roberta-s2s" (an MLM/PMLM stack as encoder, a random decoder: the paper's RoBERTa baseline) and "nar"
 (core/nar.py: T5-NAR, MLAE NAR or CMLM, decoded by Mask-Predict).
 Checkpoint kinds: pretrain/{pmlm,mlm,t5,mlae}, finetune/summarize, finetune/classify; a fine-tuned
 checkpoint also records its "arch".
 """
+import dataclasses
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -20,7 +22,7 @@ from . import decoding, nar, seq2seq, t5
 from .classify import Classifier
 from .config import ModelConfig
 from .errors import UserError
-from .mlae import MLAE, MLAEClassifier, MLAEUniLM, MLAEUniLMDecoder, variant_of
+from .mlae import MLAE, MLAEClassifier, MLAEUniLM, MLAEUniLMDecoder, ScheduledMasking, variant_of
 from .model import EncoderDecoder, UnifiedLM
 
 ARCH_OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5"}
@@ -38,18 +40,37 @@ def arch_of(state, path):
     return ARCH_OF_OBJECTIVE[objective]
 
 
-def seq2seq_arch(arch, nar_flag, style):
-    """The architecture a pretrained one is fine-tuned into for generation: "nar" with --nar
-    (from t5 or mlae), MLAE's seq2seq style "mlae-s2s"; the others as they are."""
-    if nar_flag:
-        if arch == "unilm":
+def seq2seq_arch(arch, cfg, nar_flag, style):
+    """(architecture, config) a pretrained one is fine-tuned into for generation: "nar" with
+    --nar (from t5 or mlae); MLAE's "mlae-s2s" (default) or "mlae-unilm" by style; "roberta-s2s"
+    for a unilm (MLM/PMLM) checkpoint with style seq2seq: its stack as the encoder of an
+    encoder-decoder whose decoder is random (the paper's RoBERTa baseline for generation, a
+    decoder as deep as MLAE's at that encoder depth: 12L-4L, 4L-2L, 2L-1L). Fine-tuned
+    architectures come back as they are (resuming)."""
+    if nar_flag and arch != "nar":
+        if arch in ("unilm", "roberta-s2s"):
             raise UserError("--nar needs an encoder-decoder checkpoint (t5 or mlae), or --init none --arch t5")
-        return "nar"
-    if arch.startswith("mlae-") and arch not in ("mlae-a", "mlae-b"):
-        return arch
-    if arch.startswith("mlae-"):
-        return "mlae-unilm" if style == "unilm" else "mlae-s2s"
-    return arch
+        return "nar", cfg
+    if arch in ("mlae-a", "mlae-b"):
+        return ("mlae-unilm" if style == "unilm" else "mlae-s2s"), cfg
+    if arch == "unilm" and style == "seq2seq":
+        dec = {12: 4, 4: 2, 2: 1}.get(cfg.n_layers, max(1, cfg.n_layers // 3))
+        return "roberta-s2s", dataclasses.replace(cfg, n_dec_layers=dec)
+    return arch, cfg
+
+
+def scheduled_loss(loss_fn, arch, args):
+    """The AR loss with scheduled masking of the decoder inputs (MLAE Algorithm 1) for the
+    encoder-decoder architectures; --mask-schedule defaults to linear for MLAE, none otherwise
+    (args.mask_schedule is resolved in place, so the checkpoint records it)."""
+    if args.mask_schedule is None:
+        args.mask_schedule = "linear" if arch.startswith("mlae-") else "none"
+    if arch in ("unilm", "nar"):
+        if args.mask_schedule != "none":
+            raise UserError(f"--mask-schedule {args.mask_schedule} masks decoder inputs: the {arch} architecture "
+                            "has none to mask (use an encoder-decoder: t5, mlae, or --style seq2seq)")
+        return loss_fn
+    return ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, args.steps)
 
 
 def build_model(arch, cfg: ModelConfig, n_labels=None):
@@ -66,7 +87,7 @@ def build_model(arch, cfg: ModelConfig, n_labels=None):
         return MLAEUniLM(cfg)
     if arch in ("mlae-a", "mlae-b"):
         return MLAE(cfg, arch[-1])
-    return EncoderDecoder(cfg) if arch in ("t5", "mlae-s2s") else UnifiedLM(cfg)
+    return EncoderDecoder(cfg) if arch in ("t5", "mlae-s2s", "roberta-s2s") else UnifiedLM(cfg)
 
 
 # -----------------------------------------------------------------------------
@@ -89,7 +110,7 @@ def seq2seq_ops(arch):
         return Seq2SeqOps(nar.nar_batch, nar.nar_loss_sums, nar.NARDecoder, 1)
     if arch == "mlae-unilm":
         return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, MLAEUniLMDecoder, 1)
-    if arch in ("t5", "mlae-s2s"):
+    if arch in ("t5", "mlae-s2s", "roberta-s2s"):
         return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, t5.T5Decoder, 1)
     batch = lambda pairs, tok, max_src, max_tgt: seq2seq.seq2seq_batch(pairs, tok, max_src - 2, max_tgt)
     return Seq2SeqOps(batch, seq2seq.seq2seq_loss_sums, seq2seq.PMLMDecoder, 2)

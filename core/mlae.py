@@ -207,6 +207,10 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
     if cross_init not in CROSS_INITS:
         raise ValueError(f"unknown cross_init {cross_init!r}; pick one of {CROSS_INITS}")
     sd = dict(state_dict)
+    if "layers.0.attn.q.weight" in sd:  # a UnifiedLM (MLM/PMLM): its stack is the encoder
+        rename = lambda k: ("enc_" + k if k.startswith(("layers.", "rel_table")) else
+                            "ln_enc" + k[4:] if k.startswith("ln_f.") else k)
+        sd = {rename(k): v for k, v in sd.items() if not k.startswith("emb.seg.")}
     is_cross = lambda k: k.startswith("dec_layers.") and (".cross." in k or ".ln_cross." in k)
     if cross_init == "random":
         sd = {k: v for k, v in sd.items() if not k.startswith(("dec_layers.", "ln_dec.", "dec_rel_table"))}
@@ -214,8 +218,8 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
         sd = {k: v for k, v in sd.items() if not is_cross(k)}
     else:
         for k in model.state_dict():
-            if is_cross(k) and k not in sd:
-                src = k.replace(".cross.", ".attn.").replace(".ln_cross.", ".ln1.")
+            src = k.replace(".cross.", ".attn.").replace(".ln_cross.", ".ln1.")
+            if is_cross(k) and k not in sd and src in sd:
                 sd[k] = sd[src].clone()
     own = model.state_dict()
     fresh = [k for k in own if k not in sd]

@@ -271,3 +271,27 @@ def test_pretrain_then_ar_unilm(mlae_checkpoint, task_files, tmp_path):
     row = finetune_and_eval(os.path.join(mlae_checkpoint, "last.pt"), task_files, str(tmp_path / "u"),
                             "--style", "unilm", "--mask-schedule", "constant")
     assert row["arch"] == "mlae-unilm" and 0 <= row["rougeL"] <= 100
+
+
+def test_roberta_baseline_for_generation(text_file, task_files, tmp_path):
+    """An MLM stack as the encoder of an encoder-decoder with a random decoder (--style seq2seq)."""
+    pre = str(tmp_path / "mlm")
+    train.main(["--data", text_file, "--objective", "mlm", "--steps", "2", "--out", pre] + TINY)
+    out = str(tmp_path / "rob")
+    row = finetune_and_eval(os.path.join(pre, "last.pt"), task_files, out, "--style", "seq2seq", "--epochs", "0.3")
+    assert row["arch"] == "roberta-s2s"
+    mlm = torch.load(os.path.join(pre, "last.pt"), weights_only=True)
+    state = torch.load(os.path.join(out, "last.pt"), weights_only=True)
+    assert state["model_config"]["n_dec_layers"] == 1 and state["args"]["mask_schedule"] == "none"
+    assert state["model"]["enc_layers.0.ffn.up.weight"].shape == mlm["model"]["layers.0.ffn.up.weight"].shape
+
+
+def test_bad_flag_combinations(mlae_checkpoint, task_files, tmp_path, capsys):
+    import finetune
+    base = ["--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", str(tmp_path / "x")]
+    with pytest.raises(SystemExit) as e:
+        finetune.main(base + ["--init", "none", "--arch", "unilm", "--model", "tiny", "--vocab-size", "600", "--nar"])
+    assert e.value.code == 2 and "--nar needs an encoder-decoder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        finetune.main(base + ["--init", os.path.join(mlae_checkpoint, "last.pt"), "--nar", "--mask-schedule", "linear"])
+    assert e.value.code == 2 and "has none to mask" in capsys.readouterr().err
