@@ -44,7 +44,7 @@ def get_args(argv=None):
     p.add_argument("--dec-layers", type=int, default=None,
                    help="t5: decoder layers (default: as the encoder); mlae: default 1/2/4 at tiny/small/base")
     p.add_argument("--enc-layers", type=int, default=None, help="t5, mlae: encoder layers (default: the preset's)")
-    p.add_argument("--decoder", default="b", choices=VARIANTS,
+    p.add_argument("--decoder", default="a", choices=VARIANTS,
                    help="mlae: (a) self-attention over latents + [MASK]s, (b) [MASK]s with cross-attention")
     p.add_argument("--rel-pos", action=argparse.BooleanOptionalAction, default=True,
                    help="T5-style relative position bias")
