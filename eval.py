@@ -104,9 +104,11 @@ def evaluate_checkpoint(path, args, device):
                    length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10))
         row["decoding"] = (f"mask-predict, {gen['length_beam']} lengths" if arch == "nar" else
                            "greedy" if args.beam == 1 else f"beam {args.beam}")
-        row["iterations"] = gen["iterations"] if arch == "nar" else "-"
+        used = gen["stats"] = {}
         run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
         preds = run(sources, progress_line(f"generating with {os.path.basename(out_dir)}"))
+        # NAR: mean iterations used (Mask-Predict stops early) / the budget
+        row["iterations"] = f"{used['iterations'] / used['n']:.1f} / {gen['iterations']}" if used else "-"
         row.update(rouge(preds, targets))
         with open(os.path.join(out_dir, f"outputs-{args.split}.jsonl"), "w") as f:
             for s, t, p in zip(sources, targets, preds):

@@ -118,13 +118,14 @@ def seq2seq_ops(arch):
 
 @torch.no_grad()
 def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_penalty=1.0,
-             no_repeat_ngram=0, use_cache=True, return_scores=False, length_beam=3, iterations=10):
+             no_repeat_ngram=0, use_cache=True, return_scores=False, length_beam=3, iterations=10, stats=None):
     """Token-id lists (without [EOS]) for a batch of (already truncated) sources: greedy for
     beam 1, else beam search; with return_scores also their (B,) scores. Runs in eval mode and
     restores the model's mode afterwards. use_cache=False recomputes the whole prefix at every
     step (the reference the key/value cache is tested against). A "nar" model decodes with
     Mask-Predict instead (length_beam lengths, up to `iterations` passes; max_len - 1 tokens at
-    most, the budget an AR model spends one of on [EOS])."""
+    most, the budget an AR model spends one of on [EOS]); a `stats` dict then accumulates the
+    model calls its outputs took ("iterations") and their count ("n")."""
     was_training = model.training
     model.eval()
     try:
@@ -132,6 +133,9 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
             out, det = nar.mask_predict(nar.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam, iterations,
                                         max(1, max_len - 1), tok.pad_id, tok.eos_id, return_details=True)
             scores = det["score"]
+            if stats is not None:
+                stats["iterations"] = stats.get("iterations", 0) + int(det["iterations"].sum())
+                stats["n"] = stats.get("n", 0) + len(out)
             return (out, scores) if return_scores else out
         decoder = seq2seq_ops(arch).decoder(model, src_ids, tok, use_cache=use_cache)
         if beam == 1:
