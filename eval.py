@@ -54,6 +54,8 @@ def get_args(argv=None):
                    help="lp(len): wu = ((5 + len) / 6) ** alpha (Wu et al. 2016, UniLMv2's decoding), "
                         "pow = len ** alpha (fairseq)")
     p.add_argument("--no-repeat-ngram", type=int, default=3)
+    p.add_argument("--length-beam", type=int, default=None, help="NAR: length candidates (default: the fine-tuning's)")
+    p.add_argument("--iterations", type=int, default=None, help="NAR: Mask-Predict iterations (default: the fine-tuning's)")
     p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
     p.add_argument("--no-lead", action="store_true", help="omit the LEAD baseline rows")
@@ -136,9 +138,15 @@ def evaluate_checkpoint(path, state, args, device):
     if task == "summarize":
         gen = dict(beam=args.beam, max_len=args.max_len, min_len=args.min_len,
                    length_penalty=args.length_penalty, length_norm=args.length_norm,
-                   no_repeat_ngram=args.no_repeat_ngram)
+                   no_repeat_ngram=args.no_repeat_ngram,
+                   length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10))
+        row["decoding"] = (f"mask-predict, {gen['length_beam']} lengths" if arch == "nar" else
+                           "greedy" if args.beam == 1 else f"beam {args.beam}")
+        used = gen["stats"] = {}
         run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
         preds = run(sources, progress_line(f"generating with {os.path.basename(out_dir)}"))
+        # NAR: mean iterations used (Mask-Predict stops early) / the budget
+        row["iterations"] = f"{used['iterations'] / used['n']:.1f} / {gen['iterations']}" if used else "-"
         row.update(rouge(preds, targets))
         outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
     else:
@@ -177,7 +185,7 @@ def write_results(path, row, outputs, args):
 
 
 def markdown(rows):
-    cols = ["model", "arch", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy", "macro_f1",
+    cols = ["model", "arch", "decoding", "iterations", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy", "macro_f1",
             "latency_ms", "samples_per_s"]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)

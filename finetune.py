@@ -7,7 +7,10 @@
 
 Summarization of a unified (PMLM / MLM) checkpoint uses UniLMv2's pseudo-mask fine-tuning
 (section 3.4): "[SOS] SRC [EOS] TGT [EOS]", one [P] per target token; of a T5 checkpoint, teacher
-forcing. Classification puts a fresh linear layer on the [SOS] vector. Label smoothing 0.1,
+forcing; of an MLAE checkpoint (core/mlae.py), seq2seq style with scheduled masking. --nar
+fine-tunes a t5 or mlae checkpoint (or --init none --arch t5: CMLM) as a CMLM decoded by
+Mask-Predict (core/nar.py). Classification puts a fresh linear layer on the [SOS] vector ([EOS]
+for MLAE). Label smoothing 0.1,
 warmup then linear decay. After every epoch: the validation loss, a quick ROUGE (greedy) on a
 slice of the validation split or its accuracy; the best checkpoint is kept as best.pt.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
@@ -28,8 +31,9 @@ from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.guards import StopSignals, best_on_disk, check_continues, parse_args
-from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, rouge, seq2seq_ops,
-                             summarize)
+from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, rouge, scheduled_loss,
+                             seq2seq_arch, seq2seq_ops, summarize)
+from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
 from core.model import count_parameters
 from core.optim import make_optimizer
 from core.progress import Progress, fmt_duration
@@ -65,6 +69,16 @@ def get_args(argv=None):
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--valid-examples", type=int, default=512, help="validation loss / accuracy on this many")
     p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
+    p.add_argument("--style", default=None, choices=["seq2seq", "unilm"],
+                   help="AR style: mlae seq2seq (default) or unilm; pmlm/mlm unilm (default) or seq2seq (a random decoder: the RoBERTa baseline)")
+    p.add_argument("--cross-init", default="self", choices=CROSS_INITS,
+                   help="mlae/t5: cross-attention from the layer's self-attention, random, or the whole decoder random")
+    p.add_argument("--mask-schedule", default=None, choices=SCHEDULES,
+                   help="AR: decoder inputs masked at ratio m_t (MLAE Algorithm 1; default linear for mlae, else none)")
+    p.add_argument("--mask-init", type=float, default=0.6, help="m0 of --mask-schedule")
+    p.add_argument("--nar", action="store_true", help="CMLM fine-tuning, Mask-Predict decoding (t5, mlae, --init none)")
+    p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
+    p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations at most")
     add_run_flags(p, out="runs/finetune", lr=1e-3, save_every=200)
     return parse_args(p, argv)
 
@@ -119,7 +133,8 @@ def run(args, d):
     if state is None and "model" in source:  # stay within the positions pretraining trained
         args.max_src = fit_lengths(arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
     args.max_src = args.max_src or DEFAULT_MAX_SRC
-    if args.max_src > cfg.max_positions or (arch == "unilm" and args.max_src + args.max_tgt > cfg.max_positions):
+    arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
+    if args.max_src > cfg.max_positions or (arch in ("unilm", "mlae-unilm") and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
     if summ:
@@ -141,6 +156,8 @@ def run(args, d):
     steps_per_epoch = math.ceil(n / args.batch)
     args.steps = max(1, round(args.epochs * steps_per_epoch))
     args.warmup = max(1, round(args.warmup_frac * args.steps))
+    if summ:
+        loss_fn = scheduled_loss(loss_fn, arch, args)
     print0(d, f"data: {train.origin}: {n} train, {len(valid)} valid examples ({args.task}); "
               f"{steps_per_epoch} steps per epoch, {args.steps} steps")
 
@@ -160,7 +177,7 @@ def run(args, d):
     elif "model" not in source:  # --init none: only the output bias starts from the data
         (model.encoder if labels else model).head.init_bias(source["counts"])
     elif summ:
-        model.load_state_dict(source["model"])
+        init_from_pretrained(model, source["model"], args.cross_init)
     else:
         model.encoder.load_state_dict(source["model"])
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
@@ -189,7 +206,8 @@ def run(args, d):
         rec = dict(step=done, valid_loss=ev["nll"] / max(1.0, ev["n"]), valid_acc=ev["hit"] / max(1.0, ev["n"]))
         if summ and d.master and args.rouge_examples > 0:
             k = args.rouge_examples
-            preds = summarize(model, arch, tok, valid.sources[:k], args.max_src, max_len=args.max_tgt)
+            preds = summarize(model, arch, tok, valid.sources[:k], args.max_src, max_len=args.max_tgt,
+                              length_beam=args.length_beam, iterations=args.iterations)
             rec.update({f"valid_{m}": float(v) for m, v in rouge(preds, valid.targets[:k]).items()})
             rec["sample"] = preds[0]
         return rec
@@ -203,6 +221,7 @@ def run(args, d):
     stop = StopSignals()
     for step in range(start, end):
         idx = examples_for_step(n, step, args.batch, args.seed)[d.rank * per_rank:(d.rank + 1) * per_rank]
+        loss_fn.step = step  # the mask ratio of scheduled masking (a no-op attribute otherwise)
         stats = train_step(ddp_model, model, optimizer, batches(src_ids, tgt_ids, idx), loss_fn, d, args, step)
         speed.add(stats["tokens"])
         done = step + 1

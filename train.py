@@ -4,8 +4,10 @@
     torchrun --nproc_per_node=4 train.py --model base # the same code on 4 GPUs (or CPU processes)
 
 Objectives: pmlm (UniLMv2: --losses ae+par | ae | par), mlm (the RoBERTa-style baseline,
-= pmlm with --losses ae) and t5 (the T5-style encoder-decoder with span corruption; its decoder
-has --dec-layers layers, default as many as the encoder). Reads top to bottom: args -> init -> tokenizer and data -> model ->
+= pmlm with --losses ae), t5 (the T5-style encoder-decoder with span corruption; its decoder
+has --dec-layers layers, default as many as the encoder) and mlae (core/mlae.py: encoder on the
+unmasked tokens, light decoder --decoder a|b, depths --enc-layers/--dec-layers, default 4L-2L
+at small). Reads top to bottom: args -> init -> tokenizer and data -> model ->
 optimizer -> loop -> save.
 """
 import argparse
@@ -24,6 +26,7 @@ from core.guards import StopSignals, check_continues, parse_args
 from core.finetuning import pretraining_window, trained_positions
 from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
+from core.mlae import DEFAULT_DEPTHS, MLAE, VARIANTS, mlae_batch, mlae_loss_sums
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
 from core.t5 import t5_batch, t5_loss_sums
 from core.progress import Progress, fmt_duration
@@ -37,10 +40,14 @@ RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5"])
+    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5", "mlae"])
     p.add_argument("--losses", default="ae+par", choices=LOSSES, help="PMLM ablations (UniLMv2 4.6)")
     p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
-    p.add_argument("--dec-layers", type=int, default=None, help="t5: decoder layers (default: as the encoder)")
+    p.add_argument("--dec-layers", type=int, default=None,
+                   help="t5: decoder layers (default: as the encoder); mlae: default 1/2/4 at tiny/small/base")
+    p.add_argument("--enc-layers", type=int, default=None, help="t5, mlae: encoder layers (default: the preset's)")
+    p.add_argument("--decoder", default="a", choices=VARIANTS,
+                   help="mlae: (a) self-attention over latents + [MASK]s, (b) [MASK]s with cross-attention")
     p.add_argument("--rel-pos", action=argparse.BooleanOptionalAction, default=True,
                    help="T5-style relative position bias")
     p.add_argument("--data", default=None, help=".txt or .jsonl pretraining text (default: embedded corpus)")
@@ -104,18 +111,20 @@ def run(args, d):
 
     # -----------------------------------------------------------------------------
     # model and optimizer
-    t5 = args.objective == "t5"
+    t5, mlae = args.objective == "t5", args.objective == "mlae"
     cfg = preset(args.model, vocab_size=tok.vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
                  pad_id=tok.pad_id)
-    if t5:
-        cfg = dataclasses.replace(cfg, n_dec_layers=args.dec_layers or cfg.n_layers)
+    if t5 or mlae:
+        enc = args.enc_layers or (DEFAULT_DEPTHS[args.model][0] if mlae else cfg.n_layers)
+        dec = args.dec_layers or (DEFAULT_DEPTHS[args.model][1] if mlae else enc)
+        cfg = dataclasses.replace(cfg, n_layers=enc, n_dec_layers=dec)
     if state is not None:
         cfg = dataclasses.replace(cfg, **state["model_config"])
     if args.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
     torch.manual_seed(args.seed)
-    model = (EncoderDecoder if t5 else UnifiedLM)(cfg).to(d.device)
-    loss_sums = t5_loss_sums if t5 else pmlm_loss_sums
+    model = (MLAE(cfg, args.decoder) if mlae else EncoderDecoder(cfg) if t5 else UnifiedLM(cfg)).to(d.device)
+    loss_sums = mlae_loss_sums if mlae else t5_loss_sums if t5 else pmlm_loss_sums
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
     model.head.init_bias(token_counts(train.ids, cfg.vocab_size))
     start = 0
@@ -127,13 +136,14 @@ def run(args, d):
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
-              f"{args.objective}{'' if t5 else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "
+              f"{args.objective}{'' if t5 or mlae else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "
               f"{examples_per_step} examples x {args.seq_len} tokens per step")
 
     def batches_of(stream, first, count):
         """This process's micro-batches for examples [first, first + count) of the stream."""
         idx = list(range(first, first + count))
         make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses))
+        make = (lambda ix: mlae_batch(stream, ix, tok)) if mlae else make
         return [make(idx[i:i + args.micro_batch]) for i in range(0, len(idx), args.micro_batch)]
 
     eval_share = max(1, args.eval_examples // d.world)

@@ -2,20 +2,27 @@
 the seq2seq operations of each architecture, generation, and the metrics.
 
 Architectures: "unilm" (one stack; pretrained by PMLM or MLM, fine-tuned for seq2seq with pseudo
-masks, UniLMv2 section 3.4) and "t5" (encoder-decoder, span corruption, teacher forcing).
-Checkpoint kinds: pretrain/{pmlm,mlm,t5}, finetune/summarize, finetune/classify; a fine-tuned
+masks, UniLMv2 section 3.4), "t5" (encoder-decoder, span corruption, teacher forcing), "mlae-a" /
+"mlae-b" (a pretrained MLAE of either decoder variant: classification uses its encoder),
+"mlae-s2s" (MLAE fine-tuned seq2seq-style: an encoder-decoder with the T5 operations),
+"mlae-unilm" (MLAE fine-tuned UniLM-style: latents + target in one decoder stack),
+"roberta-s2s" (an MLM/PMLM stack as encoder, a random decoder: the paper's RoBERTa baseline) and "nar"
+(core/nar.py: T5-NAR, MLAE NAR or CMLM, decoded by Mask-Predict).
+Checkpoint kinds: pretrain/{pmlm,mlm,t5,mlae}, finetune/summarize, finetune/classify; a fine-tuned
 checkpoint also records its "arch".
 """
+import dataclasses
 from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 from rouge_score import rouge_scorer
 
-from . import decoding, seq2seq, t5
+from . import decoding, nar, seq2seq, t5
 from .classify import Classifier
 from .config import ModelConfig
 from .errors import UserError
+from .mlae import MLAE, MLAEClassifier, MLAEUniLM, MLAEUniLMDecoder, ScheduledMasking, variant_of
 from .model import EncoderDecoder, UnifiedLM
 
 ARCH_OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5"}
@@ -26,18 +33,61 @@ def arch_of(state, path):
     if "arch" in state:
         return state["arch"]
     objective = str(state.get("kind", "")).split("/")[-1]
+    if objective == "mlae":
+        return "mlae-" + variant_of(state["model"])
     if objective not in ARCH_OF_OBJECTIVE:
         raise UserError(f"{path}: a {state.get('kind')!r} checkpoint has no architecture this script knows")
     return ARCH_OF_OBJECTIVE[objective]
 
 
+def seq2seq_arch(arch, cfg, nar_flag, style):
+    """(architecture, config) a pretrained one is fine-tuned into for generation: "nar" with
+    --nar (from t5 or mlae); MLAE's "mlae-s2s" (default) or "mlae-unilm" by style; "roberta-s2s"
+    for a unilm (MLM/PMLM) checkpoint with style seq2seq: its stack as the encoder of an
+    encoder-decoder whose decoder is random (the paper's RoBERTa baseline for generation, a
+    decoder as deep as MLAE's at that encoder depth: 12L-4L, 4L-2L, 2L-1L). Fine-tuned
+    architectures come back as they are (resuming)."""
+    if nar_flag and arch != "nar":
+        if arch in ("unilm", "roberta-s2s"):
+            raise UserError("--nar needs an encoder-decoder checkpoint (t5 or mlae), or --init none --arch t5")
+        return "nar", cfg
+    if arch in ("mlae-a", "mlae-b"):
+        return ("mlae-unilm" if style == "unilm" else "mlae-s2s"), cfg
+    if arch == "unilm" and style == "seq2seq":
+        dec = {12: 4, 4: 2, 2: 1}.get(cfg.n_layers, max(1, cfg.n_layers // 3))
+        return "roberta-s2s", dataclasses.replace(cfg, n_dec_layers=dec)
+    return arch, cfg
+
+
+def scheduled_loss(loss_fn, arch, args):
+    """The AR loss with scheduled masking of the decoder inputs (MLAE Algorithm 1) for the
+    encoder-decoder architectures; --mask-schedule defaults to linear for MLAE, none otherwise
+    (args.mask_schedule is resolved in place, so the checkpoint records it)."""
+    if args.mask_schedule is None:
+        args.mask_schedule = "linear" if arch.startswith("mlae-") else "none"
+    if arch in ("unilm", "nar"):
+        if args.mask_schedule != "none":
+            raise UserError(f"--mask-schedule {args.mask_schedule} masks decoder inputs: the {arch} architecture "
+                            "has none to mask (use an encoder-decoder: t5, mlae, or --style seq2seq)")
+        return loss_fn
+    return ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, args.steps)
+
+
 def build_model(arch, cfg: ModelConfig, n_labels=None):
-    """A fresh model of the architecture; n_labels makes a classifier around a UnifiedLM."""
+    """A fresh model of the architecture; n_labels makes a classifier around an encoder."""
     if n_labels is not None:
+        if arch.startswith("mlae-"):
+            return MLAEClassifier(MLAE(cfg, arch[-1]), n_labels, cfg.dropout)
         if arch != "unilm":
-            raise UserError("classification fine-tunes an encoder (pmlm or mlm checkpoint), not a t5 one")
+            raise UserError("classification fine-tunes an encoder (pmlm, mlm or mlae checkpoint), not a t5 one")
         return Classifier(UnifiedLM(cfg), n_labels, cfg.dropout)
-    return EncoderDecoder(cfg) if arch == "t5" else UnifiedLM(cfg)
+    if arch == "nar":
+        return nar.NARModel(cfg)
+    if arch == "mlae-unilm":
+        return MLAEUniLM(cfg)
+    if arch in ("mlae-a", "mlae-b"):
+        return MLAE(cfg, arch[-1])
+    return EncoderDecoder(cfg) if arch in ("t5", "mlae-s2s", "roberta-s2s") else UnifiedLM(cfg)
 
 
 # -----------------------------------------------------------------------------
@@ -116,7 +166,11 @@ class Seq2SeqOps(NamedTuple):
 
 
 def seq2seq_ops(arch):
-    if arch == "t5":
+    if arch == "nar":
+        return Seq2SeqOps(nar.nar_batch, nar.nar_loss_sums, nar.NARDecoder, 1)
+    if arch == "mlae-unilm":
+        return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, MLAEUniLMDecoder, 1)
+    if arch in ("t5", "mlae-s2s", "roberta-s2s"):
         return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, t5.T5Decoder, 1)
     batch = lambda pairs, tok, max_src, max_tgt: seq2seq.seq2seq_batch(pairs, tok, max_src - 2, max_tgt)
     return Seq2SeqOps(batch, seq2seq.seq2seq_loss_sums, seq2seq.PMLMDecoder, 2)
@@ -124,15 +178,27 @@ def seq2seq_ops(arch):
 
 @torch.no_grad()
 def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_penalty=0.6,
-             no_repeat_ngram=0, use_cache=True, return_scores=False, length_norm="wu"):
+             no_repeat_ngram=0, use_cache=True, return_scores=False, length_norm="wu", length_beam=3, iterations=10,
+             stats=None):
     """Token-id lists (without [EOS]) for a batch of (already truncated) sources: greedy for
     beam 1, else beam search; with return_scores also their (B,) scores. The length penalty
     defaults to UniLMv2's (Table 10: Wu et al.'s ((5 + len) / 6) ** 0.6; core/decoding.py). Runs in eval mode and
     restores the model's mode afterwards. use_cache=False recomputes the whole prefix at every
-    step (the reference the key/value cache is tested against)."""
+    step (the reference the key/value cache is tested against). A "nar" model decodes with
+    Mask-Predict instead (length_beam lengths, up to `iterations` passes; max_len - 1 tokens at
+    most, the budget an AR model spends one of on [EOS]); a `stats` dict then accumulates the
+    model calls its outputs took ("iterations") and their count ("n")."""
     was_training = model.training
     model.eval()
     try:
+        if arch == "nar":
+            out, det = nar.mask_predict(nar.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam, iterations,
+                                        max(1, max_len - 1), tok.pad_id, tok.eos_id, return_details=True)
+            scores = det["score"]
+            if stats is not None:
+                stats["iterations"] = stats.get("iterations", 0) + int(det["iterations"].sum())
+                stats["n"] = stats.get("n", 0) + len(out)
+            return (out, scores) if return_scores else out
         decoder = seq2seq_ops(arch).decoder(model, src_ids, tok, use_cache=use_cache)
         if beam == 1:
             out, scores = decoding.greedy(decoder, max_len, min_len, tok.eos_id, no_repeat_ngram)

@@ -1,0 +1,217 @@
+"""Non-autoregressive generation shared by every NAR model: CMLM training batches, the
+target-length predictor, and batched Mask-Predict decoding (Ghazvininejad et al. 2019,
+"Mask-Predict: Parallel Decoding of Conditional Masked Language Models", sections 2-3; MLAE
+section 3.4 and 4.4, where the pretrained MLAE, T5-NAR and CMLM from scratch all use it).
+
+The model, NARModel, is the encoder-decoder of core/model.py with two changes: the decoder's
+self-attention is bidirectional (every target token CONTEXT, padding unseen), and a length
+predictor reads the encoder (a linear layer on the mean of the memory, trained jointly; CMLM
+predicts the length from a special encoder token instead, which our encoders do not have).
+T5-NAR is a T5 checkpoint loaded into it, MLAE NAR an MLAE (b) checkpoint (its cross-attention
+pretrained) or an (a) one (cross-attention copied from self-attention), CMLM from scratch a
+fresh one (finetune.py --init none --arch t5 --nar).
+
+Training (CMLM, section 3.2 of Mask-Predict): for each target of length T (no [EOS]: the length
+predictor says where it ends) k ~ Uniform{1..T} tokens are replaced by [MASK]; the loss is the
+label-smoothed cross-entropy on them, plus 0.1 x the length cross-entropy (fairseq's
+length_loss_factor). Which tokens are masked is drawn from a generator seeded by the batch's
+contents, so a resumed run sees the masks the uninterrupted one saw.
+
+Decoding (mask_predict): the top `length_beam` lengths of the predictor (never the gold
+length), all candidates of all sources in one batch. Iteration 0 predicts every token from all
+[MASK]s; iteration t = 1..I-1 re-masks the n = floor(L (I - t) / I) least confident tokens of a
+candidate of length L and predicts them again (a token's confidence is its probability when it
+was last predicted). A candidate stops early when an iteration changes none of its tokens (or
+n reaches 0). The candidate with the best mean log-probability wins; consecutive duplicate
+tokens are then merged (Mask-Predict section 3.3; the typical NAR repetition).
+"""
+import hashlib
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .batch import Batch, pad_stack
+from .model import EncoderDecoder, Meta
+from .t5 import IGNORE
+
+LENGTH_LOSS = 0.1
+
+
+# -----------------------------------------------------------------------------
+# the model
+
+class NARModel(EncoderDecoder):
+    """An encoder-decoder with a bidirectional decoder over [MASK]s and a length predictor."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.length = nn.Linear(cfg.d_model, cfg.max_positions)  # class L: a target of L tokens
+        nn.init.normal_(self.length.weight, std=cfg.d_model ** -0.5)
+        nn.init.zeros_(self.length.bias)
+
+    def length_logits(self, memory, src_valid):  # (B, S, C) -> (B, max_positions)
+        w = src_valid[..., None].to(memory.dtype)
+        return self.length((memory * w).sum(1) / w.sum(1).clamp_min(1.0))
+
+    def decode_nar(self, tgt_in, tgt_valid, memory, src_valid):
+        """tgt_in: (B, T) tokens ([MASK] where unknown); returns hidden states (B, T, C)."""
+        zero = torch.zeros_like(tgt_in)
+        pos = torch.arange(tgt_in.shape[1], device=tgt_in.device).expand_as(tgt_in)
+        meta = Meta(zero, zero, tgt_valid)  # bidirectional
+        mem_meta = self._mem_meta(src_valid)
+        bias = self.rel_bias(self.dec_rel_table, pos, pos)
+        x = self.emb(tgt_in, pos)
+        for layer in self.dec_layers:
+            x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=mem_meta)
+        return self.ln_dec(x)
+
+    def forward(self, src, src_valid, tgt_in, tgt_valid, predict):
+        """Returns (logits (N, V) at the N True positions of `predict`, length logits (B, P))."""
+        pos = torch.arange(src.shape[1], device=src.device).expand_as(src)
+        memory = self.encode(src, pos, src_valid)
+        h = self.decode_nar(tgt_in, tgt_valid, memory, src_valid)
+        return self.head(h[predict]), self.length_logits(memory, src_valid)
+
+
+# -----------------------------------------------------------------------------
+# CMLM training batches and loss
+
+def _batch_rng(arrays):
+    digest = hashlib.sha1(b"".join(np.asarray(a, dtype=np.int64).tobytes() + b"|" for a in arrays)).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def nar_batch(pairs, tok, max_src, max_tgt):
+    """pairs: (source ids, target ids). Source = SRC + [EOS] (max_src tokens at most), target
+    = TGT cut to max_tgt - 1 tokens (the length the [EOS] would take in an AR model), no [EOS].
+    Fields: src, src_valid, tgt (the gold target), tgt_in (k of its tokens [MASK]ed), tgt_valid,
+    tgt_out (the gold ids at the masked positions, IGNORE elsewhere), length. norm = masked."""
+    sources = [np.array(list(s)[:max_src - 1] + [tok.eos_id], dtype=np.int64) for s, _ in pairs]
+    targets = [np.array(list(t)[:max(1, max_tgt - 1)] or [tok.unk_id], dtype=np.int64) for _, t in pairs]
+    rng = _batch_rng(sources + targets)
+    tgt_in, tgt_out = [], []
+    for t in targets:
+        k = int(rng.integers(1, len(t) + 1))
+        m = np.zeros(len(t), dtype=bool)
+        m[rng.choice(len(t), k, replace=False)] = True
+        tgt_in.append(np.where(m, tok.mask_id, t))
+        tgt_out.append(np.where(m, t, IGNORE))
+    src, src_valid = pad_stack(sources, tok.pad_id)
+    tgt, tgt_valid = pad_stack(targets, tok.pad_id)
+    tgt_in, _ = pad_stack(tgt_in, tok.pad_id)
+    tgt_out, _ = pad_stack(tgt_out, IGNORE)
+    length = torch.tensor([len(t) for t in targets])
+    return Batch(norm=(tgt_out != IGNORE).sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src,
+                 src_valid=src_valid, tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out, length=length)
+
+
+def nar_loss_sums(model, batch, label_smoothing=0.1):
+    """Sums over the masked target tokens: loss (label-smoothed, plus LENGTH_LOSS x the length
+    cross-entropy scaled to the masked count: after normalisation it is token mean + 0.1 x
+    length mean), nll, hit, n; and the length's len_nll, len_hit, len_n."""
+    predict = batch.tgt_out != IGNORE
+    logits, len_logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, predict)
+    logits, len_logits, target = logits.float(), len_logits.float(), batch.tgt_out[predict]
+    n = predict.sum().float()
+    len_ce = F.cross_entropy(len_logits, batch.length, reduction="sum")
+    loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=label_smoothing)
+    loss = loss + LENGTH_LOSS * len_ce * n / len(batch.length)
+    return dict(loss=loss, nll=F.cross_entropy(logits.detach(), target, reduction="sum"),
+                hit=(logits.argmax(-1) == target).float().sum(), n=n, len_nll=len_ce.detach(),
+                len_hit=(len_logits.argmax(-1) == batch.length).float().sum(),
+                len_n=torch.tensor(float(len(batch.length)), device=n.device))
+
+
+# -----------------------------------------------------------------------------
+# Mask-Predict
+
+class NARDecoder:
+    """What mask_predict asks of a model (a toy one in the tests implements the same two calls):
+
+        length_logp()                    (B, P) log-probabilities of the target lengths 0..P-1
+        predict(rows, tokens, valid)     rows (N,) long: the source of each candidate; tokens,
+                                         valid (N, T): the decoder input. Returns (N, T, V)
+                                         log-probabilities.
+    The sources are encoded once; put the model in eval mode first."""
+
+    @torch.no_grad()
+    def __init__(self, model, src_ids_list, tok):
+        self.model, self.tok = model, tok
+        dev = next(model.parameters()).device
+        limit = model.cfg.max_positions - 1
+        sources = [np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids_list]
+        src, valid = pad_stack(sources, tok.pad_id)
+        self.src_valid = valid.to(dev)
+        src = src.to(dev)
+        self.memory = model.encode(src, torch.arange(src.shape[1], device=dev).expand_as(src), self.src_valid)
+        self.rows = len(sources)
+
+    @torch.no_grad()
+    def length_logp(self):
+        return F.log_softmax(self.model.length_logits(self.memory, self.src_valid).float(), -1)
+
+    @torch.no_grad()
+    def predict(self, rows, tokens, valid):
+        h = self.model.decode_nar(tokens, valid, self.memory[rows], self.src_valid[rows])
+        return F.log_softmax(self.model.head(h).float(), -1)
+
+
+def merge_repeats(ids):
+    """Consecutive duplicates merged: [5, 5, 6, 5] -> [5, 6, 5]."""
+    return [t for i, t in enumerate(ids) if i == 0 or t != ids[i - 1]]
+
+
+@torch.no_grad()
+def mask_predict(decoder, mask_id, length_beam=3, iterations=10, max_len=32, pad_id=0, eos_id=3,
+                 return_details=False):
+    """Batched Mask-Predict (see the module docstring). Returns a list of B token lists (cut at
+    an [EOS] if one is predicted, consecutive duplicates merged); with return_details also a
+    dict of (B,) tensors: score (mean log-probability of the chosen candidate), length, and
+    iterations (model calls the chosen candidate took)."""
+    if length_beam < 1 or iterations < 1:
+        raise ValueError(f"length_beam {length_beam} and iterations {iterations} must be >= 1")
+    lp = decoder.length_logp()  # (B, P)
+    B, P = lp.shape
+    dev = lp.device
+    allowed = torch.arange(P, device=dev)
+    lp = lp.masked_fill((allowed < 1) | (allowed > max_len), float("-inf"))  # 1 <= L <= max_len
+    K = min(length_beam, max(1, min(P - 1, max_len)))
+    lengths = lp.topk(K, dim=1).indices.reshape(-1)  # (N,) N = B*K, source-major
+    rows = torch.arange(B, device=dev).repeat_interleave(K)
+    T = int(lengths.max())
+    valid = torch.arange(T, device=dev)[None] < lengths[:, None]  # (N, T)
+    tokens = torch.full((B * K, T), mask_id, dtype=torch.long, device=dev).masked_fill(~valid, pad_id)
+    logp = decoder.predict(rows, tokens, valid)  # (N, T, V)
+    conf, tokens = logp.max(-1)
+    tokens = tokens.masked_fill(~valid, pad_id)
+    conf = conf.masked_fill(~valid, float("inf"))  # padding is never re-masked
+    used = torch.ones(B * K, dtype=torch.long, device=dev)
+    live = torch.ones(B * K, dtype=torch.bool, device=dev)
+    for t in range(1, iterations):
+        n = (lengths * (iterations - t)) // iterations  # (N,) how many to re-mask
+        live &= n > 0
+        if not live.any():
+            break
+        act = live.nonzero()[:, 0]
+        rank = conf[act].argsort(dim=1, stable=True).argsort(dim=1)  # 0 = least confident
+        remask = rank < n[act, None]  # (A, T)
+        inp = tokens[act].masked_fill(remask, mask_id)
+        new_conf, new_tok = decoder.predict(rows[act], inp, valid[act]).max(-1)
+        changed = (remask & (new_tok != tokens[act])).any(1)
+        tokens[act] = torch.where(remask, new_tok, tokens[act])
+        conf[act] = torch.where(remask, new_conf, conf[act])
+        used[act] += 1
+        live[act] = changed  # a candidate that changed nothing stops here
+    score = conf.masked_fill(~valid, 0.0).sum(1) / lengths  # (N,) mean log-probability
+    best = score.view(B, K).argmax(1)  # (B,)
+    pick = torch.arange(B, device=dev) * K + best
+    out = []
+    for r, L in zip(pick.tolist(), lengths[pick].tolist()):
+        ids = tokens[r, :L].tolist()
+        ids = ids[:ids.index(eos_id)] if eos_id in ids else ids
+        out.append(merge_repeats(ids))
+    if not return_details:
+        return out
+    return out, dict(score=score[pick].cpu(), length=lengths[pick].cpu(), iterations=used[pick].cpu())

@@ -1,0 +1,138 @@
+"""Mask-Predict (core/nar.py) against toy models whose confidences are known, CMLM batches, and
+batched == one by one on a real tiny NARModel."""
+import numpy as np
+import pytest
+import torch
+
+from core.config import preset
+from core.nar import NARDecoder, NARModel, mask_predict, merge_repeats, nar_batch, nar_loss_sums
+from core.t5 import IGNORE
+
+MASK, V = 4, 30
+
+
+class Toy:
+    """length_logp from a fixed (B, P) table; predict puts `token(call, row, pos)` at each
+    position with log-probability `conf(row, pos, length)`, and records every input."""
+
+    def __init__(self, length_logp, token, conf):
+        self.lp, self.token, self.conf = torch.as_tensor(length_logp, dtype=torch.float), token, conf
+        self.calls = []
+        self.rows = self.lp.shape[0]
+
+    def length_logp(self):
+        return self.lp
+
+    def predict(self, rows, tokens, valid):
+        self.calls.append((rows.clone(), tokens.clone(), valid.clone()))
+        N, T = tokens.shape
+        out = torch.full((N, T, V), -50.0)
+        for r in range(N):
+            L = int(valid[r].sum())
+            for i in range(T):
+                out[r, i, self.token(len(self.calls), int(rows[r]), i)] = self.conf(int(rows[r]), i, L)
+        return out
+
+
+def lengths_table(B, best, P=12):
+    """(B, P) length log-probabilities ranking the lengths in `best` first, in that order."""
+    lp = torch.full((B, P), -20.0)
+    for rank, L in enumerate(best):
+        lp[:, L] = -1.0 - rank
+    return lp
+
+
+def test_remasks_exactly_the_least_confident_in_linear_counts():
+    confs = [-0.5, -3.0, -0.1, -2.0, -1.0, -0.2, -4.0]  # position i's confidence, fixed
+    toy = Toy(lengths_table(1, [7]), token=lambda call, r, i: 10 + call, conf=lambda r, i, L: confs[i])
+    I = 5
+    out, det = mask_predict(toy, MASK, length_beam=1, iterations=I, max_len=10, return_details=True)
+    assert len(toy.calls) == I and det["iterations"].tolist() == [I]  # tokens change every call: no early stop
+    assert (toy.calls[0][1] == MASK).all()  # iteration 0: all [MASK]
+    order = np.argsort(confs)  # least confident first
+    for t in range(1, I):
+        n = 7 * (I - t) // I
+        masked = set((toy.calls[t][1][0] == MASK).nonzero()[:, 0].tolist())
+        assert masked == set(order[:n].tolist()), (t, n, masked)
+    # every token was last predicted at the last call in which it was masked
+    last = {i: max([0] + [t for t in range(1, I) if toy.calls[t][1][0, i] == MASK]) for i in range(7)}
+    assert out[0] == merge_repeats([10 + last[i] + 1 for i in range(7)])
+
+
+def test_stops_early_when_nothing_changes():
+    toy = Toy(lengths_table(2, [5]), token=lambda call, r, i: 10 + i, conf=lambda r, i, L: -0.1 * i)
+    out, det = mask_predict(toy, MASK, length_beam=1, iterations=10, max_len=10, return_details=True)
+    assert len(toy.calls) == 2 and det["iterations"].tolist() == [2, 2]
+    assert out == [[10, 11, 12, 13, 14]] * 2
+
+
+def test_merges_consecutive_duplicates():
+    seq = [5 + 10, 15, 16, 16, 16, 17]
+    toy = Toy(lengths_table(1, [6]), token=lambda call, r, i: seq[i], conf=lambda r, i, L: -0.1)
+    assert mask_predict(toy, MASK, length_beam=1, iterations=3, max_len=10) == [[15, 16, 17]]
+    assert merge_repeats([1, 1, 2, 1, 1]) == [1, 2, 1]
+
+
+def test_length_beam_picks_the_best_mean_log_probability():
+    # the predictor ranks 4 > 2 > 6; the candidate of length 6 is the most confident on average
+    mean = {4: -1.0, 2: -0.7, 6: -0.2}
+    make = lambda: Toy(lengths_table(1, [4, 2, 6]), token=lambda call, r, i: 10 + i, conf=lambda r, i, L: mean.get(L, -5.0))
+    out, det = mask_predict(make(), MASK, length_beam=3, iterations=4, max_len=10, return_details=True)
+    assert det["length"].tolist() == [6] and det["score"].item() == pytest.approx(-0.2)
+    assert out == [[10, 11, 12, 13, 14, 15]]
+    assert mask_predict(make(), MASK, length_beam=1, iterations=4, max_len=10) == [[10, 11, 12, 13]]
+    # lengths above max_len are never candidates
+    out, det = mask_predict(make(), MASK, length_beam=3, iterations=4, max_len=5, return_details=True)
+    assert det["length"].tolist() == [2]
+
+
+class Tok:
+    pad_id, unk_id, eos_id, mask_id = 0, 1, 3, MASK
+
+
+def tiny_nar(seed=0):
+    torch.manual_seed(seed)
+    return NARModel(preset("tiny", vocab_size=V, n_dec_layers=2, dropout=0.0, max_positions=64)).eval()
+
+
+def test_batched_equals_one_by_one():
+    model = tiny_nar()
+    with torch.no_grad():  # make the length predictor prefer several different lengths
+        model.length.bias.copy_(torch.randn(64) * 3)
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(10, V, n).tolist() for n in (5, 17, 9)]
+    together, det = mask_predict(NARDecoder(model, sources, Tok), MASK, 3, 6, max_len=12, return_details=True)
+    for b, s in enumerate(sources):
+        alone, d1 = mask_predict(NARDecoder(model, [s], Tok), MASK, 3, 6, max_len=12, return_details=True)
+        assert alone[0] == together[b]
+        assert d1["score"].item() == pytest.approx(det["score"][b].item(), abs=1e-5)
+        assert d1["length"].item() == det["length"][b].item()
+
+
+def test_cmlm_batch_and_loss():
+    pairs = [(list(range(10, 20)), [11, 12, 13, 14, 15]), (list(range(10, 15)), [16, 17])]
+    a, b = nar_batch(pairs, Tok, 16, 8), nar_batch(pairs, Tok, 16, 8)
+    assert torch.equal(a.tgt_in, b.tgt_in)  # masks drawn from the batch's contents: replayable
+    assert a.length.tolist() == [5, 2]
+    for r, L in enumerate([5, 2]):
+        k = int((a.tgt_out[r] != IGNORE).sum())
+        assert 1 <= k <= L  # k ~ U[1, T]
+        assert torch.equal(a.tgt_in[r] == MASK, a.tgt_out[r] != IGNORE)
+        assert torch.equal(a.tgt_out[r][a.tgt_out[r] != IGNORE], a.tgt[r][a.tgt_out[r] != IGNORE])
+    sums = nar_loss_sums(tiny_nar().train(), a)
+    assert sums["n"].item() == a.norm and sums["loss"].requires_grad and sums["len_n"].item() == 2
+    sums["loss"].backward()
+
+
+def test_the_decoder_is_bidirectional():
+    """A target token's output depends on the tokens to its right (unlike T5's causal decoder)."""
+    model = tiny_nar()
+    src = torch.randint(10, V, (1, 6))
+    sv = torch.ones_like(src, dtype=torch.bool)
+    mem = model.encode(src, torch.arange(6)[None], sv)
+    tgt = torch.full((1, 5), MASK)
+    h1 = model.decode_nar(tgt, torch.ones_like(tgt, dtype=torch.bool), mem, sv)
+    tgt2 = tgt.clone()
+    tgt2[0, 4] = 12
+    h2 = model.decode_nar(tgt2, torch.ones_like(tgt, dtype=torch.bool), mem, sv)
+    assert not torch.allclose(h1[0, 0], h2[0, 0])
