@@ -192,7 +192,7 @@ def task_files(tmp_path_factory):
     return paths
 
 
-FT = ["--epochs", "1", "--batch", "32", "--micro-batch", "16", "--max-src", "48", "--max-tgt", "12",
+FT = ["--epochs", "1", "--batch", "32", "--micro-batch", "16", "--max-src", "32", "--max-tgt", "12",
       "--rouge-examples", "4", "--valid-examples", "16", "--log-every", "1"]
 
 
