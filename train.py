@@ -5,7 +5,8 @@
 
 Objectives: pmlm (UniLMv2: --losses ae+par | ae | par), mlm (the RoBERTa-style baseline,
 = pmlm with --losses ae) and t5 (the T5-style encoder-decoder with span corruption; its decoder
-has --dec-layers layers, default as many as the encoder). Reads top to bottom: args -> init -> tokenizer and data -> model ->
+has --dec-layers layers, default as many as the encoder) and elmer (ELMER's LPLM: --permutations
+exit-layer assignments per sequence, core/elmer.py). Reads top to bottom: args -> init -> tokenizer and data -> model ->
 optimizer -> loop -> save.
 """
 import argparse
@@ -24,6 +25,7 @@ from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
 from core.t5 import t5_batch, t5_loss_sums
+from core.elmer import ELMER, lplm_batch, lplm_loss_sums
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer
 from core.training import (Throughput, add_run_flags, check_finite, corpus_tokenizer, evaluate, per_token, restore_rng,
@@ -35,10 +37,13 @@ RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5"])
+    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5", "elmer"])
     p.add_argument("--losses", default="ae+par", choices=LOSSES, help="PMLM ablations (UniLMv2 4.6)")
     p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
     p.add_argument("--dec-layers", type=int, default=None, help="t5: decoder layers (default: as the encoder)")
+    p.add_argument("--permutations", type=int, default=10, help="elmer: exit-layer assignments per sequence (LPLM's k)")
+    p.add_argument("--dec-len", type=int, default=32, help="elmer: [MASK] tokens the decoder is fed when fine-tuned and generating")
+    p.add_argument("--separate-offramps", action="store_true", help="elmer: one off-ramp per decoder layer, not shared")
     p.add_argument("--rel-pos", action=argparse.BooleanOptionalAction, default=True,
                    help="T5-style relative position bias")
     p.add_argument("--data", default=None, help=".txt or .jsonl pretraining text (default: embedded corpus)")
@@ -101,18 +106,19 @@ def run(args, d):
 
     # -----------------------------------------------------------------------------
     # model and optimizer
-    t5 = args.objective == "t5"
+    t5, elmer = args.objective == "t5", args.objective == "elmer"
     cfg = preset(args.model, vocab_size=tok.vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
                  pad_id=tok.pad_id)
-    if t5:
+    if t5 or elmer:
         cfg = dataclasses.replace(cfg, n_dec_layers=args.dec_layers or cfg.n_layers)
     if state is not None:
         cfg = dataclasses.replace(cfg, **state["model_config"])
     if args.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
     torch.manual_seed(args.seed)
-    model = (EncoderDecoder if t5 else UnifiedLM)(cfg).to(d.device)
-    loss_sums = t5_loss_sums if t5 else pmlm_loss_sums
+    elmer_opts = dict(dec_len=args.dec_len, separate_offramps=args.separate_offramps) if elmer else None
+    model = (ELMER(cfg, **elmer_opts) if elmer else (EncoderDecoder if t5 else UnifiedLM)(cfg)).to(d.device)
+    loss_sums = lplm_loss_sums if elmer else t5_loss_sums if t5 else pmlm_loss_sums
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
     model.head.init_bias(token_counts(train.ids, cfg.vocab_size))
     start = 0
@@ -130,6 +136,8 @@ def run(args, d):
         """This process's micro-batches for examples [first, first + count) of the stream."""
         idx = list(range(first, first + count))
         make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses))
+        if elmer:
+            make = lambda ix: lplm_batch(stream, ix, tok, len(model.dec_layers), args.permutations)
         return [make(idx[i:i + args.micro_batch]) for i in range(0, len(idx), args.micro_batch)]
 
     eval_share = max(1, args.eval_examples // d.world)
@@ -141,7 +149,7 @@ def run(args, d):
         checkpoint.save(ckpt_path, dict(
             kind=f"pretrain/{args.objective}", model=model.state_dict(), model_config=cfg.to_dict(),
             args=vars(args), step=step, data=dict(next_example=step * examples_per_step),
-            optimizer=optimizer.state_dict(), rng=rng_state(), tokenizer=tok.to_tensor()),
+            optimizer=optimizer.state_dict(), rng=rng_state(), tokenizer=tok.to_tensor(), elmer=elmer_opts),
             config_json=dict(model=cfg.to_dict(), args=vars(args)))
 
     # -----------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 the seq2seq operations of each architecture, generation, and the metrics.
 
 Architectures: "unilm" (one stack; pretrained by PMLM or MLM, fine-tuned for seq2seq with pseudo
-masks, UniLMv2 section 3.4) and "t5" (encoder-decoder, span corruption, teacher forcing).
-Checkpoint kinds: pretrain/{pmlm,mlm,t5}, finetune/summarize, finetune/classify; a fine-tuned
-checkpoint also records its "arch".
+masks, UniLMv2 section 3.4), "t5" (encoder-decoder, span corruption, teacher forcing) and "elmer"
+(NAR encoder-decoder with early exit, core/elmer.py; its options travel as the checkpoint's
+"elmer" dict). Checkpoint kinds: pretrain/{pmlm,mlm,t5,elmer}, finetune/summarize,
+finetune/classify; a fine-tuned checkpoint also records its "arch".
 """
 from typing import Callable, NamedTuple
 
@@ -12,13 +13,13 @@ import numpy as np
 import torch
 from rouge_score import rouge_scorer
 
-from . import decoding, seq2seq, t5
+from . import decoding, elmer, seq2seq, t5
 from .classify import Classifier
 from .config import ModelConfig
 from .errors import UserError
 from .model import EncoderDecoder, UnifiedLM
 
-ARCH_OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5"}
+ARCH_OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5", "elmer": "elmer"}
 
 
 def arch_of(state, path):
@@ -31,8 +32,26 @@ def arch_of(state, path):
     return ARCH_OF_OBJECTIVE[objective]
 
 
-def build_model(arch, cfg: ModelConfig, n_labels=None):
+def elmer_options(arch, source, exit_mode="hard", exit_entropy=0.5, dec_len=None):
+    """The options of an ELMER model being fine-tuned: the pretrained ones (decoder length,
+    off-ramps) and this run's exit (section 4.3). Soft exit runs every layer at inference
+    (threshold 0) unless eval.py is given one. None for other architectures."""
+    if arch != "elmer":
+        return None
+    opts = dict(source.get("elmer") or {})
+    opts.setdefault("dec_len", 32)
+    if dec_len:
+        opts["dec_len"] = dec_len
+    opts.update(soft=exit_mode == "soft", exit_entropy=exit_entropy if exit_mode == "hard" else 0.0)
+    return opts
+
+
+def build_model(arch, cfg: ModelConfig, n_labels=None, elmer_opts=None):
     """A fresh model of the architecture; n_labels makes a classifier around a UnifiedLM."""
+    if arch == "elmer":
+        if n_labels is not None:
+            raise UserError("classification fine-tunes an encoder (pmlm or mlm checkpoint), not an elmer one")
+        return elmer.ELMER(cfg, **(elmer_opts or {}))
     if n_labels is not None:
         if arch != "unilm":
             raise UserError("classification fine-tunes an encoder (pmlm or mlm checkpoint), not a t5 one")
@@ -55,7 +74,10 @@ class Seq2SeqOps(NamedTuple):
         return list(ids)[:max_src - self.n_special]
 
 
-def seq2seq_ops(arch):
+def seq2seq_ops(arch, dec_len=32):
+    if arch == "elmer":
+        batch = lambda pairs, tok, max_src, max_tgt: elmer.elmer_seq2seq_batch(pairs, tok, max_src, max_tgt, dec_len)
+        return Seq2SeqOps(batch, elmer.elmer_seq2seq_loss_sums, None, 1)
     if arch == "t5":
         return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, t5.T5Decoder, 1)
     batch = lambda pairs, tok, max_src, max_tgt: seq2seq.seq2seq_batch(pairs, tok, max_src - 2, max_tgt)
@@ -71,6 +93,12 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
     step (the reference the key/value cache is tested against)."""
     was_training = model.training
     model.eval()
+    if arch == "elmer":  # one NAR pass with early exit: no beam, no length limit but dec_len
+        try:
+            out = elmer.generate(model, src_ids, tok)
+        finally:
+            model.train(was_training)
+        return (out, torch.zeros(len(out))) if return_scores else out
     try:
         decoder = seq2seq_ops(arch).decoder(model, src_ids, tok, use_cache=use_cache)
         if beam == 1:

@@ -182,3 +182,45 @@ def test_output_does_not_depend_on_reference_length():
     out = generate(model, [p[0] for p in pairs_a], Tok)
     assert out == generate(model, [p[0] for p in pairs_b], Tok)
     assert int(model.exit_counts.sum()) > 0
+
+
+# -----------------------------------------------------------------------------
+# end to end: LPLM pretraining -> hard / soft fine-tuning, and the no-pretraining run -> eval.py
+
+def test_pipeline(text_file, tmp_path, capsys):
+    import json
+    import os
+
+    import eval as evaluate_script
+    import finetune
+    import train
+    from conftest import TINY, read_log
+    from core.data import embedded_records
+
+    files = {}
+    for split, n in (("train", 64), ("valid", 16), ("test", 6)):
+        files[split] = str(tmp_path / f"{split}.jsonl")
+        with open(files[split], "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in embedded_records(split)[:n])
+    pre = str(tmp_path / "pre")
+    train.main(["--data", text_file, "--objective", "elmer", "--permutations", "3", "--steps", "3", "--out", pre,
+                "--dec-len", "12"] + TINY)
+    log = read_log(pre)
+    assert [r for r in log if "valid_loss" in r]
+    ft = ["--train-data", files["train"], "--valid-data", files["valid"], "--epochs", "1", "--batch", "32",
+          "--micro-batch", "16", "--max-src", "40", "--max-tgt", "12", "--rouge-examples", "4", "--valid-examples", "8"]
+    outs = []
+    for name, extra in (("hard", ["--init", os.path.join(pre, "last.pt"), "--exit", "hard"]),
+                        ("soft", ["--init", os.path.join(pre, "last.pt"), "--exit", "soft"]),
+                        ("scratch", ["--init", "none", "--arch", "elmer", "--model", "tiny", "--vocab-size", "600",
+                                     "--dec-len", "12"])):
+        out = str(tmp_path / name)
+        finetune.main(extra + ft + ["--out", out])
+        outs.append(os.path.join(out, "best.pt"))
+    rows = evaluate_script.main(outs + ["--data", files["test"], "--batch-size", "4", "--latency-samples", "2",
+                                        "--exit-entropy", "inf"])
+    text = capsys.readouterr().out
+    assert "mean_exit" in text and "exit_frac" in text
+    for r in rows[:3]:
+        assert r["arch"] == "elmer" and r["mean_exit"] == 1.0 and r["latency_ms"] > 0
+    assert torch.load(outs[1], weights_only=True)["elmer"]["soft"] is True
