@@ -14,7 +14,7 @@ One source of --src tokens, the decoder fed [MASK] x --dec-len, --layers encoder
    Two columns: the layers alone (the gather / attention / FFN / scatter, the part the exit
    skips) and the layers plus an off-ramp (kernels.offramp) on the active tokens after every
    layer, which hard exit needs to decide and is a full vocabulary projection.
-2. NAR one pass (ELMER, no early exit, every layer) against AR beam search (the T5 baseline of
+2. NAR one pass (ELMER with exit disabled: every layer, one off-ramp at the top) against AR beam search (the T5 baseline of
    the same size, beam 4, made to generate --dec-len tokens) at batch 1 (latency) and batch 64
    (throughput), both measured in this run; the ratio is printed.
 Clock reads are preceded by a device synchronise; the median of --repeats runs after a warm-up.
@@ -169,6 +169,7 @@ def main():
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.1, 0.25, 0.5, 0.75, 0.9])
     p.add_argument("--skip-ar", action="store_true", help="only the decoder sweep")
+    p.add_argument("--skip-sweep", action="store_true", help="only NAR vs AR")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = p.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -176,7 +177,8 @@ def main():
     print(f"torch {torch.__version__}, {device.type}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
              f", {torch.get_num_threads()} threads") + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    sweep(args, device)
+    if not args.skip_sweep:
+        sweep(args, device)
     if not args.skip_ar:
         nar_vs_ar(args, device)
 

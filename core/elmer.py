@@ -214,6 +214,8 @@ def decode_exit(model, memory, src_valid, T, delta, gather=True):
     L = len(model.dec_layers)
 
     def decide(l, idx, h):
+        if delta <= 0 and l < L - 1:  # no entropy is < 0: exit disabled, only the top off-ramp runs
+            return None, None
         argmax, entropy, _ = model.ramp_stats(l, h)
         exit_ = (entropy < delta) | (l == L - 1)
         tokens.index_copy_(0, idx, torch.where(exit_, argmax, tokens[idx]))
