@@ -129,7 +129,7 @@ def run(args, d):
         start = state["step"]
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
-              f"{args.objective}{'' if t5 else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "
+              f"{args.objective}{'' if t5 or elmer else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "
               f"{examples_per_step} examples x {args.seq_len} tokens per step")
 
     def batches_of(stream, first, count):
