@@ -36,9 +36,9 @@ def report(name, a, b):
     return f"{name}: max diff {d.max().item():.3g}, mean {d.mean().item():.3g}"
 
 
-@pytest.mark.parametrize("soft", [False, True])
-def test_gathered_equals_plain_and_exited_states_frozen(soft):
-    model = tiny(soft=soft)
+@pytest.mark.parametrize("soft,separate", [(False, False), (True, False), (False, True)])
+def test_gathered_equals_plain_and_exited_states_frozen(soft, separate):
+    model = tiny(soft=soft, separate_offramps=separate)
     if soft:
         with torch.no_grad():
             model.soft.weight.normal_(0, 0.1)
@@ -94,6 +94,10 @@ def test_hard_exit_thresholds():
         x = []
         model.decoder_loop(memory, valid, 12, lambda l, idx, h: (torch.ones_like(idx, dtype=torch.bool), None), trace=x)
         assert torch.equal(model.ramp_logits(0, x[0]).argmax(-1).view(3, 12), toks_inf)
+    sep = tiny(separate_offramps=True)
+    assert sep.ramp_head(0) is not sep.ramp_head(1) and sep.ramp_head(0).embedding is sep.emb.tok
+    _, layers = decode_exit(sep, memory, valid, 12, math.inf)
+    assert (layers == 1).all()
     _, mid = decode_exit(model, memory, valid, 12, 4.0)
     print("exit layers at delta 4:", torch.bincount(mid.reshape(-1), minlength=4).tolist())
 
