@@ -28,6 +28,7 @@ from core import checkpoint
 from core.decoding import LENGTH_NORMS
 from core.classify import classify_batch, macro_f1, predict
 from core.config import ModelConfig
+from core.elmer import exit_statistics
 from core.errors import UserError, main_guard
 from core.guards import parse_args
 from core.finetuning import arch_of, build_model, rouge, summarize
@@ -59,6 +60,8 @@ def get_args(argv=None):
     p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
     p.add_argument("--no-lead", action="store_true", help="omit the LEAD baseline rows")
+    p.add_argument("--exit-entropy", type=float, default=None,
+                   help="elmer: hard-exit threshold (default: the checkpoint's; 0 never exits early, inf at layer 1)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     return parse_args(p, argv)
 
@@ -124,7 +127,9 @@ def evaluate_checkpoint(path, state, args, device):
     tok = Tokenizer.from_tensor(state["tokenizer"])
     cfg = ModelConfig.from_dict(state["model_config"])
     labels = Labels(state["labels"]) if task == "classify" else None
-    model = build_model(arch, cfg, len(labels) if labels else None)
+    model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"))
+    if arch == "elmer" and args.exit_entropy is not None:
+        model.exit_entropy = args.exit_entropy
     model.load_state_dict(state["model"])
     model.to(device).eval()
     fa = state["args"]
@@ -148,6 +153,9 @@ def evaluate_checkpoint(path, state, args, device):
         # NAR: mean iterations used (Mask-Predict stops early) / the budget
         row["iterations"] = f"{used['iterations'] / used['n']:.1f} / {gen['iterations']}" if used else "-"
         row.update(rouge(preds, targets))
+        if arch == "elmer":  # the paper's Figure 2: where the output tokens left the decoder
+            mean, frac = exit_statistics(model.exit_counts)
+            row.update(exit_entropy=model.exit_entropy, mean_exit=mean, exit_frac="/".join(f"{f:.2f}" for f in frac))
         outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
     else:
         ids = tok.encode(sources)
@@ -186,7 +194,7 @@ def write_results(path, row, outputs, args):
 
 def markdown(rows):
     cols = ["model", "arch", "decoding", "iterations", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy", "macro_f1",
-            "latency_ms", "samples_per_s"]
+            "mean_exit", "exit_frac", "latency_ms", "samples_per_s"]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

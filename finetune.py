@@ -31,7 +31,7 @@ from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.guards import StopSignals, best_on_disk, check_continues, parse_args
-from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, rouge, scheduled_loss,
+from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, elmer_options, rouge, scheduled_loss,
                              seq2seq_arch, seq2seq_ops, summarize)
 from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
 from core.model import count_parameters
@@ -49,7 +49,10 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--init", default="runs/pretrain/last.pt",
                    help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
-    p.add_argument("--arch", default="unilm", choices=["unilm", "t5"], help="with --init none: the architecture")
+    p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"], help="with --init none: the architecture")
+    p.add_argument("--exit", default="hard", choices=["hard", "soft"], help="elmer: hard or soft early exit (ELMER 4.3)")
+    p.add_argument("--exit-entropy", type=float, default=0.5, help="elmer, hard exit: exit once the off-ramp entropy is below this")
+    p.add_argument("--dec-len", type=int, default=None, help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
     p.add_argument("--model", default="small", choices=sorted(PRESETS), help="with --init none: the preset")
     p.add_argument("--vocab-size", type=int, default=8000, help="with --init none: tokenizer of the embedded corpus")
     p.add_argument("--task", default="summarize", choices=TASKS)
@@ -104,7 +107,7 @@ def scratch(args, d, train):
         texts = train.sources + (train.targets if args.task == "summarize" else [])
     tok = corpus_tokenizer(texts, args.vocab_size, d)
     cfg = preset(args.model, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
-    if args.arch == "t5":
+    if args.arch in ("t5", "elmer"):
         cfg = dataclasses.replace(cfg, n_dec_layers=cfg.n_layers)
     counts = token_counts([i for ids in tok.encode(texts) for i in ids], tok.vocab_size)
     return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict(), tokenizer=tok.to_tensor(), counts=counts)
@@ -134,11 +137,12 @@ def run(args, d):
         args.max_src = fit_lengths(arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
     args.max_src = args.max_src or DEFAULT_MAX_SRC
     arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
+    elmer_opts = elmer_options(arch, source, args.exit, args.exit_entropy, args.dec_len)
     if args.max_src > cfg.max_positions or (arch in ("unilm", "mlae-unilm") and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
     if summ:
-        ops = seq2seq_ops(arch)
+        ops = seq2seq_ops(arch, **({"dec_len": elmer_opts["dec_len"]} if elmer_opts else {}))
         batch_fn = ops.batch
         loss_fn = functools.partial(ops.loss_sums, label_smoothing=args.label_smoothing)
         tgt_ids, valid_tgt = tok.encode(train.targets), tok.encode(valid.targets[:args.valid_examples])
@@ -171,7 +175,7 @@ def run(args, d):
     # -----------------------------------------------------------------------------
     # model and optimizer
     torch.manual_seed(args.seed)
-    model = build_model(arch, cfg, None if summ else len(labels)).to(d.device)
+    model = build_model(arch, cfg, None if summ else len(labels), elmer_opts).to(d.device)
     if state is not None:
         model.load_state_dict(state["model"])
     elif "model" not in source:  # --init none: only the output bias starts from the data
@@ -198,7 +202,7 @@ def run(args, d):
             kind=f"finetune/{args.task}", arch=arch, model=model.state_dict(), model_config=cfg.to_dict(),
             args=vars(args), step=step, best=best, labels=labels.names if labels else None,
             optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
-            tokenizer=tok.to_tensor()), config_json=dict(model=cfg.to_dict(), args=vars(args)))
+            tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=vars(args)))
 
     def validate(done):
         """Validation loss (all processes), then ROUGE or accuracy (rank 0); returns the score."""

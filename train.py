@@ -5,9 +5,10 @@
 
 Objectives: pmlm (UniLMv2: --losses ae+par | ae | par), mlm (the RoBERTa-style baseline,
 = pmlm with --losses ae), t5 (the T5-style encoder-decoder with span corruption; its decoder
-has --dec-layers layers, default as many as the encoder) and mlae (core/mlae.py: encoder on the
+has --dec-layers layers, default as many as the encoder), mlae (core/mlae.py: encoder on the
 unmasked tokens, light decoder --decoder a|b, depths --enc-layers/--dec-layers, default 4L-2L
-at small). Reads top to bottom: args -> init -> tokenizer and data -> model ->
+at small) and elmer (ELMER's LPLM: --permutations exit-layer assignments per sequence,
+core/elmer.py). Reads top to bottom: args -> init -> tokenizer and data -> model ->
 optimizer -> loop -> save.
 """
 import argparse
@@ -29,6 +30,7 @@ from core.optim import make_optimizer
 from core.mlae import DEFAULT_DEPTHS, MLAE, VARIANTS, mlae_batch, mlae_loss_sums
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
 from core.t5 import t5_batch, t5_loss_sums
+from core.elmer import ELMER, lplm_batch, lplm_loss_sums
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer
 from core.training import (Throughput, add_run_flags, check_finite, corpus_tokenizer, evaluate, per_token, restore_rng,
@@ -40,14 +42,17 @@ RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5", "mlae"])
+    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5", "mlae", "elmer"])
     p.add_argument("--losses", default="ae+par", choices=LOSSES, help="PMLM ablations (UniLMv2 4.6)")
     p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
     p.add_argument("--dec-layers", type=int, default=None,
-                   help="t5: decoder layers (default: as the encoder); mlae: default 1/2/4 at tiny/small/base")
+                   help="t5, elmer: decoder layers (default: as the encoder); mlae: default 1/2/4 at tiny/small/base")
     p.add_argument("--enc-layers", type=int, default=None, help="t5, mlae: encoder layers (default: the preset's)")
     p.add_argument("--decoder", default="a", choices=VARIANTS,
                    help="mlae: (a) self-attention over latents + [MASK]s, (b) [MASK]s with cross-attention")
+    p.add_argument("--permutations", type=int, default=10, help="elmer: exit-layer assignments per sequence (LPLM's k)")
+    p.add_argument("--dec-len", type=int, default=32, help="elmer: [MASK] tokens the decoder is fed when fine-tuned and generating")
+    p.add_argument("--separate-offramps", action="store_true", help="elmer: one off-ramp per decoder layer, not shared")
     p.add_argument("--rel-pos", action=argparse.BooleanOptionalAction, default=True,
                    help="T5-style relative position bias")
     p.add_argument("--data", default=None, help=".txt or .jsonl pretraining text (default: embedded corpus)")
@@ -111,10 +116,10 @@ def run(args, d):
 
     # -----------------------------------------------------------------------------
     # model and optimizer
-    t5, mlae = args.objective == "t5", args.objective == "mlae"
+    t5, mlae, elmer = args.objective == "t5", args.objective == "mlae", args.objective == "elmer"
     cfg = preset(args.model, vocab_size=tok.vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
                  pad_id=tok.pad_id)
-    if t5 or mlae:
+    if t5 or mlae or elmer:
         enc = args.enc_layers or (DEFAULT_DEPTHS[args.model][0] if mlae else cfg.n_layers)
         dec = args.dec_layers or (DEFAULT_DEPTHS[args.model][1] if mlae else enc)
         cfg = dataclasses.replace(cfg, n_layers=enc, n_dec_layers=dec)
@@ -123,8 +128,10 @@ def run(args, d):
     if args.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
     torch.manual_seed(args.seed)
-    model = (MLAE(cfg, args.decoder) if mlae else EncoderDecoder(cfg) if t5 else UnifiedLM(cfg)).to(d.device)
-    loss_sums = mlae_loss_sums if mlae else t5_loss_sums if t5 else pmlm_loss_sums
+    elmer_opts = dict(dec_len=args.dec_len, separate_offramps=args.separate_offramps) if elmer else None
+    model = (MLAE(cfg, args.decoder) if mlae else ELMER(cfg, **elmer_opts) if elmer else
+             EncoderDecoder(cfg) if t5 else UnifiedLM(cfg)).to(d.device)
+    loss_sums = mlae_loss_sums if mlae else lplm_loss_sums if elmer else t5_loss_sums if t5 else pmlm_loss_sums
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
     model.head.init_bias(token_counts(train.ids, cfg.vocab_size))
     start = 0
@@ -136,7 +143,7 @@ def run(args, d):
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
-              f"{args.objective}{'' if t5 or mlae else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "
+              f"{args.objective}{'' if t5 or mlae or elmer else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "
               f"{examples_per_step} examples x {args.seq_len} tokens per step")
 
     def batches_of(stream, first, count):
@@ -144,6 +151,8 @@ def run(args, d):
         idx = list(range(first, first + count))
         make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses))
         make = (lambda ix: mlae_batch(stream, ix, tok)) if mlae else make
+        if elmer:
+            make = lambda ix: lplm_batch(stream, ix, tok, len(model.dec_layers), args.permutations)
         return [make(idx[i:i + args.micro_batch]) for i in range(0, len(idx), args.micro_batch)]
 
     eval_share = max(1, args.eval_examples // d.world)
@@ -156,7 +165,7 @@ def run(args, d):
             kind=f"pretrain/{args.objective}", model=model.state_dict(), model_config=cfg.to_dict(),
             args=vars(args), step=step, data=dict(next_example=step * examples_per_step),
             positions=trained_positions(args.objective, args.seq_len),
-            optimizer=optimizer.state_dict(), rng=rng_state(), tokenizer=tok.to_tensor()),
+            optimizer=optimizer.state_dict(), rng=rng_state(), tokenizer=tok.to_tensor(), elmer=elmer_opts),
             config_json=dict(model=cfg.to_dict(), args=vars(args)))
 
     # -----------------------------------------------------------------------------

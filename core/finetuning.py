@@ -6,10 +6,11 @@ masks, UniLMv2 section 3.4), "t5" (encoder-decoder, span corruption, teacher for
 "mlae-b" (a pretrained MLAE of either decoder variant: classification uses its encoder),
 "mlae-s2s" (MLAE fine-tuned seq2seq-style: an encoder-decoder with the T5 operations),
 "mlae-unilm" (MLAE fine-tuned UniLM-style: latents + target in one decoder stack),
-"roberta-s2s" (an MLM/PMLM stack as encoder, a random decoder: the paper's RoBERTa baseline) and "nar"
-(core/nar.py: T5-NAR, MLAE NAR or CMLM, decoded by Mask-Predict).
-Checkpoint kinds: pretrain/{pmlm,mlm,t5,mlae}, finetune/summarize, finetune/classify; a fine-tuned
-checkpoint also records its "arch".
+"roberta-s2s" (an MLM/PMLM stack as encoder, a random decoder: the paper's RoBERTa baseline), "nar"
+(core/nar.py: T5-NAR, MLAE NAR or CMLM, decoded by Mask-Predict) and "elmer" (NAR encoder-decoder
+with early exit, core/elmer.py; its options travel as the checkpoint's "elmer" dict).
+Checkpoint kinds: pretrain/{pmlm,mlm,t5,mlae,elmer}, finetune/summarize, finetune/classify; a
+fine-tuned checkpoint also records its "arch".
 """
 import dataclasses
 from typing import Callable, NamedTuple
@@ -18,14 +19,14 @@ import numpy as np
 import torch
 from rouge_score import rouge_scorer
 
-from . import decoding, nar, seq2seq, t5
+from . import decoding, elmer, nar, seq2seq, t5
 from .classify import Classifier
 from .config import ModelConfig
 from .errors import UserError
 from .mlae import MLAE, MLAEClassifier, MLAEUniLM, MLAEUniLMDecoder, ScheduledMasking, variant_of
 from .model import EncoderDecoder, UnifiedLM
 
-ARCH_OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5"}
+ARCH_OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5", "elmer": "elmer"}
 
 
 def arch_of(state, path):
@@ -73,8 +74,26 @@ def scheduled_loss(loss_fn, arch, args):
     return ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, args.steps)
 
 
-def build_model(arch, cfg: ModelConfig, n_labels=None):
+def elmer_options(arch, source, exit_mode="hard", exit_entropy=0.5, dec_len=None):
+    """The options of an ELMER model being fine-tuned: the pretrained ones (decoder length,
+    off-ramps) and this run's exit (section 4.3). Soft exit runs every layer at inference
+    (threshold 0) unless eval.py is given one. None for other architectures."""
+    if arch != "elmer":
+        return None
+    opts = dict(source.get("elmer") or {})
+    opts.setdefault("dec_len", 32)
+    if dec_len:
+        opts["dec_len"] = dec_len
+    opts.update(soft=exit_mode == "soft", exit_entropy=exit_entropy if exit_mode == "hard" else 0.0)
+    return opts
+
+
+def build_model(arch, cfg: ModelConfig, n_labels=None, elmer_opts=None):
     """A fresh model of the architecture; n_labels makes a classifier around an encoder."""
+    if arch == "elmer":
+        if n_labels is not None:
+            raise UserError("classification fine-tunes an encoder (pmlm, mlm or mlae checkpoint), not an elmer one")
+        return elmer.ELMER(cfg, **(elmer_opts or {}))
     if n_labels is not None:
         if arch.startswith("mlae-"):
             return MLAEClassifier(MLAE(cfg, arch[-1]), n_labels, cfg.dropout)
@@ -165,7 +184,10 @@ class Seq2SeqOps(NamedTuple):
         return list(ids)[:max_src - self.n_special]
 
 
-def seq2seq_ops(arch):
+def seq2seq_ops(arch, dec_len=32):
+    if arch == "elmer":
+        batch = lambda pairs, tok, max_src, max_tgt: elmer.elmer_seq2seq_batch(pairs, tok, max_src, max_tgt, dec_len)
+        return Seq2SeqOps(batch, elmer.elmer_seq2seq_loss_sums, None, 1)
     if arch == "nar":
         return Seq2SeqOps(nar.nar_batch, nar.nar_loss_sums, nar.NARDecoder, 1)
     if arch == "mlae-unilm":
@@ -190,6 +212,12 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
     model calls its outputs took ("iterations") and their count ("n")."""
     was_training = model.training
     model.eval()
+    if arch == "elmer":  # one NAR pass with early exit: no beam, no length limit but dec_len
+        try:
+            out = elmer.generate(model, src_ids, tok)
+        finally:
+            model.train(was_training)
+        return (out, torch.zeros(len(out))) if return_scores else out
     try:
         if arch == "nar":
             out, det = nar.mask_predict(nar.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam, iterations,

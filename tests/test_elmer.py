@@ -1,0 +1,230 @@
+"""ELMER: early exit that skips the work (gathered layout = plain layout, exited states frozen),
+the hard-exit thresholds, LPLM's loss and its encoder reuse, the infilling noise, no peeking at
+the reference length, and the pipeline end to end."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from core.config import preset
+from core.elmer import (ELMER, IGNORE, all_ramps_loss_sums, assigned_loss_sums, decode_exit, elmer_seq2seq_batch,
+                        generate, infilling_spans, lplm_corrupt, sentence_shuffle)
+
+V = 97
+
+
+def tiny(seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = preset("tiny", vocab_size=V, n_dec_layers=3, dropout=0.0)
+    model = ELMER(cfg, dec_len=12, **kw).eval()
+    with torch.no_grad():
+        model.dec_rel_table.normal_(0, 0.5)
+    return model
+
+
+def memory_of(model, B=3, S=9, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(6, V, (B, S), generator=g)
+    valid = torch.ones(B, S, dtype=torch.bool)
+    valid[1, 6:] = False
+    return model.encode_source(src, valid), valid
+
+
+def report(name, a, b):
+    d = (a - b).abs()
+    return f"{name}: max diff {d.max().item():.3g}, mean {d.mean().item():.3g}"
+
+
+@pytest.mark.parametrize("soft,separate", [(False, False), (True, False), (False, True)])
+def test_gathered_equals_plain_and_exited_states_frozen(soft, separate):
+    model = tiny(soft=soft, separate_offramps=separate)
+    if soft:
+        with torch.no_grad():
+            model.soft.weight.normal_(0, 0.1)
+    memory, valid = memory_of(model)
+    B, T = 3, 12
+    g = torch.Generator().manual_seed(2)
+    exit_layer = torch.randint(1, 4, (B, T), generator=g).reshape(-1)
+
+    def decide(l, idx, h):
+        return exit_layer[idx] == l + 1, None
+
+    with torch.no_grad():
+        traces = {}
+        for gather in (True, False):
+            traces[gather] = []
+            model.decoder_loop(memory, valid, T, decide, gather, trace=traces[gather])
+    for l, (a, b) in enumerate(zip(traces[True], traces[False])):
+        print(report(f"layer {l + 1}", a, b))
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-5)
+    # a token that exited at layer l keeps h^l bit for bit in every upper layer
+    for l in range(3):
+        gone = exit_layer <= l + 1
+        for up in traces[True][l + 1:]:
+            assert torch.equal(up[gone], traces[True][l][gone])
+    # and the layers do change the tokens still active
+    still = exit_layer == 3
+    assert not torch.allclose(traces[True][2][still], traces[True][1][still])
+
+
+def test_exited_token_does_not_run_the_layer():
+    """The queries a layer computes are the active tokens only (counted at the FFN)."""
+    model = tiny()
+    memory, valid = memory_of(model)
+    seen = []
+    for layer in model.dec_layers:
+        layer.ffn.register_forward_hook(lambda m, i, o: seen.append(i[0].numel() // i[0].shape[-1]))
+    exit_layer = torch.tensor([1, 2, 3] * 12)
+
+    with torch.no_grad():
+        model.decoder_loop(memory, valid, 12, lambda l, idx, h: (exit_layer[idx] == l + 1, None))
+    assert seen == [36, 24, 12]
+
+
+def test_hard_exit_thresholds():
+    model = tiny()
+    memory, valid = memory_of(model)
+    _, layers = decode_exit(model, memory, valid, 12, 0.0)
+    assert (layers == 3).all()
+    toks_inf, layers = decode_exit(model, memory, valid, 12, math.inf)
+    assert (layers == 1).all()
+    # exiting at layer 1 predicts with the first off-ramp
+    with torch.no_grad():
+        x = []
+        model.decoder_loop(memory, valid, 12, lambda l, idx, h: (torch.ones_like(idx, dtype=torch.bool), None), trace=x)
+        assert torch.equal(model.ramp_logits(0, x[0]).argmax(-1).view(3, 12), toks_inf)
+    sep = tiny(separate_offramps=True)
+    assert sep.ramp_head(0) is not sep.ramp_head(1) and sep.ramp_head(0).embedding is sep.emb.tok
+    _, layers = decode_exit(sep, memory, valid, 12, math.inf)
+    assert (layers == 1).all()
+    _, mid = decode_exit(model, memory, valid, 12, 4.0)
+    print("exit layers at delta 4:", torch.bincount(mid.reshape(-1), minlength=4).tolist())
+
+
+def test_lplm_all_last_layer_equals_plain_nar():
+    model = tiny()
+    memory, valid = memory_of(model)
+    g = torch.Generator().manual_seed(3)
+    target = torch.randint(6, V, (3, 12), generator=g)
+    target[2, 9:] = IGNORE
+    with torch.no_grad():
+        loss, hit, n = assigned_loss_sums(model, memory, valid, target, torch.full((3, 12), 3))
+        # a plain NAR decoder: every layer on every token, the head on the last state
+        x = model.emb(torch.full((3, 12), 4), torch.arange(12).expand(3, 12))
+        pos = torch.arange(12).expand(3, 12)
+        from core.model import Meta
+        meta = Meta(torch.zeros_like(pos), torch.zeros_like(pos))
+        bias = model.rel_bias(model.dec_rel_table, pos, pos)
+        for layer in model.dec_layers:
+            x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=model._mem_meta(valid))
+        logits = model.head(model.ln_dec(x))[target != IGNORE]
+        plain = torch.nn.functional.cross_entropy(logits, target[target != IGNORE], reduction="sum")
+    print(f"LPLM {loss.item():.6f} plain {plain.item():.6f}")
+    assert abs(loss.item() - plain.item()) < 1e-3 and n.item() == 33
+
+
+def test_lplm_encoder_runs_once_whatever_k():
+    model = tiny().train()
+    calls = []
+    model.enc_layers[0].register_forward_hook(lambda *a: calls.append(1))
+    g = torch.Generator().manual_seed(4)
+    src = torch.randint(6, V, (2, 8), generator=g)
+    for k in (1, 4):
+        calls.clear()
+        out = model(src, torch.ones(2, 8, dtype=torch.bool), torch.randint(6, V, (2, 12), generator=g),
+                    torch.randint(1, 4, (2, k, 12), generator=g))
+        out["loss"].backward()
+        assert len(calls) == 1
+        assert model.enc_layers[0].ffn.up.weight.grad is not None
+
+
+def test_infilling_noise():
+    rng = np.random.default_rng(0)
+    masked = total = 0
+    lengths = []
+    for _ in range(300):
+        n = int(rng.integers(30, 200))
+        spans = infilling_spans(n, rng)
+        cover = np.zeros(n, bool)
+        for s, m in spans:
+            assert not cover[max(0, s - 1):s + m + 1].any()  # no overlap, no touching
+            cover[s:s + m] = True
+        masked += cover.sum()
+        total += n
+        lengths += [m for _, m in spans[:-1]]  # the last span is cut to the budget
+    assert abs(masked / total - 0.15) < 0.01
+    # Poisson(3) without zeros has mean 3 / (1 - e^-3) = 3.157; cutting at the budget lowers it a little
+    assert 2.7 < np.mean(lengths) < 3.3, np.mean(lengths)
+
+    class Tok:
+        mask_id, vocab_size = 4, 50
+        _full_stops = {9}
+    ids = list(range(10, 40)) + [9] + list(range(40, 60)) + [9] + list(range(60, 80)) + [9]
+    out = lplm_corrupt(ids, Tok, np.random.default_rng(1))
+    rng = np.random.default_rng(1)  # the same draws as lplm_corrupt: shuffle, then the spans
+    spans = infilling_spans(len(sentence_shuffle(ids, {9}, rng)), rng)
+    kept = [t for t in out if t != 4]
+    assert out.count(4) == len(spans) >= 2  # one [MASK] per span
+    assert len(kept) == len(ids) - round(0.15 * len(ids))
+    words = [t for t in kept if t != 9]
+    assert len(set(words)) == len(words) and set(kept) <= set(ids)
+    orders = {tuple(sentence_shuffle(ids, {9}, np.random.default_rng(s))[:1]) for s in range(20)}
+    assert len(orders) == 3  # each sentence comes first under some seed
+
+
+def test_output_does_not_depend_on_reference_length():
+    model = tiny()
+    pairs_a = [([7, 8, 9, 10], [11, 12])]
+    pairs_b = [([7, 8, 9, 10], [11, 12, 13, 14, 15, 16, 17])]
+
+    class Tok:
+        pad_id, eos_id, n_special = 0, 3, 6
+    a = elmer_seq2seq_batch(pairs_a, Tok, 16, 12, 12)
+    b = elmer_seq2seq_batch(pairs_b, Tok, 16, 12, 12)
+    assert a.tgt_out.shape == b.tgt_out.shape == (1, 12)  # the decoder length is dec_len either way
+    out = generate(model, [p[0] for p in pairs_a], Tok)
+    assert out == generate(model, [p[0] for p in pairs_b], Tok)
+    assert int(model.exit_counts.sum()) > 0
+
+
+# -----------------------------------------------------------------------------
+# end to end: LPLM pretraining -> hard / soft fine-tuning, and the no-pretraining run -> eval.py
+
+def test_pipeline(text_file, tmp_path, capsys):
+    import json
+    import os
+
+    import eval as evaluate_script
+    import finetune
+    import train
+    from conftest import TINY, read_log
+    from core.data import embedded_records
+
+    files = {}
+    for split, n in (("train", 64), ("valid", 16), ("test", 6)):
+        files[split] = str(tmp_path / f"{split}.jsonl")
+        with open(files[split], "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in embedded_records(split)[:n])
+    pre = str(tmp_path / "pre")
+    train.main(["--data", text_file, "--objective", "elmer", "--permutations", "3", "--steps", "3", "--out", pre,
+                "--dec-len", "12"] + TINY)
+    log = read_log(pre)
+    assert [r for r in log if "valid_loss" in r]
+    ft = ["--train-data", files["train"], "--valid-data", files["valid"], "--epochs", "1", "--batch", "32",
+          "--micro-batch", "16", "--max-src", "40", "--max-tgt", "12", "--rouge-examples", "4", "--valid-examples", "8"]
+    outs = []
+    for name, extra in (("hard", ["--init", os.path.join(pre, "last.pt"), "--exit", "hard"]),
+                        ("soft", ["--init", os.path.join(pre, "last.pt"), "--exit", "soft"]),
+                        ("scratch", ["--init", "none", "--arch", "elmer", "--model", "tiny", "--vocab-size", "600",
+                                     "--dec-len", "12"])):
+        out = str(tmp_path / name)
+        finetune.main(extra + ft + ["--out", out])
+        outs.append(os.path.join(out, "best.pt"))
+    rows = evaluate_script.main(outs + ["--data", files["test"], "--batch-size", "4", "--latency-samples", "2",
+                                        "--exit-entropy", "inf"])
+    text = capsys.readouterr().out
+    assert "mean_exit" in text and "exit_frac" in text
+    for r in rows[:3]:
+        assert r["arch"] == "elmer" and r["mean_exit"] == 1.0 and r["latency_ms"] > 0
+    assert torch.load(outs[1], weights_only=True)["elmer"]["soft"] is True
