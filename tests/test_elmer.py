@@ -212,7 +212,7 @@ def test_pipeline(text_file, tmp_path, capsys):
     log = read_log(pre)
     assert [r for r in log if "valid_loss" in r]
     ft = ["--train-data", files["train"], "--valid-data", files["valid"], "--epochs", "1", "--batch", "32",
-          "--micro-batch", "16", "--max-src", "40", "--max-tgt", "12", "--rouge-examples", "4", "--valid-examples", "8"]
+          "--micro-batch", "16", "--max-src", "32", "--max-tgt", "12", "--rouge-examples", "4", "--valid-examples", "8"]
     outs = []
     for name, extra in (("hard", ["--init", os.path.join(pre, "last.pt"), "--exit", "hard"]),
                         ("soft", ["--init", os.path.join(pre, "last.pt"), "--exit", "soft"]),
