@@ -18,30 +18,13 @@ the torch side is timed there, and the script says so.
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-CUDA = torch.cuda.is_available()
-DEV = "cuda" if CUDA else "cpu"
-
-
-def bench(fn, reps):
-    """Median milliseconds of fn(); on CUDA triton's do_bench (it synchronises and flushes L2)."""
-    if CUDA:
-        from triton.testing import do_bench
-        return do_bench(fn, warmup=25, rep=100)
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+from bench.common import CUDA, DEV, bench  # noqa: E402
 
 
 def main():

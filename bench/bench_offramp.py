@@ -21,30 +21,14 @@ interpreter, whose timings mean nothing: only the torch chain is timed there (in
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-CUDA = torch.cuda.is_available()
-DEV = "cuda" if CUDA else "cpu"
-
-
-def bench(fn, reps):
-    if CUDA:
-        from triton.testing import do_bench
-        return do_bench(fn, warmup=25, rep=100)
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+from bench.common import CUDA, DEV, bench  # noqa: E402
 
 
 def torch_chain(h, w, b):
