@@ -107,8 +107,8 @@ def run(args, d):
     else:
         tok = corpus_tokenizer(train_texts, args.vocab_size, d)
     window = pretraining_window(args.objective, args.seq_len)
-    train = TokenStream(tok.encode(train_texts), window, args.seed)
-    valid = TokenStream(tok.encode(valid_texts), window, args.seed + 1)
+    train = TokenStream(tok.encode(train_texts), window, args.seed, sep=tok.eos_id)  # documents end with [EOS]
+    valid = TokenStream(tok.encode(valid_texts), window, args.seed + 1, sep=tok.eos_id)
     entropy = unigram_entropy(valid.ids, tok.vocab_size)
     print0(d, f"data: {len(train_texts)} train documents ({len(train) / 1e6:.2f}M tokens), "
               f"{len(valid_texts)} valid ({len(valid) / 1e6:.2f}M tokens); unigram entropy of valid "

@@ -144,13 +144,25 @@ def unigram_entropy(ids, vocab_size):
 class TokenStream:
     """All documents' token ids end to end; example i is a window drawn by a generator seeded
     with (seed, i). The batch of step t is examples [t*G, (t+1)*G), so the data position is one
-    integer: resuming, or splitting a step over N processes, yields exactly the same examples."""
+    integer: resuming, or splitting a step over N processes, yields exactly the same examples.
 
-    def __init__(self, docs_ids, window, seed):
-        self.ids = np.fromiter((i for d in docs_ids for i in d), dtype=np.int32)
+    With `sep` (train.py passes [EOS]) the documents are separated by it, as UniLMv2's input
+    "[SOS] S1 [EOS] S2 [EOS]" (section 2.2) marks where a text ends, and a window begins where a
+    document begins: a random token is drawn, and the window starts at its document's first
+    token, or, in a document longer than the window, at a random place inside it. Documents are
+    drawn in proportion to their length, as the tokens of a plain stream would be."""
+
+    def __init__(self, docs_ids, window, seed, sep=None):
+        docs = [list(d) for d in docs_ids if len(d)]
+        if sep is not None:
+            docs = [d + [sep] for d in docs]
+        lengths = np.array([len(d) for d in docs], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)  # (D,) first token of each
+        self.lengths = lengths - (sep is not None)  # (D,) tokens of each document, its separator excluded
+        self.ids = np.fromiter((i for d in docs for i in d), dtype=np.int32)
         if len(self.ids) < window + 1:
             raise UserError(f"the corpus has {len(self.ids)} tokens, fewer than one window of {window}")
-        self.window, self.seed = window, seed
+        self.window, self.seed, self.sep = window, seed, sep
 
     def __len__(self):
         return len(self.ids)
@@ -162,4 +174,10 @@ class TokenStream:
         """(token ids of example i, its generator for the masking that follows)."""
         rng = self.rng(i)
         start = int(rng.integers(0, len(self.ids) - self.window + 1))
+        if self.sep is not None:
+            d = int(np.searchsorted(self.starts, start, side="right")) - 1  # the document of that token
+            start = int(self.starts[d])
+            if self.lengths[d] > self.window:  # a long document: a window inside it
+                start += int(rng.integers(0, self.lengths[d] - self.window + 1))
+            start = min(start, len(self.ids) - self.window)  # the last documents: a window that ends the corpus
         return self.ids[start:start + self.window], rng

@@ -34,13 +34,19 @@ LOSSES = ("ae+par", "ae", "par")
 
 
 def pretraining_sentence_pair(window, rng, sos, eos):
-    """'[SOS] S1 [EOS] S2 [EOS]' from one contiguous window cut at a random point."""
-    cut = int(rng.integers(1, len(window)))
-    ids = np.concatenate([[sos], window[:cut], [eos], window[cut:], [eos]]).astype(np.int64)
+    """'[SOS] S1 [EOS] S2 [EOS]' from one window of the stream (section 2.2: S1 and S2 are
+    contiguous texts). The window starts at a document's start (core/data.py TokenStream), and the
+    cut falls at a random point inside that first document, so S2 goes on with the text S1 broke
+    off; the documents that follow in S2 stay separated by their [EOS]. Every [EOS] is special:
+    never masked."""
+    first = np.flatnonzero(window == eos)
+    k = int(first[0]) if len(first) else len(window)  # tokens of the first document in the window
+    cut = int(rng.integers(1, max(2, min(k, len(window)))))
+    rest = window[cut + 1:] if window[cut] == eos else window[cut:]  # no [EOS] twice at the cut
+    ids = np.concatenate([[sos], window[:cut], [eos], rest, [eos]]).astype(np.int64)
     seg = np.zeros(len(ids), dtype=np.int64)
     seg[cut + 2:] = 1
-    special = np.zeros(len(ids), dtype=bool)
-    special[[0, cut + 1, len(ids) - 1]] = True
+    special = (ids == eos) | (ids == sos)
     return ids, seg, special
 
 

@@ -132,3 +132,38 @@ def test_t5_windows_train_every_encoder_position(tokenizer):
     b = t5_batch(stream, range(8), tokenizer)
     assert b.src.shape[1] == 128 and b.src_valid.all()
     assert b.tgt_in.shape[1] == trained_positions("t5", 128)["decoder"]
+
+
+def test_windows_respect_documents(tokenizer):
+    """UniLMv2's "[SOS] S1 [EOS] S2 [EOS]" with S1 and S2 contiguous text: a window begins where a
+    document begins (or inside a document longer than it), S2 goes on with S1's document, the
+    documents after it stay separated by [EOS], and no [EOS] is ever masked."""
+    from core.data import TokenStream
+    from core.pmlm import pmlm_batch
+    rng = np.random.default_rng(0)
+    eos = tokenizer.eos_id
+    # document d is the run d*1000+100, d*1000+101, ...: every token names its document and place
+    docs = [[1000 * d + 100 + j for j in range(int(n))] for d, n in enumerate(rng.integers(3, 40, 200))]
+    docs.append([300_100 + j for j in range(90)])  # one document longer than a window
+    stream = TokenStream(docs, 50, seed=3, sep=eos)
+    long_seen = 0
+    for i in range(400):
+        w, r = stream.window_at(i)
+        text = w[w != eos]
+        assert text[0] % 1000 == 100 or text[0] >= 300_000, "a window starts inside a short document"
+        long_seen += int(text[0] >= 300_000)
+        ids, seg, special = pretraining_sentence_pair(w, r, tokenizer.sos_id, eos)
+        s1, s2 = ids[1:np.flatnonzero(ids == eos)[0]], ids[np.flatnonzero(ids == eos)[0] + 1:]
+        assert s2[0] == s1[-1] + 1, "S2 does not continue S1's document"
+        assert special[ids == eos].all() and special.sum() == (ids == eos).sum() + 1
+        # between documents, an [EOS]; inside one, consecutive tokens
+        body = ids[1:-1][ids[1:-1] != eos]
+        assert ((np.diff(body) == 1) | (body[1:] % 1000 == 100)).all()
+    assert long_seen > 0
+    # the same examples by (seed, index), and [EOS] never masked
+    a = pmlm_batch(stream, range(16), tokenizer)
+    b = pmlm_batch(stream, range(16), tokenizer)
+    assert (a.tokens == b.tokens).all()
+    is_target = a.target >= 0
+    assert not ((a.tokens == eos) & (a.kind == CONTEXT) & is_target).any()
+    assert not (a.target == eos).any()
