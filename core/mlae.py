@@ -44,8 +44,9 @@ import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, pad_stack
+from .classify import Classifier
 from .model import EncoderDecoder, Layer, Meta, _init
-from .t5 import IGNORE, noise_spans
+from .t5 import IGNORE, encoder_input, noise_spans
 from .tokenizer import MASK
 
 VARIANTS = ("a", "b")
@@ -171,18 +172,10 @@ def mlae_loss_sums(model, batch, mask_id=MASK):
 # -----------------------------------------------------------------------------
 # fine-tuning for understanding (section 3.2): the encoder, a linear layer on [EOS]
 
-class MLAEClassifier(nn.Module):
-    """The encoder of a pretrained MLAE and a linear layer on the vector of [EOS], the last
-    token of "[SOS] TEXT [EOS]" (the paper's choice). The decoder stays in the state dict,
-    unused, so that the checkpoint loads as an MLAE."""
-
-    def __init__(self, encoder: MLAE, n_labels, dropout=0.1):
-        super().__init__()
-        self.encoder = encoder
-        self.drop = nn.Dropout(dropout)
-        self.out = nn.Linear(encoder.cfg.d_model, n_labels)
-        nn.init.normal_(self.out.weight, std=0.02)
-        nn.init.zeros_(self.out.bias)
+class MLAEClassifier(Classifier):
+    """The encoder of a pretrained MLAE (`encoder`: the whole MLAE) and a linear layer on the
+    vector of [EOS], the last token of "[SOS] TEXT [EOS]" (the paper's choice). The decoder stays
+    in the state dict, unused, so that the checkpoint loads as an MLAE."""
 
     def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
         pos = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
@@ -288,14 +281,11 @@ class MLAEUniLMDecoder:
     @torch.no_grad()
     def __init__(self, model, src_ids_list, tok, use_cache=True):
         self.model, self.tok, self.use_cache = model, tok, use_cache
-        dev = next(model.parameters()).device
-        limit = model.cfg.max_positions - 1
-        sources = [np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids_list]
-        src, valid = pad_stack(sources, tok.pad_id)
-        self.src, self.src_valid = src.to(dev), valid.to(dev)
+        self.src, self.src_valid = encoder_input(model, src_ids_list, tok)
+        src, dev = self.src, self.src.device
         self.src_len = self.src_valid.long().sum(1)  # (N,)
-        self.prefix = torch.zeros(len(sources), 0, dtype=torch.long, device=dev)
-        self.rows = len(sources)
+        self.prefix = torch.zeros(len(src_ids_list), 0, dtype=torch.long, device=dev)
+        self.rows = len(src_ids_list)
         self.cache = None
         if use_cache:
             pos = torch.arange(src.shape[1], device=dev).expand_as(self.src)

@@ -147,6 +147,16 @@ def t5_seq2seq_loss_sums(model, batch, label_smoothing=0.1):
 # -----------------------------------------------------------------------------
 # incremental decoding
 
+def encoder_input(model, src_ids_list, tok):
+    """"SRC [EOS]" of each source, cut to the model's positions, padded: (src (N, S) long,
+    valid (N, S) bool) on the model's device."""
+    dev = next(model.parameters()).device
+    limit = model.cfg.max_positions - 1
+    sources = [np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids_list]
+    src, valid = pad_stack(sources, tok.pad_id)
+    return src.to(dev), valid.to(dev)
+
+
 class T5Decoder:
     """Step-by-step decoding of a batch of sources, the protocol the beam search drives:
 
@@ -167,18 +177,15 @@ class T5Decoder:
     @torch.no_grad()
     def __init__(self, model, src_ids_list, tok, use_cache=True):
         self.model, self.tok, self.use_cache = model, tok, use_cache
-        dev = next(model.parameters()).device
-        limit = model.cfg.max_positions - 1
-        sources = [np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids_list]
-        src, valid = pad_stack(sources, tok.pad_id)
-        src, self.src_valid = src.to(dev), valid.to(dev)
+        src, self.src_valid = encoder_input(model, src_ids_list, tok)
+        dev = src.device
         pos = torch.arange(src.shape[1], device=dev).expand_as(src)
         memory = model.encode(src, pos, self.src_valid)  # (N, S, C)
         self.memory = None if use_cache else memory
         self.mem_kv = model.cross_kv(memory) if use_cache else None
         self.past = None  # per decoder layer (k, v), each (N, H, t, D)
-        self.prefix = torch.zeros(len(sources), 0, dtype=torch.long, device=dev)  # decoder inputs so far
-        self.rows = len(sources)
+        self.prefix = torch.zeros(len(src_ids_list), 0, dtype=torch.long, device=dev)  # decoder inputs so far
+        self.rows = len(src_ids_list)
 
     @torch.no_grad()
     def step(self, prev=None):
