@@ -253,6 +253,13 @@ def main(argv=None):
     t0 = time.time()
     rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases)
     print(table(rows))
+    for D in (64, 128):  # the FAR-tile loop against plain FlashAttention (tests/test_compile.py: <= 1.3x)
+        ours = [r for r in rows if r["kernel"] == "_fwd_kernel" and f"rel-bfloat16-d{D}" in r["cases"] and r["compiles"]]
+        plain = [r for r in rows if r["kernel"] == "_plain_flash_fwd" and f"plain-flash-bfloat16-d{D}" in r["cases"]]
+        if ours and plain and len(ours[0]["loops"]) == 2 and plain[0]["loops"]:
+            far, flash = ours[0]["loops"][1], plain[0]["loops"][0]
+            print(f"D={D}: forward SASS per iteration: FAR tiles {far}, PARTIAL/FULL tiles {ours[0]['loops'][0]}, "
+                  f"plain FlashAttention {flash}: FAR / plain = {far / flash:.2f}")
     bad = [r for r in rows if not r["compiles"] or r["spill_stores"]]
     print(f"{len(rows)} distinct kernels compiled for sm_{TARGET.arch}a in {time.time() - t0:.0f}s; "
           f"{sum(not r['compiles'] for r in rows)} failed, {sum(bool(r.get('spill_stores')) for r in rows)} spill")
