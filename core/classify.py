@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from kernels import CONTEXT
 from .batch import Batch, pad_stack
+from .model import positions
 
 
 class Classifier(nn.Module):
@@ -26,7 +27,7 @@ class Classifier(nn.Module):
 
     def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
         z = torch.zeros_like(tokens)
-        pos = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+        pos = positions(tokens)
         h = self.encoder(tokens, pos, z, z + CONTEXT, z, valid)  # (B, L, C)
         return self.out(self.drop(h[:, 0]))
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 import kernels
 from .batch import Batch, pad_stack
-from .model import EncoderDecoder, LMHead, Meta
+from .model import EncoderDecoder, LMHead, Meta, positions
 from .tokenizer import MASK
 
 IGNORE = -100
@@ -134,7 +134,7 @@ class ELMER(EncoderDecoder):
         return x
 
     def encode_source(self, src, src_valid):
-        return self.encode(src, torch.arange(src.shape[1], device=src.device).expand_as(src), src_valid)
+        return self.encode(src, positions(src), src_valid)
 
     def forward(self, src, src_valid, target, exit_layers=None, label_smoothing=0.0):
         """The training losses in one call, so that DistributedDataParallel sees one forward.

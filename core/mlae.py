@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, pad_stack
 from .classify import Classifier
-from .model import EncoderDecoder, Layer, Meta, _init
+from .model import EncoderDecoder, Layer, Meta, positions, _init
 from .t5 import IGNORE, encoder_input, noise_spans
 from .tokenizer import MASK
 
@@ -151,7 +151,7 @@ def mlae_batch(stream, indices, tok, ratio=0.15, mean_span=3):
 def decoder_inputs(batch, variant, mask_id):
     """(dec_tok, dec_pos, dec_valid, predict, target) of the variant's decoder layout."""
     if variant == "a":
-        pos = torch.arange(batch.full_tok.shape[1], device=batch.full_tok.device).expand_as(batch.full_tok)
+        pos = positions(batch.full_tok)
         predict = batch.full_target != IGNORE
         return batch.full_tok, pos, batch.full_valid, predict, batch.full_target[predict]
     dec_tok = torch.full_like(batch.msk_pos, mask_id)
@@ -178,7 +178,7 @@ class MLAEClassifier(Classifier):
     in the state dict, unused, so that the checkpoint loads as an MLAE."""
 
     def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
-        pos = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+        pos = positions(tokens)
         h = self.encoder.encode(tokens, pos, valid)  # (B, L, C)
         last = valid.long().sum(1) - 1  # the [EOS] of each row
         return self.out(self.drop(h[torch.arange(len(h), device=h.device), last]))
@@ -259,7 +259,7 @@ class MLAEUniLM(MLAE):
         """src (B, S), tgt_in (B, T) with validity. Returns the targets' hidden states (B, T, C),
         or the logits (N, V) at the N True positions of `predict` (B, T)."""
         S, T = src.shape[1], tgt_in.shape[1]
-        src_pos = torch.arange(S, device=src.device).expand_as(src)
+        src_pos = positions(src)
         latents = self.encode(src, src_pos, src_valid)  # (B, S, C)
         tgt_pos = src_valid.long().sum(1, keepdim=True) + torch.arange(T, device=src.device)  # (B, T)
         steps = torch.arange(1, T + 1, device=src.device).expand_as(tgt_in)
@@ -288,7 +288,7 @@ class MLAEUniLMDecoder:
         self.rows = len(src_ids_list)
         self.cache = None
         if use_cache:
-            pos = torch.arange(src.shape[1], device=dev).expand_as(self.src)
+            pos = positions(self.src)
             latents = model.encode(self.src, pos, self.src_valid)
             z = torch.zeros_like(self.src)
             self.k_meta = Meta(z + CONTEXT, z, self.src_valid)

@@ -329,8 +329,8 @@ class EncoderDecoder(nn.Module):
         """Encode and decode in one call, so that DistributedDataParallel sees one forward.
         src: (B, S), tgt_in: (B, T) long, with their (B, S), (B, T) bool validity. Returns what
         decode returns."""
-        memory = self.encode(src, _positions(src), src_valid)
-        return self.decode(tgt_in, _positions(tgt_in), tgt_valid, memory, src_valid, predict)
+        memory = self.encode(src, positions(src), src_valid)
+        return self.decode(tgt_in, positions(tgt_in), tgt_valid, memory, src_valid, predict)
 
     # --- incremental decoding -------------------------------------------------------------------
     def cross_kv(self, memory):
@@ -362,5 +362,5 @@ class EncoderDecoder(nn.Module):
         return self.head(self.ln_dec(x[:, 0])), new_past
 
 
-def _positions(tokens):  # (B, L) -> (B, L) position ids 0..L-1
+def positions(tokens):  # (B, L) -> (B, L) position ids 0..L-1
     return torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)

@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .batch import Batch, pad_stack
-from .model import EncoderDecoder, Meta
+from .model import EncoderDecoder, Meta, positions
 from .t5 import IGNORE
 
 LENGTH_LOSS = 0.1
@@ -58,7 +58,7 @@ class NARModel(EncoderDecoder):
     def decode_nar(self, tgt_in, tgt_valid, memory, src_valid):
         """tgt_in: (B, T) tokens ([MASK] where unknown); returns hidden states (B, T, C)."""
         zero = torch.zeros_like(tgt_in)
-        pos = torch.arange(tgt_in.shape[1], device=tgt_in.device).expand_as(tgt_in)
+        pos = positions(tgt_in)
         meta = Meta(zero, zero, tgt_valid)  # bidirectional
         mem_meta = self._mem_meta(src_valid)
         bias = self.rel_bias(self.dec_rel_table, pos, pos)
@@ -69,7 +69,7 @@ class NARModel(EncoderDecoder):
 
     def forward(self, src, src_valid, tgt_in, tgt_valid, predict):
         """Returns (logits (N, V) at the N True positions of `predict`, length logits (B, P))."""
-        pos = torch.arange(src.shape[1], device=src.device).expand_as(src)
+        pos = positions(src)
         memory = self.encode(src, pos, src_valid)
         h = self.decode_nar(tgt_in, tgt_valid, memory, src_valid)
         return self.head(h[predict]), self.length_logits(memory, src_valid)
@@ -145,7 +145,7 @@ class NARDecoder:
         src, valid = pad_stack(sources, tok.pad_id)
         self.src_valid = valid.to(dev)
         src = src.to(dev)
-        self.memory = model.encode(src, torch.arange(src.shape[1], device=dev).expand_as(src), self.src_valid)
+        self.memory = model.encode(src, positions(src), self.src_valid)
         self.rows = len(sources)
 
     @torch.no_grad()

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .batch import Batch, pad_stack
+from .model import positions
 from .tokenizer import N_SENTINELS
 
 IGNORE = -100
@@ -179,7 +180,7 @@ class T5Decoder:
         self.model, self.tok, self.use_cache = model, tok, use_cache
         src, self.src_valid = encoder_input(model, src_ids_list, tok)
         dev = src.device
-        pos = torch.arange(src.shape[1], device=dev).expand_as(src)
+        pos = positions(src)
         memory = model.encode(src, pos, self.src_valid)  # (N, S, C)
         self.memory = None if use_cache else memory
         self.mem_kv = model.cross_kv(memory) if use_cache else None
