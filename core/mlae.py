@@ -2,7 +2,7 @@
 ("MLAE: Encoder-decoder Pretraining with Non-autoregressive Modeling", sections 3-5).
 
 Pretraining (section 3.1, and 4.1 for the masking): 15% of the tokens of "[SOS] TEXT [EOS]" in
-spans of mean length 3 (the span sampler of the T5 baseline, core/t5.noise_spans; [SOS]/[EOS]
+spans of mean length 3 (the span sampler of the T5 baseline, core/t5.span_ids; [SOS]/[EOS]
 are never masked). The masked tokens are *removed* from the encoder's input, as MAE removes
 patches: each example keeps its unmasked tokens with their original position ids, compacted to
 the left and padded to the longest in the batch, so the encoder's cost falls with the mask
@@ -46,7 +46,7 @@ from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, pad_stack
 from .classify import Classifier
 from .model import EncoderDecoder, Layer, Meta, positions, _init
-from .t5 import IGNORE, encoder_input, noise_spans
+from .t5 import IGNORE, encoder_input, span_ids
 from .tokenizer import MASK
 
 VARIANTS = ("a", "b")
@@ -116,10 +116,11 @@ def mlae_example(window, rng, tok, ratio=0.15, mean_span=3):
     arrays: enc_tok/enc_pos (the unmasked tokens and their positions), full_tok (the sequence
     with [MASK] at the masked positions), full_target (the masked ids there, IGNORE elsewhere),
     msk_pos/msk_target (the masked positions and ids)."""
-    ids = np.concatenate([[tok.sos_id], np.asarray(window, dtype=np.int64), [tok.eos_id]]).astype(np.int64)
-    masked = np.zeros(len(ids), dtype=bool)
-    for s, m in zip(*noise_spans(len(window), rng, ratio, mean_span)):
-        masked[1 + s:1 + s + m] = True
+    window = np.asarray(window, dtype=np.int64)
+    ids = np.concatenate([[tok.sos_id], window, [tok.eos_id]]).astype(np.int64)
+    # a document's [EOS] in the stream is never masked (as in PMLM and T5)
+    span = span_ids(len(window), rng, ratio, mean_span, fixed=window == tok.eos_id)
+    masked = np.concatenate([[False], span >= 0, [False]])
     keep = np.flatnonzero(~masked)
     where = np.flatnonzero(masked)
     return dict(enc_tok=ids[keep], enc_pos=keep, full_tok=np.where(masked, tok.mask_id, ids),

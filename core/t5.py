@@ -40,13 +40,20 @@ def _composition(total, parts, rng):
     return np.diff(np.concatenate([[0], cuts, [total]])).astype(np.int64)
 
 
-def noise_spans(n, rng, ratio=0.15, mean_span=3):
-    """(starts, lengths) of the corrupted spans of a sequence of n tokens, in order."""
+def _span_counts(n, ratio, mean_span):
+    """(corrupted tokens, spans) of a sequence of n tokens."""
     n_noise = min(max(1, round(n * ratio)), n - 1)
+    n_spans = max(1, min(round(n_noise / mean_span), N_SENTINELS, n - n_noise + 1))
+    return n_noise, n_spans
+
+
+def noise_spans(n, rng, ratio=0.15, mean_span=3, over=None):
+    """(starts, lengths) of the corrupted spans of a sequence of n tokens, in order. With `over`,
+    the counts are those of n tokens, laid out over the first `over` positions (span_ids)."""
+    n_noise, n_spans = _span_counts(n, ratio, mean_span)
     if n_noise <= 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    n_keep = n - n_noise
-    n_spans = max(1, min(round(n_noise / mean_span), N_SENTINELS, n_keep + 1))
+    n_keep = (n if over is None else over) - n_noise
     noise = _composition(n_noise, n_spans, rng)
     # n_spans + 1 kept runs, the inner ones >= 1 token, the outer two possibly empty
     keep = _composition(n_keep + 2, n_spans + 1, rng)
@@ -56,11 +63,26 @@ def noise_spans(n, rng, ratio=0.15, mean_span=3):
     return starts.astype(np.int64), noise
 
 
+def span_ids(n, rng, ratio=0.15, mean_span=3, fixed=None):
+    """(n,) int64: the span each token is corrupted into (0, 1, ...), -1 for a kept token.
+    `fixed` (bool, n) marks tokens never corrupted, the [EOS] that ends a document in the
+    pretraining stream: the spans have the counts of n tokens (so a window's corrupted lengths
+    depend on n alone) and are laid out over the other tokens; a span that reaches a fixed token
+    goes on after it (the token stays in the source, after the span's sentinel)."""
+    free = np.arange(n) if fixed is None else np.flatnonzero(~np.asarray(fixed, dtype=bool))
+    n_noise, n_spans = _span_counts(n, ratio, mean_span)
+    if len(free) - n_noise + 1 < n_spans or len(free) <= n_noise:
+        free = np.arange(n)  # a window of little but separators: they may be corrupted
+    out = np.full(n, -1, dtype=np.int64)
+    for i, (s, m) in enumerate(zip(*noise_spans(n, rng, ratio, mean_span, over=len(free)))):
+        out[free[s:s + m]] = i
+    return out
+
+
 def corrupted_lengths(n, ratio=0.15, mean_span=3):
     """(source length, target length) that span corruption makes of n tokens, both with [EOS]:
-    they depend on n alone (noise_spans fixes the counts, only the places are random)."""
-    n_noise = min(max(1, round(n * ratio)), n - 1)
-    n_spans = max(1, min(round(n_noise / mean_span), N_SENTINELS, n - n_noise + 1))
+    they depend on n alone (the counts are fixed, only the places are random)."""
+    n_noise, n_spans = _span_counts(n, ratio, mean_span)
     return n - n_noise + n_spans + 1, n_noise + n_spans + 1
 
 
@@ -75,17 +97,24 @@ def window_for(seq_len, ratio=0.15, mean_span=3):
 
 
 def span_corruption(ids, rng, tok, ratio=0.15, mean_span=3):
-    """ids: 1-D token ids. Returns (source, target), int64 arrays (see the module docstring)."""
+    """ids: 1-D token ids. Returns (source, target), int64 arrays (see the module docstring).
+    An [EOS] in ids (a document boundary of the pretraining stream) is never corrupted, so the
+    target never teaches [EOS] inside a span (span_ids)."""
     ids = np.asarray(ids, dtype=np.int64)
-    starts, lengths = noise_spans(len(ids), rng, ratio, mean_span)
-    src, tgt, at = [], [], 0
-    for i, (s, m) in enumerate(zip(starts, lengths)):
-        src += [ids[at:s], [tok.sentinel(i)]]
-        tgt += [[tok.sentinel(i)], ids[s:s + m]]
-        at = s + m
-    src += [ids[at:], [tok.eos_id]]
-    tgt += [[tok.eos_id]]
-    return np.concatenate(src).astype(np.int64), np.concatenate(tgt).astype(np.int64)
+    span = span_ids(len(ids), rng, ratio, mean_span, fixed=ids == tok.eos_id)
+    src, tgt, last = [], [], -1
+    for x, i in zip(ids, span):
+        if i < 0:
+            src.append(x)
+            continue
+        if i != last:  # a new span: its sentinel in both (a span resumes after a fixed token)
+            src.append(tok.sentinel(i))
+            tgt.append(tok.sentinel(i))
+            last = i
+        tgt.append(x)
+    src.append(tok.eos_id)
+    tgt.append(tok.eos_id)
+    return np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
 
 
 # -----------------------------------------------------------------------------

@@ -51,6 +51,17 @@ def test_encoder_input_is_the_unmasked_tokens():
         assert batch.full_tok[b, 0] == Tok.sos_id and batch.full_tok[b, n - 1] == Tok.eos_id
 
 
+
+def test_document_separators_are_never_masked():
+    rng = np.random.default_rng(3)
+    for i in range(50):
+        w = rng.integers(70, V, 60)
+        w[rng.random(60) < 0.1] = Tok.eos_id  # documents ending inside the window
+        e = mlae_example(w, np.random.default_rng([7, i]), Tok)
+        assert Tok.eos_id not in e["msk_target"].tolist()
+        assert len(e["msk_pos"]) == round(0.15 * len(w))  # the count of a window without them
+
+
 @pytest.mark.parametrize("variant", ["a", "b"])
 def test_masked_ids_change_nothing(variant):
     """A masked token's id reaches neither the encoder nor the decoder: the examples rebuilt with

@@ -7,7 +7,7 @@ import torch
 from core.config import preset
 from core.data import TokenStream
 from core.model import EncoderDecoder
-from core.t5 import (IGNORE, T5Decoder, span_corruption, t5_batch, t5_loss_sums, t5_seq2seq_batch,
+from core.t5 import (IGNORE, T5Decoder, corrupted_lengths, span_corruption, t5_batch, t5_loss_sums, t5_seq2seq_batch,
                      t5_seq2seq_loss_sums)
 
 
@@ -77,6 +77,29 @@ def test_span_corruption(tokenizer):
     assert abs(n_noise / n_tok - 0.15) < 0.005, n_noise / n_tok
     assert abs(np.mean(span_lengths) - 3) < 0.15, np.mean(span_lengths)
     assert min(span_lengths) >= 1
+
+
+def test_span_corruption_keeps_document_separators(tokenizer):
+    """The [EOS] that ends each document of the pretraining stream is never corrupted: no target
+    holds it before its end, the source keeps every one in order, and the lengths are those of a
+    window without separators (the positions the checkpoint records depend on it)."""
+    tok = tokenizer
+    sentinels = set(range(tok.sentinel(0), tok.sentinel(63) + 1))
+    rng = np.random.default_rng(1)
+    straddled = 0
+    for n in rng.integers(10, 200, 300):
+        ids = rng.integers(tok.n_special, tok.vocab_size, n)
+        ids[rng.random(n) < rng.choice([0.02, 0.1, 0.3])] = tok.eos_id
+        src, tgt = span_corruption(ids, np.random.default_rng(int(rng.integers(1 << 30))), tok)
+        assert (len(src), len(tgt)) == corrupted_lengths(n)
+        assert tok.eos_id not in tgt[:-1]
+        kept = [x for x in src[:-1] if x not in sentinels]
+        assert kept.count(tok.eos_id) == list(ids).count(tok.eos_id)
+        it = iter(ids)  # the kept tokens are a subsequence of the window
+        assert all(any(x == y for y in it) for x in kept)
+        assert sorted(kept + [x for x in tgt[:-1] if x not in sentinels]) == sorted(ids)
+        straddled += sum(a in sentinels and b == tok.eos_id for a, b in zip(src, src[1:]))
+    assert straddled > 0  # a span that reaches a separator goes on after it
 
 
 def test_t5_batch(tokenizer):
