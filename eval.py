@@ -11,7 +11,7 @@ the parameter count, the latency per sample at batch size 1 and the throughput a
 stands for every fine-tuned run under it (the best.pt of each). The table goes to stdout as
 markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its generated outputs
 to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
-name and a hash of its path, with -firstN under --limit), so that no evaluation overwrites another.
+name and a hash of its path, with -sampleN under --limit), so that no evaluation overwrites another.
 Every checkpoint and data file is read and checked before the first is evaluated; files are
 written last.
 """
@@ -45,9 +45,12 @@ def get_args(argv=None):
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the embedded corpus")
     p.add_argument("--src-field", default=None)
     p.add_argument("--tgt-field", default=None)
-    p.add_argument("--limit", type=int, default=None, help="evaluate on the first N examples only")
+    p.add_argument("--limit", type=int, default=None, help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
+                   "checkpoint (the embedded corpus is sorted by package, so its head is not a sample)")
     p.add_argument("--beam", type=int, default=5, help="beam size (UniLMv2 Table 10, XSum: 5)")
-    p.add_argument("--max-len", type=int, default=32, help="generated tokens at most, [EOS] included")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="generated tokens at most, [EOS] included (default: the fine-tuning's --max-tgt, the "
+                   "longest target it trained)")
     p.add_argument("--min-len", type=int, default=1)
     p.add_argument("--length-penalty", type=float, default=0.6,
                    help="alpha: a beam's score is its log-probability / lp(len) (UniLMv2 Table 10, XSum: 0.6)")
@@ -112,11 +115,20 @@ def pick_checkpoints(paths):
     return out
 
 
+def examples(task, args):
+    """The examples to evaluate: the split, or with --limit N a sample of N fixed by seed 0."""
+    data = load_split(task, args.split, args.data, args.src_field, args.tgt_field)
+    if args.limit:
+        data = data.shuffled(seed=0)
+        data.sources, data.targets = data.sources[:args.limit], data.targets[:args.limit]
+    return data
+
+
 def result_names(path, args):
     """(eval json, outputs jsonl) beside the checkpoint, named for it and for the data."""
     data = args.split if args.data is None else (
         os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
-    tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-first{args.limit}" if args.limit else "")
+    tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-sample{args.limit}" if args.limit else "")
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
 
@@ -134,14 +146,18 @@ def evaluate_checkpoint(path, state, args, device):
     model.to(device).eval()
     fa = state["args"]
     fields = (args.src_field, args.tgt_field)
-    data = load_split(task, args.split, args.data, *fields)
-    sources, targets = data.sources[:args.limit], data.targets[:args.limit]
+    data = examples(task, args)
+    sources, targets = data.sources, data.targets
     row = dict(model=path, arch=arch, task=task, params_M=round(count_parameters(model) / 1e6, 2), n=len(sources))
     out_dir = os.path.dirname(os.path.abspath(path))
     outputs = None
 
     if task == "summarize":
-        gen = dict(beam=args.beam, max_len=args.max_len, min_len=args.min_len,
+        max_len = args.max_len or fa.get("max_tgt", 24)
+        if max_len > fa.get("max_tgt", max_len):
+            print(f"warning: --max-len {max_len} generates past the {fa['max_tgt']} target positions {path} was "
+                  f"fine-tuned on (its --max-tgt)", file=sys.stderr)
+        gen = dict(beam=args.beam, max_len=max_len, min_len=args.min_len,
                    length_penalty=args.length_penalty, length_norm=args.length_norm,
                    no_repeat_ngram=args.no_repeat_ngram,
                    length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10))
@@ -213,6 +229,10 @@ def main(argv=None):
     for task in sorted({state["kind"].split("/")[1] for state in states.values()}):
         load_split(task, args.split, args.data, args.src_field, args.tgt_field)
     for path in paths:
+        max_tgt = states[path]["args"].get("max_tgt", 24)
+        if args.max_len is None and args.min_len > max_tgt and states[path]["kind"] == "finetune/summarize":
+            raise UserError(f"--min-len {args.min_len} is above {path}'s --max-tgt {max_tgt}, the default --max-len: "
+                            f"give --max-len too")
         out_dir = os.path.dirname(os.path.abspath(path))
         if not os.access(out_dir, os.W_OK):
             raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
@@ -221,13 +241,13 @@ def main(argv=None):
         write_results(path, row, outputs, args)
     rows = [row for row, _ in results]
     if not args.no_lead and any(r["task"] == "summarize" for r in rows):
-        data = load_split("summarize", args.split, args.data, args.src_field, args.tgt_field)
-        sources, targets = data.sources[:args.limit], data.targets[:args.limit]
+        data = examples("summarize", args)
+        sources, targets = data.sources, data.targets
         for name, words in (("LEAD-8", 8), ("LEAD-1sent", None)):
             rows.append(dict(model=name, arch="-", params_M=0, n=len(sources),
                              **rouge([lead(s, words) for s in sources], targets)))
     data = f"{args.split} split" if args.data is None else args.data
-    print(f"\n{data}{f' (first {args.limit})' if args.limit else ''}, {device.type}, beam {args.beam}\n")
+    print(f"\n{data}{f' (a sample of {args.limit}, seed 0)' if args.limit else ''}, {device.type}, beam {args.beam}\n")
     print(markdown(rows))
     return rows
 

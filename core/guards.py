@@ -81,7 +81,7 @@ def check_values(args):
         test, what = RULES[k]
         if isinstance(v, float) and not math.isfinite(v) or not test(v):
             bad.append(f"{flag(k)} {v} must be {what}")
-    if getattr(args, "min_len", 0) > getattr(args, "max_len", math.inf):
+    if getattr(args, "min_len", 0) > (getattr(args, "max_len", None) or math.inf):
         bad.append(f"--min-len {args.min_len} is above --max-len {args.max_len}")
     if getattr(args, "device", None) == "cuda" and not torch.cuda.is_available():
         bad.append("--device cuda, but no CUDA GPU is available here (use --device cpu or auto)")

@@ -64,6 +64,20 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     outputs = [json.loads(l) for l in open(outputs_jsonl)]
     assert len(outputs) == 12 and {"prediction", "reference", "source"} <= set(outputs[0])
 
+    # --limit: a seeded sample of the split, the same for every checkpoint, in files of its own
+    if objective == "pmlm":
+        limited = ["--data", task_files["test"], "--limit", "5", "--beam", "1", "--latency-samples", "1", "--no-lead"]
+        evaluate_script.main([ckpt] + limited)
+        args = evaluate_script.get_args([ckpt] + limited)
+        sample = evaluate_script.examples("summarize", args)
+        heads = [json.loads(l)["document"] for l in open(task_files["test"])]
+        assert len(sample) == 5 and sample.sources != heads[:5] and set(sample.sources) <= set(heads)
+        assert sample.sources == evaluate_script.examples("summarize", args).sources
+        _, limited_outputs = evaluate_script.result_names(ckpt, args)
+        assert limited_outputs.endswith("-sample5.jsonl") and limited_outputs != outputs_jsonl
+        assert [json.loads(l)["source"] for l in open(limited_outputs)] == sample.sources
+        assert len(open(outputs_jsonl).readlines()) == 12  # the full evaluation's files are untouched
+
 
 def test_classify_pipeline(pretrained, task_files, tmp_path, capsys):
     out = str(tmp_path / "cls")
