@@ -295,26 +295,40 @@ def full_stop_ids(tok):
     return tok._full_stops
 
 
-def sentence_shuffle(ids, stops, rng):
-    """Split after every full stop and permute the sentences."""
-    sentences, cur = [], []
-    for t in ids:
-        cur.append(int(t))
-        if int(t) in stops:
+def sentence_shuffle(ids, stops, rng, eos_id=None):
+    """Split after every full stop and permute the sentences, within each document: an [EOS]
+    (`eos_id`, the end of a document in the pretraining stream) stays where it is."""
+    out, doc = [], []
+
+    def flush():
+        sentences, cur = [], []
+        for t in doc:
+            cur.append(t)
+            if t in stops:
+                sentences.append(cur)
+                cur = []
+        if cur:
             sentences.append(cur)
-            cur = []
-    if cur:
-        sentences.append(cur)
-    order = rng.permutation(len(sentences))
-    return [t for i in order for t in sentences[i]]
+        out.extend(t for i in rng.permutation(len(sentences)) for t in sentences[i])
+        doc.clear()
+    for t in ids:
+        if int(t) == eos_id:
+            flush()
+            out.append(int(t))
+        else:
+            doc.append(int(t))
+    flush()
+    return out
 
 
-def infilling_spans(n, rng, ratio=0.15, lam=3.0):
+def infilling_spans(n, rng, ratio=0.15, lam=3.0, fixed=()):
     """(start, length) of spans covering round(ratio * n) tokens, lengths ~ Poisson(lam) (zeros
     redrawn: BART also inserts a [MASK] for a zero-length span, which we leave out), the last
-    one cut to hit the count; spans neither overlap nor touch, so each one becomes its own [MASK]."""
+    one cut to hit the count; spans neither overlap nor touch, so each one becomes its own [MASK];
+    positions in `fixed` (a document's [EOS]) are never covered."""
     budget = max(1, round(ratio * n))
     taken = np.zeros(n + 2, dtype=bool)  # guard cells at both ends
+    taken[np.asarray(fixed, dtype=np.int64) + 1] = True
     spans = []
     for _ in range(100 * budget):
         if budget == 0:
@@ -333,10 +347,12 @@ def infilling_spans(n, rng, ratio=0.15, lam=3.0):
 
 
 def lplm_corrupt(ids, tok, rng, ratio=0.15, lam=3.0):
-    """Encoder input of LPLM: sentence shuffling, then text infilling with one [MASK] per span."""
-    shuffled = sentence_shuffle(ids, full_stop_ids(tok), rng)
+    """Encoder input of LPLM: sentence shuffling, then text infilling with one [MASK] per span;
+    a document's [EOS] is neither moved nor masked."""
+    shuffled = sentence_shuffle(ids, full_stop_ids(tok), rng, tok.eos_id)
+    fixed = [i for i, t in enumerate(shuffled) if t == tok.eos_id]
     out, at = [], 0
-    for s, m in infilling_spans(len(shuffled), rng, ratio, lam):
+    for s, m in infilling_spans(len(shuffled), rng, ratio, lam, fixed):
         out += shuffled[at:s] + [tok.mask_id]
         at = s + m
     return out + shuffled[at:]

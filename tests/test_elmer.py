@@ -158,12 +158,12 @@ def test_infilling_noise():
     assert 2.7 < np.mean(lengths) < 3.3, np.mean(lengths)
 
     class Tok:
-        mask_id, vocab_size = 4, 50
+        mask_id, eos_id, vocab_size = 4, 3, 50
         _full_stops = {9}
     ids = list(range(10, 40)) + [9] + list(range(40, 60)) + [9] + list(range(60, 80)) + [9]
     out = lplm_corrupt(ids, Tok, np.random.default_rng(1))
     rng = np.random.default_rng(1)  # the same draws as lplm_corrupt: shuffle, then the spans
-    spans = infilling_spans(len(sentence_shuffle(ids, {9}, rng)), rng)
+    spans = infilling_spans(len(sentence_shuffle(ids, {9}, rng, 3)), rng)
     kept = [t for t in out if t != 4]
     assert out.count(4) == len(spans) >= 2  # one [MASK] per span
     assert len(kept) == len(ids) - round(0.15 * len(ids))
@@ -171,6 +171,16 @@ def test_infilling_noise():
     assert len(set(words)) == len(words) and set(kept) <= set(ids)
     orders = {tuple(sentence_shuffle(ids, {9}, np.random.default_rng(s))[:1]) for s in range(20)}
     assert len(orders) == 3  # each sentence comes first under some seed
+
+    # two documents: sentences move within their own document; the [EOS] between them is neither
+    # moved nor masked (spans never cover or touch it)
+    docs = list(range(10, 20)) + [9] + list(range(20, 30)) + [9] + [3] + list(range(30, 45)) + [9] + [3]
+    for seed in range(30):
+        shuffled = sentence_shuffle(docs, {9}, np.random.default_rng(seed), 3)
+        assert shuffled.index(3) == docs.index(3) and shuffled[-1] == 3
+        assert sorted(shuffled[:docs.index(3)]) == sorted(docs[:docs.index(3)])
+        out = lplm_corrupt(docs, Tok, np.random.default_rng(seed))
+        assert out.count(3) == 2 and all(4 not in (a, b) for a, b in zip(out, out[1:]) if 3 in (a, b))
 
 
 def test_output_does_not_depend_on_reference_length():
