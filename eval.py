@@ -1,7 +1,7 @@
 """Evaluate fine-tuned checkpoints side by side: quality and speed in one table.
 
-    python eval.py                                           # runs/finetune/best.pt on the test split
-    python eval.py runs/ft-pmlm/best.pt runs/ft-t5/best.pt --beam 4
+    python eval.py                                           # every fine-tuned run under checkpoints/, test split
+    python eval.py checkpoints/ft-pmlm/best.pt checkpoints/ft-t5/best.pt --beam 4
     python eval.py CKPT --data my_test.jsonl --src-field article --tgt-field highlights
 
 Summarization: ROUGE-1/2/L F1 (rouge-score, stemming on), plus rows for the LEAD baselines
@@ -39,8 +39,9 @@ from core.tokenizer import Tokenizer
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoints", nargs="*", default=["runs/finetune/best.pt"],
-                   help="fine-tuned checkpoints, or directories: every best.pt under them")
+    p.add_argument("checkpoints", nargs="*", default=["checkpoints"],
+                   help="fine-tuned checkpoints, or directories: every best.pt under them (default: "
+                   "checkpoints, where finetune.py writes)")
     p.add_argument("--data", default=None, help="a .jsonl file to evaluate on (default: the embedded corpus)")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the embedded corpus")
     p.add_argument("--src-field", default=None)
@@ -104,6 +105,9 @@ def pick_checkpoints(paths):
     """The checkpoint files: a directory stands for every best.pt under it (one per run)."""
     out = []
     for path in paths:
+        if not os.path.exists(path):
+            raise UserError(f"checkpoint not found: {path}" + (
+                " (finetune.py writes its runs under checkpoints/: fine-tune a model first)" if path == "checkpoints" else ""))
         if not os.path.isdir(path):
             out.append(path)
             continue

@@ -1,8 +1,8 @@
 """Fine-tuning a pretrained checkpoint: summarization (seq2seq) or classification.
 
-    python finetune.py                                        # summarize with runs/pretrain/last.pt
-    python finetune.py --init runs/t5/last.pt --out runs/ft-t5
-    python finetune.py --task classify --out runs/ft-classify
+    python finetune.py                                        # summarize with checkpoints/pretrain/last.pt
+    python finetune.py --init checkpoints/t5/last.pt --out checkpoints/ft-t5
+    python finetune.py --task classify --out checkpoints/ft-classify
     torchrun --nproc_per_node=4 finetune.py --init CKPT ...   # the same code on 4 processes
 
 Summarization of a unified (PMLM / MLM) checkpoint uses UniLMv2's pseudo-mask fine-tuning
@@ -47,7 +47,7 @@ RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every",
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--init", default="runs/pretrain/last.pt",
+    p.add_argument("--init", default="checkpoints/pretrain/last.pt",
                    help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
     p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"], help="with --init none: the architecture")
     p.add_argument("--exit", default="hard", choices=["hard", "soft"], help="elmer: hard or soft early exit (ELMER 4.3)")
@@ -82,7 +82,7 @@ def get_args(argv=None):
     p.add_argument("--nar", action="store_true", help="CMLM fine-tuning, Mask-Predict decoding (t5, mlae, --init none)")
     p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
     p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations at most")
-    add_run_flags(p, out="runs/finetune", lr=1e-3, save_every=200)
+    add_run_flags(p, out="checkpoints/finetune", lr=1e-3, save_every=200)
     return parse_args(p, argv)
 
 

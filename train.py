@@ -66,7 +66,7 @@ def get_args(argv=None):
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-examples", type=int, default=256)
-    add_run_flags(p, out="runs/pretrain", lr=1e-3, save_every=100)
+    add_run_flags(p, out="checkpoints/pretrain", lr=1e-3, save_every=100)
     args = parse_args(p, argv)
     if args.objective == "mlm":
         args.losses = "ae"
