@@ -1,5 +1,7 @@
 """The T5 baseline: span corruption, the encoder-decoder's masks by perturbation, the key/value
 cache against re-decoding the whole prefix, and a tiny model learning to copy."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -246,3 +248,21 @@ def test_copy_task_loss_falls(tokenizer, one_thread):
         shuffled = t5_seq2seq_loss_sums(model, batch)
     right, shuffled = (s["nll"].item() / s["n"].item() for s in (right, shuffled))
     assert right < shuffled - 0.2, (right, shuffled)
+
+
+def test_resume_across_a_corruption_change_is_said(text_file, tmp_path, capsys):
+    """A checkpoint from before document separators were kept out of the spans resumes, and the
+    run says that its examples from there on are not the ones an uninterrupted run drew."""
+    import train
+    from conftest import TINY
+    from core import checkpoint
+    out = str(tmp_path / "t5")
+    flags = ["--data", text_file, "--objective", "t5", "--out", out] + TINY
+    train.main(flags + ["--steps", "1"])
+    assert "older version" not in capsys.readouterr().out
+    path = os.path.join(out, "last.pt")
+    state = torch.load(path, weights_only=True)
+    del state["data"]["corruption"]  # as written before the field existed
+    checkpoint.save(path, state)
+    train.main(flags + ["--steps", "2", "--resume"])
+    assert "older version of the t5 corruption" in capsys.readouterr().out
