@@ -16,6 +16,7 @@ from .model import positions
 class Classifier(nn.Module):
     """A pretrained UnifiedLM and a linear layer on its [SOS] vector. The vocabulary head of the
     encoder stays in the state dict (unused), so a classifier loads as a UnifiedLM too."""
+    unused_parameters = True  # the encoder's LM head (MLAE's decoder): DDP must not wait for them
 
     def __init__(self, encoder, n_labels, dropout=0.1):
         super().__init__()

@@ -49,6 +49,8 @@ class ELMER(EncoderDecoder):
         self.dec_len, self.exit_entropy = dec_len, exit_entropy
         L, C = len(self.dec_layers), cfg.d_model
         self.ramps = nn.ModuleList(LMHead(cfg, self.emb.tok) for _ in range(L)) if separate_offramps else None
+        # the shared head is then unused, and a layer's own off-ramp idle in a step nobody exits at
+        self.unused_parameters = separate_offramps
         self.soft = nn.Linear(2 * C, C) if soft else None
         if soft:  # start as W = [0 I]: h~ = h, so a pretrained (hard) decoder is unchanged at step 0
             with torch.no_grad():

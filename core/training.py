@@ -97,9 +97,13 @@ def autocast(device):
 
 
 def wrap_ddp(model, d):
+    """DistributedDataParallel over `model`. A model that keeps parameters some steps never use (a
+    classifier's unused LM head or decoder, ELMER's separate off-ramps) says so with
+    `unused_parameters = True`, and DDP then looks for them after every backward pass."""
     if d.world == 1:
         return model
-    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None,
+               find_unused_parameters=getattr(model, "unused_parameters", False))
 
 
 def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, args, step):

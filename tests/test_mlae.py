@@ -222,6 +222,21 @@ def test_pretrain_then_classify(mlae_checkpoint, task_files, tmp_path):
     assert row["arch"] == "mlae-a" and 0 <= row["accuracy"] <= 100 and 0 <= row["macro_f1"] <= 100
 
 
+def test_classify_under_two_processes(mlae_checkpoint, task_files, tmp_path):
+    """The classifier keeps parameters no step uses (MLAE's decoder): DistributedDataParallel
+    must be told, or the second step stops with 'Expected to have finished reduction'."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    out = str(tmp_path / "c2")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        "finetune.py", "--init", os.path.join(mlae_checkpoint, "last.pt"), "--task", "classify",
+                        "--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", out] + FT,
+                       cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert os.path.exists(os.path.join(out, "best.pt"))
+
+
 def test_pretrain_then_ar_seq2seq(mlae_checkpoint, task_files, tmp_path):
     out = str(tmp_path / "s2s")
     row = finetune_and_eval(os.path.join(mlae_checkpoint, "last.pt"), task_files, out, "--mask-schedule", "linear")
