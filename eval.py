@@ -11,7 +11,8 @@ the parameter count, the latency per sample at batch size 1 and the throughput a
 stands for every fine-tuned run under it (the best.pt of each). The table goes to stdout as
 markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its generated outputs
 to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
-name and a hash of its path, with -sampleN under --limit), so that no evaluation overwrites another.
+name and a hash of its path, with -sampleN under --limit and -exitX under --exit-entropy X), so
+that no evaluation overwrites another.
 Every checkpoint and data file is read and checked before the first is evaluated; files are
 written last.
 """
@@ -133,6 +134,7 @@ def result_names(path, args):
     data = args.split if args.data is None else (
         os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
     tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-sample{args.limit}" if args.limit else "")
+    tag += f"-exit{args.exit_entropy:g}" if args.exit_entropy is not None else ""  # a threshold sweep keeps each
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
 
@@ -149,7 +151,6 @@ def evaluate_checkpoint(path, state, args, device):
     model.load_state_dict(state["model"])
     model.to(device).eval()
     fa = state["args"]
-    fields = (args.src_field, args.tgt_field)
     data = examples(task, args)
     sources, targets = data.sources, data.targets
     row = dict(model=path, arch=arch, task=task, params_M=round(count_parameters(model) / 1e6, 2), n=len(sources))

@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from core import decoding  # noqa: E402
 from core.config import preset  # noqa: E402
-from core.elmer import ELMER, decode_exit  # noqa: E402
+from core.elmer import ELMER  # noqa: E402
 from core.model import EncoderDecoder  # noqa: E402
 from core.t5 import T5Decoder  # noqa: E402
 

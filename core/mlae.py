@@ -283,7 +283,7 @@ class MLAEUniLMDecoder:
     def __init__(self, model, src_ids_list, tok, use_cache=True):
         self.model, self.tok, self.use_cache = model, tok, use_cache
         self.src, self.src_valid = encoder_input(model, src_ids_list, tok)
-        src, dev = self.src, self.src.device
+        dev = self.src.device
         self.src_len = self.src_valid.long().sum(1)  # (N,)
         self.prefix = torch.zeros(len(src_ids_list), 0, dtype=torch.long, device=dev)
         self.rows = len(src_ids_list)

@@ -10,7 +10,7 @@ ATTENTION_BACKEND forces one for every 'auto' call, which is how tests and bench
 import contextlib
 import os
 
-from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, active_index, rel_pos_bias, t5_bucket, visible
+from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, rel_pos_bias, t5_bucket, visible
 from . import reference
 
 _BACKENDS = ("auto", "reference", "triton")
@@ -91,7 +91,7 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
 # -----------------------------------------------------------------------------
 # early exit (ELMER): gather the active tokens of a layer, scatter them back, the fused off-ramp.
 # The references in kernels/reference.py; the Triton kernels (kernels/early_exit.py) take over
-# through the same switch. This active_index replaces the reference's imported at the top.
+# through the same switch.
 
 def active_index(active, backend="auto"):
     """(B, T) bool -> (N,) long flat indices of the True entries, row-major. The Triton path

@@ -33,6 +33,18 @@ def tokenizer(text_file):
     return Tokenizer.train(read_texts(text_file), 600)
 
 
+def write_task_files(root, sizes):
+    """JSONL files cut from the embedded corpus (its field names), one per split: sizes maps a
+    split to its example count. Returns {split: path}."""
+    from core.data import embedded_records
+    paths = {}
+    for split, n in sizes.items():
+        paths[split] = os.path.join(str(root), f"{split}.jsonl")
+        with open(paths[split], "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in embedded_records(split)[:n])
+    return paths
+
+
 def read_log(out_dir):
     with open(os.path.join(out_dir, "log.jsonl")) as f:
         return [json.loads(l) for l in f]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from core.config import preset
-from core.elmer import (ELMER, IGNORE, all_ramps_loss_sums, assigned_loss_sums, decode_exit, elmer_seq2seq_batch,
+from core.elmer import (ELMER, IGNORE, assigned_loss_sums, decode_exit, elmer_seq2seq_batch,
                         generate, infilling_spans, lplm_corrupt, sentence_shuffle)
 
 V = 97
@@ -202,20 +202,14 @@ def test_output_does_not_depend_on_reference_length():
 # end to end: LPLM pretraining -> hard / soft fine-tuning, and the no-pretraining run -> eval.py
 
 def test_pipeline(text_file, tmp_path, capsys):
-    import json
     import os
 
     import eval as evaluate_script
     import finetune
     import train
-    from conftest import TINY, read_log
-    from core.data import embedded_records
+    from conftest import TINY, read_log, write_task_files
 
-    files = {}
-    for split, n in (("train", 64), ("valid", 16), ("test", 6)):
-        files[split] = str(tmp_path / f"{split}.jsonl")
-        with open(files[split], "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in embedded_records(split)[:n])
+    files = write_task_files(tmp_path, dict(train=64, valid=16, test=6))
     pre = str(tmp_path / "pre")
     train.main(["--data", text_file, "--objective", "elmer", "--permutations", "3", "--steps", "3", "--out", pre,
                 "--dec-len", "12"] + TINY)

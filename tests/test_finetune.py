@@ -8,21 +8,13 @@ import torch
 import eval as evaluate_script
 import finetune
 import train
-from conftest import TINY, read_log
-from core.data import embedded_records
+from conftest import TINY, read_log, write_task_files
 
 
 @pytest.fixture(scope="module")
 def task_files(tmp_path_factory):
     """Small JSONL train/valid/test files cut from the embedded corpus (with its field names)."""
-    root = tmp_path_factory.mktemp("tasks")
-    paths = {}
-    for split, n in (("train", 160), ("valid", 24), ("test", 12)):
-        paths[split] = str(root / f"{split}.jsonl")
-        with open(paths[split], "w") as f:
-            for r in embedded_records(split)[:n]:
-                f.write(json.dumps(r) + "\n")
-    return paths
+    return write_task_files(tmp_path_factory.mktemp("tasks"), dict(train=160, valid=24, test=12))
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +69,8 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         assert limited_outputs.endswith("-sample5.jsonl") and limited_outputs != outputs_jsonl
         assert [json.loads(l)["source"] for l in open(limited_outputs)] == sample.sources
         assert len(open(outputs_jsonl).readlines()) == 12  # the full evaluation's files are untouched
+        swept = evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, "--exit-entropy", "0"]))[0]
+        assert swept.endswith("-exit0.json")  # an exit-threshold sweep keeps a file per threshold
 
 
 def test_classify_pipeline(pretrained, task_files, tmp_path, capsys):

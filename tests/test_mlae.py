@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import train
-from conftest import TINY, read_log
+from conftest import TINY, read_log, write_task_files
 from core.config import preset
 from core.mlae import MLAE, decoder_inputs, mlae_example, collate
 from core.t5 import IGNORE
@@ -191,16 +191,7 @@ def test_scheduled_masking_masks_decoder_inputs_at_the_ratio():
 
 @pytest.fixture(scope="module")
 def task_files(tmp_path_factory):
-    import json
-    from core.data import embedded_records
-    root = tmp_path_factory.mktemp("mlae_tasks")
-    paths = {}
-    for split, n in (("train", 96), ("valid", 16), ("test", 6)):
-        paths[split] = str(root / f"{split}.jsonl")
-        with open(paths[split], "w") as f:
-            for r in embedded_records(split)[:n]:
-                f.write(json.dumps(r) + "\n")
-    return paths
+    return write_task_files(tmp_path_factory.mktemp("mlae_tasks"), dict(train=96, valid=16, test=6))
 
 
 FT = ["--epochs", "1", "--batch", "32", "--micro-batch", "16", "--max-src", "32", "--max-tgt", "12",
@@ -266,7 +257,6 @@ def test_nar_pipelines(init, mlae_checkpoint, text_file, task_files, tmp_path):
 def test_unilm_style_prefix_rule_and_cache():
     from core.finetuning import generate
     from core.mlae import MLAEUniLM
-    from core.model import count_parameters
     torch.manual_seed(0)
     cfg = preset("tiny", vocab_size=V, n_dec_layers=2, dropout=0.0)
     model = MLAEUniLM(cfg).eval()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from core.pmlm import pmlm_example, pretraining_sentence_pair
-from kernels import CONTEXT, PSEUDO
+from kernels import CONTEXT
 
 
 def _visible_targets(tok, losses, n_examples=300):
