@@ -167,6 +167,7 @@ def evaluate_checkpoint(path, state, args, device):
                    no_repeat_ngram=args.no_repeat_ngram,
                    length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10))
         row["decoding"] = (f"mask-predict, {gen['length_beam']} lengths" if arch == "nar" else
+                           "one pass, early exit" if arch == "elmer" else
                            "greedy" if args.beam == 1 else f"beam {args.beam}")
         used = gen["stats"] = {}
         run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)

@@ -230,5 +230,5 @@ def test_pipeline(text_file, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "mean_exit" in text and "exit_frac" in text
     for r in rows[:3]:
-        assert r["arch"] == "elmer" and r["mean_exit"] == 1.0 and r["latency_ms"] > 0
+        assert r["arch"] == "elmer" and r["decoding"] == "one pass, early exit" and r["mean_exit"] == 1.0 and r["latency_ms"] > 0
     assert torch.load(outs[1], weights_only=True)["elmer"]["soft"] is True
