@@ -30,12 +30,14 @@ from core.decoding import LENGTH_NORMS
 from core.classify import classify_batch, macro_f1, predict
 from core.config import ModelConfig
 from core.elmer import exit_statistics
+from core.distributed import resolve_dtype
 from core.errors import UserError, main_guard
 from core.guards import parse_args
 from core.finetuning import arch_of, build_model, rouge, summarize
 from core.model import count_parameters
 from core.tasks import Labels, lead, load_split
 from core.tokenizer import Tokenizer
+from core.training import add_dtype_flag, autocast
 
 
 def get_args(argv=None):
@@ -68,6 +70,7 @@ def get_args(argv=None):
     p.add_argument("--exit-entropy", type=float, default=None,
                    help="elmer: hard-exit threshold (default: the checkpoint's; 0 never exits early, inf at layer 1)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    add_dtype_flag(p)
     return parse_args(p, argv)
 
 
@@ -139,7 +142,7 @@ def result_names(path, args):
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
 
 
-def evaluate_checkpoint(path, state, args, device):
+def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
     """The row of one checkpoint, and the generated outputs (summarization) to write."""
     task, arch = state["kind"].split("/")[1], arch_of(state, path)
     tok = Tokenizer.from_tensor(state["tokenizer"])
@@ -171,7 +174,8 @@ def evaluate_checkpoint(path, state, args, device):
                            "greedy" if args.beam == 1 else f"beam {args.beam}")
         used = gen["stats"] = {}
         run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
-        preds = run(sources, progress_line(f"generating with {os.path.basename(out_dir)}"))
+        with autocast(device, dtype):
+            preds = run(sources, progress_line(f"generating with {os.path.basename(out_dir)}"))
         # NAR: mean iterations used (Mask-Predict stops early) / the budget
         row["iterations"] = f"{used['iterations'] / used['n']:.1f} / {gen['iterations']}" if used else "-"
         row.update(rouge(preds, targets))
@@ -193,11 +197,12 @@ def evaluate_checkpoint(path, state, args, device):
         if -1 in gold:
             print(f"note: {gold.count(-1)} examples of {data.origin} have labels {path} never saw in training "
                   f"(counted as wrong)", file=sys.stderr)
-        pred = run(ids)
+        with autocast(device, dtype):
+            pred = run(ids)
         row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
         row["macro_f1"] = 100 * macro_f1(pred, gold, len(labels))
         sources = ids
-    with torch.no_grad():
+    with torch.no_grad(), autocast(device, dtype):
         row["latency_ms"], row["samples_per_s"] = speed(device, run, sources, args.batch_size, args.latency_samples)
     return row, outputs
 
@@ -242,7 +247,8 @@ def main(argv=None):
         out_dir = os.path.dirname(os.path.abspath(path))
         if not os.access(out_dir, os.W_OK):
             raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
-    results = [evaluate_checkpoint(path, states[path], args, device) for path in paths]
+    dtype = resolve_dtype(args.dtype, device)
+    results = [evaluate_checkpoint(path, states[path], args, device, dtype) for path in paths]
     for path, (row, outputs) in zip(paths, results):
         write_results(path, row, outputs, args)
     rows = [row for row, _ in results]
@@ -253,7 +259,7 @@ def main(argv=None):
             rows.append(dict(model=name, arch="-", params_M=0, n=len(sources),
                              **rouge([lead(s, words) for s in sources], targets)))
     data = f"{args.split} split" if args.data is None else args.data
-    print(f"\n{data}{f' (a sample of {args.limit}, seed 0)' if args.limit else ''}, {device.type}, beam {args.beam}\n")
+    print(f"\n{data}{f' (a sample of {args.limit}, seed 0)' if args.limit else ''}, {device.type} ({str(dtype)[6:]}), beam {args.beam}\n")
     print(markdown(rows))
     return rows
 

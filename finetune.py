@@ -39,10 +39,10 @@ from core.optim import make_optimizer
 from core.progress import Progress, fmt_duration
 from core.tasks import TASKS, Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
-from core.training import (Throughput, add_run_flags, check_finite, corpus_tokenizer, evaluate, restore_rng, rng_state,
+from core.training import (Throughput, add_run_flags, autocast, check_finite, corpus_tokenizer, evaluate, restore_rng, rng_state,
                            start_or_resume, train_step, wrap_ddp)
 
-RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device")
+RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype")
 
 
 def get_args(argv=None):
@@ -89,7 +89,7 @@ def get_args(argv=None):
 @main_guard
 def main(argv=None):
     args = get_args(argv)
-    d = compute_init(args.device)
+    d = compute_init(args.device, args.dtype)
     try:
         return run(args, d)
     finally:
@@ -193,7 +193,7 @@ def run(args, d):
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
-              f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}")
+              f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}, {str(d.dtype)[6:]}")
 
     def save(step, path=ckpt_path, with_optimizer=True):
         if not d.master:
@@ -210,8 +210,9 @@ def run(args, d):
         rec = dict(step=done, valid_loss=ev["nll"] / max(1.0, ev["n"]), valid_acc=ev["hit"] / max(1.0, ev["n"]))
         if summ and d.master and args.rouge_examples > 0:
             k = args.rouge_examples
-            preds = summarize(model, arch, tok, valid.sources[:k], args.max_src, max_len=args.max_tgt,
-                              length_beam=args.length_beam, iterations=args.iterations)
+            with autocast(d.device, d.dtype):
+                preds = summarize(model, arch, tok, valid.sources[:k], args.max_src, max_len=args.max_tgt,
+                                  length_beam=args.length_beam, iterations=args.iterations)
             rec.update({f"valid_{m}": float(v) for m, v in rouge(preds, valid.targets[:k]).items()})
             rec["sample"] = preds[0]
         return rec

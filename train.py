@@ -40,7 +40,7 @@ from core.training import (Throughput, add_run_flags, check_finite, corpus_token
 # the version of the corruption that turns a window into an example; 2: a document's [EOS] is
 # never corrupted by T5's spans, MLAE's masks or LPLM's infilling (1: it could be)
 CORRUPTION = 2
-RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device")
+RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device", "dtype")
 
 
 def get_args(argv=None):
@@ -79,7 +79,7 @@ def get_args(argv=None):
 @main_guard
 def main(argv=None):
     args = get_args(argv)
-    d = compute_init(args.device)
+    d = compute_init(args.device, args.dtype)
     try:
         run(args, d)
     finally:
@@ -149,7 +149,7 @@ def run(args, d):
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
-              f"{args.objective}{'' if t5 or mlae or elmer else f' ({args.losses})'}, {d.world} process(es) on {d.device.type}, "
+              f"{args.objective}{'' if t5 or mlae or elmer else f' ({args.losses})'}, {d.world} process(es) on {d.device.type} ({str(d.dtype)[6:]}), "
               f"{examples_per_step} examples x {args.seq_len} tokens per step")
 
     def batches_of(stream, first, count):

@@ -16,7 +16,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import checkpoint
-from .distributed import all_reduce_sum, barrier, print0
+from .distributed import DTYPES, all_reduce_sum, barrier, print0
 from .errors import UserError
 from .guards import check_out, resume_conflicts
 from .optim import lr_at, set_lr
@@ -42,6 +42,13 @@ def add_run_flags(p, out, lr, save_every):
     p.add_argument("--overwrite", action="store_true", help="replace the run already in OUT (without it, refused)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    add_dtype_flag(p)
+
+
+def add_dtype_flag(p):
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="compute dtype of forward passes: auto = bf16 autocast on CUDA and on CPUs with native bf16 "
+                        "(AVX512-BF16 or AMX), float32 elsewhere")
 
 
 def corpus_tokenizer(texts, vocab_size, d):
@@ -89,11 +96,12 @@ def check_finite(loss, step, save, path):
                         f"state (after step {step}) is in {path}")
 
 
-def autocast(device):
-    """bf16 autocast on GPU; plain float32 elsewhere."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def autocast(device, dtype):
+    """The region of forward passes: autocast to `dtype` (bf16) on `device`, or plain float32.
+    Parameters, optimizer state and the loss reductions stay float32 either way."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def wrap_ddp(model, d):
@@ -123,7 +131,7 @@ def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, arg
         last = j == len(micro_batches) - 1
         sync = contextlib.nullcontext() if (last or d.world == 1) else ddp_model.no_sync()
         with sync:
-            with autocast(d.device):
+            with autocast(d.device, d.dtype):
                 sums = loss_sums(ddp_model, batch.to(d.device))
             # DDP averages gradients over processes; multiplying by world turns that into a sum
             (sums["loss"] * (d.world / norm)).backward()
@@ -173,7 +181,7 @@ def evaluate(model, batches, loss_sums, d):
     model.eval()
     totals = {}
     for batch in batches:
-        with autocast(d.device):
+        with autocast(d.device, d.dtype):
             sums = loss_sums(model, batch.to(d.device))
         for k, v in sums.items():
             totals[k] = totals.get(k, 0.0) + v.detach().float()

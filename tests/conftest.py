@@ -50,7 +50,8 @@ def read_log(out_dir):
         return [json.loads(l) for l in f]
 
 
-# flags of a training run that takes seconds on a CPU
-TINY = ["--model", "tiny", "--vocab-size", "600", "--seq-len", "48", "--batch-tokens", "384",
+# flags of a training run that takes seconds on a CPU; float32 whatever the CPU, so that the
+# exactness tests (resume, 1 vs 2 processes) compare like with like (tests/test_dtype.py covers bf16)
+TINY = ["--dtype", "float32", "--model", "tiny", "--vocab-size", "600", "--seq-len", "48", "--batch-tokens", "384",
         "--micro-batch", "4", "--warmup", "2", "--log-every", "1", "--eval-every", "3",
         "--eval-examples", "8", "--save-every", "100"]
