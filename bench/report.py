@@ -113,7 +113,7 @@ def write(args, fields, state, resolved):
             pre, gap = gap_of(out, resolved, name)
             note = "" if gap is None or gap >= PLATEAU else f"PLATEAU ({pre}: {gap:.2f})"
             if not got:
-                rows.append([name, BY_NAME[name].label, unavailable.get("eval-" + name, "not run")])
+                rows.append([name, BY_NAME[name].label, unavailable.get(name) or unavailable.get("eval-" + name, "not run")])
                 continue
             r = metrics[name] = got[0]
             cls = "accuracy" in r
