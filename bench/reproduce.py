@@ -161,10 +161,15 @@ def progress_of(run, argv, fields, out, state):
     return min(1.0, step / a["steps"]), last
 
 
+def kind_of(run):
+    """What a run's time is estimated from: its script, and ELMER's pretraining apart (k passes)."""
+    return "train_elmer" if run.script == "train" and "elmer" in run.flags else run.script
+
+
 def estimate(run, fields, state):
     """Seconds for the whole run: the mean measured time of finished runs of its kind here, else
     the budget's figure (per step for pretraining, per epoch for fine-tuning)."""
-    key = "train_elmer" if run.script == "train" and "elmer" in run.flags else run.script
+    key = kind_of(run)
     same = [r["seconds"] for r in state["runs"].values() if r.get("key") == key and r.get("status") == "done"]
     if same:
         return sum(same) / len(same)
@@ -314,8 +319,7 @@ def main(argv=None):
                                           args.quiet)
             secs = time.time() - t0
             rec = state["runs"].setdefault(r.name, {})
-            rec.update(command=command(r, resolved[r.name][0]), key=("train_elmer" if r.script == "train" and "elmer" in r.flags
-                                                                      else r.script),
+            rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
                        seconds=rec.get("seconds", 0.0) * (rec.get("status") != "done") + secs,
                        finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
                        "stopped" if code in STOPPED else "failed", error=err)
