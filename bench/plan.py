@@ -1,0 +1,202 @@
+"""The runs behind the three papers' comparisons, and the budgets they run at (bench/reproduce.py).
+
+Every pretraining reads the same tokens (the budget's --steps x --batch-tokens of --seq-len
+windows); every fine-tuning of one task the same epochs of the same pairs; every evaluation the
+same test sample. One run per line: name, script, flags, what the row is. Flags may hold
+{placeholders}: {pre-X} is run pre-X's last.pt, {ft-X} is run X's best.pt (these make the
+dependencies), and the budget's fields ({scratch}, {elmer}, {sym}, ...).
+
+A run whose flags this checkout's scripts reject (a flag or a choice not there yet) is listed as
+"not on this branch" and skipped with everything that depends on it; a run with a TODO note is
+skipped the same way until the note goes. The flags added beside this runner are marked NEW.
+"""
+import re
+from typing import NamedTuple
+
+
+class Run(NamedTuple):
+    name: str      # the output directory under --out, and what --only matches
+    script: str    # train | finetune | eval
+    flags: str     # with {placeholders}
+    label: str     # the row's name in RESULTS.md
+    todo: str = ""  # why the run cannot work on this branch yet (the runner skips it)
+
+
+def pretrain(name, flags, label, todo=""):
+    return Run("pre-" + name, "train", flags, label, todo)
+
+
+def finetune(name, init, flags, label, todo=""):
+    init = "--init none " if init is None else f"--init {{pre-{init}}} "
+    return Run(name, "finetune", init + flags, label, todo)
+
+
+# -----------------------------------------------------------------------------
+# pretraining: one objective per run, all from the same tokens
+
+PRETRAIN = [
+    pretrain("pmlm", "--objective pmlm", "PMLM, AE+PAR (UniLMv2)"),
+    # train.py's mlm is pmlm --losses ae (80/10/10 masking): UniLMv2 4.6's AE-only row and RoBERTa's MLM
+    pretrain("mlm", "--objective mlm", "MLM = PMLM --losses ae (RoBERTa)"),
+    pretrain("pmlm-par", "--objective pmlm --losses par", "PMLM, PAR only (UniLMv2 4.6)"),
+    pretrain("pmlm-norel", "--objective pmlm --no-rel-pos", "PMLM without relative position bias (UniLMv2 4.6)"),
+    pretrain("mlae-a", "--objective mlae --decoder a", "MLAE, decoder (a) (MLAE Figure 2)"),
+    pretrain("mlae-b", "--objective mlae --decoder b", "MLAE, decoder (b): cross-attention (MLAE Table 6)"),
+    pretrain("mlae-sym", "--objective mlae --decoder a --enc-layers {sym} --dec-layers {sym}",
+             "MLAE, symmetric depths (MLAE Table 6)"),
+    pretrain("t5", "--objective t5", "T5, span corruption, AR decoder"),
+    pretrain("t5-nar", "--objective t5-nar", "T5 pretrained with a NAR decoder (MLAE's T5-NAR)"),  # NEW objective
+    pretrain("elmer", "--objective elmer {elmer}", "ELMER's LPLM"),
+]
+
+# -----------------------------------------------------------------------------
+# fine-tuning: summarization (document -> one-line summary) and classification (-> section)
+
+FINETUNE = [
+    # UniLMv2: PMLM vs MLM vs none, and the section 4.6 ablations
+    finetune("sum-pmlm", "pmlm", "", "PMLM (UniLMv2)"),
+    finetune("sum-mlm", "mlm", "", "MLM (AE only)"),
+    finetune("sum-unilm-scratch", None, "--arch unilm {scratch}", "no pretraining (one stack)"),
+    finetune("sum-pmlm-par", "pmlm-par", "", "PMLM, PAR only"),
+    finetune("sum-pmlm-norel", "pmlm-norel", "", "PMLM without rel. pos."),
+    # MLAE Table 2: AR generation
+    finetune("sum-mlae", "mlae-a", "", "MLAE AR, seq2seq style (linear schedule, cross-attn from self)"),
+    finetune("sum-mlae-unilm", "mlae-a", "--style unilm", "MLAE AR, UniLM style"),
+    finetune("sum-t5", "t5", "", "T5 AR"),
+    finetune("sum-roberta", "mlm", "--style seq2seq", "RoBERTa encoder + random decoder"),
+    # MLAE Table 3: NAR generation (Mask-Predict)
+    finetune("nar-mlae-a", "mlae-a", "--nar", "MLAE NAR, decoder (a)"),
+    finetune("nar-mlae-b", "mlae-b", "--nar", "MLAE NAR, decoder (b)"),
+    finetune("nar-t5", "t5-nar", "--nar", "T5-NAR (pretrained NAR decoder)"),
+    finetune("nar-cmlm", None, "--arch t5 --nar {scratch}", "CMLM from scratch"),
+    # MLAE Table 5: style and the decoder's initialisation
+    finetune("sum-mlae-cross-partial", "mlae-a", "--cross-init partial", "MLAE AR, cross-attention random"),
+    finetune("sum-mlae-cross-random", "mlae-a", "--cross-init random", "MLAE AR, whole decoder random"),
+    # MLAE Table 6: decoder (b) and symmetric depths, AR (the NAR (b) row is nar-mlae-b)
+    finetune("sum-mlae-b", "mlae-b", "", "MLAE AR, decoder (b)"),
+    finetune("sum-mlae-sym", "mlae-sym", "", "MLAE AR, symmetric depths"),
+    # MLAE Algorithm 1 and Figure 3: the masking schedule and its initial ratio m0 (0.6 is sum-mlae,
+    # m0 = 0 is schedule none)
+    finetune("sum-mlae-constant", "mlae-a", "--mask-schedule constant", "MLAE AR, constant schedule"),
+    finetune("sum-mlae-none", "mlae-a", "--mask-schedule none", "MLAE AR, no schedule (m0 0)"),
+    *[finetune(f"sum-mlae-m{round(100 * m)}", "mlae-a", f"--mask-init {m}", f"MLAE AR, linear from m0 {m}")
+      for m in (0.15, 0.3, 0.45, 0.75, 0.9)],
+    # ELMER: hard and soft exit, with and without LPLM pretraining
+    finetune("elmer-hard", "elmer", "--exit hard", "ELMER-hard"),
+    finetune("elmer-soft", "elmer", "--exit soft", "ELMER-soft"),
+    finetune("elmer-hard-scratch", None, "--arch elmer --exit hard {scratch} {elmer_ft}", "ELMER-hard, no pretraining"),
+    finetune("elmer-soft-scratch", None, "--arch elmer --exit soft {scratch} {elmer_ft}", "ELMER-soft, no pretraining"),
+    # classification: UniLMv2 4.6 (its ablations are NLU results) and MLAE Table 1 (the encoders)
+    finetune("cls-pmlm", "pmlm", "--task classify", "PMLM ([SOS])"),
+    finetune("cls-mlm", "mlm", "--task classify", "MLM ([SOS])"),
+    finetune("cls-pmlm-par", "pmlm-par", "--task classify", "PMLM, PAR only"),
+    finetune("cls-pmlm-norel", "pmlm-norel", "--task classify", "PMLM without rel. pos."),
+    finetune("cls-mlae", "mlae-a", "--task classify", "MLAE encoder ([EOS])"),
+    finetune("cls-t5", "t5", "--task classify", "T5 encoder",
+             todo="finetune.py classifies pmlm, mlm and mlae encoders only, not a T5 encoder"),
+]
+
+# the exit curve (ELMER 5.4, its Figure 2): one checkpoint decoded at each threshold
+EXIT_THRESHOLDS = "0,0.25,0.5,0.75,1,inf"
+
+
+def evaluations():
+    """One evaluation of every fine-tuned run, and the hard-exit threshold sweep."""
+    runs = [Run("eval-" + f.name, "eval", f"{{ft-{f.name}}}", f.label) for f in FINETUNE]
+    runs.append(Run("eval-sweep-elmer-hard", "eval", f"{{ft-elmer-hard}} --exit-measure entropy "
+                    f"--exit-threshold {EXIT_THRESHOLDS}", "ELMER-hard, exit threshold sweep"))  # NEW flags
+    return runs
+
+
+PLAN = PRETRAIN + FINETUNE + evaluations()
+BY_NAME = {r.name: r for r in PLAN}
+
+# -----------------------------------------------------------------------------
+# budgets: the flags every run of a script gets, and the fields of the placeholders.
+# {steps} {epochs} {limit} {permutations} are overridable on the command line.
+
+BUDGETS = {
+    # CI: the tiny preset on a few hundred examples cut from the embedded corpus (written under
+    # OUT/data), a handful of steps: the whole pipeline in minutes on 2 cores, no learning
+    "tiny": dict(
+        model="tiny", steps=4, epochs=1, limit=None, permutations=2, data="subset",
+        train="--model tiny --vocab-size 600 --seq-len 48 --batch-tokens 384 --micro-batch 4 --warmup 2 "
+              "--steps {steps} --eval-every {steps} --eval-examples 8 --log-every 2 --data {data}/pretrain.txt",
+        finetune="--train-data {data}/train.jsonl --valid-data {data}/valid.jsonl --epochs {epochs} --batch 32 "
+                 "--micro-batch 16 --max-src 32 --max-tgt 12 --rouge-examples 4 --valid-examples 8 --log-every 2",
+        eval="--data {data}/test.jsonl --beam 2 --batch-size 4 --latency-samples 1",
+        scratch="--model tiny --vocab-size 600", elmer="--permutations {permutations} --dec-len 12",
+        elmer_ft="--dec-len 12", sym="2",
+        seconds=dict(train=8, finetune=8, eval=5), scale=False),
+    # the CPU table: the small preset (5.4M parameters as a PMLM) on the whole embedded corpus;
+    # --steps / --epochs / --limit are the levers for leaving the unigram plateau
+    "cpu": dict(
+        model="small", steps=800, epochs=2, limit=1000, permutations=2, data=None,
+        train="--model small --steps {steps} --warmup 60 --eval-every 100",
+        finetune="--epochs {epochs}", eval="--limit {limit}",
+        scratch="--model small", elmer="--permutations {permutations}", elmer_ft="", sym="3",
+        # measured here, 1 thread (README): 2.7 s per pretraining step, 2.2 s per fine-tuning step
+        # (888 per epoch), about 1 min per 1,000 evaluated packages; ELMER at k = 2 about 4x a step
+        seconds=dict(train=2.7, train_elmer=11.0, finetune=2000, eval=90)),
+    # the paper-sized run for us: small preset still (the embedded corpus is a few million tokens:
+    # base would only memorise it), 20,000 steps of 8192 tokens, 10 epochs, dropout 0.1 for the
+    # many passes, the whole test split, LPLM's k = 10
+    "gpu": dict(
+        model="small", steps=20000, epochs=10, limit=None, permutations=10, data=None,
+        train="--model small --steps {steps} --warmup 1000 --eval-every 1000 --save-every 1000 --dropout 0.1 "
+              "--micro-batch 64",
+        finetune="--epochs {epochs} --dropout 0.1", eval="",
+        scratch="--model small", elmer="--permutations {permutations}", elmer_ft="", sym="3",
+        seconds=dict(train=0.06, train_elmer=0.25, finetune=90, eval=120)),
+}
+
+# -----------------------------------------------------------------------------
+# what RESULTS.md shows: tables of rows, and the papers' orderings ("a > b > c" on a metric;
+# >= allows a tie; latency is compared with <)
+
+TABLES = [
+    ("UniLMv2: pretraining objectives (summarization)", "sum-pmlm sum-mlm sum-unilm-scratch sum-pmlm-par sum-pmlm-norel"),
+    ("UniLMv2 4.6 and MLAE Table 1: classification", "cls-pmlm cls-mlm cls-pmlm-par cls-pmlm-norel cls-mlae cls-t5"),
+    ("MLAE Tables 2 and 5: AR generation", "sum-mlae sum-mlae-unilm sum-t5 sum-roberta sum-pmlm "
+                                           "sum-mlae-cross-partial sum-mlae-cross-random"),
+    ("MLAE Table 3: NAR generation", "nar-mlae-a nar-mlae-b nar-t5 nar-cmlm"),
+    ("MLAE Table 6: decoder (b), symmetric depths", "sum-mlae sum-mlae-b sum-mlae-sym nar-mlae-a nar-mlae-b"),
+    ("MLAE Algorithm 1, Figure 3: scheduled masking", "sum-mlae-none sum-mlae-m15 sum-mlae-m30 sum-mlae-m45 "
+                                                       "sum-mlae sum-mlae-m75 sum-mlae-m90 sum-mlae-constant"),
+    ("ELMER: early exit, pretraining, NAR against AR", "elmer-hard elmer-soft elmer-hard-scratch elmer-soft-scratch "
+                                                       "nar-mlae-a sum-t5 sum-pmlm"),
+]
+
+ORDERINGS = [
+    ("UniLMv2", "PMLM > MLM > no pretraining", "rougeL", "sum-pmlm > sum-mlm > sum-unilm-scratch"),
+    ("UniLMv2 4.6", "AE+PAR > AE only", "accuracy", "cls-pmlm > cls-mlm"),
+    ("UniLMv2 4.6", "AE+PAR > PAR only", "accuracy", "cls-pmlm > cls-pmlm-par"),
+    ("UniLMv2 4.6", "relative position bias helps", "rougeL", "sum-pmlm > sum-pmlm-norel"),
+    ("MLAE Table 1", "MLAE encoder > MLM > T5 encoder", "accuracy", "cls-mlae > cls-mlm > cls-t5"),
+    ("MLAE Table 2", "a pretrained decoder helps: T5 > RoBERTa", "rougeL", "sum-t5 > sum-roberta"),
+    ("MLAE Table 2", "MLAE > T5 (AR)", "rougeL", "sum-mlae > sum-t5"),
+    ("MLAE Table 3", "MLAE NAR > T5-NAR > CMLM", "rougeL", "nar-mlae-a > nar-t5 > nar-cmlm"),
+    ("MLAE Table 5", "seq2seq style > UniLM style", "rougeL", "sum-mlae > sum-mlae-unilm"),
+    ("MLAE Table 5", "pretrained > partial > random decoder", "rougeL",
+     "sum-mlae > sum-mlae-cross-partial > sum-mlae-cross-random"),
+    ("MLAE Table 6", "decoder (b) >= (a) for NAR", "rougeL", "nar-mlae-b >= nar-mlae-a"),
+    ("MLAE Table 6", "asymmetric >= symmetric", "rougeL", "sum-mlae >= sum-mlae-sym"),
+    ("MLAE Figure 3", "linear > constant > none", "rougeL", "sum-mlae > sum-mlae-constant > sum-mlae-none"),
+    ("MLAE Figure 3", "masking 15% of the decoder input helps", "rougeL", "sum-mlae-m15 > sum-mlae-none"),
+    ("ELMER Table 3", "soft > hard", "rougeL", "elmer-soft > elmer-hard"),
+    ("ELMER Table 3", "pretraining helps (hard)", "rougeL", "elmer-hard > elmer-hard-scratch"),
+    ("ELMER Table 3", "pretraining helps (soft)", "rougeL", "elmer-soft > elmer-soft-scratch"),
+    ("ELMER Table 2", "NAR one pass faster than AR (batch-1 latency)", "latency_ms", "elmer-hard < sum-t5"),
+    ("ELMER Table 2", "one pass faster than Mask-Predict", "latency_ms", "elmer-hard < nar-mlae-a"),
+]
+
+
+def parse_chain(chain):
+    """'a > b >= c' -> (['a', 'b', 'c'], ['>', '>='])."""
+    parts = chain.split()
+    return parts[0::2], parts[1::2]
+
+
+def fill(text, fields):
+    """Replace {key} by fields[key]; unknown keys stay (the runner resolves run paths)."""
+    return re.sub(r"\{([\w-]+)\}", lambda m: str(fields.get(m.group(1), m.group(0))), text)

@@ -1,0 +1,193 @@
+"""RESULTS.md of bench/reproduce.py: the setting (hardware, versions, date), each pretraining's
+held-out loss against the unigram entropy of the held-out text, the papers' tables, whether each of
+their orderings holds here, and every run's command."""
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+from plan import BY_NAME, ORDERINGS, TABLES, parse_chain
+
+PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
+
+
+def environment():
+    import torch
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    try:
+        import triton
+        tv = triton.__version__
+    except ImportError:
+        tv = "absent"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                                capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return (f"CPU {cpu} ({os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); "
+            f"GPU {gpu}; Python {platform.python_version()}, torch {torch.__version__}, triton {tv}; commit {commit}")
+
+
+def read_jsonl(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def pretraining(out, name):
+    """The last held-out record of a pretraining run: (step, loss, which loss, unigram entropy) or None."""
+    evals = [r for r in read_jsonl(os.path.join(out, name, "log.jsonl")) if "unigram_entropy" in r]
+    if not evals:
+        return None
+    r = evals[-1]
+    key = next(k for k in ("valid_ae_loss", "valid_loss", "valid_par_loss") if k in r)
+    return r["step"], r[key], key[6:], r["unigram_entropy"]
+
+
+def results(state, run_name):
+    """The eval rows recorded for an eval run (one, or one per threshold of a sweep)."""
+    rows = []
+    for f in state["runs"].get(run_name, {}).get("files") or []:
+        if os.path.exists(f):
+            with open(f) as fh:
+                rows.append(json.load(fh))
+    return rows
+
+
+def fmt(v):
+    return f"{v:.2f}" if isinstance(v, float) else "" if v is None else str(v)
+
+
+def table(cols, rows):
+    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+
+
+def gap_of(out, resolved, name):
+    """The pretraining of a fine-tuned run: (its name, nats under the unigram entropy) or (None, None)."""
+    pre = next((d for d in resolved[name][1] if d.startswith("pre-")), None)
+    p = pretraining(out, pre) if pre else None
+    return pre, (p[3] - p[1] if p else None)
+
+
+def write(args, fields, state, resolved):
+    out = args.out
+    lines = [f"# The papers' comparisons at the `{args.budget}` budget", "",
+             f"Written by `python bench/reproduce.py --budget {args.budget}` on {datetime.date.today()} "
+             f"({datetime.datetime.now():%H:%M}). Pretraining: {fields['steps']} steps "
+             f"(`{fields['train']}`); fine-tuning `{fields['finetune']}`; evaluation `{fields['eval'] or 'the whole test split'}`.",
+             "", f"Hardware and versions: {environment()}.", ""]
+    unavailable = state.get("unavailable", {})
+
+    # pretraining against the unigram plateau
+    lines += ["## Pretraining: held-out loss against the unigram entropy", "",
+              f"Every pretraining reads the same tokens. A row under {PLATEAU} nats below the unigram entropy "
+              "(the loss of a model that ignores context) is marked PLATEAU: what its fine-tuned rows show says "
+              "little about the objective.", ""]
+    rows = []
+    for name in (n for n in resolved if n.startswith("pre-")):
+        p = pretraining(out, name)
+        rec = state["runs"].get(name, {})
+        if p is None:
+            rows.append([name, BY_NAME[name].label, unavailable.get(name, "not run"), "", "", "", "", ""])
+            continue
+        step, loss, key, ent = p
+        rows.append([name, BY_NAME[name].label, step, f"{loss:.3f} ({key})", f"{ent:.3f}", f"{ent - loss:.3f}",
+                     "PLATEAU" if ent - loss < PLATEAU else "left it", fmt_secs(rec.get("seconds"))])
+    lines += table(["run", "what", "step", "held-out loss", "unigram entropy", "below it", "", "time"], rows) + [""]
+
+    # the papers' tables
+    metrics = {}
+    for title, names in TABLES:
+        rows, cols = [], None
+        for name in names.split():
+            got = results(state, "eval-" + name)
+            pre, gap = gap_of(out, resolved, name)
+            note = "" if gap is None or gap >= PLATEAU else f"PLATEAU ({pre}: {gap:.2f})"
+            if not got:
+                rows.append([name, BY_NAME[name].label, unavailable.get(name) or unavailable.get("eval-" + name, "not run")])
+                continue
+            r = metrics[name] = got[0]
+            cls = "accuracy" in r
+            cols = cols or (["accuracy", "macro_f1"] if cls else ["rouge1", "rouge2", "rougeL", "decoding", "iterations",
+                                                                  "mean_exit"])
+            rows.append([name, BY_NAME[name].label, note] + [r.get(c) for c in cols] +
+                        [r.get("params_M"), r.get("latency_ms"), r.get("samples_per_s")])
+        cols = ["run", "what", "pretraining"] + (cols or []) + (["params_M", "latency_ms", "samples_per_s"] if cols else [])
+        width = len(cols)
+        lines += [f"## {title}", ""] + table(cols, [r + [""] * (width - len(r)) for r in rows]) + [""]
+    lead = state.get("lead")
+    if lead:
+        lines += ["LEAD baselines on the same test examples: " + "; ".join(
+            f"{r['model']} {r['rouge1']:.2f} / {r['rouge2']:.2f} / {r['rougeL']:.2f}" for r in lead) + " (ROUGE-1/2/L).", ""]
+
+    # the exit curve
+    sweep = results(state, "eval-sweep-elmer-hard")
+    lines += ["## ELMER: the exit curve (hard exit, one checkpoint, a threshold per row)", ""]
+    if sweep:
+        thr = lambda r: float(r.get("exit_threshold", r.get("exit_entropy", 0.0)))
+        sweep.sort(key=thr)
+        lines += table(["threshold", "rougeL", "mean_exit", "exit_frac", "latency_ms"],
+                       [[thr(r), r.get("rougeL"), r.get("mean_exit"), r.get("exit_frac"), r.get("latency_ms")] for r in sweep])
+        exits = [r.get("mean_exit") for r in sweep]
+        falls = all(a >= b for a, b in zip(exits, exits[1:])) if None not in exits else None
+        lines += ["", f"Tokens leave earlier as the threshold rises (mean exit layer never increases): "
+                      f"{'holds' if falls else 'does not hold' if falls is False else 'not measured'}.", ""]
+    else:
+        lines += [unavailable.get("eval-sweep-elmer-hard", "not run"), ""]
+
+    # the orderings
+    lines += ["## The papers' orderings here", ""]
+    rows = []
+    for paper, claim, metric, chain in ORDERINGS:
+        names, ops = parse_chain(chain)
+        vals = [metrics.get(n, {}).get(metric) for n in names]
+        if None in vals:
+            verdict = "not measured (" + ", ".join(n for n, v in zip(names, vals) if v is None) + ")"
+        else:
+            ok = all({">": a > b, ">=": a >= b, "<": a < b}[op] for a, b, op in zip(vals, vals[1:], ops))
+            plateau = [p for p in {gap_of(out, resolved, n)[0] for n in names} if p and (gap_of_pre(out, p) or 0) < PLATEAU]
+            verdict = ("holds" if ok else "does not hold") + (f" (on the plateau: {', '.join(sorted(plateau))})" if plateau else "")
+        shown = " ".join(f"{n} {fmt(v)}" if i == len(names) - 1 else f"{n} {fmt(v)} {ops[i]}"
+                         for i, (n, v) in enumerate(zip(names, vals)))
+        rows.append([paper, claim, metric, shown, verdict])
+    lines += table(["paper", "ordering", "metric", "here", "verdict"], rows) + [""]
+
+    # every run
+    lines += ["## Runs", ""]
+    rows = []
+    for name in resolved:
+        rec = state["runs"].get(name, {})
+        status = rec.get("status") or unavailable.get(name) or "not run"
+        rows.append([name, status + (f": {rec['error']}" if rec.get("error") else ""), fmt_secs(rec.get("seconds")),
+                     f"`{rec.get('command') or ''}`"])
+    lines += table(["run", "status", "time", "command"], rows) + [""]
+    path = os.path.join(out, "RESULTS.md")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines))
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def gap_of_pre(out, pre):
+    p = pretraining(out, pre)
+    return p[3] - p[1] if p else None
+
+
+def fmt_secs(s):
+    if s is None:
+        return ""
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+if __name__ == "__main__":
+    sys.exit("run bench/reproduce.py --report-only")

@@ -1,0 +1,350 @@
+"""One command for the three papers' comparisons: every pretraining, fine-tuning and evaluation
+run of bench/plan.py, resumable over several sittings, and one markdown file of their tables.
+
+    python bench/reproduce.py --budget tiny            # CI: the tiny preset, a few minutes on 2 cores
+    python bench/reproduce.py --budget cpu --dry-run   # the plan's commands, what is left, the time it takes
+    python bench/reproduce.py --budget cpu --steps 1500 --epochs 2 --only 'pmlm|mlm'
+    python bench/reproduce.py --budget gpu             # 20,000 pretraining steps, 10 epochs, small preset
+
+A run whose result exists is skipped (train: last.pt at the final step; finetune: last.pt at its
+final step; eval: its result files, newer than the checkpoint); one that stopped is continued
+with --resume. Ctrl-C stops the run in progress the way the scripts do (the step finishes, last.pt
+is saved) and ends the sitting; the same command continues. Runs execute in this process, one
+after another (the scripts' main(argv)); each one's output also goes to OUT/logs/NAME.log.
+OUT/state.json keeps the measured time of every run (the estimates) and which eval files are
+whose; OUT/RESULTS.md is rewritten after every run.
+"""
+import argparse
+import contextlib
+import glob
+import io
+import json
+import os
+import re
+import shlex
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
+
+from plan import BUDGETS, BY_NAME, PLAN, fill  # noqa: E402
+import report  # noqa: E402
+
+STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--budget", default="cpu", choices=sorted(BUDGETS))
+    p.add_argument("--out", default=None, help="where every run goes (default: checkpoints/reproduce-BUDGET)")
+    p.add_argument("--steps", type=int, default=None, help="pretraining steps (default: the budget's)")
+    p.add_argument("--epochs", type=float, default=None, help="fine-tuning epochs (default: the budget's)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate on a sample of N test examples")
+    p.add_argument("--permutations", type=int, default=None, help="ELMER's LPLM k (default: the budget's)")
+    p.add_argument("--dtype", default=None, help="passed to every script as --dtype (default: the scripts' own)")
+    p.add_argument("--only", default=None, help="a regex: the runs whose names match (and what they need)")
+    p.add_argument("--skip", default=None, help="a regex: leave out the runs whose names match (and what needs them)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan's commands and what is left; run nothing")
+    p.add_argument("--stop-after-runs", type=int, default=None, help="end the sitting after N runs")
+    p.add_argument("--report-only", action="store_true", help="rewrite OUT/RESULTS.md from what exists")
+    p.add_argument("--quiet", action="store_true", help="the runs' output to their log files only")
+    args = p.parse_args(argv)
+    if args.stop_after_runs is not None and args.stop_after_runs < 1:
+        p.error("--stop-after-runs must be at least 1")
+    args.out = args.out or os.path.join("checkpoints", f"reproduce-{args.budget}")
+    return args
+
+
+# -----------------------------------------------------------------------------
+# the plan, resolved for a budget
+
+def budget_fields(args):
+    b = dict(BUDGETS[args.budget])
+    for k in ("steps", "epochs", "limit", "permutations"):
+        if getattr(args, k) is not None:
+            b[k] = getattr(args, k)
+    b["data"] = os.path.join(args.out, "data")
+    for script in ("train", "finetune", "eval", "elmer", "elmer_ft"):
+        b[script] = fill(b[script], b)
+    if b["limit"] is None:  # eval on the whole split
+        b["eval"] = re.sub(r"--limit \S+", "", b["eval"]).strip()
+    return b
+
+
+def resolve(run, fields, out, dtype=None):
+    """(argv of the script, names of the runs it needs). {pre-X} is OUT/pre-X/last.pt, {ft-X} is
+    OUT/X/best.pt."""
+    needs = []
+
+    def path(m):
+        name = m.group(1)
+        needs.append(name if name.startswith("pre-") else name[3:])
+        return os.path.join(out, name, "last.pt") if name.startswith("pre-") else os.path.join(out, name[3:], "best.pt")
+    flags = re.sub(r"\{((?:pre|ft)-[\w-]+)\}", path, fill(run.flags, fields))
+    argv = shlex.split(flags) + shlex.split(fields[run.script])
+    if run.script != "eval":
+        argv += ["--out", os.path.join(out, run.name)]
+    if dtype:
+        argv += ["--dtype", dtype]
+    return argv, needs
+
+
+def command(run, argv):
+    return f"python {run.script}.py {shlex.join(argv)}"
+
+
+def scripts():
+    """The three scripts' modules, imported once (in-process runs skip a 6 s import each)."""
+    import eval as evaluate_script
+    import finetune
+    import train
+    return dict(train=train, finetune=finetune, eval=evaluate_script)
+
+
+def rejected(module, argv):
+    """None if the script's own argument parser accepts argv, else its one-line reason (a flag or
+    a choice this checkout does not have yet)."""
+    from core.errors import UserError
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            module.get_args(argv)
+    except SystemExit:
+        lines = [l for l in err.getvalue().splitlines() if l.strip()]
+        return re.sub(r"^\S+: error: ", "", lines[-1]) if lines else "rejected"
+    except UserError as e:
+        return str(e)
+    return None
+
+
+# -----------------------------------------------------------------------------
+# what is done: the runs' own files
+
+def load_state(out):
+    path = os.path.join(out, "state.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return dict(runs={})
+
+
+def save_state(out, state):
+    path = os.path.join(out, "state.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def progress_of(run, argv, fields, out, state):
+    """(fraction done in [0, 1], a last.pt to resume from or None). Train: the checkpoint's step
+    against the budget's; finetune: its step against its steps and its epochs against the
+    budget's; eval: the files recorded for this exact command, newer than the checkpoint."""
+    import torch
+    if run.script == "eval":
+        rec = state["runs"].get(run.name, {})
+        ckpt = argv[0]
+        files = rec.get("files") or []
+        fresh = files and os.path.exists(ckpt) and all(
+            os.path.exists(f) and os.path.getmtime(f) >= os.path.getmtime(ckpt) for f in files)
+        return (1.0 if fresh and rec.get("command") == command(run, argv) else 0.0), None
+    last = os.path.join(out, run.name, "last.pt")
+    if not os.path.exists(last):
+        return 0.0, None
+    ck = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+    step, a = ck["step"], ck["args"]
+    if run.script == "train":
+        return min(1.0, step / fields["steps"]), last
+    if a["epochs"] < fields["epochs"]:
+        return step / a["steps"] * a["epochs"] / fields["epochs"], last
+    return min(1.0, step / a["steps"]), last
+
+
+def kind_of(run):
+    """What a run's time is estimated from: its script, and ELMER's pretraining apart (k passes)."""
+    return "train_elmer" if run.script == "train" and "elmer" in run.flags else run.script
+
+
+def estimate(run, fields, state):
+    """Seconds for the whole run: the mean measured time of finished runs of its kind here, else
+    the budget's figure (per step for pretraining, per epoch for fine-tuning)."""
+    key = kind_of(run)
+    same = [r["seconds"] for r in state["runs"].values() if r.get("key") == key and r.get("status") == "done"]
+    if same:
+        return sum(same) / len(same)
+    s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
+    if not fields.get("scale", True):  # the budget's figures are per run
+        return s
+    return s * (fields["steps"] if run.script == "train" else fields["epochs"] if run.script == "finetune" else 1)
+
+
+# -----------------------------------------------------------------------------
+# running one
+
+class Tee(io.TextIOBase):
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, s):
+        for st in self.streams:
+            st.write(s)
+        return len(s)
+
+    def flush(self):
+        for st in self.streams:
+            st.flush()
+
+
+def execute(module, run, argv, log_path, quiet):
+    """Run a script's main(argv) here, its output to the console and its log. Returns (exit
+    status, what main returned, the error line or None)."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "a") as log:
+        log.write(f"\n$ {command(run, argv)}\n")
+        out = Tee(log) if quiet else Tee(sys.stdout, log)
+        err = Tee(log) if quiet else Tee(sys.stderr, log)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                return 0, module.main(argv), None
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                return code, None, (None if code == 0 else f"exit status {code}")
+            except Exception as e:  # a bug in a script: logged, and the runner goes on with the rest
+                traceback.print_exc()
+                return 1, None, f"{type(e).__name__}: {e}"
+
+
+def write_subset(data_dir):
+    """The tiny budget's data: a few hundred records of the embedded corpus."""
+    from core.data import embedded_records
+    if os.path.exists(os.path.join(data_dir, "test.jsonl")):
+        return
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, "pretrain.txt"), "w") as f:
+        f.write("\n".join(r["document"] for r in embedded_records("train")[:1500]) + "\n")
+    for split, n in (("train", 96), ("valid", 16), ("test", 8)):
+        with open(os.path.join(data_dir, f"{split}.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in embedded_records(split)[:n])
+
+
+def select(plan, resolved, only, skip):
+    """The runs --only picks (with the runs they need), less those --skip drops (and what needs them)."""
+    names = {r.name for r in plan}
+    keep = {n for n in names if not only or re.search(only, n)}
+    todo = list(keep)
+    while todo:
+        for dep in resolved[todo.pop()][1]:
+            if dep in names and dep not in keep:
+                keep.add(dep)
+                todo.append(dep)
+    if skip:
+        dropped = {n for n in keep if re.search(skip, n)}
+        changed = True
+        while changed:
+            new = {n for n in keep - dropped if any(d in dropped for d in resolved[n][1])}
+            changed = bool(new)
+            dropped |= new
+        keep -= dropped
+    return [r for r in plan if r.name in keep]
+
+
+# -----------------------------------------------------------------------------
+
+def main(argv=None):
+    args = get_args(argv)
+    fields = dict(budget_fields(args), budget=args.budget)
+    os.makedirs(args.out, exist_ok=True)
+    state = load_state(args.out)
+    mods = scripts()
+    resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in PLAN}
+    runs = select(PLAN, resolved, args.only, args.skip)
+    if args.report_only:
+        print(f"wrote {report.write(args, fields, state, resolved)}")
+        return 0
+
+    # what each run needs before it can start: a flag this checkout has, no TODO note
+    unavailable = {}
+    for r in runs:
+        why = r.todo or rejected(mods[r.script], resolved[r.name][0])
+        if why:
+            unavailable[r.name] = ("TODO: " if r.todo else "not on this branch: ") + why
+    changed = True
+    while changed:
+        changed = False
+        for r in runs:
+            bad = [d for d in resolved[r.name][1] if d in unavailable]
+            if r.name not in unavailable and bad:
+                unavailable[r.name], changed = f"needs {bad[0]}", True
+
+    state["unavailable"] = unavailable
+    if BUDGETS[args.budget]["data"] == "subset":
+        write_subset(fields["data"])
+    left, total = [], 0.0
+    print(f"reproduce: budget {args.budget}, {len(runs)} runs in {args.out}")
+    for r in runs:
+        argv_, _ = resolved[r.name]
+        done, resume = progress_of(r, argv_, fields, args.out, state)
+        mark = "done" if done >= 1 else unavailable.get(r.name) or (
+            f"resume ({100 * done:.0f}%)" if resume else "to run")
+        secs = 0.0 if done >= 1 or r.name in unavailable else estimate(r, fields, state) * (1 - done)
+        total += secs
+        if done < 1 and r.name not in unavailable:
+            left.append(r)
+        print(f"  {r.name:<24} {mark}" + (f" ~{report.fmt_secs(secs)}" if secs else "") +
+              (f"\n      {command(r, argv_)}" if args.dry_run else ""))
+    print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
+          + (f"; {len(unavailable)} cannot run here (listed above)" if unavailable else ""))
+    if args.dry_run:
+        return 0
+
+    status, ran = 0, 0
+    try:
+        for r in left:
+            if args.stop_after_runs is not None and ran >= args.stop_after_runs:
+                print(f"stopped after {ran} runs (--stop-after-runs); the same command continues")
+                break
+            argv_, needs = resolved[r.name]
+            missing = [d for d in needs if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state)[0] < 1]
+            if missing:
+                print(f"skip {r.name}: {missing[0]} did not finish")
+                continue
+            frac, resume = progress_of(r, argv_, fields, args.out, state)
+            if r.script != "eval":
+                fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f)) for f in ("log.jsonl", "best.pt"))
+                argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
+            print(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
+            t0 = time.time()
+            code, returned, err = execute(mods[r.script], r, argv_, os.path.join(args.out, "logs", r.name + ".log"),
+                                          args.quiet)
+            secs = time.time() - t0
+            rec = state["runs"].setdefault(r.name, {})
+            rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
+                       seconds=rec.get("seconds", 0.0) * (rec.get("status") != "done") + secs,
+                       finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
+                       "stopped" if code in STOPPED else "failed", error=err)
+            if r.script == "eval" and code == 0:
+                ckdir = os.path.dirname(argv_[0])
+                rec["files"] = sorted(f for f in glob.glob(os.path.join(ckdir, "eval-*.json")) if os.path.getmtime(f) >= t0 - 1)
+                state["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] or state.get("lead")
+            ran += 1
+            save_state(args.out, state)
+            report.write(args, fields, state, resolved)
+            print(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""), flush=True)
+            if code in STOPPED:
+                print("stopped; the same command continues where it left off")
+                return code
+            status = status or (1 if code else 0)
+    except KeyboardInterrupt:  # between runs
+        print("\nstopped; the same command continues where it left off")
+        save_state(args.out, state)
+        return 130
+    print(f"\nresults: {report.write(args, fields, state, resolved)}")
+    failed = [n for n, r in state["runs"].items() if r.get("status") == "failed"]
+    if failed:
+        print(f"failed: {', '.join(failed)} (see {os.path.join(args.out, 'logs')})")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
