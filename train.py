@@ -6,7 +6,7 @@
 Objectives: pmlm (UniLMv2: --losses ae+par | ae | par), mlm (the RoBERTa-style baseline,
 = pmlm with --losses ae), t5 (the T5-style encoder-decoder with span corruption; its decoder
 has --dec-layers layers, default as many as the encoder), mlae (core/mlae.py: encoder on the
-unmasked tokens, light decoder --decoder a|b, depths --enc-layers/--dec-layers, default 4L-2L
+unmasked tokens, light decoder --decoder b|a (default b), depths --enc-layers/--dec-layers, default 4L-2L
 at small) and elmer (ELMER's LPLM: --permutations exit-layer assignments per sequence,
 core/elmer.py). Reads top to bottom: args -> init -> tokenizer and data -> model ->
 optimizer -> loop -> save.
@@ -51,8 +51,9 @@ def get_args(argv=None):
     p.add_argument("--dec-layers", type=int, default=None,
                    help="t5, elmer: decoder layers (default: as the encoder); mlae: default 1/2/4 at tiny/small/base")
     p.add_argument("--enc-layers", type=int, default=None, help="t5, mlae: encoder layers (default: the preset's)")
-    p.add_argument("--decoder", default="a", choices=VARIANTS,
-                   help="mlae: (a) self-attention over latents + [MASK]s, (b) [MASK]s with cross-attention")
+    p.add_argument("--decoder", default="b", choices=VARIANTS,
+                   help="mlae: (b) [MASK]s with cross-attention to the latents (the paper's choice for NAR, "
+                        "Table 6), (a) self-attention over latents + [MASK]s")
     p.add_argument("--cross-rel-pos", action=argparse.BooleanOptionalAction, default=True,
                    help="mlae (b): relative position bias in the cross-attention ([MASK] vs latent position ids)")
     p.add_argument("--permutations", type=int, default=10, help="elmer: exit-layer assignments per sequence (LPLM's k)")

@@ -20,10 +20,12 @@ bidirectionally, in one of two variants (SPEC "MLAE"):
     decoder (a): h0 h1 [M] [M] h4 h5 [M] h7         positions 0..7, predicts at 2, 3, 6
     decoder (b): [M] [M] [M] x-attn(h0 h1 h4 h5 h7) positions 2 3 6
 
-The default is (a), the paper's Figure 2. Measured on a word-cycle text at `tiny` (300 steps,
-README), (a) went 1 nat below the unigram entropy while (b) had not left it: in (b) a [MASK]
-finds its neighbours only through a cross-attention that has no relative position bias (as in
-T5), from absolute position embeddings, which is slow to learn; (a)'s self-attention has the bias.
+The default is (b), the paper's choice for NAR generation (Table 6), with a relative position
+bias in its cross-attention between a [MASK]'s position id and each latent's original position id
+(MLAE.cross_rel_pos). Without that bias a [MASK] finds its neighbours only from absolute position
+embeddings, which is slow to learn: on a word-cycle text at `tiny` (300 steps, README,
+bench/mlae_decoders.py) (b) without it stayed at the unigram entropy, while with it (b) went
+below (a), whose self-attention has always had the bias.
 
 Loss: cross-entropy on the masked tokens only. The model reuses the T5 baseline's
 EncoderDecoder (core/model.py) with its parameter names, so that seq2seq-style fine-tuning

@@ -278,7 +278,7 @@ def finetune_and_eval(init, task_files, out, *flags):
 def test_pretrain_then_classify(mlae_checkpoint, task_files, tmp_path):
     row = finetune_and_eval(os.path.join(mlae_checkpoint, "last.pt"), task_files, str(tmp_path / "c"),
                             "--task", "classify")
-    assert row["arch"] == "mlae-a" and 0 <= row["accuracy"] <= 100 and 0 <= row["macro_f1"] <= 100
+    assert row["arch"] == "mlae-b" and 0 <= row["accuracy"] <= 100 and 0 <= row["macro_f1"] <= 100
 
 
 def test_classify_under_two_processes(mlae_checkpoint, task_files, tmp_path):
