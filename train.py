@@ -6,7 +6,7 @@
 Objectives: pmlm (UniLMv2: --losses ae+par | ae | par), mlm (the RoBERTa-style baseline,
 = pmlm with --losses ae), t5 (the T5-style encoder-decoder with span corruption; its decoder
 has --dec-layers layers, default as many as the encoder), mlae (core/mlae.py: encoder on the
-unmasked tokens, light decoder --decoder a|b, depths --enc-layers/--dec-layers, default 4L-2L
+unmasked tokens, light decoder --decoder b|a (default b), depths --enc-layers/--dec-layers, default 4L-2L
 at small) and elmer (ELMER's LPLM: --permutations exit-layer assignments per sequence,
 core/elmer.py). Reads top to bottom: args -> init -> tokenizer and data -> model ->
 optimizer -> loop -> save.
@@ -51,8 +51,11 @@ def get_args(argv=None):
     p.add_argument("--dec-layers", type=int, default=None,
                    help="t5, elmer: decoder layers (default: as the encoder); mlae: default 1/2/4 at tiny/small/base")
     p.add_argument("--enc-layers", type=int, default=None, help="t5, mlae: encoder layers (default: the preset's)")
-    p.add_argument("--decoder", default="a", choices=VARIANTS,
-                   help="mlae: (a) self-attention over latents + [MASK]s, (b) [MASK]s with cross-attention")
+    p.add_argument("--decoder", default="b", choices=VARIANTS,
+                   help="mlae: (b) [MASK]s with cross-attention to the latents (the paper's choice for NAR, "
+                        "Table 6), (a) self-attention over latents + [MASK]s")
+    p.add_argument("--cross-rel-pos", action=argparse.BooleanOptionalAction, default=True,
+                   help="mlae (b): relative position bias in the cross-attention ([MASK] vs latent position ids)")
     p.add_argument("--permutations", type=int, default=10, help="elmer: exit-layer assignments per sequence (LPLM's k)")
     p.add_argument("--dec-len", type=int, default=32, help="elmer: [MASK] tokens the decoder is fed when fine-tuned and generating")
     p.add_argument("--separate-offramps", action="store_true", help="elmer: one off-ramp per decoder layer, not shared")
@@ -90,6 +93,8 @@ def run(args, d):
     # -----------------------------------------------------------------------------
     # resume: the checkpoint's flags win, except the ones a user may change
     args, state, ckpt_path = start_or_resume(args, ("pretrain/",), RESUMABLE, d)
+    if state is not None and "cross_rel_pos" not in state["args"]:
+        args.cross_rel_pos = False  # written before the flag: its (b) decoder had no cross-attention bias
     if args.seq_len < 8:
         raise UserError(f"--seq-len {args.seq_len} is too short (at least 8)")
     examples_per_step = args.batch_tokens // args.seq_len
@@ -132,7 +137,7 @@ def run(args, d):
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
     torch.manual_seed(args.seed)
     elmer_opts = dict(dec_len=args.dec_len, separate_offramps=args.separate_offramps) if elmer else None
-    model = (MLAE(cfg, args.decoder) if mlae else ELMER(cfg, **elmer_opts) if elmer else
+    model = (MLAE(cfg, args.decoder, args.cross_rel_pos) if mlae else ELMER(cfg, **elmer_opts) if elmer else
              EncoderDecoder(cfg) if t5 else UnifiedLM(cfg)).to(d.device)
     loss_sums = mlae_loss_sums if mlae else lplm_loss_sums if elmer else t5_loss_sums if t5 else pmlm_loss_sums
     optimizer = make_optimizer(model, args.lr, args.weight_decay)

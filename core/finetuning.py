@@ -123,8 +123,11 @@ def pretraining_window(objective, seq_len):
 
 def trained_positions(objective, seq_len):
     """How many position ids (0..N-1) a pretraining run trains, recorded in its checkpoints: the
-    PMLM's one stack {"total": seq_len}; T5's {"encoder": .., "decoder": ..}, the lengths that
-    span corruption makes of its windows."""
+    PMLM's one stack {"total": seq_len}; MLAE's "[SOS] window [EOS]", one token shorter than
+    seq_len (its window is the PMLM's, without the PMLM's second [EOS]); T5's {"encoder": ..,
+    "decoder": ..}, the lengths that span corruption makes of its windows."""
+    if objective == "mlae":
+        return dict(total=pretraining_window(objective, seq_len) + 2)
     if objective != "t5":
         return dict(total=seq_len)
     encoder, decoder = t5.corrupted_lengths(pretraining_window(objective, seq_len))
@@ -133,10 +136,13 @@ def trained_positions(objective, seq_len):
 
 def positions_of(state):
     """The trained positions of a pretraining checkpoint; one written before they were recorded
-    gets them from its --seq-len (T5 then used windows of seq_len - 3)."""
+    gets them from its --seq-len (T5 then used windows of seq_len - 3). MLAE's come from its
+    --seq-len always: its older records counted one position more than it trains."""
+    seq_len = int(state["args"]["seq_len"]) if "args" in state else None
+    if str(state.get("kind", "")) == "pretrain/mlae" and seq_len is not None:
+        return trained_positions("mlae", seq_len)
     if "positions" in state:
         return dict(state["positions"])
-    seq_len = int(state["args"]["seq_len"])
     if arch_of(state, "") == "t5":
         encoder, decoder = t5.corrupted_lengths(seq_len - 3)
         return dict(encoder=encoder, decoder=decoder)

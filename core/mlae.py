@@ -20,10 +20,12 @@ bidirectionally, in one of two variants (SPEC "MLAE"):
     decoder (a): h0 h1 [M] [M] h4 h5 [M] h7         positions 0..7, predicts at 2, 3, 6
     decoder (b): [M] [M] [M] x-attn(h0 h1 h4 h5 h7) positions 2 3 6
 
-The default is (a), the paper's Figure 2. Measured on a word-cycle text at `tiny` (300 steps,
-README), (a) went 1 nat below the unigram entropy while (b) had not left it: in (b) a [MASK]
-finds its neighbours only through a cross-attention that has no relative position bias (as in
-T5), from absolute position embeddings, which is slow to learn; (a)'s self-attention has the bias.
+The default is (b), the paper's choice for NAR generation (Table 6), with a relative position
+bias in its cross-attention between a [MASK]'s position id and each latent's original position id
+(MLAE.cross_rel_pos). Without that bias a [MASK] finds its neighbours only from absolute position
+embeddings, which is slow to learn: on a word-cycle text at `tiny` (300 steps, README,
+bench/mlae_decoders.py) (b) without it stayed at the unigram entropy, while with it (b) went
+below (a), whose self-attention has always had the bias.
 
 Loss: cross-entropy on the masked tokens only. The model reuses the T5 baseline's
 EncoderDecoder (core/model.py) with its parameter names, so that seq2seq-style fine-tuning
@@ -45,7 +47,7 @@ import torch.nn.functional as F
 from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, pad_stack
 from .classify import Classifier
-from .model import EncoderDecoder, Layer, Meta, positions, _init
+from .model import EncoderDecoder, Layer, Meta, local_rel_table, positions, _init
 from .t5 import IGNORE, encoder_input, span_ids
 from .tokenizer import MASK
 
@@ -62,9 +64,19 @@ def variant_of(state_dict):
 # the model
 
 class MLAE(EncoderDecoder):
-    """Encoder over the unmasked tokens, light bidirectional decoder (variant a or b)."""
+    """Encoder over the unmasked tokens, light bidirectional decoder (variant a or b).
 
-    def __init__(self, cfg, variant="b"):
+    cross_rel_pos (variant b, with cfg.rel_pos): the decoder's cross-attention adds a relative
+    position bias between each [MASK]'s position id and each latent's original position id, from
+    a table of its own (`cross_rel_table`, shared by the decoder's layers, as each stack shares its
+    self-attention table). Its own, not the decoder self-attention's: that one relates [MASK]s to
+    other [MASK]s, which sit inside the same few spans, while the cross-attention must find the
+    nearest unmasked tokens around a span, at other distances and for another purpose (T5 keeps
+    one table per stack for the same reason). It costs H x buckets parameters. A checkpoint
+    written without it (before it existed, or trained with it off) loads with a zero table: no
+    bias, exactly the function that was trained."""
+
+    def __init__(self, cfg, variant="b", cross_rel_pos=True):
         if variant not in VARIANTS:
             raise ValueError(f"unknown MLAE decoder variant {variant!r}; pick one of {VARIANTS}")
         super().__init__(cfg)
@@ -72,6 +84,10 @@ class MLAE(EncoderDecoder):
         if variant == "a":  # self-attention only
             self.dec_layers = nn.ModuleList(Layer(cfg) for _ in range(len(self.dec_layers)))
             self.dec_layers.apply(_init)
+        self.cross_rel_table = None
+        if variant == "b" and cross_rel_pos and cfg.rel_pos:
+            self.cross_rel_table = local_rel_table(cfg)
+            self.register_load_state_dict_pre_hook(_zero_missing_cross_table)
 
     def forward(self, enc_tok, enc_pos, enc_valid, dec_tok, dec_pos, dec_valid, predict=None):
         """enc_*: (B, U) the unmasked tokens, their original positions, validity. dec_*: (B, Ld)
@@ -94,9 +110,17 @@ class MLAE(EncoderDecoder):
                 x, _ = layer(x, meta, bias=bias)
         else:
             mem_meta = self._mem_meta(enc_valid)
+            cross = self.rel_bias(self.cross_rel_table, dec_pos, enc_pos)  # [MASK] vs latent, original positions
             for layer in self.dec_layers:
-                x, _ = layer(x, meta, bias=bias, memory=latents, mem_meta=mem_meta)
+                x, _ = layer(x, meta, bias=bias, memory=latents, mem_meta=mem_meta, cross_bias=cross)
         return self.ln_dec(x)
+
+
+def _zero_missing_cross_table(module, state_dict, prefix, *args):
+    """A (b) state dict without the cross-attention's table loads with a zero one (no bias)."""
+    key = prefix + "cross_rel_table"
+    if key not in state_dict:
+        state_dict[key] = torch.zeros_like(module.cross_rel_table)
 
 
 def place(x, rows, index, valid):

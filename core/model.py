@@ -131,19 +131,20 @@ class Layer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, meta, k_meta=None, bias=None, context=None, memory=None, mem_meta=None, past=None,
-                mem_kv=None):
+                mem_kv=None, cross_bias=None):
         """x: (B, Lq, C). context: (B, Lk, C) hidden states that serve as keys/values when the
         queries are a subset of the tokens (default: x itself); memory: (B, Lm, C) encoder output
         for cross-attention, or instead mem_kv: its (k, v) from self.cross.keys_values(memory),
-        computed once per source when decoding. Returns (x, (k, v) of this call's self-attention
-        keys)."""
+        computed once per source when decoding. cross_bias: the cross-attention's bias (None: none,
+        as in T5; MLAE's decoder (b) gives a RelPosBias). Returns (x, (k, v) of this call's
+        self-attention keys)."""
         h = self.ln1(x)
         hk = h if context is None else self.ln1(context)
         a, kv = self.attn(h, meta, hk, k_meta or meta, bias, past)
         x = x + self.drop(a)
         if self.cross is not None:
             mem = memory if mem_kv is None else None
-            x = x + self.drop(self.cross(self.ln_cross(x), _unmasked(meta), mem, mem_meta, past=mem_kv)[0])
+            x = x + self.drop(self.cross(self.ln_cross(x), _unmasked(meta), mem, mem_meta, cross_bias, mem_kv)[0])
         return x + self.drop(self.ffn(self.ln2(x))), kv
 
 

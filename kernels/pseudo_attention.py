@@ -423,10 +423,12 @@ def aot_cases():
     """[(case name, thunk)]: each thunk runs the forward and backward launchers with the CUDA block
     choice on CPU tensors like a base-size layer's (B=2, H=12, L=768, PMLM layout). Variants: no bias,
     relative bias (the model's self-attention), packed sequences, a dense bias without and with its
-    gradient, and decoding (one query against 768 cached keys)."""
+    gradient, decoding (one query against 768 cached keys), and MLAE decoder (b)'s cross-attention
+    with its relative bias (the [MASK]s of 15% of 768 positions against the other 85%, the latents,
+    at their original positions, padded)."""
     cuda = torch.device("cuda")
     cases = []
-    for variant in ("norel", "rel", "seq", "dense", "dense_grad", "decode"):
+    for variant in ("norel", "rel", "seq", "dense", "dense_grad", "decode", "cross"):
         for dtype in (torch.bfloat16, torch.float16):
             for D in (64, 128):
                 cases.append((f"{variant}-{str(dtype)[6:]}-d{D}",
@@ -436,6 +438,8 @@ def aot_cases():
 
 def _aot_launch(cuda, variant, dtype, D, B=2, H=12, L=768):
     g = torch.Generator().manual_seed(0)
+    if variant == "cross":
+        return _aot_cross(cuda, dtype, D, B, H, L, g)
     Lq = 1 if variant == "decode" else L
     q = torch.randn(B, Lq, H, D, generator=g).to(dtype).transpose(1, 2)  # the model's (B, L, H, D) view
     k, v = (torch.randn(B, L, H, D, generator=g).to(dtype).transpose(1, 2) for _ in range(2))
@@ -457,3 +461,23 @@ def _aot_launch(cuda, variant, dtype, D, B=2, H=12, L=768):
     o, lse = _forward(q, k, v, meta, scale, tilemap_for(meta, fb), fb)
     _backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, scale,
               tilemap_for(meta, bb), bb, dense_grad=variant == "dense_grad")
+
+
+def _aot_cross(cuda, dtype, D, B, H, L, g):
+    masked = torch.stack([torch.randperm(L, generator=g) < round(0.15 * L) for _ in range(B)])  # (B, L)
+    q_pos = torch.stack([m.nonzero()[:, 0] for m in masked])  # every row masks as many
+    keep = [(~m).nonzero()[:, 0] for m in masked]
+    Lk = len(keep[0])
+    k_pos = torch.stack([keep[0], torch.cat([keep[1][:-9], keep[1].new_zeros(9)])])  # the second row 9 shorter
+    k_valid = torch.arange(Lk)[None] < torch.tensor([Lk, Lk - 9])[:, None]
+    Lq = q_pos.shape[1]
+    q = torch.randn(B, Lq, H, D, generator=g).to(dtype).transpose(1, 2)
+    k, v = (torch.randn(B, Lk, H, D, generator=g).to(dtype).transpose(1, 2) for _ in range(2))
+    q_kind, k_kind = torch.zeros(B, Lq, dtype=torch.long), torch.zeros(B, Lk, dtype=torch.long)
+    bias = rel_pos_bias(torch.randn(H, 32, generator=g), q_pos, k_pos, 128)
+    meta, _, _ = prepare(q, k, v, q_kind, q_kind, k_kind, k_kind, k_valid, None, None, bias)
+    scale = D ** -0.5
+    fb, bb = _blocks(cuda, D, backward=False), _blocks(cuda, D, backward=True)
+    _forward(q, k, v, meta, scale, tilemap_for(meta, fb), fb)
+    _backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, scale,
+              tilemap_for(meta, bb), bb, dense_grad=False)

@@ -111,6 +111,74 @@ def test_variant_b_placeholders_see_no_masked_token():
     assert torch.equal(target, batch.full_target[batch.full_target != IGNORE])
 
 
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_b_cross_attention_sees_the_latents_positions(backend):
+    """Decoder (b), one layer, fixed latents: moving one latent's position id moves exactly the
+    [MASK] queries whose T5 bucket of the distance to it changed; without the cross-attention bias
+    (or with a zero table, an older checkpoint's) it moves nothing."""
+    import kernels
+    if backend == "triton":
+        pytest.importorskip("kernels.pseudo_attention")
+    batch, _ = batch_of(windows())
+    dec_tok, dec_pos, dec_valid, predict, _ = decoder_inputs(batch, "b", MASK)
+    cfg = preset("tiny", vocab_size=V, n_dec_layers=1, dropout=0.0)
+    latents = tiny_model("b").encode(batch.enc_tok, batch.enc_pos, batch.enc_valid).detach()
+    b, j = 1, 4  # the fifth latent of the second text
+    moved_pos = batch.enc_pos.clone()
+    moved_pos[b, j] += 9
+    for bias in (True, False):
+        torch.manual_seed(0)
+        model = MLAE(cfg, "b", cross_rel_pos=bias).eval()
+        with kernels.use_backend(backend), torch.no_grad():
+            h0, h1 = (model.decode_masked(latents, p, batch.enc_valid, dec_tok, dec_pos, dec_valid)
+                      for p in (batch.enc_pos, moved_pos))
+        moved = (h0 - h1).abs().amax(-1) > 1e-6  # (B, Ld)
+        if not bias:
+            assert not moved.any(), "without the bias a latent's position id must change nothing"
+            continue
+        assert not moved[[i for i in range(len(h0)) if i != b]].any()  # other texts untouched
+        old, new = (kernels.t5_bucket(p - dec_pos[b], cfg.rel_buckets, cfg.rel_max_distance)
+                    for p in (batch.enc_pos[b, j], moved_pos[b, j]))
+        want = (old != new) & dec_valid[b]
+        assert want.any() and torch.equal(moved[b] & dec_valid[b], want), (moved[b], want)
+    # an older (b) checkpoint, without the table, loads with a zero one: the same function
+    torch.manual_seed(0)
+    plain = MLAE(cfg, "b", cross_rel_pos=False).eval()
+    model = MLAE(cfg, "b").eval()
+    model.load_state_dict(plain.state_dict())
+    assert torch.equal(model.cross_rel_table, torch.zeros_like(model.cross_rel_table))
+    with torch.no_grad():
+        a, c = (m.decode_masked(latents, batch.enc_pos, batch.enc_valid, dec_tok, dec_pos, dec_valid) for m in (plain, model))
+    assert torch.equal(a, c)
+
+
+def test_b_cross_bias_trains_the_same_through_the_kernel():
+    """Decoder (b)'s loss and every gradient, the cross-attention table's included, agree between
+    the reference attention and the Triton kernel."""
+    import kernels
+    pytest.importorskip("kernels.pseudo_attention")
+    from core.mlae import mlae_loss_sums
+    batch, _ = batch_of(windows(n=2, length=(70, 53)))
+    grads = {}
+    for backend in ("reference", "triton"):
+        model = tiny_model("b").train()
+        with kernels.use_backend(backend):
+            mlae_loss_sums(model, batch)["loss"].backward()
+        grads[backend] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    ref, tri = grads["reference"], grads["triton"]
+    assert ref.keys() == tri.keys() and "cross_rel_table" in ref and ref["cross_rel_table"].abs().max() > 0
+    for n in ref:
+        assert torch.allclose(ref[n], tri[n], atol=1e-4, rtol=1e-3), (n, (ref[n] - tri[n]).abs().max())
+
+
+def test_only_b_has_a_cross_attention_table():
+    cfg = preset("tiny", vocab_size=V, n_dec_layers=1)
+    assert MLAE(cfg, "b").cross_rel_table is not None
+    assert MLAE(cfg, "b", cross_rel_pos=False).cross_rel_table is None
+    assert MLAE(cfg, "a").cross_rel_table is None
+    assert MLAE(preset("tiny", vocab_size=V, n_dec_layers=1, rel_pos=False), "b").cross_rel_table is None
+
+
 def test_decoder_variants_have_the_right_layers():
     assert tiny_model("b").dec_layers[0].cross is not None
     assert tiny_model("a").dec_layers[0].cross is None
@@ -210,7 +278,7 @@ def finetune_and_eval(init, task_files, out, *flags):
 def test_pretrain_then_classify(mlae_checkpoint, task_files, tmp_path):
     row = finetune_and_eval(os.path.join(mlae_checkpoint, "last.pt"), task_files, str(tmp_path / "c"),
                             "--task", "classify")
-    assert row["arch"] == "mlae-a" and 0 <= row["accuracy"] <= 100 and 0 <= row["macro_f1"] <= 100
+    assert row["arch"] == "mlae-b" and 0 <= row["accuracy"] <= 100 and 0 <= row["macro_f1"] <= 100
 
 
 def test_classify_under_two_processes(mlae_checkpoint, task_files, tmp_path):

@@ -72,6 +72,22 @@ def cross_layout(B, Lq, Lk):
     return qk, qk.clone(), kk, kk.clone(), valid, None, None
 
 
+def mlae_cross_layout(B, L, g, ratio=0.15):
+    """MLAE decoder (b)'s cross-attention: [MASK] queries at the masked positions of a length-L
+    text, keys the latents at the other positions (their original ids), each row its own mask,
+    the second row's latents 11 shorter (padding). Returns the layout and (q_pos, k_pos)."""
+    n = round(ratio * L)
+    masked = torch.stack([torch.randperm(L, generator=g) < n for _ in range(B)])
+    q_pos = torch.stack([m.nonzero()[:, 0] for m in masked])
+    keep = [(~m).nonzero()[:, 0] for m in masked]
+    Lk = L - n
+    short = torch.tensor([Lk] + [Lk - 11] * (B - 1))
+    valid = torch.arange(Lk)[None] < short[:, None]
+    k_pos = torch.stack([torch.where(valid[b], keep[b], 0) for b in range(B)])
+    qk, kk = torch.zeros(B, n, dtype=torch.long), torch.zeros(B, Lk, dtype=torch.long)
+    return (qk, qk.clone(), kk, kk.clone(), valid, None, None), (q_pos, k_pos)
+
+
 def packed_layout(B, L, g):
     """Three causal sequences packed in each row, with a padded tail."""
     kind, step, *_ = causal_layout(B, L)
@@ -117,7 +133,7 @@ def report(name, got, want):
     return f"{name}: max abs diff {diff.max().item():.3g}, mean {diff.mean().item():.3g}"
 
 
-def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed=0, M=6, sorted_pos=False):
+def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed=0, M=6, sorted_pos=False, pos=None):
     g = torch.Generator().manual_seed(seed)
     qk, qs, kk, ks, valid, qseq, kseq = layout
     B, Lq, Lk = qk.shape[0], qk.shape[1], kk.shape[1]
@@ -131,6 +147,8 @@ def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed
         pos_k = torch.randint(0, 3 * M, (B, Lk), generator=g).to(dev)
         if sorted_pos:  # real positions: tiles farther apart than M read one clamped distance
             pos_q, pos_k = (torch.arange(L, device=dev).expand(B, L) for L in (Lq, Lk))
+        if pos is not None:  # given position ids (a cross-attention's: queries and keys of one text)
+            pos_q, pos_k = (p.to(dev) for p in pos)
         bias_arg = reference.RelPosBias(table, pos_q, pos_k, M)
         leaves.append(table)
     elif bias == "dense":
@@ -211,6 +229,42 @@ def test_seq2seq_pseudo():
 
 def test_cross_attention_with_padding():
     run_case(cross_layout(2, 20, 70), bias="dense")
+
+
+@pytest.mark.parametrize("M,seed", [(128, 21), (4, 22)])
+def test_mlae_cross_attention_with_relative_bias(M, seed):
+    """Decoder (b): each [MASK] against every latent by their original position ids. M = 4 makes
+    FAR tiles (latent tiles entirely before or after a [MASK] tile) next to the per-pair ones."""
+    layout, pos = mlae_cross_layout(2, 600, gen(seed))
+    run_case(layout, bias="rel", M=M, pos=pos)
+    if M == 4:
+        k_kind = torch.where(layout[4], layout[2], NEVER)
+        tiles = build_tile_map(layout[0], layout[1], None, k_kind, layout[3], None, 16, 16,
+                               q_pos=pos[0], k_pos=pos[1], max_dist=M)
+        assert (tiles.cls == FAR).any() and (tiles.cls != FAR).any()
+
+
+def test_cross_attention_with_relative_bias_and_any_positions():
+    """Position ids in any order, repeated, queries and keys of different lengths."""
+    run_case(cross_layout(2, 37, 70), bias="rel", seed=3)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_cross_attention_with_the_cuda_launch_configuration(monkeypatch, D):
+    """The block sizes the launchers pick on a GPU (128 x 64 forward, 64 x 64 or 64 x 32 backward),
+    run by the interpreter: MLAE (b)'s layout, and sorted positions with M = 8, where whole
+    128 x 64 tiles are FAR."""
+    real = pa._blocks
+    monkeypatch.setattr(pa, "_blocks", lambda device, D, backward: real(torch.device("cuda"), D, backward))
+    layout, pos = mlae_cross_layout(2, 300, gen(23))
+    run_case(layout, bias="rel", M=128, pos=pos, D=D, H=1)
+    run_case(cross_layout(2, 150, 300), bias="rel", M=8, sorted_pos=True, D=D, H=1)
+    pos = torch.arange(150).expand(2, 150), torch.arange(300).expand(2, 300)
+    layout = cross_layout(2, 150, 300)
+    tiles = pa.tilemap_for(pa.prepare(*(torch.zeros(2, 1, L, D) for L in (150, 300, 300)), *layout[:5],
+                                      bias=reference.RelPosBias(torch.zeros(1, 17), *pos, 8))[0],
+                           real(torch.device("cuda"), D, False))
+    assert (tiles.cls == FAR).any()
 
 
 def test_packed_sequences():

@@ -167,3 +167,29 @@ def test_windows_respect_documents(tokenizer):
     is_target = a.target >= 0
     assert not ((a.tokens == eos) & (a.kind == CONTEXT) & is_target).any()
     assert not (a.target == eos).any()
+
+
+@pytest.mark.parametrize("variant", ["a", "b"])
+def test_mlae_records_only_positions_it_trains(tokenizer, variant):
+    """MLAE's window is "[SOS] window [EOS]", seq_len - 1 tokens: after one step every position
+    embedding row its checkpoint records has a gradient, and the rows past them have none. An
+    older record (one position more) is corrected from --seq-len."""
+    import torch
+
+    from core.config import preset
+    from core.data import TokenStream
+    from core.finetuning import positions_of, pretraining_window, trained_positions
+    from core.mlae import MLAE, mlae_batch, mlae_loss_sums
+    seq_len = 48
+    total = trained_positions("mlae", seq_len)["total"]
+    assert total == seq_len - 1
+    ids = np.random.default_rng(0).integers(tokenizer.n_special, tokenizer.vocab_size, 5000)
+    stream = TokenStream([ids.tolist()], pretraining_window("mlae", seq_len), 0)
+    torch.manual_seed(0)
+    model = MLAE(preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1), variant)
+    mlae_loss_sums(model, mlae_batch(stream, range(8), tokenizer))["loss"].backward()
+    trained = model.emb.pos.weight.grad.abs().sum(1) > 0  # (max_positions,)
+    assert trained[:total].all(), (~trained[:total]).nonzero()[:, 0].tolist()
+    assert not trained[total:].any(), trained[total:].nonzero()[:, 0].tolist()
+    old = dict(kind="pretrain/mlae", args=dict(seq_len=seq_len), positions=dict(total=seq_len))
+    assert positions_of(old) == dict(total=total)
