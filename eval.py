@@ -244,7 +244,7 @@ def check_settings(args, paths, states):
         max_len=(bool(archs - {"elmer"}), "to summarization checkpoints other than elmer (whose length is its --dec-len)", True),
         src_field=(args.data is not None, "with --data", True),
         tgt_field=(args.data is not None, "with --data", True),
-        split=(args.data is None, "without --data (the embedded corpus's splits)", True)))
+        split=(args.data is None, "without --data (the embedded corpus's splits)", True)), notes_to=sys.stderr)
     for path in paths:
         state, fa = states[path], states[path]["args"]
         out_dir = os.path.dirname(os.path.abspath(path))

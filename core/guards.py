@@ -106,12 +106,13 @@ def check_values(args):
         raise UserError("; ".join(bad))
 
 
-def refuse_unused(args, applies):
+def refuse_unused(args, applies, notes_to=None):
     """Flags given on the command line that this run would ignore are never dropped without a word.
     `applies` maps a dest to (whether it applies, what it needs[, harmless]). A flag that would
     change what the run means (an architecture, an exit rule, a decoding budget) is refused; one
     marked harmless (a metric's sample size, a length the task does not use) gets a `note:` line
-    and the run goes on. A flag at its default was not given and is never named."""
+    and the run goes on (on stdout with the run's other notes, or `notes_to`). A flag at its default
+    was not given and is never named."""
     given = getattr(args, "given", set())
     unused = [(k, need, rest) for k, (ok, need, *rest) in applies.items() if k in given and not ok]
     bad = [f"--{k.replace('_', '-')} applies only {need}" for k, need, rest in unused if not (rest and rest[0])]
@@ -119,8 +120,8 @@ def refuse_unused(args, applies):
         raise UserError("; ".join(bad) + ": drop " + ("it" if len(bad) == 1 else "them"))
     for k, need, _ in (u for u in unused if u[2] and u[2][0]):
         if int(os.environ.get("RANK", 0)) == 0:
-            print(f"note: --{k.replace('_', '-')} is not used by this run (it applies only {need})", file=sys.stderr,
-                  flush=True)
+            print(f"note: --{k.replace('_', '-')} is not used by this run (it applies only {need})",
+                  file=notes_to or sys.stdout, flush=True)
 
 
 def check_positions(what, needed, available, fix):

@@ -110,8 +110,8 @@ def test_harmless_unused_flag_is_a_note(runs, tmp_path, capsys):
     """--max-tgt means nothing to classification: said in a note, and the run goes on."""
     finetune.main(["--init", os.path.join(runs["pmlm"], "last.pt"), "--task", "classify", "--train-data", runs["train"],
                    "--valid-data", runs["valid"], "--out", str(tmp_path / "c")] + FT)
-    err = capsys.readouterr().err
-    assert "note: --max-tgt is not used by this run" in err, err
+    out = capsys.readouterr().out
+    assert "note: --max-tgt is not used by this run" in out, out
     assert os.path.exists(tmp_path / "c" / "best.pt")
 
 
