@@ -187,6 +187,13 @@ def part_pmlm(rep, args):
     from core.config import preset
     from core.model import UnifiedLM, count_parameters
     n_params = count_parameters(UnifiedLM(preset("small", vocab_size=8000)))
+    if args.data is None:  # train.py's tokenizer, trained once into data/cache outside the runs' time limits
+        from core.data import pretraining_texts
+        from core.tokenizer import cached_tokenizer
+        from core.training import TOKENIZER_CACHE
+        t0 = time.time()
+        cached_tokenizer(pretraining_texts()[0], 8000, TOKENIZER_CACHE)
+        print(f"tokenizer ready ({time.time() - t0:.0f}s; a call that ran out of time finds it cached)", flush=True)
     curves, rows = {}, []
     for backend in ("triton", "reference"):
         out = os.path.join(args.out, f"pmlm-{backend}")
