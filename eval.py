@@ -13,8 +13,9 @@ markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its g
 to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
 name and a hash of its path, with -sampleN under --limit and -exitX under --exit-entropy X), so
 that no evaluation overwrites another.
-Every checkpoint and data file is read and checked before the first is evaluated; files are
-written last.
+Every checkpoint, data file and flag is checked before the first is evaluated (a flag that
+applies to none of the checkpoints is named in a note); each checkpoint's files are written as soon as
+its row exists, so a failure later in the call loses nothing already computed.
 """
 import argparse
 import hashlib
@@ -32,7 +33,7 @@ from core.config import ModelConfig
 from core.elmer import exit_statistics
 from core.distributed import resolve_dtype
 from core.errors import UserError, main_guard
-from core.guards import parse_args
+from core.guards import check_positions, parse_args, refuse_unused
 from core.finetuning import arch_of, build_model, rouge, summarize
 from core.model import count_parameters
 from core.tasks import Labels, lead, load_split
@@ -148,10 +149,11 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
     tok = Tokenizer.from_tensor(state["tokenizer"])
     cfg = ModelConfig.from_dict(state["model_config"])
     labels = Labels(state["labels"]) if task == "classify" else None
-    model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"))
+    with checkpoint.weights_of(path):
+        model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"))
+        model.load_state_dict(state["model"])
     if arch == "elmer" and args.exit_entropy is not None:
         model.exit_entropy = args.exit_entropy
-    model.load_state_dict(state["model"])
     model.to(device).eval()
     fa = state["args"]
     data = examples(task, args)
@@ -229,6 +231,45 @@ def markdown(rows):
     return "\n".join(lines)
 
 
+def check_settings(args, paths, states):
+    """Before the first generation: a flag that applies to none of the checkpoints is named, every
+    length fits the positions of each model, and every result can be written."""
+    archs = {arch_of(states[p], p) for p in paths if states[p]["kind"] == "finetune/summarize"}
+    ar = bool(archs - {"nar", "elmer"})
+    # eval.py changes no model and each row records the decoding it used: an unused flag is a note
+    refuse_unused(args, dict(
+        length_beam=("nar" in archs, "to a NAR (--nar) checkpoint", True),
+        iterations=("nar" in archs, "to a NAR (--nar) checkpoint", True),
+        exit_entropy=("elmer" in archs, "to an elmer checkpoint", True),
+        beam=(ar, "to an autoregressive summarization checkpoint", True),
+        length_penalty=(ar, "to an autoregressive summarization checkpoint", True),
+        length_norm=(ar, "to an autoregressive summarization checkpoint", True),
+        no_repeat_ngram=(ar, "to an autoregressive summarization checkpoint", True),
+        min_len=(ar, "to an autoregressive summarization checkpoint", True),
+        max_len=(bool(archs - {"elmer"}), "to summarization checkpoints other than elmer (whose length is its --dec-len)", True),
+        src_field=(args.data is not None, "with --data", True),
+        tgt_field=(args.data is not None, "with --data", True),
+        split=(args.data is None, "without --data (the embedded corpus's splits)", True)), notes_to=sys.stderr)
+    for path in paths:
+        state, fa = states[path], states[path]["args"]
+        out_dir = os.path.dirname(os.path.abspath(path))
+        if not os.access(out_dir, os.W_OK):
+            raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
+        arch = arch_of(state, path)
+        if state["kind"] != "finetune/summarize" or arch == "elmer":
+            continue
+        max_tgt = fa.get("max_tgt", 24)
+        if args.max_len is None and args.min_len > max_tgt:
+            raise UserError(f"--min-len {args.min_len} is above {path}'s --max-tgt {max_tgt}, the default --max-len: "
+                            f"give --max-len too")
+        max_len, room = args.max_len or max_tgt, ModelConfig.from_dict(state["model_config"]).max_positions
+        if arch in ("unilm", "mlae-unilm"):  # source and target share one position table
+            check_positions(f"{path}: its --max-src {fa['max_src']} + --max-len {max_len}", fa["max_src"] + max_len,
+                            room, f"use --max-len <= {room - fa['max_src']}")
+        else:
+            check_positions(f"{path}: --max-len {max_len}", max_len, room, f"use --max-len <= {room}")
+
+
 @main_guard
 def main(argv=None):
     args = get_args(argv)
@@ -239,19 +280,13 @@ def main(argv=None):
     states = {path: checkpoint.load(path, kinds=("finetune/",)) for path in paths}
     for task in sorted({state["kind"].split("/")[1] for state in states.values()}):
         load_split(task, args.split, args.data, args.src_field, args.tgt_field)
-    for path in paths:
-        max_tgt = states[path]["args"].get("max_tgt", 24)
-        if args.max_len is None and args.min_len > max_tgt and states[path]["kind"] == "finetune/summarize":
-            raise UserError(f"--min-len {args.min_len} is above {path}'s --max-tgt {max_tgt}, the default --max-len: "
-                            f"give --max-len too")
-        out_dir = os.path.dirname(os.path.abspath(path))
-        if not os.access(out_dir, os.W_OK):
-            raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
+    check_settings(args, paths, states)
     dtype = resolve_dtype(args.dtype, device)
-    results = [evaluate_checkpoint(path, states[path], args, device, dtype) for path in paths]
-    for path, (row, outputs) in zip(paths, results):
+    rows = []
+    for path in paths:  # each checkpoint's results on disk at once: a later failure loses none of them
+        row, outputs = evaluate_checkpoint(path, states[path], args, device, dtype)
         write_results(path, row, outputs, args)
-    rows = [row for row, _ in results]
+        rows.append(row)
     if not args.no_lead and any(r["task"] == "summarize" for r in rows):
         data = examples("summarize", args)
         sources, targets = data.sources, data.targets

@@ -30,7 +30,7 @@ from core.config import PRESETS, ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.guards import StopSignals, best_on_disk, check_continues, parse_args
+from core.guards import StopSignals, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
 from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, elmer_options, rouge, scheduled_loss,
                              seq2seq_arch, seq2seq_ops, summarize)
 from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
@@ -96,6 +96,32 @@ def main(argv=None):
         compute_cleanup()
 
 
+def unused_flags(args, arch, summ):
+    """guards.refuse_unused's table: each option's flags, and whether this run (a checkpoint of
+    `arch`, before it is turned into its fine-tuning architecture) uses them."""
+    scratch_run, elmer, nar = args.init == "none", arch == "elmer", summ and args.nar
+    return dict(
+        arch=(scratch_run, "with --init none (a checkpoint brings its own architecture)"),
+        model=(scratch_run, "with --init none (a checkpoint brings its own size)"),
+        vocab_size=(scratch_run, "with --init none (a checkpoint brings its own tokenizer)"),
+        exit=(elmer, "to an elmer checkpoint (or --init none --arch elmer)"),
+        exit_entropy=(elmer and args.exit == "hard", "to an elmer checkpoint with --exit hard"),
+        dec_len=(elmer, "to an elmer checkpoint (or --init none --arch elmer)"),
+        nar=(summ, "to --task summarize"),
+        length_beam=(nar, "with --nar"),
+        iterations=(nar, "with --nar"),
+        style=(summ and arch in ("unilm", "mlae-a", "mlae-b"), "to summarization from a pmlm, mlm or mlae checkpoint"),
+        cross_init=(summ and not scratch_run, "to summarization from a pretrained checkpoint"),
+        mask_schedule=(summ, "to --task summarize"),
+        mask_init=(summ, "to --task summarize"),
+        rouge_examples=(summ, "to --task summarize", True),
+        max_tgt=(summ, "to --task summarize", True),
+        src_field=(summ, "to --task summarize"),
+        tgt_field=(summ, "to --task summarize"),
+        text_field=(not summ, "to --task classify"),
+        label_field=(not summ, "to --task classify"))
+
+
 def scratch(args, d, train):
     """What a pretrained checkpoint would provide, for --init none: a tokenizer, the preset's
     config, and the token counts that start the output bias. The tokenizer is the one train.py
@@ -136,8 +162,16 @@ def run(args, d):
     if state is None and "model" in source:  # stay within the positions pretraining trained
         args.max_src = fit_lengths(arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
     args.max_src = args.max_src or DEFAULT_MAX_SRC
+    if state is None:  # resuming, changed flags are refused against the run's own
+        refuse_unused(args, unused_flags(args, arch, summ))
     arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
     elmer_opts = elmer_options(arch, source, args.exit, args.exit_entropy, args.dec_len)
+    if elmer_opts and not (isinstance(elmer_opts["dec_len"], int) and elmer_opts["dec_len"] >= 2):
+        raise UserError(f"{args.init} records --dec-len {elmer_opts['dec_len']!r}, which no decoder can use: "
+                        f"give --dec-len (at least 2)")
+    if elmer_opts:  # the decoder is fed dec_len [MASK]s at positions 0..dec_len-1
+        check_positions(f"the decoder's --dec-len {elmer_opts['dec_len']}", elmer_opts["dec_len"], cfg.max_positions,
+                        "give a smaller --dec-len")
     if args.max_src > cfg.max_positions or (arch in ("unilm", "mlae-unilm") and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
@@ -162,6 +196,8 @@ def run(args, d):
     args.warmup = max(1, round(args.warmup_frac * args.steps))
     if summ:
         loss_fn = scheduled_loss(loss_fn, arch, args)
+        if state is None and args.mask_schedule == "none":
+            refuse_unused(args, dict(mask_init=(False, "with a --mask-schedule other than none")))
     print0(d, f"data: {train.origin}: {n} train, {len(valid)} valid examples ({args.task}); "
               f"{steps_per_epoch} steps per epoch, {args.steps} steps")
 
@@ -175,19 +211,21 @@ def run(args, d):
     # -----------------------------------------------------------------------------
     # model and optimizer
     torch.manual_seed(args.seed)
-    model = build_model(arch, cfg, None if summ else len(labels), elmer_opts).to(d.device)
-    if state is not None:
-        model.load_state_dict(state["model"])
-    elif "model" not in source:  # --init none: only the output bias starts from the data
-        (model.encoder if labels else model).head.init_bias(source["counts"])
-    elif summ:
-        init_from_pretrained(model, source["model"], args.cross_init)
-    else:
-        model.encoder.load_state_dict(source["model"])
-    optimizer = make_optimizer(model, args.lr, args.weight_decay)
+    with checkpoint.weights_of(ckpt_path if state is not None else args.init):
+        model = build_model(arch, cfg, None if summ else len(labels), elmer_opts).to(d.device)
+        if state is not None:
+            model.load_state_dict(state["model"])
+        elif "model" not in source:  # --init none: only the output bias starts from the data
+            (model.encoder if labels else model).head.init_bias(source["counts"])
+        elif summ:
+            init_from_pretrained(model, source["model"], args.cross_init)
+        else:
+            model.encoder.load_state_dict(source["model"])
+        optimizer = make_optimizer(model, args.lr, args.weight_decay)
+        if state is not None:
+            optimizer.load_state_dict(state["optimizer"])
     start, best = 0, None
     if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
         restore_rng(state["rng"])
         start, best = state["step"], best_on_disk(args.out, state.get("best"))
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")

@@ -23,7 +23,7 @@ from core.config import preset
 from core.data import TokenStream, pretraining_texts, token_counts, unigram_entropy
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.guards import StopSignals, check_continues, parse_args
+from core.guards import StopSignals, check_continues, check_positions, parse_args, refuse_unused
 from core.finetuning import pretraining_window, trained_positions
 from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
@@ -74,6 +74,17 @@ def get_args(argv=None):
     p.add_argument("--eval-examples", type=int, default=256)
     add_run_flags(p, out="checkpoints/pretrain", lr=1e-3, save_every=100)
     args = parse_args(p, argv)
+    if not args.resume:  # resuming, the checkpoint's objective decides (and changed flags are refused)
+        o = args.objective
+        refuse_unused(args, dict(
+            losses=(o == "pmlm", "to --objective pmlm (mlm is pmlm with --losses ae)"),
+            enc_layers=(o in ("t5", "mlae", "elmer"), "to --objective t5, mlae or elmer"),
+            dec_layers=(o in ("t5", "mlae", "elmer"), "to --objective t5, mlae or elmer"),
+            decoder=(o == "mlae", "to --objective mlae"),
+            permutations=(o == "elmer", "to --objective elmer"),
+            dec_len=(o == "elmer", "to --objective elmer"),
+            separate_offramps=(o == "elmer", "to --objective elmer"),
+            vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)", True)))
     if args.objective == "mlm":
         args.losses = "ae"
     return args
@@ -135,6 +146,8 @@ def run(args, d):
         cfg = dataclasses.replace(cfg, **state["model_config"])
     if args.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
+    if elmer:  # stored in the checkpoint: fine-tuning and generation feed the decoder this many [MASK]s
+        check_positions(f"--dec-len {args.dec_len}", args.dec_len, cfg.max_positions, "lower --dec-len")
     torch.manual_seed(args.seed)
     elmer_opts = dict(dec_len=args.dec_len, separate_offramps=args.separate_offramps) if elmer else None
     model = (MLAE(cfg, args.decoder, args.cross_rel_pos) if mlae else ELMER(cfg, **elmer_opts) if elmer else
@@ -144,11 +157,12 @@ def run(args, d):
     model.head.init_bias(token_counts(train.ids, cfg.vocab_size))
     start = 0
     if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        with checkpoint.weights_of(ckpt_path):
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
         restore_rng(state["rng"])
         start = state["step"]
-        if args.objective in ("t5", "mlae", "elmer") and state["data"].get("corruption", 1) != CORRUPTION:
+        if args.objective in ("t5", "mlae", "elmer") and state.get("data", {}).get("corruption", 1) != CORRUPTION:
             print0(d, f"note: {ckpt_path} was written by an older version of the {args.objective} corruption; "
                       f"from step {start} on its examples differ from those its own version would draw")
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")

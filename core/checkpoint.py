@@ -2,7 +2,11 @@
 
 A checkpoint is a dict: format, kind (what produced it, e.g. "pretrain/pmlm"), model (state
 dict), model_config, args, step, data (loader state), optimizer, rng, tokenizer (uint8 tensor).
+Every script reads one through load(), which checks the keys its callers use before any work,
+and puts weights into a model through load_weights(), which names a mismatch instead of a
+traceback.
 """
+import contextlib
 import json
 import os
 import pickle
@@ -29,8 +33,9 @@ def save(path, state, config_json=None):
         os.replace(cfg + ".tmp", cfg)
 
 
-def load(path, kinds=None):
-    """Read and validate a checkpoint; `kinds` (a tuple of prefixes) is what the caller can use."""
+def load(path, kinds=None, need=()):
+    """Read and validate a checkpoint; `kinds` (a tuple of prefixes) is what the caller can use,
+    `need` the keys it reads beyond KEYS (RESUME_KEYS when resuming)."""
     if os.path.isdir(path):
         path = os.path.join(path, "last.pt")
     if not os.path.exists(path):
@@ -44,4 +49,57 @@ def load(path, kinds=None):
         raise UserError(f"{path} is not a checkpoint of this project (no '{FORMAT}' tag)")
     if kinds is not None and not str(state.get("kind", "")).startswith(tuple(kinds)):
         raise UserError(f"{path} is a {state.get('kind')!r} checkpoint; this needs one of {list(kinds)}")
+    check_keys(path, state, need)
     return state
+
+
+# the keys every checkpoint must hold, and their types; `need` in load() adds those of a resume
+KEYS = dict(kind=str, model=dict, model_config=dict, args=dict, tokenizer=torch.Tensor)
+RESUME_KEYS = dict(step=int, optimizer=dict, rng=dict)
+
+
+def check_keys(path, state, need=()):
+    """Every key a script will read, present and of its type: a missing or malformed one is named
+    here, not met as a KeyError (or worse) after minutes of work."""
+    from .config import ModelConfig
+    from .tasks import TASKS
+    want = dict(KEYS, **{k: RESUME_KEYS.get(k, object) for k in need})
+    kind = str(state.get("kind", ""))
+    if kind.startswith("finetune/"):
+        want.update(arch=str)
+    for key, typ in want.items():
+        if key not in state or state[key] is None:
+            raise UserError(f"{path} has no {key!r} (a checkpoint this project writes always has one): "
+                            f"it is damaged or was edited")
+        if not isinstance(state[key], typ):
+            raise UserError(f"{path}: its {key!r} is a {type(state[key]).__name__}, not a {typ.__name__}")
+    if state["tokenizer"].dtype != torch.uint8:
+        raise UserError(f"{path}: its 'tokenizer' is not a serialized SentencePiece model (uint8 bytes)")
+    if not all(isinstance(v, torch.Tensor) for v in state["model"].values()):
+        raise UserError(f"{path}: its 'model' is not a state dict of tensors")
+    try:
+        ModelConfig.from_dict(state["model_config"])
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{path}: its 'model_config' is not a model configuration ({e})") from None
+    if kind.startswith("finetune/"):
+        task = kind.split("/", 1)[1]
+        if task not in TASKS:
+            raise UserError(f"{path} is a fine-tuned checkpoint of task {task!r}, which this version does not "
+                            f"know (known: {', '.join(TASKS)})")
+        if not isinstance(state["args"].get("max_src"), int):
+            raise UserError(f"{path}: its 'args' has no --max-src (a fine-tuning always records one)")
+        if task == "classify" and not isinstance(state.get("labels"), list):
+            raise UserError(f"{path}: a classifier checkpoint with no 'labels' list")
+
+
+@contextlib.contextmanager
+def weights_of(path):
+    """Around the load_state_dict calls that put a checkpoint's weights into a model built from its
+    model_config: a mismatch (a missing weight, a shape that differs) is the checkpoint's fault,
+    said in one line."""
+    try:
+        yield
+    except (RuntimeError, KeyError, ValueError, AssertionError) as e:
+        lines = [l.strip() for l in str(e).strip().splitlines() if l.strip()]
+        detail = "; ".join(lines[1:3] or lines[:1])[:300]
+        raise UserError(f"{path}: its weights do not fit the model its 'model_config' describes ({detail})") from None

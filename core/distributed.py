@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .errors import UserError
+
 
 @dataclass
 class Dist:
@@ -32,6 +34,10 @@ def compute_init(device_flag="auto", dtype_flag="float32"):
     if device_flag == "auto":
         device_flag = "cuda" if torch.cuda.is_available() else "cpu"
     if device_flag == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise UserError(f"process {rank} has local rank {local_rank}, but this machine has "
+                            f"{torch.cuda.device_count()} GPU(s): start at most that many processes per "
+                            f"machine (--nproc_per_node), or use --device cpu")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
@@ -69,10 +75,16 @@ def compute_cleanup():
     """Tear the process group down. After a normal finish the ranks first meet at a barrier: with
     gloo, a rank that destroys the group while another still works (rank 0 writing the last
     checkpoint) can abort with "terminate called without an active exception". While an exception
-    propagates there is no barrier, since the other ranks may never reach it."""
+    propagates there is no barrier, since the other ranks may never reach it. A rank other than 0
+    that stops on an error of its own (a data file only it cannot read) keeps the group open: rank
+    0, waiting for it in a collective, stays there until this rank has printed its `error:` line
+    (errors.main_guard) and exited, instead of failing first with a bare "Connection closed by
+    peer" that torchrun would report while this rank's line was still unprinted."""
     if dist.is_initialized():
         if sys.exc_info()[0] is None:
             dist.barrier()
+        elif dist.get_rank() > 0:
+            return
         dist.destroy_process_group()
 
 

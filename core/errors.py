@@ -18,6 +18,14 @@ class Interrupted(Exception):
         self.status = status
 
 
+def lost_peer(e):
+    """Whether an exception is a collective failing because another process of the run is gone."""
+    text = str(e)
+    return int(os.environ.get("WORLD_SIZE", 1)) > 1 and (
+        type(e).__module__.startswith("torch.distributed") or "Connection closed by peer" in text
+        or "Connection reset by peer" in text or "Broken pipe" in text)
+
+
 def main_guard(fn):
     """Decorate a script's main(): a UserError becomes `error: ...` on stderr and exit status 2;
     an Interrupted run its one line and 128 + the signal number; Ctrl-C outside the training
@@ -46,6 +54,13 @@ def main_guard(fn):
                 time.sleep(10.0)
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
+        except RuntimeError as e:
+            if not lost_peer(e):
+                raise
+            # another process stopped on an error of its own and printed it (distributed.compute_cleanup)
+            print(f"stopped: process {os.environ.get('RANK', 0)} lost contact with another process of this run, "
+                  f"which stopped first (its error is the line above)", file=sys.stderr, flush=True)
+            sys.exit(1)
         finally:
             restore_signals()
     return wrapped

@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -47,7 +48,20 @@ RULES = {
     "no_repeat_ngram": (lambda v: v >= 0, "0 or more"),
     "batch_size": (lambda v: v >= 1, "at least 1"),
     "latency_samples": (lambda v: v >= 1, "at least 1"),
+    "enc_layers": (lambda v: v >= 1, "at least 1"),
+    "permutations": (lambda v: v >= 1, "at least 1"),
+    "dec_len": (lambda v: v >= 2, "at least 2 (one token and its [EOS])"),
+    "iterations": (lambda v: v >= 1, "at least 1"),
+    "length_beam": (lambda v: v >= 1, "at least 1"),
+    "mask_init": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "exit_entropy": (lambda v: v >= 0, "0 or more (inf: every token exits at layer 1)"),
+    # numpy's generators take seeds below 2**32; torch's manual_seed, below 2**64
+    "seed": (lambda v: 0 <= v < 2 ** 32, "in [0, 2**32)"),
+    # SentencePiece keeps piece ids in 32-bit ints; a vocabulary this large is never sensible
+    "vocab_size": (lambda v: v <= 1 << 20, "at most 1048576"),
 }
+# float flags that may be infinite (every other float flag must be a finite number)
+INFINITE_OK = {"exit_entropy"}
 
 
 class Args(argparse.Namespace):
@@ -76,10 +90,13 @@ def check_values(args):
     flag = lambda k: "--" + k.replace("_", "-")
     bad = []
     for k, v in vars(args).items():
+        if isinstance(v, float) and (math.isnan(v) or math.isinf(v) and k not in INFINITE_OK):
+            bad.append(f"{flag(k)} {v} must be a finite number" + (f" {RULES[k][1]}" if k in RULES else ""))
+            continue
         if k not in RULES or v is None:  # None: not given, derived later (from a checkpoint, the encoder)
             continue
         test, what = RULES[k]
-        if isinstance(v, float) and not math.isfinite(v) or not test(v):
+        if not test(v):
             bad.append(f"{flag(k)} {v} must be {what}")
     if getattr(args, "min_len", 0) > (getattr(args, "max_len", None) or math.inf):
         bad.append(f"--min-len {args.min_len} is above --max-len {args.max_len}")
@@ -87,6 +104,30 @@ def check_values(args):
         bad.append("--device cuda, but no CUDA GPU is available here (use --device cpu or auto)")
     if bad:
         raise UserError("; ".join(bad))
+
+
+def refuse_unused(args, applies, notes_to=None):
+    """Flags given on the command line that this run would ignore are never dropped without a word.
+    `applies` maps a dest to (whether it applies, what it needs[, harmless]). A flag that would
+    change what the run means (an architecture, an exit rule, a decoding budget) is refused; one
+    marked harmless (a metric's sample size, a length the task does not use) gets a `note:` line
+    and the run goes on (on stdout with the run's other notes, or `notes_to`). A flag at its default
+    was not given and is never named."""
+    given = getattr(args, "given", set())
+    unused = [(k, need, rest) for k, (ok, need, *rest) in applies.items() if k in given and not ok]
+    bad = [f"--{k.replace('_', '-')} applies only {need}" for k, need, rest in unused if not (rest and rest[0])]
+    if bad:
+        raise UserError("; ".join(bad) + ": drop " + ("it" if len(bad) == 1 else "them"))
+    for k, need, _ in (u for u in unused if u[2] and u[2][0]):
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"note: --{k.replace('_', '-')} is not used by this run (it applies only {need})",
+                  file=notes_to or sys.stdout, flush=True)
+
+
+def check_positions(what, needed, available, fix):
+    """A length that would reach past the model's position table, refused before any work."""
+    if needed > available:
+        raise UserError(f"{what} = {needed} positions, past the model's {available}: {fix}")
 
 
 # -----------------------------------------------------------------------------

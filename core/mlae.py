@@ -230,7 +230,9 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
     if cross_init not in CROSS_INITS:
         raise ValueError(f"unknown cross_init {cross_init!r}; pick one of {CROSS_INITS}")
     sd = dict(state_dict)
-    if "layers.0.attn.q.weight" in sd:  # a UnifiedLM (MLM/PMLM): its stack is the encoder
+    own = model.state_dict()
+    if "layers.0.attn.q.weight" in sd and "enc_layers.0.attn.q.weight" in own:
+        # a UnifiedLM (MLM/PMLM) into an encoder-decoder (RoBERTa-s2s): its stack is the encoder
         rename = lambda k: ("enc_" + k if k.startswith(("layers.", "rel_table")) else
                             "ln_enc" + k[4:] if k.startswith("ln_f.") else k)
         sd = {rename(k): v for k, v in sd.items() if not k.startswith("emb.seg.")}
@@ -244,7 +246,10 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
             src = k.replace(".cross.", ".attn.").replace(".ln_cross.", ".ln1.")
             if is_cross(k) and k not in sd and src in sd:
                 sd[k] = sd[src].clone()
-    own = model.state_dict()
+    wrong = [f"{k} {tuple(v.shape)} (the model's {tuple(own[k].shape)})" for k, v in sd.items()
+             if k in own and v.shape != own[k].shape]
+    if wrong:  # the checkpoint's weights are not those of its own config
+        raise RuntimeError(f"size mismatch:\n{', '.join(wrong[:3])}")
     fresh = [k for k in own if k not in sd]
     own.update({k: v for k, v in sd.items() if k in own})
     model.load_state_dict(own)

@@ -9,6 +9,26 @@ def fmt_duration(s):
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def truncate_log(path, step):
+    """A resumed run replays the steps after its checkpoint: the records an earlier process wrote
+    past that step (before a SIGKILL, say) are dropped, and so is a line cut short by the kill,
+    so that every step appears once. Rewritten atomically."""
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict) or rec.get("step", 0) <= step:
+                kept.append(json.dumps(rec) + "\n")
+    with open(path + ".tmp", "w") as f:
+        f.writelines(kept)
+    os.replace(path + ".tmp", path)
+
+
 class Progress:
     def __init__(self, total, log_path=None, start_step=0):
         self.total, self.start_step = total, start_step
@@ -16,6 +36,8 @@ class Progress:
         self.log_path = log_path
         if log_path:
             os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+            if start_step > 0:  # resuming
+                truncate_log(log_path, start_step)
 
     def log(self, record):
         """Append one JSON line (rank 0 only calls this)."""

@@ -73,7 +73,7 @@ def start_or_resume(args, kinds, resumable, d):
     path = os.path.join(args.out, "last.pt")
     if not args.resume:
         return args, None, path
-    state = checkpoint.load(path, kinds=kinds)
+    state = checkpoint.load(path, kinds=kinds, need=("step", "optimizer", "rng"))
     saved = dict(state["args"])
     conflicts = resume_conflicts(args, saved, resumable)
     if conflicts:

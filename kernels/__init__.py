@@ -9,6 +9,7 @@ ATTENTION_BACKEND forces one for every 'auto' call, which is how tests and bench
 """
 import contextlib
 import os
+import sys
 
 from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, rel_pos_bias, t5_bucket, visible
 from . import reference
@@ -30,10 +31,16 @@ def use_backend(name):
         _forced = before
 
 
+_import_error = []  # the ImportError of the Triton modules, once met
+_warned = []  # the warning about it is printed once per process
+
+
 def triton_available():
     try:
-        from . import pseudo_attention  # noqa: F401  (imports triton)
-    except ImportError:
+        from . import early_exit, pseudo_attention  # noqa: F401  (import triton)
+    except Exception as e:  # ImportError, or a Triton whose API the kernels do not fit
+        if not _import_error:
+            _import_error.append(e)
         return False
     return True
 
@@ -45,6 +52,11 @@ def resolve_backend(backend, device):
         backend = _forced
     if backend == "auto":
         backend = "triton" if device.type == "cuda" and triton_available() else "reference"
+        if device.type == "cuda" and backend == "reference" and _import_error and not _warned:
+            # on a GPU the reference is many times slower: a run must not fall back without a word
+            _warned.append(True)
+            print(f"warning: the Triton kernels cannot be imported ({_import_error[0]}); attention and early "
+                  f"exit run the PyTorch reference on this GPU", file=sys.stderr, flush=True)
     return backend
 
 

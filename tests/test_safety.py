@@ -159,12 +159,18 @@ def test_nan_keeps_the_last_good_checkpoint(world, tmp_path, monkeypatch, capsys
 # -----------------------------------------------------------------------------
 # SIGINT: a checkpoint at the current step, one line, a non-zero status
 
+def default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_saves_the_current_step(world, tmp_path):
     out = str(tmp_path / "sig")
     flags = ["--data", world["text"], "--steps", "100000", "--out", out] + TINY[:-2] + ["--save-every", "100000"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    # the child gets the default SIGINT handler: a suite started from a background shell (or nohup)
+    # runs with SIGINT ignored, which the child would inherit and rightly keep (guards.StopSignals)
     p = subprocess.Popen([sys.executable, "train.py"] + flags, cwd=ROOT, env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint)
     seen = []
     for line in p.stdout:  # wait until a few steps are done
         seen.append(line)

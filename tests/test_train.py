@@ -18,7 +18,8 @@ def losses(out):
 
 
 def test_two_processes_match_one(text_file, tmp_path):
-    flags = ["--data", text_file, "--dropout", "0", "--steps", "3"] + TINY
+    # gloo on the CPU, also on a machine with one GPU (where a second process would ask for cuda:1)
+    flags = ["--data", text_file, "--dropout", "0", "--steps", "3", "--device", "cpu"] + TINY
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     subprocess.run([sys.executable, "train.py", "--out", one] + flags, cwd=ROOT, env=env, check=True,
@@ -35,19 +36,36 @@ def test_two_processes_match_one(text_file, tmp_path):
         assert torch.allclose(wa[k], wb[k], atol=1e-5), k
 
 
-def test_resume_is_exact(text_file, tmp_path):
-    flags = ["--data", text_file, "--steps", "6", "--dropout", "0.1"] + TINY  # its replay is part of the test
+# What "exact" means where: on the CPU every kernel sums in a fixed order, so a resumed run is bit
+# for bit the uninterrupted one. On CUDA the backward of a bias (and of the embedding gather)
+# accumulates with atomics in no fixed order, so two runs of the same steps differ in the last bits
+# of a float32 sum, and under bf16 autocast those bits grow over steps: the losses agree to a few
+# 1e-4 and the weights to 1e-3, which is what the CUDA variant checks.
+RESUME_TOLERANCE = {"cpu": None, "cuda": dict(loss=2e-3, weights=1e-3)}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA's variant of the exact-resume test"))])
+def test_resume_is_exact(text_file, tmp_path, device):
+    flags = ["--data", text_file, "--steps", "6", "--dropout", "0.1", "--device", device] + TINY  # dropout's replay is part of the test
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     train.main(flags + ["--out", straight])
     train.main(flags + ["--out", resumed, "--stop-after", "3"])
     assert len(losses(resumed)) == 3
     train.main(flags + ["--out", resumed, "--resume"])
-    assert losses(straight) == losses(resumed)
+    tol = RESUME_TOLERANCE[device]
     a = torch.load(os.path.join(straight, "last.pt"), weights_only=True)
     b = torch.load(os.path.join(resumed, "last.pt"), weights_only=True)
     assert a["step"] == b["step"] == 6
-    for k in a["model"]:
-        assert torch.equal(a["model"][k], b["model"][k]), k
+    if tol is None:
+        assert losses(straight) == losses(resumed)
+        for k in a["model"]:
+            assert torch.equal(a["model"][k], b["model"][k]), k
+    else:
+        assert losses(straight) == pytest.approx(losses(resumed), abs=tol["loss"], rel=tol["loss"])
+        for k in a["model"]:
+            diff = (a["model"][k].float() - b["model"][k].float()).abs().max().item()
+            assert diff <= tol["weights"], (k, diff)
 
 
 def test_loss_falls(text_file, tmp_path):

@@ -1,0 +1,257 @@
+"""The first step of validating a GPU: one command, in parts that each fit a 10-minute call.
+
+    python bench/gpu_check.py --wheels                       # any machine: the wheels a GPU image lacks
+    python bench/gpu_check.py --part tests-kernels --out gpu # the Triton kernel tests on CUDA (bf16 included)
+    python bench/gpu_check.py --part tests-rest --out gpu    # the rest of the suite on CUDA
+    python bench/gpu_check.py --part bench --out gpu         # every bench/bench_*.py, with its target
+    python bench/gpu_check.py --part profile --out gpu       # a profiled `base` PMLM and ELMER training step
+    python bench/gpu_check.py --part pmlm --out gpu          # `small` PMLM, Triton vs reference, 200 steps
+
+Each part appends markdown rows for bench/RESULTS.md to OUT/results.md and everything it ran,
+with the output, to OUT/gpu_check.log. The GPU image (Python 3.12, torch 2.11, triton 3.6, no
+network) lacks rouge-score and its dependency nltk, which the test suite needs (ROUGE is computed
+in fine-tuning and eval tests): --wheels prints the command that builds them on a machine with
+network, to carry in wheels/ and install there with the command it also prints. On a machine
+without CUDA every part is refused in one line.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm")
+KERNEL_TESTS = ["tests/test_pseudo_attention.py", "tests/test_attention_rule.py", "tests/test_early_exit.py",
+                "tests/test_compile.py"]
+# module -> the distribution that provides it: what the code and the tests import beyond torch
+NEEDED = {"numpy": "numpy", "sentencepiece": "sentencepiece", "rouge_score": "rouge-score", "nltk": "nltk",
+          "absl": "absl-py", "pytest": "pytest", "triton": "triton"}
+# read off the GPU image's package list (the device's KINDS.md): present there, except these
+GPU_IMAGE_LACKS = ["rouge-score", "nltk"]
+# every benchmark, its arguments, and the target its header (or bench/RESULTS.md) sets
+BENCHES = [
+    ("bench/bench_attention.py", [], "fwd+bwd >= 1.3x FlexAttention (BlockMask build included), >= 3x SDPA "
+                                     "with a dense mask at 1k, >= 300 TFLOP/s forward at D = 64"),
+    ("bench/bench_gather.py", [], "gather / scatter >= 2.5 TB/s at 4k+ tokens x 768, bf16"),
+    ("bench/bench_offramp.py", [], "fused off-ramp >= 2x the PyTorch chain"),
+    ("bench/bench_early_exit.py", ["--model", "base"], "half the tokens exited after layer 1: decoder time <= 0.65x "
+                                                       "no exit; NAR one pass >= 10x lower latency than AR beam 4"),
+    ("bench/bench_mlae_encoder.py", ["--model", "base"], "encoder on unmasked tokens faster than on all (no set ratio)"),
+]
+H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 SXM, the MFU denominator
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--part", choices=PARTS + ("all",), help="what to check (all: every part, past one call's 10 minutes)")
+    p.add_argument("--out", default="gpu_check", help="directory for results.md and gpu_check.log")
+    p.add_argument("--wheels", action="store_true", help="print the wheels a GPU image needs and the commands; runs anywhere")
+    p.add_argument("--steps", type=int, default=200, help="pmlm: training steps per backend")
+    p.add_argument("--data", default=None, help="pmlm: pretraining text (default: the embedded corpus; carry data/cache "
+                                                "to skip training its tokenizer there)")
+    p.add_argument("--loss-tolerance", type=float, default=0.05,
+                   help="pmlm: largest |loss difference| between the backends at any step (bf16 autocast)")
+    args = p.parse_args(argv)
+    if not args.wheels and args.part is None:
+        p.error("give --part (or --wheels)")
+    if args.steps < 1 or not args.loss_tolerance > 0:
+        p.error("--steps must be at least 1 and --loss-tolerance above 0")
+    return args
+
+
+def missing_here():
+    """The distributions of NEEDED that this Python cannot import."""
+    return sorted({dist for mod, dist in NEEDED.items() if importlib.util.find_spec(mod) is None})
+
+
+def wheel_commands(dists):
+    """(build on a machine with network, install on the GPU machine). rouge-score publishes only a
+    source archive, so its wheel is built (pure Python, any interpreter); --no-deps: the image has
+    the rest (absl-py, numpy, six, click, joblib, regex, tqdm)."""
+    build = f"python3 -m pip wheel --no-deps -w wheels {' '.join(dists)}"
+    install = "python3 -m pip install --no-index --no-deps wheels/*.whl"
+    return build, install
+
+
+def print_wheels():
+    here = missing_here()
+    build, install = wheel_commands(GPU_IMAGE_LACKS)
+    print(f"the GPU image lacks: {', '.join(GPU_IMAGE_LACKS)}")
+    print(f"  build them here (network):   {build}")
+    print(f"  install them there (no network; wheels/ travels with the working tree):   {install}")
+    print(f"missing in this Python ({sys.version.split()[0]}): {', '.join(here) or 'nothing'}")
+
+
+# -----------------------------------------------------------------------------
+# the log and the rows
+
+class Report:
+    def __init__(self, out):
+        os.makedirs(out, exist_ok=True)
+        self.log_path, self.rows_path = os.path.join(out, "gpu_check.log"), os.path.join(out, "results.md")
+
+    def log(self, text):
+        with open(self.log_path, "a") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+
+    def rows(self, title, header, rows):
+        lines = [f"\n### {title}\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+        with open(self.rows_path, "a") as f:
+            f.write("\n".join(lines) + "\n")
+        print("\n".join(lines), flush=True)
+
+    def run(self, cmd, env=None, timeout=560):
+        """Run a command, its output to the log; (status, output, seconds)."""
+        t0 = time.time()
+        self.log(f"$ {' '.join(cmd)}")
+        try:
+            r = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, **(env or {})), capture_output=True, text=True,
+                               timeout=timeout)
+            status, out = r.returncode, r.stdout + r.stderr
+        except subprocess.TimeoutExpired as e:
+            status, out = "timeout", (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        self.log(out)
+        return status, out, time.time() - t0
+
+
+def environment():
+    import torch
+    import triton
+    return (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+            f"Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
+
+
+# -----------------------------------------------------------------------------
+# the parts
+
+def part_tests(rep, files):
+    """The suite on CUDA: the Triton backend is what 'auto' picks on a GPU (TRITON_INTERPRET unset)."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"] + files
+    status, out, secs = rep.run(cmd, env={"TRITON_INTERPRET": "0"})
+    summary = [l for l in out.strip().splitlines() if " passed" in l or " failed" in l or " error" in l][-1:]
+    failed = [l for l in out.splitlines() if l.startswith(("FAILED", "ERROR"))]
+    rep.rows(f"tests on CUDA: {' '.join(os.path.basename(f) for f in files) if len(files) < 5 else 'the rest'}",
+             ["status", "summary", "seconds"], [[status, summary[0] if summary else "-", f"{secs:.0f}"]] +
+             [["", f, ""] for f in failed[:20]])
+
+
+def part_bench(rep):
+    rows = []
+    for script, extra, target in BENCHES:
+        status, out, secs = rep.run([sys.executable, script] + extra)
+        tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]
+        rows.append([os.path.basename(script) + " " + " ".join(extra), target, status, f"{secs:.0f}",
+                     tail[0].replace("|", "/")[:120]])
+    rep.rows("benchmarks (full tables in gpu_check.log)", ["benchmark", "target", "status", "seconds", "last line"], rows)
+
+
+def part_profile(rep):
+    """A `base` training step under torch.profiler: the top kernels by CUDA time, and the shares of
+    the attention kernels, the tile map and the off-ramps."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from profile_step import make_step
+    rows_all = []
+    for objective in ("pmlm", "elmer"):
+        step = make_step(objective, "base")
+        for _ in range(3):  # compile and warm the allocator
+            step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                step()
+            torch.cuda.synchronize()
+        events = [e for e in prof.key_averages() if e.device_time_total > 0]
+        total = sum(e.self_device_time_total for e in events) or 1.0
+        share = lambda *keys: sum(e.self_device_time_total for e in events if any(k in e.key for k in keys)) / total
+        top = sorted(events, key=lambda e: -e.self_device_time_total)[:12]
+        rep.log(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40))
+        rep.rows(f"profile: base {objective} step, top kernels by CUDA time", ["kernel", "share", "ms per step"],
+                 [[e.key[:80].replace("|", "/"), f"{e.self_device_time_total / total:.1%}",
+                   f"{e.self_device_time_total / 2e3:.2f}"] for e in top])
+        rows_all.append([objective, f"{total / 2e3:.1f}", f"{share('_fwd_kernel', '_bwd_kv_kernel', '_bwd_q_kernel', '_delta_kernel'):.1%}",
+                         f"{share('tile', 'tilemap'):.1%}", f"{share('offramp', '_ramp'):.1%}"])
+    rep.rows("profile: shares of a base training step", ["objective", "CUDA ms per step", "attention kernels", "tile map",
+                                                          "off-ramps"], rows_all)
+
+
+def part_pmlm(rep, args):
+    """`small` PMLM for --steps steps through each backend, same seed and data: loss curves, tokens/s, MFU."""
+    import torch
+    from core.config import preset
+    from core.model import UnifiedLM, count_parameters
+    n_params = count_parameters(UnifiedLM(preset("small", vocab_size=8000)))
+    if args.data is None:  # train.py's tokenizer, trained once into data/cache outside the runs' time limits
+        from core.data import pretraining_texts
+        from core.tokenizer import cached_tokenizer
+        from core.training import TOKENIZER_CACHE
+        t0 = time.time()
+        cached_tokenizer(pretraining_texts()[0], 8000, TOKENIZER_CACHE)
+        print(f"tokenizer ready ({time.time() - t0:.0f}s; a call that ran out of time finds it cached)", flush=True)
+    curves, rows = {}, []
+    for backend in ("triton", "reference"):
+        out = os.path.join(args.out, f"pmlm-{backend}")
+        cmd = [sys.executable, "train.py", "--model", "small", "--steps", str(args.steps), "--out", out, "--overwrite",
+               "--log-every", "10", "--eval-every", str(args.steps), "--device", "cuda"]
+        status, _, secs = rep.run(cmd + (["--data", args.data] if args.data else []), env={"ATTENTION_BACKEND": backend},
+                                  timeout=280)
+        log = [json.loads(l) for l in open(os.path.join(out, "log.jsonl"))] if os.path.exists(os.path.join(out, "log.jsonl")) else []
+        steps = [r for r in log if "tokens_per_s" in r]
+        curves[backend] = {r["step"]: r["loss"] for r in steps}
+        rate = sum(r["tokens_per_s"] for r in steps[1:]) / max(1, len(steps) - 1)  # the first report holds the warm-up
+        mfu = 6 * n_params * rate / (H100_BF16_TFLOPS * 1e12)
+        rows.append([backend, status, f"{secs:.0f}", f"{steps[-1]['loss']:.4f}" if steps else "-", f"{rate / 1e3:.1f}k",
+                     f"{mfu:.1%}"])
+    common = sorted(set(curves["triton"]) & set(curves["reference"]))
+    gap = max((abs(curves["triton"][s] - curves["reference"][s]) for s in common), default=float("nan"))
+    verdict = "ok" if gap <= args.loss_tolerance else "DIFFERS"
+    rep.rows(f"small PMLM, {args.steps} steps, Triton vs reference (largest loss gap {gap:.4f} over {len(common)} "
+             f"logged steps, tolerance {args.loss_tolerance}: {verdict}); MFU = 6 N tokens/s / {H100_BF16_TFLOPS:.0f} TFLOP/s, "
+             f"N = {n_params / 1e6:.1f}M, attention FLOPs not counted",
+             ["backend", "status", "seconds", "final loss", "tokens/s", "MFU"], rows)
+
+
+def main(argv=None):
+    args = get_args(argv)
+    if args.wheels:
+        print_wheels()
+        if args.part is None:
+            return 0
+    import torch
+    if not torch.cuda.is_available():
+        print("error: bench/gpu_check.py checks a CUDA GPU, and this machine has none (its CPU-side parts run in "
+              "tests/test_gpu_check.py)", file=sys.stderr)
+        return 2
+    missing = missing_here()
+    if missing and args.part in ("tests-rest", "all"):
+        build, install = wheel_commands(missing)
+        print(f"error: the test suite needs {', '.join(missing)}: build the wheels with `{build}` on a machine "
+              f"with network, then `{install}` here", file=sys.stderr)
+        return 2
+    rep = Report(args.out)
+    rep.rows("environment", ["GPU, versions, date"], [[environment()]])
+    for part in (PARTS if args.part == "all" else (args.part,)):
+        print(f"== {part}", flush=True)
+        if part == "tests-kernels":
+            part_tests(rep, KERNEL_TESTS)
+        elif part == "tests-rest":
+            part_tests(rep, sorted(os.path.join("tests", f) for f in os.listdir(os.path.join(ROOT, "tests"))
+                                   if f.startswith("test_") and f.endswith(".py") and f"tests/{f}" not in KERNEL_TESTS))
+        elif part == "bench":
+            part_bench(rep)
+        elif part == "profile":
+            part_profile(rep)
+        else:
+            part_pmlm(rep, args)
+    print(f"rows: {rep.rows_path}; log: {rep.log_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

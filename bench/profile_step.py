@@ -1,0 +1,54 @@
+"""One training step of a preset on the GPU, as train.py takes it, for bench/gpu_check.py's profile:
+
+    from profile_step import make_step
+    step = make_step("pmlm", "base"); step()   # forward + backward + AdamW under bf16 autocast
+
+The embedded corpus with its 8000-piece tokenizer (train.py's default, cached under data/cache),
+windows of 512 tokens, 16 examples per step (one micro-batch), the optimizer train.py makes.
+"""
+import dataclasses
+import os
+import sys
+from types import SimpleNamespace
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from core.config import preset  # noqa: E402
+from core.data import TokenStream, pretraining_texts  # noqa: E402
+from core.distributed import Dist  # noqa: E402
+from core.elmer import ELMER, lplm_batch, lplm_loss_sums  # noqa: E402
+from core.finetuning import pretraining_window  # noqa: E402
+from core.model import UnifiedLM  # noqa: E402
+from core.optim import make_optimizer  # noqa: E402
+from core.pmlm import pmlm_batch, pmlm_loss_sums  # noqa: E402
+from core.tokenizer import cached_tokenizer  # noqa: E402
+from core.training import TOKENIZER_CACHE, train_step  # noqa: E402
+
+
+def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cuda"):
+    texts = pretraining_texts()[0]
+    tok, _ = cached_tokenizer(texts, 8000, TOKENIZER_CACHE)
+    stream = TokenStream(tok.encode(texts[:20000]), pretraining_window(objective, seq_len), 0, sep=tok.eos_id)
+    cfg = preset(model, vocab_size=tok.vocab_size, dropout=0.0, pad_id=tok.pad_id)
+    if objective == "elmer":
+        cfg = dataclasses.replace(cfg, n_dec_layers=cfg.n_layers)
+        net = ELMER(cfg, dec_len=32)
+        make = lambda ix: lplm_batch(stream, ix, tok, len(net.dec_layers), 10)
+        loss_sums = lplm_loss_sums
+    else:
+        net = UnifiedLM(cfg)
+        make = lambda ix: pmlm_batch(stream, ix, tok, "ae+par")
+        loss_sums = pmlm_loss_sums
+    net = net.to(device)
+    optimizer = make_optimizer(net, 1e-4, 0.01)
+    d = Dist(0, 1, 0, torch.device(device))
+    args = SimpleNamespace(lr=1e-4, warmup=10, steps=1000, seed=0, clip=1.0)
+    state = {"step": 0}
+
+    def step():
+        ix = list(range(state["step"] * batch, (state["step"] + 1) * batch))
+        train_step(net, net, optimizer, [make(ix)], loss_sums, d, args, state["step"])
+        state["step"] += 1
+    return step

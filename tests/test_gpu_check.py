@@ -1,0 +1,51 @@
+"""bench/gpu_check.py's CPU side: its arguments, the wheels it names, its one-line refusal."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import gpu_check  # noqa: E402
+
+
+def test_arguments():
+    args = gpu_check.get_args(["--part", "pmlm", "--out", "x", "--steps", "20"])
+    assert (args.part, args.out, args.steps, args.wheels) == ("pmlm", "x", 20, False)
+    assert gpu_check.get_args(["--wheels"]).part is None
+    for bad in ([], ["--part", "everything"], ["--part", "pmlm", "--steps", "0"], ["--part", "pmlm", "--loss-tolerance", "nan"]):
+        with pytest.raises(SystemExit) as e:
+            gpu_check.get_args(bad)
+        assert e.value.code == 2, bad
+    assert set(gpu_check.PARTS) == {"tests-kernels", "tests-rest", "bench", "profile", "pmlm"}
+
+
+def test_every_benchmark_is_run_with_a_target():
+    scripts = sorted(f"bench/{f}" for f in os.listdir(os.path.join(ROOT, "bench")) if f.startswith("bench_"))
+    assert sorted(s for s, _, _ in gpu_check.BENCHES) == scripts
+    assert all(target for _, _, target in gpu_check.BENCHES)
+    assert all(os.path.exists(os.path.join(ROOT, f)) for f in gpu_check.KERNEL_TESTS)
+
+
+def test_wheel_list(monkeypatch, capsys):
+    assert gpu_check.GPU_IMAGE_LACKS == ["rouge-score", "nltk"]
+    build, install = gpu_check.wheel_commands(gpu_check.GPU_IMAGE_LACKS)
+    assert build == "python3 -m pip wheel --no-deps -w wheels rouge-score nltk"
+    assert install == "python3 -m pip install --no-index --no-deps wheels/*.whl"
+    monkeypatch.setitem(gpu_check.NEEDED, "no_such_module_here", "no-such-dist")
+    assert "no-such-dist" in gpu_check.missing_here() and "numpy" not in gpu_check.missing_here()
+    assert gpu_check.main(["--wheels"]) == 0
+    out = capsys.readouterr().out
+    assert build in out and install in out and "no-such-dist" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is what a machine without CUDA says")
+def test_refuses_on_a_cpu_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "bench/gpu_check.py", "--part", "bench", "--out", str(tmp_path / "g")], cwd=ROOT,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "CUDA" in lines[0], r.stderr
+    assert not os.path.exists(tmp_path / "g")
