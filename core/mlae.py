@@ -44,13 +44,13 @@ import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, pad_stack
-from .classify import Classifier
+from .config import DEPTHS
 from .model import EncoderDecoder, Layer, Meta, positions, _init
 from .t5 import IGNORE, encoder_input, span_ids
 from .tokenizer import MASK
 
 VARIANTS = ("a", "b")
-DEFAULT_DEPTHS = {"tiny": (2, 1), "small": (4, 2), "base": (12, 4)}  # (encoder, decoder) layers
+DEFAULT_DEPTHS = DEPTHS  # (encoder, decoder) layers, shared with the baselines (core/config.py)
 
 
 def variant_of(state_dict):
@@ -170,20 +170,8 @@ def mlae_loss_sums(model, batch, mask_id=MASK):
     return dict(loss=loss, hit=hit, n=torch.tensor(float(len(target)), device=logits.device))
 
 
-# -----------------------------------------------------------------------------
-# fine-tuning for understanding (section 3.2): the encoder, a linear layer on [EOS]
-
-class MLAEClassifier(Classifier):
-    """The encoder of a pretrained MLAE (`encoder`: the whole MLAE) and a linear layer on the
-    vector of [EOS], the last token of "[SOS] TEXT [EOS]" (the paper's choice). The decoder stays
-    in the state dict, unused, so that the checkpoint loads as an MLAE."""
-
-    def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
-        pos = positions(tokens)
-        h = self.encoder.encode(tokens, pos, valid)  # (B, L, C)
-        last = valid.long().sum(1) - 1  # the [EOS] of each row
-        return self.out(self.drop(h[torch.arange(len(h), device=h.device), last]))
-
+# fine-tuning for understanding (section 3.2): the encoder and a linear layer on [EOS], the
+# EncoderClassifier of core/classify.py
 
 # -----------------------------------------------------------------------------
 # fine-tuning for generation, seq2seq-style (section 3.3, Table 5): the pretrained weights in an
