@@ -157,10 +157,11 @@ def run(args, d):
     arch = arch_of(source, args.init)
     tok = Tokenizer.from_tensor(source["tokenizer"])
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
-    if state is None and "model" in source:  # stay within the positions pretraining trained
-        args.max_src = fit_lengths(arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
-    args.max_src = args.max_src or DEFAULT_MAX_SRC
+    pretrained_arch = arch
     arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
+    if state is None and "model" in source:  # stay within the positions pretraining trained
+        args.max_src = fit_lengths(pretrained_arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
+    args.max_src = args.max_src or DEFAULT_MAX_SRC
     elmer_opts = elmer_options(arch, source, args.exit, args.exit_entropy, args.dec_len)
     if args.max_src > cfg.max_positions or (arch in ("unilm", "mlae-unilm") and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")

@@ -232,3 +232,20 @@ def test_t5_nar_pretraining_learns_and_resumes(text_file, tmp_path):
     # the recorded decoder positions are those the batches use: the target without [EOS]
     assert sa["positions"]["decoder"] == trained_positions("t5", 48)["decoder"] - 1
     assert (sa["model_config"]["n_layers"], sa["model_config"]["n_dec_layers"]) == (2, 1)  # MLAE's tiny depths
+
+
+@pytest.mark.parametrize("name", ["tiny", "small"])
+def test_baselines_have_mlaes_depths_and_parameters(name):
+    """T5, T5-NAR and CMLM from scratch take MLAE's (encoder, decoder) depths at every preset, so
+    their parameters match MLAE's: (b) has the same layers as T5, a NAR model adds the length
+    predictor to both alike, (a) lacks only the decoder's cross-attention."""
+    from core.config import DEPTHS, depths
+    from core.mlae import MLAE
+    from core.model import EncoderDecoder, count_parameters
+    enc, dec = depths(name)
+    assert (enc, dec) == DEPTHS[name] and depths(name, dec_layers=3) == (enc, 3)
+    cfg = preset(name, vocab_size=8000, n_layers=enc, n_dec_layers=dec)
+    mlae_b, t5 = count_parameters(MLAE(cfg, "b")), count_parameters(EncoderDecoder(cfg))
+    assert abs(t5 / mlae_b - 1) < 0.03, (t5, mlae_b)
+    assert count_parameters(NARModel(cfg)) - t5 == cfg.d_model * cfg.max_positions + cfg.max_positions
+    assert count_parameters(MLAE(cfg, "a")) < mlae_b
