@@ -7,9 +7,12 @@ The model, NARModel, is the encoder-decoder of core/model.py with two changes: t
 self-attention is bidirectional (every target token CONTEXT, padding unseen), and a length
 predictor reads the encoder (a linear layer on the mean of the memory, trained jointly; CMLM
 predicts the length from a special encoder token instead, which our encoders do not have).
-T5-NAR is a T5 checkpoint loaded into it, MLAE NAR an MLAE (b) checkpoint (its cross-attention
+T5-NAR is a checkpoint of this model pretrained by span corruption (train.py --objective t5-nar,
+below; the MLAE paper, section 4.4), MLAE NAR an MLAE (b) checkpoint (its cross-attention
 pretrained) or an (a) one (cross-attention copied from self-attention), CMLM from scratch a
-fresh one (finetune.py --init none --arch t5 --nar).
+fresh one (finetune.py --init none --arch t5 --nar). An autoregressively pretrained T5 loads
+into it too (finetune.py --init T5 --nar): not the paper's T5-NAR, whose decoder was
+pretrained non-autoregressively.
 
 Training (CMLM, section 3.2 of Mask-Predict): for each target of length T (no [EOS]: the length
 predictor says where it ends) k ~ Uniform{1..T} tokens are replaced by [MASK]; the loss is the
@@ -20,8 +23,11 @@ contents, so a resumed run sees the masks the uninterrupted one saw.
 Pretraining (T5-NAR, MLAE section 4.4): T5's span corruption (core/t5.py), with the decoder of
 this model: it is fed one [MASK] per target token, sees them all (no causal mask), predicts every
 target token in parallel, and the length predictor learns the target's length jointly. The
-target is T5's without its final [EOS] ("<s0> x2 x3 <s1> x8 x9"), as in CMLM fine-tuning below,
+target is T5's without its final [EOS] ("<s0> x2 x3 <s1> x8 x9"), as in CMLM fine-tuning above,
 where the length predictor says where a target ends; every target token is masked (k = T).
+Span corruption makes targets of one length per window length, so at one --seq-len the
+predictor learns a single length here, and the lengths of summaries in fine-tuning. The
+reported loss is the token cross-entropy + 0.1 x len_loss, which train.py prints beside it.
 
 Decoding (mask_predict): the top `length_beam` lengths of the predictor (never the gold
 length), all candidates of all sources in one batch. Iteration 0 predicts every token from all
