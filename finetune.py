@@ -83,7 +83,7 @@ def get_args(argv=None):
     p.add_argument("--mask-schedule", default=None, choices=SCHEDULES,
                    help="AR: decoder inputs masked at ratio m_t (MLAE Algorithm 1; default linear for mlae, else none)")
     p.add_argument("--mask-init", type=float, default=0.6, help="m0 of --mask-schedule")
-    p.add_argument("--nar", action="store_true", help="CMLM fine-tuning, Mask-Predict decoding (t5, mlae, --init none)")
+    p.add_argument("--nar", action="store_true", help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
     p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
     p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations")
     p.add_argument("--adaptive-stop", action="store_true",

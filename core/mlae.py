@@ -32,7 +32,8 @@ layers have no cross-attention. The latents of (a) enter the decoder as they lea
 encoder's final LayerNorm, with no second position embedding: they already carry their
 position, and the decoder's relative position bias sees the position ids.
 
-Depths: --enc-layers / --dec-layers. The paper's base model is 12L-4L (3:1); at `small` the
+Depths: --enc-layers / --dec-layers, defaults in core/config.py DEPTHS, which the T5, T5-NAR and
+CMLM baselines share. The paper's base model is 12L-4L (3:1); at `small` the
 default is 4L-2L, the encoder as deep as the MLM baseline's stack (the paper compares a 12L
 RoBERTa with a 12L-4L MLAE), and 3L-3L is the symmetric ablation of Table 6 (the same number of
 layers, as the paper's 8L-8L has the parameters of its 12L-4L).
@@ -44,13 +45,11 @@ import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, pad_stack
-from .config import DEPTHS
 from .model import EncoderDecoder, Layer, Meta, positions, _init
 from .t5 import IGNORE, encoder_input, span_ids
 from .tokenizer import MASK
 
 VARIANTS = ("a", "b")
-DEFAULT_DEPTHS = DEPTHS  # (encoder, decoder) layers, shared with the baselines (core/config.py)
 
 
 def variant_of(state_dict):
@@ -170,8 +169,9 @@ def mlae_loss_sums(model, batch, mask_id=MASK):
     return dict(loss=loss, hit=hit, n=torch.tensor(float(len(target)), device=logits.device))
 
 
-# fine-tuning for understanding (section 3.2): the encoder and a linear layer on [EOS], the
-# EncoderClassifier of core/classify.py
+# fine-tuning for understanding (section 3.2), the encoder and a linear layer on [EOS]: the
+# EncoderClassifier of core/classify.py, shared with T5
+
 
 # -----------------------------------------------------------------------------
 # fine-tuning for generation, seq2seq-style (section 3.3, Table 5): the pretrained weights in an
