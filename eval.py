@@ -11,7 +11,8 @@ the parameter count, the latency per sample at batch size 1 and the throughput a
 stands for every fine-tuned run under it (the best.pt of each). The table goes to stdout as
 markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its generated outputs
 to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
-name and a hash of its path, with -sampleN under --limit and -exitX under --exit-entropy X), so
+name and a hash of its path, with -sampleN under --limit, -exitX under --exit-entropy X, -adaptive
+or -allpasses under --adaptive-stop or --no-adaptive-stop), so
 that no evaluation overwrites another.
 Every checkpoint, data file and flag is checked before the first is evaluated (a flag that
 applies to none of the checkpoints is named in a note); each checkpoint's files are written as soon as
@@ -28,7 +29,7 @@ import torch
 
 from core import checkpoint
 from core.decoding import LENGTH_NORMS
-from core.classify import classify_batch, macro_f1, predict
+from core.classify import NO_SOS, classify_batch, macro_f1, predict
 from core.config import ModelConfig
 from core.elmer import exit_statistics
 from core.distributed import resolve_dtype
@@ -65,6 +66,9 @@ def get_args(argv=None):
     p.add_argument("--no-repeat-ngram", type=int, default=3)
     p.add_argument("--length-beam", type=int, default=None, help="NAR: length candidates (default: the fine-tuning's)")
     p.add_argument("--iterations", type=int, default=None, help="NAR: Mask-Predict iterations (default: the fine-tuning's)")
+    p.add_argument("--adaptive-stop", action=argparse.BooleanOptionalAction, default=None,
+                   help="NAR: stop a candidate once its masked state repeats (fairseq's behaviour), or run every "
+                        "iteration (--no-adaptive-stop, as published; default: the fine-tuning's)")
     p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
     p.add_argument("--no-lead", action="store_true", help="omit the LEAD baseline rows")
@@ -139,6 +143,7 @@ def result_names(path, args):
         os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
     tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-sample{args.limit}" if args.limit else "")
     tag += f"-exit{args.exit_entropy:g}" if args.exit_entropy is not None else ""  # a threshold sweep keeps each
+    tag += {None: "", True: "-adaptive", False: "-allpasses"}[args.adaptive_stop]
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
 
@@ -170,7 +175,8 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
         gen = dict(beam=args.beam, max_len=max_len, min_len=args.min_len,
                    length_penalty=args.length_penalty, length_norm=args.length_norm,
                    no_repeat_ngram=args.no_repeat_ngram,
-                   length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10))
+                   length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10),
+                   adaptive_stop=fa.get("adaptive_stop", False) if args.adaptive_stop is None else args.adaptive_stop)
         row["decoding"] = (f"mask-predict, {gen['length_beam']} lengths" if arch == "nar" else
                            "one pass, early exit" if arch == "elmer" else
                            "greedy" if args.beam == 1 else f"beam {args.beam}")
@@ -178,7 +184,7 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
         run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
         with autocast(device, dtype):
             preds = run(sources, progress_line(f"generating with {os.path.basename(out_dir)}"))
-        # NAR: mean iterations used (Mask-Predict stops early) / the budget
+        # NAR: mean iterations used (fewer than the budget under --adaptive-stop) / the budget
         row["iterations"] = f"{used['iterations'] / used['n']:.1f} / {gen['iterations']}" if used else "-"
         row.update(rouge(preds, targets))
         if arch == "elmer":  # the paper's Figure 2: where the output tokens left the decoder
@@ -191,7 +197,8 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
         def run(srcs_ids, show=None):
             out = []
             for i in range(0, len(srcs_ids), args.batch_size):
-                b = classify_batch(srcs_ids[i:i + args.batch_size], [0] * len(srcs_ids[i:i + args.batch_size]), tok, fa["max_src"])
+                chunk = srcs_ids[i:i + args.batch_size]
+                b = classify_batch(chunk, [0] * len(chunk), tok, fa["max_src"], sos=arch not in NO_SOS)
                 with torch.no_grad():
                     out += predict(model, b.to(device)).tolist()
             return out
@@ -278,6 +285,9 @@ def main(argv=None):
     # read and check every input before the first (long) evaluation; write the results last
     paths = pick_checkpoints(args.checkpoints)
     states = {path: checkpoint.load(path, kinds=("finetune/",)) for path in paths}
+    if args.adaptive_stop is not None and not any(arch_of(s, p) == "nar" for p, s in states.items()):
+        raise UserError("--adaptive-stop / --no-adaptive-stop change Mask-Predict decoding: none of the checkpoints "
+                        "is a NAR one (finetune.py --nar)")
     for task in sorted({state["kind"].split("/")[1] for state in states.values()}):
         load_split(task, args.split, args.data, args.src_field, args.tgt_field)
     check_settings(args, paths, states)

@@ -8,9 +8,9 @@
 Summarization of a unified (PMLM / MLM) checkpoint uses UniLMv2's pseudo-mask fine-tuning
 (section 3.4): "[SOS] SRC [EOS] TGT [EOS]", one [P] per target token; of a T5 checkpoint, teacher
 forcing; of an MLAE checkpoint (core/mlae.py), seq2seq style with scheduled masking. --nar
-fine-tunes a t5 or mlae checkpoint (or --init none --arch t5: CMLM) as a CMLM decoded by
-Mask-Predict (core/nar.py). Classification puts a fresh linear layer on the [SOS] vector ([EOS]
-for MLAE). Label smoothing 0.1,
+fine-tunes a t5, t5-nar or mlae checkpoint (or --init none --arch t5: CMLM) as a CMLM decoded by
+Mask-Predict (core/nar.py). Classification puts a fresh linear layer on the [SOS] vector (on
+[EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). Label smoothing 0.1,
 warmup then linear decay. After every epoch: the validation loss, a quick ROUGE (greedy) on a
 slice of the validation split or its accuracy; the best checkpoint is kept as best.pt.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
@@ -25,8 +25,8 @@ import time
 import torch
 
 from core import checkpoint
-from core.classify import classify_batch, classify_loss_sums
-from core.config import PRESETS, ModelConfig, preset
+from core.classify import NO_SOS, classify_batch, classify_loss_sums
+from core.config import PRESETS, ModelConfig, depths, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
@@ -54,6 +54,10 @@ def get_args(argv=None):
     p.add_argument("--exit-entropy", type=float, default=0.5, help="elmer, hard exit: exit once the off-ramp entropy is below this")
     p.add_argument("--dec-len", type=int, default=None, help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
     p.add_argument("--model", default="small", choices=sorted(PRESETS), help="with --init none: the preset")
+    p.add_argument("--enc-layers", type=int, default=None,
+                   help="with --init none --arch t5: encoder layers (default MLAE's: 2/4/12 at tiny/small/base)")
+    p.add_argument("--dec-layers", type=int, default=None,
+                   help="with --init none --arch t5: decoder layers (default MLAE's: 1/2/4 at tiny/small/base)")
     p.add_argument("--vocab-size", type=int, default=8000, help="with --init none: tokenizer of the embedded corpus")
     p.add_argument("--task", default="summarize", choices=TASKS)
     p.add_argument("--train-data", default=None, help="a .jsonl training file (default: the embedded corpus)")
@@ -79,9 +83,12 @@ def get_args(argv=None):
     p.add_argument("--mask-schedule", default=None, choices=SCHEDULES,
                    help="AR: decoder inputs masked at ratio m_t (MLAE Algorithm 1; default linear for mlae, else none)")
     p.add_argument("--mask-init", type=float, default=0.6, help="m0 of --mask-schedule")
-    p.add_argument("--nar", action="store_true", help="CMLM fine-tuning, Mask-Predict decoding (t5, mlae, --init none)")
+    p.add_argument("--nar", action="store_true", help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
     p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
-    p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations at most")
+    p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations")
+    p.add_argument("--adaptive-stop", action="store_true",
+                   help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
+                        "default: all --iterations, as published")
     add_run_flags(p, out="checkpoints/finetune", lr=1e-3, save_every=200)
     return parse_args(p, argv)
 
@@ -122,6 +129,19 @@ def unused_flags(args, arch, summ):
         label_field=(not summ, "to --task classify"))
 
 
+def check_nar_flags(args):
+    """The flags that shape a model from scratch, or its decoding, where they have no effect."""
+    if args.init != "none" or args.arch != "t5":
+        for flag in ("enc_layers", "dec_layers"):
+            if getattr(args, flag) is not None:
+                raise UserError(f"--{flag.replace('_', '-')} sets the depth of a model from scratch (--init none "
+                                f"--arch t5); a pretrained checkpoint has its own")
+    elif args.enc_layers is not None and args.enc_layers < 1:
+        raise UserError(f"--enc-layers {args.enc_layers} must be at least 1")
+    if args.adaptive_stop and not args.nar:
+        raise UserError("--adaptive-stop changes Mask-Predict decoding: it needs --nar")
+
+
 def scratch(args, d, train):
     """What a pretrained checkpoint would provide, for --init none: a tokenizer, the preset's
     config, and the token counts that start the output bias. The tokenizer is the one train.py
@@ -133,7 +153,10 @@ def scratch(args, d, train):
         texts = train.sources + (train.targets if args.task == "summarize" else [])
     tok = corpus_tokenizer(texts, args.vocab_size, d)
     cfg = preset(args.model, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
-    if args.arch in ("t5", "elmer"):
+    if args.arch == "t5":  # MLAE's depths: T5 and CMLM from scratch compare at equal depth
+        enc, dec = depths(args.model, args.enc_layers, args.dec_layers)
+        cfg = dataclasses.replace(cfg, n_layers=enc, n_dec_layers=dec)
+    if args.arch == "elmer":
         cfg = dataclasses.replace(cfg, n_dec_layers=cfg.n_layers)
     counts = token_counts([i for ids in tok.encode(texts) for i in ids], tok.vocab_size)
     return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict(), tokenizer=tok.to_tensor(), counts=counts)
@@ -149,6 +172,7 @@ def run(args, d):
     valid_path = args.valid_data if args.valid_data or not args.train_data else None
     if args.train_data and not args.valid_data:
         raise UserError("--train-data needs a --valid-data file too")
+    check_nar_flags(args)
     valid = load_split(args.task, "valid", valid_path, *fields).shuffled()  # [:k] samples the whole split
     if state is not None:
         source = state
@@ -159,12 +183,13 @@ def run(args, d):
     arch = arch_of(source, args.init)
     tok = Tokenizer.from_tensor(source["tokenizer"])
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
-    if state is None and "model" in source:  # stay within the positions pretraining trained
-        args.max_src = fit_lengths(arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
-    args.max_src = args.max_src or DEFAULT_MAX_SRC
+    pretrained_arch = arch
     if state is None:  # resuming, changed flags are refused against the run's own
         refuse_unused(args, unused_flags(args, arch, summ))
     arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
+    if state is None and "model" in source:  # stay within the positions pretraining trained
+        args.max_src = fit_lengths(pretrained_arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
+    args.max_src = args.max_src or DEFAULT_MAX_SRC
     elmer_opts = elmer_options(arch, source, args.exit, args.exit_entropy, args.dec_len)
     if elmer_opts and not (isinstance(elmer_opts["dec_len"], int) and elmer_opts["dec_len"] >= 2):
         raise UserError(f"{args.init} records --dec-len {elmer_opts['dec_len']!r}, which no decoder can use: "
@@ -185,7 +210,7 @@ def run(args, d):
     else:
         labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets, valid.targets, train.origin, lambda m: print0(d, m))
         tgt_ids, valid_tgt = labels.ids(train.targets), labels.ids(valid.targets[:args.valid_examples])
-        make = lambda s, t: classify_batch(s, t, tok, args.max_src)
+        make = lambda s, t: classify_batch(s, t, tok, args.max_src, sos=arch not in NO_SOS)
         loss_fn = classify_loss_sums
     n = len(train)
     if args.batch % d.world or args.batch < d.world:
@@ -250,7 +275,8 @@ def run(args, d):
             k = args.rouge_examples
             with autocast(d.device, d.dtype):
                 preds = summarize(model, arch, tok, valid.sources[:k], args.max_src, max_len=args.max_tgt,
-                                  length_beam=args.length_beam, iterations=args.iterations)
+                                  length_beam=args.length_beam, iterations=args.iterations,
+                                  adaptive_stop=args.adaptive_stop)
             rec.update({f"valid_{m}": float(v) for m, v in rouge(preds, valid.targets[:k]).items()})
             rec["sample"] = preds[0]
         return rec

@@ -4,12 +4,14 @@
     torchrun --nproc_per_node=4 train.py --model base # the same code on 4 GPUs (or CPU processes)
 
 Objectives: pmlm (UniLMv2: --losses ae+par | ae | par), mlm (the RoBERTa-style baseline,
-= pmlm with --losses ae), t5 (the T5-style encoder-decoder with span corruption; its decoder
-has --dec-layers layers, default as many as the encoder), mlae (core/mlae.py: encoder on the
-unmasked tokens, light decoder --decoder b|a (default b), depths --enc-layers/--dec-layers, default 4L-2L
-at small) and elmer (ELMER's LPLM: --permutations exit-layer assignments per sequence,
-core/elmer.py). Reads top to bottom: args -> init -> tokenizer and data -> model ->
-optimizer -> loop -> save.
+= pmlm with --losses ae), t5 (the T5-style encoder-decoder with span corruption), t5-nar (the
+same corruption, a bidirectional decoder fed one [MASK] per target token and a length
+predictor: the MLAE paper's T5-NAR, core/nar.py), mlae (core/mlae.py: encoder on the unmasked
+tokens, light decoder --decoder b|a, default b) and elmer (ELMER's LPLM: --permutations exit-layer
+assignments per sequence, core/elmer.py). t5, t5-nar and mlae have the same depths
+(--enc-layers/--dec-layers, default 2L-1L / 4L-2L / 12L-4L at tiny / small / base, core/config.py
+DEPTHS). Reads top to bottom: args -> init -> tokenizer and data -> model -> optimizer -> loop ->
+save.
 """
 import argparse
 import dataclasses
@@ -19,7 +21,7 @@ import time
 import torch
 
 from core import checkpoint
-from core.config import preset
+from core.config import depths, preset
 from core.data import TokenStream, pretraining_texts, token_counts, unigram_entropy
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
@@ -27,7 +29,8 @@ from core.guards import StopSignals, check_continues, check_positions, parse_arg
 from core.finetuning import pretraining_window, trained_positions
 from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
-from core.mlae import DEFAULT_DEPTHS, MLAE, VARIANTS, mlae_batch, mlae_loss_sums
+from core.mlae import MLAE, VARIANTS, mlae_batch, mlae_loss_sums
+from core.nar import NARModel, t5_nar_batch, t5_nar_loss_sums
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
 from core.t5 import t5_batch, t5_loss_sums
 from core.elmer import ELMER, lplm_batch, lplm_loss_sums
@@ -45,12 +48,13 @@ RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5", "mlae", "elmer"])
+    p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5", "t5-nar", "mlae", "elmer"])
     p.add_argument("--losses", default="ae+par", choices=LOSSES, help="PMLM ablations (UniLMv2 4.6)")
     p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
     p.add_argument("--dec-layers", type=int, default=None,
-                   help="t5, elmer: decoder layers (default: as the encoder); mlae: default 1/2/4 at tiny/small/base")
-    p.add_argument("--enc-layers", type=int, default=None, help="t5, mlae: encoder layers (default: the preset's)")
+                   help="t5, t5-nar, mlae: decoder layers (default 1/2/4 at tiny/small/base, MLAE's); elmer: default as the encoder")
+    p.add_argument("--enc-layers", type=int, default=None,
+                   help="t5, t5-nar, mlae: encoder layers (default 2/4/12 at tiny/small/base); elmer: the preset's")
     p.add_argument("--decoder", default="b", choices=VARIANTS,
                    help="mlae: (b) [MASK]s with cross-attention to the latents (the paper's choice for NAR, "
                         "Table 6), (a) self-attention over latents + [MASK]s")
@@ -136,11 +140,14 @@ def run(args, d):
     # -----------------------------------------------------------------------------
     # model and optimizer
     t5, mlae, elmer = args.objective == "t5", args.objective == "mlae", args.objective == "elmer"
+    t5nar = args.objective == "t5-nar"
     cfg = preset(args.model, vocab_size=tok.vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
                  pad_id=tok.pad_id)
-    if t5 or mlae or elmer:
-        enc = args.enc_layers or (DEFAULT_DEPTHS[args.model][0] if mlae else cfg.n_layers)
-        dec = args.dec_layers or (DEFAULT_DEPTHS[args.model][1] if mlae else enc)
+    if elmer:
+        enc = args.enc_layers or cfg.n_layers
+        cfg = dataclasses.replace(cfg, n_layers=enc, n_dec_layers=args.dec_layers or enc)
+    elif t5 or t5nar or mlae:  # MLAE's depths for every encoder-decoder it is compared with
+        enc, dec = depths(args.model, args.enc_layers, args.dec_layers)
         cfg = dataclasses.replace(cfg, n_layers=enc, n_dec_layers=dec)
     if state is not None:
         cfg = dataclasses.replace(cfg, **state["model_config"])
@@ -151,8 +158,10 @@ def run(args, d):
     torch.manual_seed(args.seed)
     elmer_opts = dict(dec_len=args.dec_len, separate_offramps=args.separate_offramps) if elmer else None
     model = (MLAE(cfg, args.decoder, args.cross_rel_pos) if mlae else ELMER(cfg, **elmer_opts) if elmer else
+             NARModel(cfg) if t5nar else
              EncoderDecoder(cfg) if t5 else UnifiedLM(cfg)).to(d.device)
-    loss_sums = mlae_loss_sums if mlae else lplm_loss_sums if elmer else t5_loss_sums if t5 else pmlm_loss_sums
+    loss_sums = (mlae_loss_sums if mlae else lplm_loss_sums if elmer else t5_nar_loss_sums if t5nar else
+                 t5_loss_sums if t5 else pmlm_loss_sums)
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
     model.head.init_bias(token_counts(train.ids, cfg.vocab_size))
     start = 0
@@ -162,13 +171,13 @@ def run(args, d):
             optimizer.load_state_dict(state["optimizer"])
         restore_rng(state["rng"])
         start = state["step"]
-        if args.objective in ("t5", "mlae", "elmer") and state.get("data", {}).get("corruption", 1) != CORRUPTION:
+        if args.objective in ("t5", "t5-nar", "mlae", "elmer") and state.get("data", {}).get("corruption", 1) != CORRUPTION:
             print0(d, f"note: {ckpt_path} was written by an older version of the {args.objective} corruption; "
                       f"from step {start} on its examples differ from those its own version would draw")
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
-              f"{args.objective}{'' if t5 or mlae or elmer else f' ({args.losses})'}, {d.world} process(es) on {d.device.type} ({str(d.dtype)[6:]}), "
+              f"{args.objective}{'' if t5 or t5nar or mlae or elmer else f' ({args.losses})'}, {d.world} process(es) on {d.device.type} ({str(d.dtype)[6:]}), "
               f"{examples_per_step} examples x {args.seq_len} tokens per step")
 
     def batches_of(stream, first, count):
@@ -176,6 +185,7 @@ def run(args, d):
         idx = list(range(first, first + count))
         make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses))
         make = (lambda ix: mlae_batch(stream, ix, tok)) if mlae else make
+        make = (lambda ix: t5_nar_batch(stream, ix, tok)) if t5nar else make
         if elmer:
             make = lambda ix: lplm_batch(stream, ix, tok, len(model.dec_layers), args.permutations)
         return [make(idx[i:i + args.micro_batch]) for i in range(0, len(idx), args.micro_batch)]

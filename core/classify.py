@@ -1,7 +1,13 @@
-"""Classification fine-tuning (UniLMv2 section 4.2, as BERT): the final vector of [SOS] of a
-bidirectional pass (every token CONTEXT), a fresh linear layer, cross-entropy.
+"""Classification fine-tuning: a fresh linear layer on one vector of a pretrained encoder,
+cross-entropy.
 
-Input: "[SOS] TEXT [EOS]", truncated to max_len tokens.
+  * A unified (PMLM / MLM) stack, as BERT and UniLMv2 (section 4.2): the final vector of [SOS] of
+    a bidirectional pass (every token CONTEXT); input "[SOS] TEXT [EOS]".
+  * The encoder of an encoder-decoder (MLAE, T5, T5-NAR): the vector of [EOS], the last token (the
+    MLAE paper, section 3.2; its Table 1 compares this "T5 encoder + task layer" with RoBERTa
+    and MLAE). The input is what the encoder saw in pretraining: "[SOS] TEXT [EOS]" for MLAE,
+    "TEXT [EOS]" for T5 and T5-NAR, whose span-corrupted sources have no [SOS].
+Texts are truncated to max_len tokens, the special ones included.
 """
 import numpy as np
 import torch
@@ -33,9 +39,27 @@ class Classifier(nn.Module):
         return self.out(self.drop(h[:, 0]))
 
 
-def classify_batch(texts_ids, labels, tok, max_len):
-    """texts_ids: list of token-id lists; labels: list of ints (-1 for a label unseen in training)."""
-    seqs = [np.array([tok.sos_id] + list(ids[:max_len - 2]) + [tok.eos_id]) for ids in texts_ids]
+class EncoderClassifier(Classifier):
+    """The encoder of a pretrained encoder-decoder (`encoder`: the whole model, an MLAE,
+    EncoderDecoder or NARModel) and a linear layer on the vector of [EOS], the last valid token.
+    The decoder stays in the state dict, unused, so that the checkpoint loads as its model."""
+
+    def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
+        pos = positions(tokens)
+        h = self.encoder.encode(tokens, pos, valid)  # (B, L, C)
+        last = valid.long().sum(1) - 1  # the [EOS] of each row
+        return self.out(self.drop(h[torch.arange(len(h), device=h.device), last]))
+
+
+# pretrained architectures whose encoder never saw [SOS] (core/t5.py: "SRC [EOS]")
+NO_SOS = ("t5", "t5-nar")
+
+
+def classify_batch(texts_ids, labels, tok, max_len, sos=True):
+    """texts_ids: list of token-id lists; labels: list of ints (-1 for a label unseen in training).
+    Rows are "[SOS] TEXT [EOS]", or "TEXT [EOS]" without sos."""
+    head = [tok.sos_id] if sos else []
+    seqs = [np.array(head + list(ids[:max_len - 1 - len(head)]) + [tok.eos_id]) for ids in texts_ids]
     tokens, valid = pad_stack(seqs, tok.pad_id)
     return Batch(norm=len(seqs), n_tokens=valid.sum(), tokens=tokens, valid=valid,
                  label=torch.as_tensor(labels, dtype=torch.long))

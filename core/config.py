@@ -46,6 +46,24 @@ PRESETS = {
 }
 
 
+# (encoder, decoder) layers of every encoder-decoder baseline compared with MLAE: MLAE itself, T5,
+# T5-NAR and CMLM from scratch, and the random decoder of the RoBERTa baseline. The MLAE paper's
+# base model is 12L-4L and its T5 baseline too (section 4.1), so that no comparison is one of
+# depth; at `small` 4L-2L (the encoder as deep as the MLM baseline's stack), at `tiny` 2L-1L.
+DEPTHS = {"tiny": (2, 1), "small": (4, 2), "base": (12, 4)}
+
+
+def depths(model, enc_layers=None, dec_layers=None):
+    """(encoder, decoder) layers at preset `model`, each DEPTHS' unless given."""
+    enc, dec = DEPTHS[model]
+    return enc_layers or enc, dec_layers or dec
+
+
+def decoder_depth(enc_layers):
+    """The decoder depth that goes with an encoder of `enc_layers` (DEPTHS; a third otherwise)."""
+    return {e: d for e, d in DEPTHS.values()}.get(enc_layers, max(1, enc_layers // 3))
+
+
 def preset(name, **overrides):
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; pick one of {sorted(PRESETS)}")

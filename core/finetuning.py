@@ -2,14 +2,15 @@
 the seq2seq operations of each architecture, generation, and the metrics.
 
 Architectures: "unilm" (one stack; pretrained by PMLM or MLM, fine-tuned for seq2seq with pseudo
-masks, UniLMv2 section 3.4), "t5" (encoder-decoder, span corruption, teacher forcing), "mlae-a" /
+masks, UniLMv2 section 3.4), "t5" (encoder-decoder, span corruption, teacher forcing), "t5-nar"
+(pretrained by span corruption with a NAR decoder, core/nar.py: fine-tuned with --nar), "mlae-a" /
 "mlae-b" (a pretrained MLAE of either decoder variant: classification uses its encoder),
 "mlae-s2s" (MLAE fine-tuned seq2seq-style: an encoder-decoder with the T5 operations),
 "mlae-unilm" (MLAE fine-tuned UniLM-style: latents + target in one decoder stack),
 "roberta-s2s" (an MLM/PMLM stack as encoder, a random decoder: the paper's RoBERTa baseline), "nar"
 (core/nar.py: T5-NAR, MLAE NAR or CMLM, decoded by Mask-Predict) and "elmer" (NAR encoder-decoder
 with early exit, core/elmer.py; its options travel as the checkpoint's "elmer" dict).
-Checkpoint kinds: pretrain/{pmlm,mlm,t5,mlae,elmer}, finetune/summarize, finetune/classify; a
+Checkpoint kinds: pretrain/{pmlm,mlm,t5,t5-nar,mlae,elmer}, finetune/summarize, finetune/classify; a
 fine-tuned checkpoint also records its "arch".
 """
 import dataclasses
@@ -19,13 +20,14 @@ import numpy as np
 import torch
 
 from . import decoding, elmer, nar, seq2seq, t5
-from .classify import Classifier
-from .config import ModelConfig
+from .classify import Classifier, EncoderClassifier
+from .config import ModelConfig, decoder_depth
 from .errors import UserError
-from .mlae import MLAE, MLAEClassifier, MLAEUniLM, MLAEUniLMDecoder, ScheduledMasking, variant_of
+from .mlae import MLAE, MLAEUniLM, MLAEUniLMDecoder, ScheduledMasking, variant_of
 from .model import EncoderDecoder, UnifiedLM
 
-ARCH_OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5", "elmer": "elmer"}
+ARCH_OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5", "t5-nar": "t5-nar", "elmer": "elmer"}
+T5_LIKE = ("t5", "t5-nar")  # span-corruption pretraining: encoder and decoder positions apart
 
 
 def arch_of(state, path):
@@ -49,13 +51,15 @@ def seq2seq_arch(arch, cfg, nar_flag, style):
     architectures come back as they are (resuming)."""
     if nar_flag and arch != "nar":
         if arch in ("unilm", "roberta-s2s"):
-            raise UserError("--nar needs an encoder-decoder checkpoint (t5 or mlae), or --init none --arch t5")
+            raise UserError("--nar needs an encoder-decoder checkpoint (t5, t5-nar or mlae), or --init none --arch t5")
         return "nar", cfg
+    if arch == "t5-nar":
+        raise UserError("a t5-nar checkpoint's decoder was pretrained non-autoregressively: fine-tune it with --nar "
+                        "(or use a t5 checkpoint for autoregressive generation)")
     if arch in ("mlae-a", "mlae-b"):
         return ("mlae-unilm" if style == "unilm" else "mlae-s2s"), cfg
     if arch == "unilm" and style == "seq2seq":
-        dec = {12: 4, 4: 2, 2: 1}.get(cfg.n_layers, max(1, cfg.n_layers // 3))
-        return "roberta-s2s", dataclasses.replace(cfg, n_dec_layers=dec)
+        return "roberta-s2s", dataclasses.replace(cfg, n_dec_layers=decoder_depth(cfg.n_layers))
     return arch, cfg
 
 
@@ -94,12 +98,15 @@ def build_model(arch, cfg: ModelConfig, n_labels=None, elmer_opts=None):
             raise UserError("classification fine-tunes an encoder (pmlm, mlm or mlae checkpoint), not an elmer one")
         return elmer.ELMER(cfg, **(elmer_opts or {}))
     if n_labels is not None:
-        if arch.startswith("mlae-"):
-            return MLAEClassifier(MLAE(cfg, arch[-1]), n_labels, cfg.dropout)
+        encoders = {"mlae-a": lambda: MLAE(cfg, "a"), "mlae-b": lambda: MLAE(cfg, "b"),
+                    "t5": lambda: EncoderDecoder(cfg), "t5-nar": lambda: nar.NARModel(cfg)}
+        if arch in encoders:  # an encoder-decoder's encoder, a linear layer on [EOS]
+            return EncoderClassifier(encoders[arch](), n_labels, cfg.dropout)
         if arch != "unilm":
-            raise UserError("classification fine-tunes an encoder (pmlm, mlm or mlae checkpoint), not a t5 one")
+            raise UserError(f"classification fine-tunes a pretrained encoder (pmlm, mlm, mlae, t5 or t5-nar "
+                            f"checkpoint), not a {arch} one")
         return Classifier(UnifiedLM(cfg), n_labels, cfg.dropout)
-    if arch == "nar":
+    if arch in ("nar", "t5-nar"):
         return nar.NARModel(cfg)
     if arch == "mlae-unilm":
         return MLAEUniLM(cfg)
@@ -117,20 +124,21 @@ DEFAULT_MAX_SRC = 80  # the source length of the README's measured recipe
 def pretraining_window(objective, seq_len):
     """Tokens per pretraining window: seq_len less [SOS] and two [EOS] for the PMLM; for T5 the
     window whose corrupted source is seq_len tokens long (core/t5.py window_for)."""
-    return t5.window_for(seq_len) if objective == "t5" else seq_len - 3
+    return t5.window_for(seq_len) if objective in T5_LIKE else seq_len - 3
 
 
 def trained_positions(objective, seq_len):
     """How many position ids (0..N-1) a pretraining run trains, recorded in its checkpoints: the
     PMLM's one stack {"total": seq_len}; MLAE's "[SOS] window [EOS]", one token shorter than
     seq_len (its window is the PMLM's, without the PMLM's second [EOS]); T5's {"encoder": ..,
-    "decoder": ..}, the lengths that span corruption makes of its windows."""
+    "decoder": ..}, the lengths that span corruption makes of its windows (T5-NAR's decoder: the
+    target without its [EOS])."""
     if objective == "mlae":
         return dict(total=pretraining_window(objective, seq_len) + 2)
-    if objective != "t5":
+    if objective not in T5_LIKE:
         return dict(total=seq_len)
     encoder, decoder = t5.corrupted_lengths(pretraining_window(objective, seq_len))
-    return dict(encoder=encoder, decoder=decoder)
+    return dict(encoder=encoder, decoder=decoder - (objective == "t5-nar"))
 
 
 def positions_of(state):
@@ -152,9 +160,11 @@ def fit_lengths(arch, positions, max_src, max_tgt):
     """max_src for fine-tuning: the given one, or (None) DEFAULT_MAX_SRC cut to what the
     checkpoint trained. A layout past the trained positions would put targets and [P]s on
     position embeddings that never received a gradient: refused, with the numbers and the fix."""
-    if arch == "t5":
+    if arch in T5_LIKE:
         src_room, tgt_room = positions["encoder"], positions["decoder"]
         what = f"its encoder trained positions 0..{src_room - 1}, its decoder 0..{tgt_room - 1}"
+        # a NAR target has no [EOS]: max_tgt - 1 tokens (core/nar.nar_batch)
+        tgt_room += arch == "t5-nar"
     else:
         src_room = positions["total"] - max_tgt
         what = f"it trained positions 0..{positions['total'] - 1} for source and target together"
@@ -163,11 +173,11 @@ def fit_lengths(arch, positions, max_src, max_tgt):
         if max_src < 8:
             raise UserError(f"--max-tgt {max_tgt} leaves no room for a source in the checkpoint's positions "
                             f"({what}): lower --max-tgt")
-    if arch == "t5" and (max_src > src_room or max_tgt > tgt_room):
+    if arch in T5_LIKE and (max_src > src_room or max_tgt > tgt_room):
         raise UserError(f"--max-src {max_src} / --max-tgt {max_tgt} exceed the positions the checkpoint was "
                         f"pretrained on ({what}): use --max-src <= {src_room} and --max-tgt <= {tgt_room}, "
                         f"or pretrain with a longer --seq-len")
-    if arch != "t5" and max_src + max_tgt > positions["total"]:
+    if arch not in T5_LIKE and max_src + max_tgt > positions["total"]:
         raise UserError(f"--max-src {max_src} + --max-tgt {max_tgt} = {max_src + max_tgt} exceed the positions the "
                         f"checkpoint was pretrained on ({what}): use --max-src <= {src_room} (or a smaller "
                         f"--max-tgt), or pretrain with --seq-len {max_src + max_tgt}")
@@ -206,14 +216,14 @@ def seq2seq_ops(arch, dec_len=32):
 @torch.no_grad()
 def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_penalty=0.6,
              no_repeat_ngram=0, use_cache=True, return_scores=False, length_norm="wu", length_beam=3, iterations=10,
-             stats=None):
+             stats=None, adaptive_stop=False):
     """Token-id lists (without [EOS]) for a batch of (already truncated) sources: greedy for
     beam 1, else beam search; with return_scores also their (B,) scores. The length penalty
     defaults to UniLMv2's (Table 10: Wu et al.'s ((5 + len) / 6) ** 0.6; core/decoding.py). Runs in eval mode and
     restores the model's mode afterwards. use_cache=False recomputes the whole prefix at every
     step (the reference the key/value cache is tested against). A "nar" model decodes with
-    Mask-Predict instead (length_beam lengths, up to `iterations` passes; max_len - 1 tokens at
-    most, the budget an AR model spends one of on [EOS]); a `stats` dict then accumulates the
+    Mask-Predict instead (length_beam lengths, `iterations` passes, fewer with adaptive_stop;
+    max_len - 1 tokens at most, the budget an AR model spends one of on [EOS]); a `stats` dict then accumulates the
     model calls its outputs took ("iterations") and their count ("n")."""
     was_training = model.training
     model.eval()
@@ -226,7 +236,8 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
     try:
         if arch == "nar":
             out, det = nar.mask_predict(nar.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam, iterations,
-                                        max(1, max_len - 1), tok.pad_id, tok.eos_id, return_details=True)
+                                        max(1, max_len - 1), tok.pad_id, tok.eos_id, return_details=True,
+                                        adaptive_stop=adaptive_stop)
             scores = det["score"]
             if stats is not None:
                 stats["iterations"] = stats.get("iterations", 0) + int(det["iterations"].sum())

@@ -34,7 +34,8 @@ layers have no cross-attention. The latents of (a) enter the decoder as they lea
 encoder's final LayerNorm, with no second position embedding: they already carry their
 position, and the decoder's relative position bias sees the position ids.
 
-Depths: --enc-layers / --dec-layers. The paper's base model is 12L-4L (3:1); at `small` the
+Depths: --enc-layers / --dec-layers, defaults in core/config.py DEPTHS, which the T5, T5-NAR and
+CMLM baselines share. The paper's base model is 12L-4L (3:1); at `small` the
 default is 4L-2L, the encoder as deep as the MLM baseline's stack (the paper compares a 12L
 RoBERTa with a 12L-4L MLAE), and 3L-3L is the symmetric ablation of Table 6 (the same number of
 layers, as the paper's 8L-8L has the parameters of its 12L-4L).
@@ -46,13 +47,11 @@ import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, pad_stack
-from .classify import Classifier
 from .model import EncoderDecoder, Layer, Meta, local_rel_table, positions, _init
 from .t5 import IGNORE, encoder_input, span_ids
 from .tokenizer import MASK
 
 VARIANTS = ("a", "b")
-DEFAULT_DEPTHS = {"tiny": (2, 1), "small": (4, 2), "base": (12, 4)}  # (encoder, decoder) layers
 
 
 def variant_of(state_dict):
@@ -194,19 +193,8 @@ def mlae_loss_sums(model, batch, mask_id=MASK):
     return dict(loss=loss, hit=hit, n=torch.tensor(float(len(target)), device=logits.device))
 
 
-# -----------------------------------------------------------------------------
-# fine-tuning for understanding (section 3.2): the encoder, a linear layer on [EOS]
-
-class MLAEClassifier(Classifier):
-    """The encoder of a pretrained MLAE (`encoder`: the whole MLAE) and a linear layer on the
-    vector of [EOS], the last token of "[SOS] TEXT [EOS]" (the paper's choice). The decoder stays
-    in the state dict, unused, so that the checkpoint loads as an MLAE."""
-
-    def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
-        pos = positions(tokens)
-        h = self.encoder.encode(tokens, pos, valid)  # (B, L, C)
-        last = valid.long().sum(1) - 1  # the [EOS] of each row
-        return self.out(self.drop(h[torch.arange(len(h), device=h.device), last]))
+# fine-tuning for understanding (section 3.2), the encoder and a linear layer on [EOS]: the
+# EncoderClassifier of core/classify.py, shared with T5
 
 
 # -----------------------------------------------------------------------------

@@ -265,7 +265,8 @@ class EncoderDecoder(nn.Module):
         embedding (seg=None).
       * cfg.n_layers encoder layers (self-attention) and cfg.n_dec_layers decoder layers
         (self-attention, cross-attention, FFN); cfg.n_dec_layers == 0 means "as many as the
-        encoder", so any preset gives a balanced model (T5 is balanced, 12L-12L at base).
+        encoder". train.py and finetune.py give the T5 baseline MLAE's depths (core/config.py
+        DEPTHS: 12L-4L at base, as the MLAE paper's T5, section 4.1), not T5's own 12L-12L.
       * Pre-LN, with a final LayerNorm per stack (as in T5; see the module docstring for why).
       * With cfg.rel_pos, one relative position table per stack, shared by that stack's layers
         (T5 keeps separate encoder and decoder tables). The buckets are the bidirectional ones of

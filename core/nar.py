@@ -7,9 +7,12 @@ The model, NARModel, is the encoder-decoder of core/model.py with two changes: t
 self-attention is bidirectional (every target token CONTEXT, padding unseen), and a length
 predictor reads the encoder (a linear layer on the mean of the memory, trained jointly; CMLM
 predicts the length from a special encoder token instead, which our encoders do not have).
-T5-NAR is a T5 checkpoint loaded into it, MLAE NAR an MLAE (b) checkpoint (its cross-attention
+T5-NAR is a checkpoint of this model pretrained by span corruption (train.py --objective t5-nar,
+below; the MLAE paper, section 4.4), MLAE NAR an MLAE (b) checkpoint (its cross-attention
 pretrained) or an (a) one (cross-attention copied from self-attention), CMLM from scratch a
-fresh one (finetune.py --init none --arch t5 --nar).
+fresh one (finetune.py --init none --arch t5 --nar). An autoregressively pretrained T5 loads
+into it too (finetune.py --init T5 --nar): not the paper's T5-NAR, whose decoder was
+pretrained non-autoregressively.
 
 Training (CMLM, section 3.2 of Mask-Predict): for each target of length T (no [EOS]: the length
 predictor says where it ends) k ~ Uniform{1..T} tokens are replaced by [MASK]; the loss is the
@@ -17,12 +20,25 @@ label-smoothed cross-entropy on them, plus 0.1 x the length cross-entropy (fairs
 length_loss_factor). Which tokens are masked is drawn from a generator seeded by the batch's
 contents, so a resumed run sees the masks the uninterrupted one saw.
 
+Pretraining (T5-NAR, MLAE section 4.4): T5's span corruption (core/t5.py), with the decoder of
+this model: it is fed one [MASK] per target token, sees them all (no causal mask), predicts every
+target token in parallel, and the length predictor learns the target's length jointly. The
+target is T5's without its final [EOS] ("<s0> x2 x3 <s1> x8 x9"), as in CMLM fine-tuning above,
+where the length predictor says where a target ends; every target token is masked (k = T).
+Span corruption makes targets of one length per window length, so at one --seq-len the
+predictor learns a single length here, and the lengths of summaries in fine-tuning. The
+reported loss is the token cross-entropy + 0.1 x len_loss, which train.py prints beside it.
+
 Decoding (mask_predict): the top `length_beam` lengths of the predictor (never the gold
 length), all candidates of all sources in one batch. Iteration 0 predicts every token from all
-[MASK]s; iteration t = 1..I-1 re-masks the n = floor(L (I - t) / I) least confident tokens of a
-candidate of length L and predicts them again (a token's confidence is its probability when it
-was last predicted). A candidate stops early when an iteration changes none of its tokens (or
-n reaches 0). The candidate with the best mean log-probability wins; consecutive duplicate
+[MASK]s; iteration t = 1..I-1 re-masks the n = max(1, floor(L (I - t) / I)) least confident
+tokens of a candidate of length L and predicts them again (a token's confidence is its
+probability when it was last predicted). Every candidate runs all I iterations, as published
+(Mask-Predict section 3.1: n = N (T - t) / T; at least one token, so that no iteration of a
+short target is empty). With adaptive_stop, fairseq's behaviour (its iterative refinement
+generator unless --iter-decode-force-max-iter): a candidate stops when the masked state it
+would feed the next iteration equals the one it fed this one, for that iteration would only
+repeat this one. The candidate with the best mean log-probability wins; consecutive duplicate
 tokens are then merged (Mask-Predict section 3.3; the typical NAR repetition).
 """
 import hashlib
@@ -34,7 +50,7 @@ import torch.nn.functional as F
 
 from .batch import Batch, pad_stack
 from .model import EncoderDecoder, Meta, positions
-from .t5 import IGNORE
+from .t5 import IGNORE, span_corruption
 
 LENGTH_LOSS = 0.1
 
@@ -125,6 +141,38 @@ def nar_loss_sums(model, batch, label_smoothing=0.1):
 
 
 # -----------------------------------------------------------------------------
+# T5-NAR pretraining: span corruption, every target token predicted from a [MASK]
+
+def t5_nar_batch(stream, indices, tok, ratio=0.15, mean_span=3):
+    """The examples `indices` of a TokenStream, span-corrupted as by t5_batch, in the layout of
+    nar_batch with every target token masked: src "SRC' [EOS]", tgt the span-corruption target
+    without its [EOS], tgt_in all [MASK], tgt_out the target (IGNORE at padding), length."""
+    sources, targets = [], []
+    for i in indices:
+        window, rng = stream.window_at(i)
+        src, tgt = span_corruption(window, rng, tok, ratio, mean_span)
+        sources.append(src)
+        targets.append(tgt[:-1])  # the [EOS]: the length predictor says where a target ends
+    src, src_valid = pad_stack(sources, tok.pad_id)
+    tgt, tgt_valid = pad_stack(targets, tok.pad_id)
+    tgt_out, _ = pad_stack(targets, IGNORE)
+    tgt_in = torch.full_like(tgt, tok.mask_id).masked_fill(~tgt_valid, tok.pad_id)
+    return Batch(norm=tgt_valid.sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src, src_valid=src_valid,
+                 tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out,
+                 length=torch.tensor([len(t) for t in targets]))
+
+
+def t5_nar_loss_sums(model, batch):
+    """nar_loss_sums without label smoothing (pretraining, as T5's loss): loss (token
+    cross-entropy + LENGTH_LOSS x the length cross-entropy, summed), hit, n, and the length's
+    len_loss, len_hit, len_n (core/training.per_token reports both)."""
+    sums = nar_loss_sums(model, batch, label_smoothing=0.0)
+    sums["len_loss"] = sums.pop("len_nll")
+    del sums["nll"]
+    return sums
+
+
+# -----------------------------------------------------------------------------
 # Mask-Predict
 
 class NARDecoder:
@@ -165,11 +213,11 @@ def merge_repeats(ids):
 
 @torch.no_grad()
 def mask_predict(decoder, mask_id, length_beam=3, iterations=10, max_len=32, pad_id=0, eos_id=3,
-                 return_details=False):
+                 return_details=False, adaptive_stop=False):
     """Batched Mask-Predict (see the module docstring). Returns a list of B token lists (cut at
     an [EOS] if one is predicted, consecutive duplicates merged); with return_details also a
     dict of (B,) tensors: score (mean log-probability of the chosen candidate), length, and
-    iterations (model calls the chosen candidate took)."""
+    iterations (model calls the chosen candidate took: `iterations` unless adaptive_stop)."""
     if length_beam < 1 or iterations < 1:
         raise ValueError(f"length_beam {length_beam} and iterations {iterations} must be >= 1")
     lp = decoder.length_logp()  # (B, P)
@@ -182,28 +230,29 @@ def mask_predict(decoder, mask_id, length_beam=3, iterations=10, max_len=32, pad
     rows = torch.arange(B, device=dev).repeat_interleave(K)
     T = int(lengths.max())
     valid = torch.arange(T, device=dev)[None] < lengths[:, None]  # (N, T)
-    tokens = torch.full((B * K, T), mask_id, dtype=torch.long, device=dev).masked_fill(~valid, pad_id)
-    logp = decoder.predict(rows, tokens, valid)  # (N, T, V)
+    inp = torch.full((B * K, T), mask_id, dtype=torch.long, device=dev).masked_fill(~valid, pad_id)
+    logp = decoder.predict(rows, inp, valid)  # (N, T, V)
     conf, tokens = logp.max(-1)
     tokens = tokens.masked_fill(~valid, pad_id)
     conf = conf.masked_fill(~valid, float("inf"))  # padding is never re-masked
     used = torch.ones(B * K, dtype=torch.long, device=dev)
     live = torch.ones(B * K, dtype=torch.bool, device=dev)
     for t in range(1, iterations):
-        n = (lengths * (iterations - t)) // iterations  # (N,) how many to re-mask
-        live &= n > 0
-        if not live.any():
-            break
+        n = ((lengths * (iterations - t)) // iterations).clamp_min(1)  # (N,) how many to re-mask
+        rank = conf.argsort(dim=1, stable=True).argsort(dim=1)  # 0 = least confident
+        remask = rank < n[:, None]  # (N, T)
+        nxt = tokens.masked_fill(remask, mask_id)  # the masked state fed to iteration t
+        if adaptive_stop:  # the state repeats: iteration t would repeat iteration t - 1
+            live &= (nxt != inp).any(1)
+            if not live.any():
+                break
         act = live.nonzero()[:, 0]
-        rank = conf[act].argsort(dim=1, stable=True).argsort(dim=1)  # 0 = least confident
-        remask = rank < n[act, None]  # (A, T)
-        inp = tokens[act].masked_fill(remask, mask_id)
-        new_conf, new_tok = decoder.predict(rows[act], inp, valid[act]).max(-1)
-        changed = (remask & (new_tok != tokens[act])).any(1)
-        tokens[act] = torch.where(remask, new_tok, tokens[act])
-        conf[act] = torch.where(remask, new_conf, conf[act])
+        inp = nxt
+        new_conf, new_tok = decoder.predict(rows[act], inp[act], valid[act]).max(-1)
+        hit = remask[act]
+        tokens[act] = torch.where(hit, new_tok, tokens[act])
+        conf[act] = torch.where(hit, new_conf, conf[act])
         used[act] += 1
-        live[act] = changed  # a candidate that changed nothing stops here
     score = conf.masked_fill(~valid, 0.0).sum(1) / lengths  # (N,) mean log-probability
     best = score.view(B, K).argmax(1)  # (B,)
     pick = torch.arange(B, device=dev) * K + best

@@ -19,9 +19,9 @@ def task_files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pretrained(text_file, tmp_path_factory):
-    """Tiny PMLM and T5 checkpoints after a few steps each."""
+    """Tiny PMLM, T5 and T5-NAR checkpoints after a few steps each."""
     out = {}
-    for objective in ("pmlm", "t5"):
+    for objective in ("pmlm", "t5", "t5-nar"):
         path = str(tmp_path_factory.mktemp(objective))
         train.main(["--data", text_file, "--objective", objective, "--steps", "4", "--out", path] + TINY)
         out[objective] = os.path.join(path, "last.pt")
@@ -73,14 +73,45 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         assert swept.endswith("-exit0.json")  # an exit-threshold sweep keeps a file per threshold
 
 
-def test_classify_pipeline(pretrained, task_files, tmp_path, capsys):
+@pytest.mark.parametrize("objective", ["pmlm", "t5", "t5-nar"])
+def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
+    """A PMLM reads [SOS]; a T5 or T5-NAR checkpoint its encoder's [EOS] (the MLAE paper's "T5
+    encoder + task layer", Table 1)."""
     out = str(tmp_path / "cls")
-    finetune.main(["--init", pretrained["pmlm"], "--task", "classify", "--train-data", task_files["train"],
+    finetune.main(["--init", pretrained[objective], "--task", "classify", "--train-data", task_files["train"],
                    "--valid-data", task_files["valid"], "--out", out] + FT)
     rows = evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--batch-size", "4",
                                  "--latency-samples", "2"])
     assert 0 <= rows[0]["accuracy"] <= 100 and 0 <= rows[0]["macro_f1"] <= 100
+    assert rows[0]["arch"] == ("unilm" if objective == "pmlm" else objective)
     assert "accuracy" in capsys.readouterr().out
+    if objective != "pmlm":  # the whole pretrained model loads, the encoder's weights unchanged until trained
+        pre = torch.load(pretrained[objective], weights_only=True)["model"]
+        state = torch.load(os.path.join(out, "best.pt"), weights_only=True)["model"]
+        assert set(pre) == {k[len("encoder."):] for k in state if k.startswith("encoder.")}
+
+
+def test_t5_classifier_reads_the_encoders_eos():
+    """The encoder sees "TEXT [EOS]" as in span-corruption pretraining (no [SOS]); the logits
+    are read at [EOS], so they change with the first token (bidirectional) and ignore padding."""
+    from core.classify import EncoderClassifier, classify_batch
+    from core.config import preset
+    from core.model import EncoderDecoder
+
+    class Tok:
+        sos_id, eos_id, pad_id = 2, 3, 0
+    b = classify_batch([[10, 11, 12], [13, 14, 15, 16, 17]], [0, 1], Tok, 6, sos=False)
+    assert b.tokens[0].tolist() == [10, 11, 12, 3, 0, 0] and b.tokens[1].tolist() == [13, 14, 15, 16, 17, 3]
+    assert classify_batch([[10, 11, 12]], [0], Tok, 6).tokens[0].tolist() == [2, 10, 11, 12, 3]
+    torch.manual_seed(0)
+    model = EncoderClassifier(EncoderDecoder(preset("tiny", vocab_size=40, n_dec_layers=1, dropout=0.0)), 3, 0.0).eval()
+    y = model(b.tokens, b.valid)
+    first = b.tokens.clone()
+    first[:, 0] = 20
+    assert not torch.allclose(model(first, b.valid)[0], y[0])
+    padded = b.tokens.clone()
+    padded[0, 4] = 30
+    assert torch.equal(model(padded, b.valid)[0], y[0])
 
 
 def test_finetune_resume_is_exact(pretrained, task_files, tmp_path):
@@ -110,14 +141,23 @@ def fails_with(capsys, main, argv, *needles):
         assert n in err, err
 
 
-def test_t5_checkpoint_cannot_classify(capsys, pretrained, task_files, tmp_path):
-    fails_with(capsys, finetune.main, ["--init", pretrained["t5"], "--task", "classify", "--train-data",
-                                       task_files["train"], "--valid-data", task_files["valid"],
-                                       "--out", str(tmp_path / "o")], "classification", "t5")
+def test_nar_flags_where_they_do_nothing(capsys, pretrained, task_files, tmp_path):
+    base = ["--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", str(tmp_path / "o")]
+    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5-nar"]], "--nar")
+    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--adaptive-stop"], "--adaptive-stop", "--nar")
+    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--dec-layers", "2"], "--dec-layers", "from scratch")
+    fails_with(capsys, finetune.main, base + ["--init", "none", "--arch", "t5", "--enc-layers", "0"], "--enc-layers 0")
 
 
 def test_eval_needs_a_finetuned_checkpoint(capsys, pretrained):
     fails_with(capsys, evaluate_script.main, [pretrained["pmlm"]], pretrained["pmlm"], "pretrain/pmlm")
+
+
+def test_eval_adaptive_stop_needs_a_nar_checkpoint(capsys, pretrained, task_files, tmp_path):
+    out = str(tmp_path / "ft")
+    finetune.main(["--init", pretrained["t5"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
+                   "--out", out] + FT + ["--epochs", "0.2", "--rouge-examples", "0"])
+    fails_with(capsys, evaluate_script.main, [os.path.join(out, "best.pt"), "--adaptive-stop"], "--adaptive-stop", "NAR")
 
 
 def test_jsonl_without_the_named_fields(capsys, pretrained, task_files, tmp_path):
@@ -149,4 +189,6 @@ def test_no_pretraining(arch, task_files, tmp_path):
     assert state["arch"] == arch and state["model_config"]["d_model"] == 64
     assert state["model_config"]["vocab_size"] == 600
     assert (state["model_config"]["n_dec_layers"] > 0) == (arch == "t5")
+    if arch == "t5":  # CMLM / T5 from scratch at MLAE's depths (tiny: 2L-1L)
+        assert (state["model_config"]["n_layers"], state["model_config"]["n_dec_layers"]) == (2, 1)
     assert [r for r in read_log(out) if "valid_rougeL" in r]

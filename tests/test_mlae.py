@@ -304,22 +304,33 @@ def test_pretrain_then_ar_seq2seq(mlae_checkpoint, task_files, tmp_path):
     assert state["args"]["mask_schedule"] == "linear" and state["model_config"]["n_dec_layers"] == 1
 
 
-@pytest.mark.parametrize("init", ["mlae", "t5", "none"])
+@pytest.mark.parametrize("init", ["mlae", "t5", "t5-nar", "none"])
 def test_nar_pipelines(init, mlae_checkpoint, text_file, task_files, tmp_path):
-    """MLAE NAR, T5-NAR and CMLM from scratch: CMLM fine-tuning, Mask-Predict in eval.py."""
+    """MLAE NAR, T5-NAR (pretrained NAR, or an AR T5 fine-tuned as a CMLM) and CMLM from scratch:
+    CMLM fine-tuning, Mask-Predict in eval.py, every iteration run (as published)."""
     if init == "mlae":
         ckpt = os.path.join(mlae_checkpoint, "last.pt")
-    elif init == "t5":
-        pre = str(tmp_path / "t5")
-        train.main(["--data", text_file, "--objective", "t5", "--steps", "2", "--out", pre] + TINY)
+    elif init in ("t5", "t5-nar"):
+        pre = str(tmp_path / init)
+        train.main(["--data", text_file, "--objective", init, "--steps", "2", "--out", pre] + TINY)
         ckpt = os.path.join(pre, "last.pt")
     else:
         ckpt = "none"
     extra = ["--arch", "t5", "--model", "tiny", "--vocab-size", "600"] if init == "none" else []
     row = finetune_and_eval(ckpt, task_files, str(tmp_path / "nar"), "--nar", "--iterations", "4", *extra)
     used, budget = row["iterations"].split(" / ")
-    assert row["arch"] == "nar" and budget == "4" and 1 <= float(used) <= 4 and row["decoding"].startswith("mask-predict")
+    assert row["arch"] == "nar" and budget == "4" and float(used) == 4 and row["decoding"].startswith("mask-predict")
     assert 0 <= row["rougeL"] <= 100 and row["latency_ms"] > 0
+    if init == "t5-nar":  # the pretrained length predictor is loaded, not fresh
+        import eval as evaluate_script
+        pre_sd = torch.load(ckpt, weights_only=True)["model"]
+        ft = torch.load(os.path.join(tmp_path / "nar", "last.pt"), weights_only=True)
+        assert ft["args"]["adaptive_stop"] is False and set(ft["model"]) == set(pre_sd)
+        best = os.path.join(tmp_path / "nar", "best.pt")
+        row = evaluate_script.main([best, "--data", task_files["test"], "--adaptive-stop", "--batch-size", "3",
+                                    "--latency-samples", "1", "--no-lead"])[0]
+        used, budget = row["iterations"].split(" / ")
+        assert budget == "4" and 1 <= float(used) <= 4
 
 
 def test_unilm_style_prefix_rule_and_cache():

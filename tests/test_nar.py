@@ -47,11 +47,11 @@ def test_remasks_exactly_the_least_confident_in_linear_counts():
     toy = Toy(lengths_table(1, [7]), token=lambda call, r, i: 10 + call, conf=lambda r, i, L: confs[i])
     I = 5
     out, det = mask_predict(toy, MASK, length_beam=1, iterations=I, max_len=10, return_details=True)
-    assert len(toy.calls) == I and det["iterations"].tolist() == [I]  # tokens change every call: no early stop
+    assert len(toy.calls) == I and det["iterations"].tolist() == [I]
     assert (toy.calls[0][1] == MASK).all()  # iteration 0: all [MASK]
     order = np.argsort(confs)  # least confident first
     for t in range(1, I):
-        n = 7 * (I - t) // I
+        n = max(1, 7 * (I - t) // I)
         masked = set((toy.calls[t][1][0] == MASK).nonzero()[:, 0].tolist())
         assert masked == set(order[:n].tolist()), (t, n, masked)
     # every token was last predicted at the last call in which it was masked
@@ -59,11 +59,37 @@ def test_remasks_exactly_the_least_confident_in_linear_counts():
     assert out[0] == merge_repeats([10 + last[i] + 1 for i in range(7)])
 
 
-def test_stops_early_when_nothing_changes():
-    toy = Toy(lengths_table(2, [5]), token=lambda call, r, i: 10 + i, conf=lambda r, i, L: -0.1 * i)
+def test_runs_every_iteration_on_a_model_that_stops_changing():
+    """As published, all I passes run even when the predictions no longer change; fairseq's
+    adaptive stop ends a candidate once the masked state it would feed a pass repeats."""
+    make = lambda: Toy(lengths_table(2, [5]), token=lambda call, r, i: 10 + i, conf=lambda r, i, L: -0.1 * i)
+    toy = make()
     out, det = mask_predict(toy, MASK, length_beam=1, iterations=10, max_len=10, return_details=True)
+    assert len(toy.calls) == 10 and det["iterations"].tolist() == [10, 10]
+    assert out == [[10, 11, 12, 13, 14]] * 2
+    # adaptive: n = 4, 4 at t = 1, 2 with the same 4 least confident positions -> pass 2 would
+    # see pass 1's input again; the candidate stops after 2 passes, with the same output
+    toy = make()
+    out, det = mask_predict(toy, MASK, length_beam=1, iterations=10, max_len=10, return_details=True,
+                            adaptive_stop=True)
     assert len(toy.calls) == 2 and det["iterations"].tolist() == [2, 2]
     assert out == [[10, 11, 12, 13, 14]] * 2
+    # n = 4, 3, 2, 1 (L = I = 5): the masked state never repeats, every pass runs
+    toy = Toy(lengths_table(1, [5]), token=lambda call, r, i: 10 + call, conf=lambda r, i, L: -0.1 * i)
+    _, det = mask_predict(toy, MASK, length_beam=1, iterations=5, max_len=10, return_details=True, adaptive_stop=True)
+    assert det["iterations"].tolist() == [5]
+
+
+def test_at_least_one_token_is_remasked_per_iteration():
+    """L < I: floor(L (I - t) / I) reaches 0 before the last iteration; n stays at 1 there."""
+    confs = [-0.5, -3.0, -0.1]
+    toy = Toy(lengths_table(1, [3]), token=lambda call, r, i: 10 + call, conf=lambda r, i, L: confs[i])
+    I = 8
+    mask_predict(toy, MASK, length_beam=1, iterations=I, max_len=10)
+    assert len(toy.calls) == I
+    counts = [int((toy.calls[t][1][0] == MASK).sum()) for t in range(1, I)]
+    assert counts == [max(1, 3 * (I - t) // I) for t in range(1, I)] and min(counts) == 1
+    assert all((toy.calls[t][1][0] == MASK).nonzero()[0, 0].item() == 1 for t in range(4, I))  # the least confident
 
 
 def test_merges_consecutive_duplicates():
@@ -136,3 +162,90 @@ def test_the_decoder_is_bidirectional():
     tgt2[0, 4] = 12
     h2 = model.decode_nar(tgt2, torch.ones_like(tgt, dtype=torch.bool), mem, sv)
     assert not torch.allclose(h1[0, 0], h2[0, 0])
+
+
+# -----------------------------------------------------------------------------
+# T5-NAR pretraining (train.py --objective t5-nar)
+
+def t5_nar_examples(tokenizer, n=4, window=40):
+    from core.data import TokenStream
+    from core.nar import t5_nar_batch
+    ids = [list(range(20, 20 + 50))] * 3
+    stream = TokenStream([np.asarray(i) for i in ids], window, 0, sep=tokenizer.eos_id)
+    return stream, t5_nar_batch(stream, list(range(n)), tokenizer)
+
+
+def test_t5_nar_batch_masks_and_predicts_every_target_token(tokenizer):
+    from core.t5 import span_corruption
+    stream, b = t5_nar_examples(tokenizer)
+    for r in range(4):
+        window, rng = stream.window_at(r)
+        src, tgt = span_corruption(window, rng, tokenizer)
+        L = int(b.tgt_valid[r].sum())
+        assert b.src[r, :len(src)].tolist() == src.tolist()
+        assert b.tgt[r, :L].tolist() == tgt[:-1].tolist() and b.length[r] == L  # T5's target, no [EOS]
+        assert (b.tgt_in[r, :L] == tokenizer.mask_id).all()  # one [MASK] per target token
+        assert torch.equal(b.tgt_out[r, :L], b.tgt[r, :L]) and (b.tgt_out[r, L:] == IGNORE).all()
+    assert b.norm == int(b.tgt_valid.sum())
+    from core.nar import t5_nar_loss_sums
+    model = NARModel(preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0))
+    sums = t5_nar_loss_sums(model, b)
+    assert sums["n"].item() == b.norm and sums["len_n"].item() == 4  # every target token is predicted
+
+
+def test_t5_nar_decoder_has_no_causal_mask(tokenizer):
+    """Through the pretraining forward: a later decoder input changes an earlier output."""
+    _, b = t5_nar_examples(tokenizer, n=2)
+    torch.manual_seed(0)
+    model = NARModel(preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0)).eval()
+    predict = b.tgt_valid
+    logits, _ = model(b.src, b.src_valid, b.tgt_in, b.tgt_valid, predict)
+    later = b.tgt_in.clone()
+    last = int(b.tgt_valid[0].sum()) - 1
+    later[0, last] = 25
+    logits2, _ = model(b.src, b.src_valid, later, b.tgt_valid, predict)
+    assert not torch.allclose(logits[0], logits2[0])  # row 0's first output saw its last input
+    n0 = int(b.tgt_valid[0].sum())
+    assert torch.allclose(logits[n0:], logits2[n0:], atol=1e-6)  # row 1 is untouched
+
+
+def test_t5_nar_pretraining_learns_and_resumes(text_file, tmp_path):
+    import os
+    import train
+    from conftest import TINY, read_log
+    from core.finetuning import trained_positions
+    flags = ["--data", text_file, "--objective", "t5-nar", "--steps", "12", "--lr", "3e-3", "--dropout", "0.1"] + TINY
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    train.main(flags + ["--out", straight])
+    train.main(flags + ["--out", resumed, "--stop-after", "6"])
+    train.main(flags + ["--out", resumed, "--resume"])
+    log = lambda out: [r for r in read_log(out) if "loss" in r]
+    a, b = log(straight), log(resumed)
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
+    token_loss = [r["loss"] - 0.1 * r["len_loss"] for r in a]  # without the length predictor's share
+    assert sum(token_loss[-3:]) < sum(token_loss[:3]) - 0.3, token_loss
+    sa = torch.load(os.path.join(straight, "last.pt"), weights_only=True)
+    sb = torch.load(os.path.join(resumed, "last.pt"), weights_only=True)
+    assert all(torch.equal(sa["model"][k], sb["model"][k]) for k in sa["model"])
+    assert sa["kind"] == "pretrain/t5-nar" and sa["step"] == 12 and "length.weight" in sa["model"]
+    assert sa["positions"] == trained_positions("t5-nar", 48)
+    # the recorded decoder positions are those the batches use: the target without [EOS]
+    assert sa["positions"]["decoder"] == trained_positions("t5", 48)["decoder"] - 1
+    assert (sa["model_config"]["n_layers"], sa["model_config"]["n_dec_layers"]) == (2, 1)  # MLAE's tiny depths
+
+
+@pytest.mark.parametrize("name", ["tiny", "small"])
+def test_baselines_have_mlaes_depths_and_parameters(name):
+    """T5, T5-NAR and CMLM from scratch take MLAE's (encoder, decoder) depths at every preset, so
+    their parameters match MLAE's: (b) has the same layers as T5, a NAR model adds the length
+    predictor to both alike, (a) lacks only the decoder's cross-attention."""
+    from core.config import DEPTHS, depths
+    from core.mlae import MLAE
+    from core.model import EncoderDecoder, count_parameters
+    enc, dec = depths(name)
+    assert (enc, dec) == DEPTHS[name] and depths(name, dec_layers=3) == (enc, 3)
+    cfg = preset(name, vocab_size=8000, n_layers=enc, n_dec_layers=dec)
+    mlae_b, t5 = count_parameters(MLAE(cfg, "b")), count_parameters(EncoderDecoder(cfg))
+    assert abs(t5 / mlae_b - 1) < 0.03, (t5, mlae_b)
+    assert count_parameters(NARModel(cfg)) - t5 == cfg.d_model * cfg.max_positions + cfg.max_positions
+    assert count_parameters(MLAE(cfg, "a")) < mlae_b
