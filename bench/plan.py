@@ -8,7 +8,7 @@ dependencies), and the budget's fields ({scratch}, {elmer}, {sym}, ...).
 
 A run whose flags this checkout's scripts reject (a flag or a choice not there yet) is listed as
 "not on this branch" and skipped with everything that depends on it; a run with a TODO note is
-skipped the same way until the note goes. The flags added beside this runner are marked NEW.
+skipped the same way until the note goes.
 """
 import re
 from typing import NamedTuple
@@ -45,7 +45,7 @@ PRETRAIN = [
     pretrain("mlae-sym", "--objective mlae --decoder a --enc-layers {sym} --dec-layers {sym}",
              "MLAE, symmetric depths (MLAE Table 6)"),
     pretrain("t5", "--objective t5", "T5, span corruption, AR decoder"),
-    pretrain("t5-nar", "--objective t5-nar", "T5 pretrained with a NAR decoder (MLAE's T5-NAR)"),  # NEW objective
+    pretrain("t5-nar", "--objective t5-nar", "T5 pretrained with a NAR decoder (MLAE's T5-NAR)"),
     pretrain("elmer", "--objective elmer {elmer}", "ELMER's LPLM"),
 ]
 
@@ -92,8 +92,7 @@ FINETUNE = [
     finetune("cls-pmlm-par", "pmlm-par", "--task classify", "PMLM, PAR only"),
     finetune("cls-pmlm-norel", "pmlm-norel", "--task classify", "PMLM without rel. pos."),
     finetune("cls-mlae", "mlae-a", "--task classify", "MLAE encoder ([EOS])"),
-    finetune("cls-t5", "t5", "--task classify", "T5 encoder",
-             todo="finetune.py classifies pmlm, mlm and mlae encoders only, not a T5 encoder"),
+    finetune("cls-t5", "t5", "--task classify", "T5 encoder ([EOS])"),
 ]
 
 # the exit curve (ELMER 5.4, its Figure 2): one checkpoint decoded at each threshold
@@ -104,7 +103,7 @@ def evaluations():
     """One evaluation of every fine-tuned run, and the hard-exit threshold sweep."""
     runs = [Run("eval-" + f.name, "eval", f"{{ft-{f.name}}}", f.label) for f in FINETUNE]
     runs.append(Run("eval-sweep-elmer-hard", "eval", f"{{ft-elmer-hard}} --exit-measure entropy "
-                    f"--exit-threshold {EXIT_THRESHOLDS}", "ELMER-hard, exit threshold sweep"))  # NEW flags
+                    f"--exit-threshold {EXIT_THRESHOLDS}", "ELMER-hard, exit threshold sweep"))
     return runs
 
 

@@ -40,7 +40,6 @@ def test_plan(tmp_path, capsys):
     for r in plan.PLAN:
         assert re.search(rf"^  {re.escape(r.name)} ", text, re.M), r.name
     assert "python train.py --objective mlae --decoder b" in text and "left: " in text
-    assert "TODO: finetune.py classifies" in text  # cls-t5 is listed, not run
     assert not os.path.exists(os.path.join(out, "pre-pmlm"))
 
 
