@@ -10,7 +10,7 @@ Summarization of a unified (PMLM / MLM) checkpoint uses UniLMv2's pseudo-mask fi
 forcing; of an MLAE checkpoint (core/mlae.py), seq2seq style with scheduled masking. --nar
 fine-tunes a t5 or mlae checkpoint (or --init none --arch t5: CMLM) as a CMLM decoded by
 Mask-Predict (core/nar.py). Classification puts a fresh linear layer on the [SOS] vector ([EOS]
-for MLAE). Label smoothing 0.1,
+for MLAE). Label smoothing 0.1 (ELMER: none),
 warmup then linear decay. After every epoch: the validation loss, a quick ROUGE (greedy) on a
 slice of the validation split or its accuracy; the best checkpoint is kept as best.pt.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
@@ -33,6 +33,7 @@ from core.errors import UserError, main_guard
 from core.guards import StopSignals, best_on_disk, check_continues, parse_args
 from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, elmer_options, rouge, scheduled_loss,
                              seq2seq_arch, seq2seq_ops, summarize)
+from core.exit_measures import MEASURES, exit_flags
 from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
 from core.model import count_parameters
 from core.optim import make_optimizer
@@ -51,7 +52,18 @@ def get_args(argv=None):
                    help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
     p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"], help="with --init none: the architecture")
     p.add_argument("--exit", default="hard", choices=["hard", "soft"], help="elmer: hard or soft early exit (ELMER 4.3)")
-    p.add_argument("--exit-entropy", type=float, default=0.5, help="elmer, hard exit: exit once the off-ramp entropy is below this")
+    p.add_argument("--exit-measure", default=None, choices=MEASURES,
+                   help="elmer: what decides a token's exit at inference: the off-ramp entropy (the paper, "
+                        "a vocabulary projection per layer), or O(d) measures: the cosine of h^l and h^(l-1) "
+                        "(state), a learnt linear exit classifier (classifier; always trained). Default entropy")
+    p.add_argument("--exit-threshold", type=float, default=None,
+                   help="elmer: the measure's threshold (entropy: exit below it, default 0.5; state: cosine "
+                        "above it, default 0.99; classifier: probability above it, default 0.9)")
+    p.add_argument("--exit-entropy", type=float, default=None,
+                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X")
+    p.add_argument("--exit-train", default="hard", choices=["hard", "all"],
+                   help="elmer, hard exit: tokens leave during fine-tuning once their off-ramp entropy is under "
+                        "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
     p.add_argument("--dec-len", type=int, default=None, help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
     p.add_argument("--model", default="small", choices=sorted(PRESETS), help="with --init none: the preset")
     p.add_argument("--vocab-size", type=int, default=8000, help="with --init none: tokenizer of the embedded corpus")
@@ -69,7 +81,10 @@ def get_args(argv=None):
     p.add_argument("--epochs", type=float, default=1, help="passes over the training split (fractions allowed)")
     p.add_argument("--batch", type=int, default=64, help="global batch, in examples")
     p.add_argument("--warmup-frac", type=float, default=0.1)
-    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--label-smoothing", type=float, default=None,
+                   help="default 0.1, elmer 0 (the paper's plain cross-entropy). Smoothing e puts a floor under "
+                        "an off-ramp's entropy: -(1-e+e/V)ln(1-e+e/V) - (V-1)(e/V)ln(e/V), 1.22 nats at e=0.1, "
+                        "V=8000: above the paper's delta 0.5, so no token would ever exit by entropy")
     p.add_argument("--valid-examples", type=int, default=512, help="validation loss / accuracy on this many")
     p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
     p.add_argument("--style", default=None, choices=["seq2seq", "unilm"],
@@ -137,7 +152,10 @@ def run(args, d):
         args.max_src = fit_lengths(arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
     args.max_src = args.max_src or DEFAULT_MAX_SRC
     arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
-    elmer_opts = elmer_options(arch, source, args.exit, args.exit_entropy, args.dec_len)
+    measure, threshold = exit_flags(args)
+    elmer_opts = elmer_options(arch, source, args.exit, measure, threshold, args.dec_len, args.exit_train)
+    if args.label_smoothing is None:  # resolved per architecture, so the checkpoint records it
+        args.label_smoothing = 0.0 if arch == "elmer" else 0.1
     if args.max_src > cfg.max_positions or (arch in ("unilm", "mlae-unilm") and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
