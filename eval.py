@@ -11,8 +11,10 @@ the parameter count, the latency per sample at batch size 1 and the throughput a
 stands for every fine-tuned run under it (the best.pt of each). The table goes to stdout as
 markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its generated outputs
 to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
-name and a hash of its path, with -sampleN under --limit and -exitX under --exit-entropy X), so
-that no evaluation overwrites another.
+name and a hash of its path, with -sampleN under --limit and -exit-MEASUREX under an exit
+threshold X, e.g. -exit-entropy0.5), so that no evaluation overwrites another. ELMER rows add the
+mean exit layer, the fraction exiting per layer and the decoder's multiply-adds relative to exit
+disabled (dec_flops).
 Every checkpoint and data file is read and checked before the first is evaluated; files are
 written last.
 """
@@ -30,6 +32,7 @@ from core.decoding import LENGTH_NORMS
 from core.classify import classify_batch, macro_f1, predict
 from core.config import ModelConfig
 from core.elmer import exit_statistics
+from core.exit_measures import DEFAULT_THRESHOLD, MEASURES, check_threshold, exit_flags
 from core.errors import UserError, main_guard
 from core.guards import parse_args
 from core.finetuning import arch_of, build_model, rouge, summarize
@@ -65,8 +68,14 @@ def get_args(argv=None):
     p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
     p.add_argument("--no-lead", action="store_true", help="omit the LEAD baseline rows")
-    p.add_argument("--exit-entropy", type=float, default=None,
-                   help="elmer: hard-exit threshold (default: the checkpoint's; 0 never exits early, inf at layer 1)")
+    p.add_argument("--exit-measure", default=None, choices=MEASURES,
+                   help="elmer: the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
+                        "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/exit_measures.py")
+    p.add_argument("--exit-threshold", default=None,
+                   help="elmer: the measure's threshold, or several comma-separated (a sweep: one row and one "
+                        "result file each); entropy 0 / state 1 / classifier 1 never exit early")
+    p.add_argument("--exit-entropy", default=None,
+                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X (0 never exits early, inf at layer 1)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     return parse_args(p, argv)
 
@@ -134,9 +143,36 @@ def result_names(path, args):
     data = args.split if args.data is None else (
         os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
     tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-sample{args.limit}" if args.limit else "")
-    tag += f"-exit{args.exit_entropy:g}" if args.exit_entropy is not None else ""  # a threshold sweep keeps each
+    if getattr(args, "exit", None):  # a threshold sweep keeps each
+        tag += f"-exit-{args.exit[0]}{args.exit[1]:g}"
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
+
+
+def exit_settings(args, archs):
+    """[(measure, threshold)] of the exit flags (a comma-separated sweep), or [None]: the
+    checkpoint's own. Checked here: the range of each threshold, and that an elmer checkpoint is
+    among those evaluated."""
+    given = args.exit_measure is not None or args.exit_threshold is not None or args.exit_entropy is not None
+    if not given:
+        return [None]
+    if "elmer" not in archs:
+        raise UserError("--exit-measure / --exit-threshold / --exit-entropy apply to elmer checkpoints: none is given")
+    text = args.exit_entropy if args.exit_entropy is not None else args.exit_threshold
+    flag = "--exit-entropy" if args.exit_entropy is not None else "--exit-threshold"
+    try:
+        values = [float(v) for v in text.split(",")] if text is not None else [None]
+    except ValueError:
+        raise UserError(f"{flag} {text}: a number, or comma-separated numbers")
+    out = []
+    for v in values:
+        ns = argparse.Namespace(exit_measure=args.exit_measure, exit_threshold=None if args.exit_entropy is not None else v,
+                                exit_entropy=v if args.exit_entropy is not None else None)
+        measure, threshold = exit_flags(ns)
+        measure = measure or "entropy"
+        check_threshold(measure, threshold, flag)
+        out.append((measure, threshold if threshold is not None else DEFAULT_THRESHOLD[measure]))
+    return out
 
 
 def evaluate_checkpoint(path, state, args, device):
@@ -146,9 +182,9 @@ def evaluate_checkpoint(path, state, args, device):
     cfg = ModelConfig.from_dict(state["model_config"])
     labels = Labels(state["labels"]) if task == "classify" else None
     model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"))
-    if arch == "elmer" and args.exit_entropy is not None:
-        model.exit_entropy = args.exit_entropy
     model.load_state_dict(state["model"])
+    if arch == "elmer" and args.exit:
+        model.exit_measure, model.exit_threshold = args.exit
     model.to(device).eval()
     fa = state["args"]
     data = examples(task, args)
@@ -177,7 +213,9 @@ def evaluate_checkpoint(path, state, args, device):
         row.update(rouge(preds, targets))
         if arch == "elmer":  # the paper's Figure 2: where the output tokens left the decoder
             mean, frac = exit_statistics(model.exit_counts)
-            row.update(exit_entropy=model.exit_entropy, mean_exit=mean, exit_frac="/".join(f"{f:.2f}" for f in frac))
+            row.update(exit_measure=model.exit_measure, exit_threshold=model.exit_threshold, mean_exit=mean,
+                       exit_frac="/".join(f"{f:.2f}" for f in frac),
+                       dec_flops=model.exit_work["macs"] / max(1, model.exit_work["macs_off"]))
         outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
     else:
         ids = tok.encode(sources)
@@ -216,7 +254,7 @@ def write_results(path, row, outputs, args):
 
 def markdown(rows):
     cols = ["model", "arch", "decoding", "iterations", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy", "macro_f1",
-            "mean_exit", "exit_frac", "latency_ms", "samples_per_s"]
+            "exit_measure", "exit_threshold", "mean_exit", "exit_frac", "dec_flops", "latency_ms", "samples_per_s"]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -232,6 +270,7 @@ def main(argv=None):
     # read and check every input before the first (long) evaluation; write the results last
     paths = pick_checkpoints(args.checkpoints)
     states = {path: checkpoint.load(path, kinds=("finetune/",)) for path in paths}
+    args.exits = exit_settings(args, [arch_of(s, p) for p, s in states.items()])
     for task in sorted({state["kind"].split("/")[1] for state in states.values()}):
         load_split(task, args.split, args.data, args.src_field, args.tgt_field)
     for path in paths:
@@ -242,10 +281,15 @@ def main(argv=None):
         out_dir = os.path.dirname(os.path.abspath(path))
         if not os.access(out_dir, os.W_OK):
             raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
-    results = [evaluate_checkpoint(path, states[path], args, device) for path in paths]
-    for path, (row, outputs) in zip(paths, results):
-        write_results(path, row, outputs, args)
-    rows = [row for row, _ in results]
+    results = []
+    for path in paths:  # one row per exit setting of a sweep (elmer)
+        for setting in (args.exits if arch_of(states[path], path) == "elmer" else [None]):
+            args.exit = setting
+            row, outputs = evaluate_checkpoint(path, states[path], args, device)
+            write_results(path, row, outputs, args)
+            results.append(row)
+    args.exit = None
+    rows = results
     if not args.no_lead and any(r["task"] == "summarize" for r in rows):
         data = examples("summarize", args)
         sources, targets = data.sources, data.targets

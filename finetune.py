@@ -33,6 +33,7 @@ from core.errors import UserError, main_guard
 from core.guards import StopSignals, best_on_disk, check_continues, parse_args
 from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, elmer_options, rouge, scheduled_loss,
                              seq2seq_arch, seq2seq_ops, summarize)
+from core.elmer import elmer_depth
 from core.exit_measures import MEASURES, exit_flags
 from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
 from core.model import count_parameters
@@ -122,7 +123,10 @@ def scratch(args, d, train):
         texts = train.sources + (train.targets if args.task == "summarize" else [])
     tok = corpus_tokenizer(texts, args.vocab_size, d)
     cfg = preset(args.model, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
-    if args.arch in ("t5", "elmer"):
+    if args.arch == "elmer":
+        depth = elmer_depth(args.model, cfg.n_layers)
+        cfg = dataclasses.replace(cfg, n_layers=depth, n_dec_layers=depth)
+    elif args.arch == "t5":
         cfg = dataclasses.replace(cfg, n_dec_layers=cfg.n_layers)
     counts = token_counts([i for ids in tok.encode(texts) for i in ids], tok.vocab_size)
     return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict(), tokenizer=tok.to_tensor(), counts=counts)

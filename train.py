@@ -30,7 +30,7 @@ from core.optim import make_optimizer
 from core.mlae import DEFAULT_DEPTHS, MLAE, VARIANTS, mlae_batch, mlae_loss_sums
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
 from core.t5 import t5_batch, t5_loss_sums
-from core.elmer import ELMER, lplm_batch, lplm_loss_sums
+from core.elmer import ELMER, elmer_depth, lplm_batch, lplm_loss_sums
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer
 from core.training import (Throughput, add_run_flags, check_finite, corpus_tokenizer, evaluate, per_token, restore_rng,
@@ -123,7 +123,8 @@ def run(args, d):
     cfg = preset(args.model, vocab_size=tok.vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
                  pad_id=tok.pad_id)
     if t5 or mlae or elmer:
-        enc = args.enc_layers or (DEFAULT_DEPTHS[args.model][0] if mlae else cfg.n_layers)
+        enc = args.enc_layers or (DEFAULT_DEPTHS[args.model][0] if mlae else
+                                  elmer_depth(args.model, cfg.n_layers) if elmer else cfg.n_layers)
         dec = args.dec_layers or (DEFAULT_DEPTHS[args.model][1] if mlae else enc)
         cfg = dataclasses.replace(cfg, n_layers=enc, n_dec_layers=dec)
     if state is not None:

@@ -37,6 +37,12 @@ from .exit_measures import DEFAULT_THRESHOLD, TRAIN_ENTROPY, classifier_logit
 
 IGNORE = -100
 EXIT_MODES = ("hard", "soft")
+PAPER_DEPTH = {"base": 6}  # ELMER 5.1: 6 encoder and 6 decoder layers at width 768 (base); else the preset's
+
+
+def elmer_depth(model_name, n_layers):
+    """Encoder and decoder layers of an ELMER of this preset."""
+    return PAPER_DEPTH.get(model_name, n_layers)
 
 
 # -----------------------------------------------------------------------------
@@ -74,6 +80,7 @@ class ELMER(EncoderDecoder):
             self.exit_clf.weight.zero_()
             self.exit_clf.bias.zero_()
         self.exit_counts = torch.zeros(L + 1, dtype=torch.long)  # generate's statistics, index = layer
+        self.exit_work = dict(macs=0, macs_off=0)  # and its decoder multiply-adds (core/exit_measures.py)
 
     @property
     def exit_entropy(self):  # the threshold under the paper's measure (0: that measure is not in use)
@@ -193,10 +200,10 @@ def assigned_loss_sums(model, memory, src_valid, target, exit_layer, gather=True
 
     def decide(l, idx, h, x_in):
         exit_ = flat_e[idx] == l + 1
-        pick = idx[exit_ & (flat_t[idx] != IGNORE)]
-        logits = model.ramp_logits(l, h[exit_ & (flat_t[idx] != IGNORE)]).float()
-        sums.append((F.cross_entropy(logits, flat_t[pick], reduction="sum"),
-                     (logits.argmax(-1) == flat_t[pick]).sum()))
+        out = kernels.active_index(exit_)
+        t = flat_t[idx].index_select(0, out)
+        loss, _, argmax, _ = ramp_losses(model, l, h.index_select(0, out), t)
+        sums.append((loss, ((argmax == t) & (t != IGNORE)).sum()))
         return exit_, None
 
     model.decoder_loop(memory, src_valid, T, decide, gather)
@@ -209,18 +216,31 @@ def ramp_losses(model, l, h, target, label_smoothing=0.0):
     """The off-ramp of layer l on rows h (N, C) against target (N,) with IGNORE: (loss sum, nll
     per row, argmax (N,), entropy (N,)), the last three without gradient. Rows whose target is
     IGNORE (past the reference's [EOS]) are not projected: nll and argmax 0, entropy +inf (so
-    they never leave during training, as under all-off-ramps training)."""
+    they never leave during training, as under all-off-ramps training). Where the Triton backend
+    runs (and without label smoothing) the loss is kernels.offramp_cross_entropy and the
+    statistics kernels.offramp: no (N, V) logits exist, forward or backward."""
     keep = target != IGNORE
     rows = kernels.active_index(keep)
-    logits = model.ramp_logits(l, h.index_select(0, rows)).float()  # (n, V), n = kept rows
-    t = target.index_select(0, rows)
-    loss = F.cross_entropy(logits, t, reduction="sum", label_smoothing=label_smoothing)
-    N = target.shape[0]
+    t, x = target.index_select(0, rows), h.index_select(0, rows)
+    N, n = target.shape[0], rows.numel()
+    if label_smoothing == 0 and kernels.resolve_backend("auto", h.device) == "triton":
+        head = model.ramp_head(l)
+        y = head.ln(F.gelu(head.dense(model.ln_dec(x))))  # (n, C), the head before the vocabulary
+        loss = kernels.offramp_cross_entropy(y, head.embedding.weight, head.bias, t) * n  # mean -> sum
+        with torch.no_grad():
+            arg, ent, lse = kernels.offramp(y, head.embedding.weight, head.bias)
+            z_t = (y.float() * head.embedding.weight[t].float()).sum(-1) + head.bias[t].float()
+            nll_rows = lse - z_t
+    else:
+        logits = model.ramp_logits(l, x).float()  # (n, V)
+        loss = F.cross_entropy(logits, t, reduction="sum", label_smoothing=label_smoothing)
+        with torch.no_grad():
+            logp = logits.log_softmax(-1)
+            nll_rows, ent, arg = -logp.gather(1, t[:, None])[:, 0], -(logp.exp() * logp).sum(-1), logits.argmax(-1)
     with torch.no_grad():
-        logp = logits.log_softmax(-1)
-        nll = torch.zeros(N, device=h.device).index_copy(0, rows, -logp.gather(1, t[:, None])[:, 0])
-        entropy = torch.full((N,), math.inf, device=h.device).index_copy(0, rows, -(logp.exp() * logp).sum(-1))
-        argmax = torch.zeros_like(target).index_copy(0, rows, logits.argmax(-1))
+        nll = torch.zeros(N, device=h.device).index_copy(0, rows, nll_rows.float())
+        entropy = torch.full((N,), math.inf, device=h.device).index_copy(0, rows, ent.float())
+        argmax = torch.zeros_like(target).index_copy(0, rows, arg)
     return loss, nll, argmax, entropy
 
 

@@ -49,9 +49,12 @@ def disabled(measure, threshold):
     return (measure == "entropy" and threshold <= 0) or (measure != "entropy" and threshold >= 1)
 
 
-def classifier_logit(model, l, h):  # (N, C) -> (N,), the exit classifier of layer l (detached input)
-    w, b = model.exit_clf.weight[l], model.exit_clf.bias[l]
-    return model.ln_dec(h.detach()) @ w + b
+def classifier_logit(model, l, h):  # (N, C) -> (N,), the exit classifier of layer l
+    """On LN(h^l) with every LM tensor detached (the state and the LayerNorm's weights), so that
+    the classifier's loss moves the classifier only."""
+    ln, w, b = model.ln_dec, model.exit_clf.weight[l], model.exit_clf.bias[l]
+    x = F.layer_norm(h.detach(), ln.normalized_shape, ln.weight.detach(), ln.bias.detach(), ln.eps)
+    return x @ w + b
 
 
 def cheap_exit(model, measure, threshold, l, idx, h, x_in):
@@ -164,9 +167,11 @@ def merge_words(text):
 
 
 @torch.no_grad()
-def generate(model, src_ids, tok, delta=None, measure=None, work=None):
+def generate(model, src_ids, tok, delta=None, measure=None):
     """Output id lists for a batch of (already truncated) sources; updates model.exit_counts with
-    the exit layers of the tokens up to and including each row's first [EOS]."""
+    the exit layers of the tokens up to and including each row's first [EOS], and
+    model.exit_work with the decoder's multiply-adds ("macs") and those it would have spent with
+    exit disabled ("macs_off"; decoder_macs)."""
     from .batch import pad_stack
     import numpy as np
     dev = next(model.parameters()).device
@@ -176,7 +181,13 @@ def generate(model, src_ids, tok, delta=None, measure=None, work=None):
     memory = model.encode_source(src, valid)
     delta = model.exit_threshold if delta is None else delta
     measure = model.exit_measure if measure is None else measure
-    tokens, layers = decode_exit(model, memory, valid, model.dec_len, delta, measure=measure, work=work)
+    T, (B, S) = model.dec_len, src.shape
+    this = {}
+    tokens, layers = decode_exit(model, memory, valid, T, delta, measure=measure, work=this)
+    L = len(model.dec_layers)
+    off = dict(queries=[B * T] * L, ramp=[0] * (L - 1) + [B * T], measure=[0] * L)
+    model.exit_work["macs"] += decoder_macs(model.cfg, T, S, this)
+    model.exit_work["macs_off"] += decoder_macs(model.cfg, T, S, off)
     tokens, layers = tokens.tolist(), layers.tolist()
     for row, lay in zip(tokens, layers):
         n = row.index(tok.eos_id) + 1 if tok.eos_id in row else len(row)

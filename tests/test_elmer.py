@@ -275,3 +275,43 @@ def test_learnt_copy_task_exits_early_at_the_papers_delta(exit_train):
     print(f"{exit_train}: mean exit layer {mean:.2f}, per layer {frac}")
     assert mean < 2.5 and frac[0] + frac[1] > 0.5
     assert sum(o == t for o, (_, t) in zip(out, pairs)) >= 0.9 * len(pairs)
+
+
+# -----------------------------------------------------------------------------
+# the fused off-ramp cross-entropy in fine-tuning and LPLM
+
+def test_fused_offramp_loss_equals_the_logits_and_allocates_no_logits(monkeypatch):
+    import functools
+
+    import kernels
+    import kernels.early_exit as ee
+    from test_early_exit import AllocationTrace
+    # backward tiles of 128 vocabulary rows, so that a whole (n, V) block would stand out
+    monkeypatch.setattr(ee, "offramp_cross_entropy", functools.partial(ee.offramp_cross_entropy, tile=128))
+    torch.manual_seed(0)
+    Vbig = 1000
+    cfg = preset("tiny", vocab_size=Vbig, n_dec_layers=2, dropout=0.0)
+    model = ELMER(cfg, dec_len=8, exit_train="all")
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(6, Vbig, (12, 6), generator=g)
+    tgt = torch.randint(6, Vbig, (12, 8), generator=g)
+    tgt[3, 5:] = IGNORE
+    valid = torch.ones(12, 6, dtype=torch.bool)
+    n_rows = int((tgt != IGNORE).sum())
+    assert n_rows > cfg.d_model  # an (n, V) tensor is then larger than the (V, C) embedding
+    lplm = torch.full((12, 1, 8), 2)  # LPLM with every token at the top: n rows at one off-ramp
+    for exits in (None, lplm):
+        res = {}
+        for backend in ("reference", "triton"):
+            model.zero_grad()
+            with kernels.use_backend(backend), AllocationTrace() as trace:
+                out = model(src, valid, tgt, exits)
+                out["loss"].backward()
+            res[backend] = (out["loss"].detach(), out["nll"], {k: p.grad.clone() for k, p in model.named_parameters()
+                                                               if p.grad is not None}, trace.largest)
+        (l0, n0, g0, big0), (l1, n1, g1, big1) = res["reference"], res["triton"]
+        print(f"loss {l0.item():.5f} vs {l1.item():.5f}; largest tensor {big0} vs {big1} bytes, (n, V) {n_rows * Vbig * 4}")
+        assert torch.allclose(l0, l1, rtol=1e-4) and torch.allclose(n0, n1, rtol=1e-4)
+        for k in g0:
+            assert torch.allclose(g0[k], g1[k], atol=1e-5, rtol=1e-3), report(k, g0[k], g1[k])
+        assert big0 >= n_rows * Vbig * 4 > big1
