@@ -130,7 +130,8 @@ def decoder_macs(cfg, T, S, work):
     """Multiply-adds of one decode of B sequences (T decoder tokens, S source tokens each) from
     decode_exit's `work`. Per layer: the active queries' self-attention (Q and output projections,
     scores and weighted sum over T keys), cross-attention (the same over S) and FFN; every
-    token's keys and values (an exited token still serves as one) and the memory's; then the
+    token's keys and values (an exited token still serves as one) and the memory's, in every
+    layer someone still runs; then the
     off-ramp rows (dense C*C + vocabulary C*V) and the cheap measure rows (C)."""
     C, F_, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
     L = len(work["queries"])
@@ -139,7 +140,8 @@ def decoder_macs(cfg, T, S, work):
     per_layer_fixed = B * (T * 2 * C * C + S * 2 * C * C)
     total = 0
     for l in range(L):
-        total += work["queries"][l] * per_query + per_layer_fixed
+        if work["queries"][l]:  # a layer nobody runs is skipped whole (decoder_loop stops)
+            total += work["queries"][l] * per_query + per_layer_fixed
         total += work["ramp"][l] * (C * C + C * V) + work["measure"][l] * C
     return total
 
