@@ -246,7 +246,7 @@ def copy_task(seed, n=32, length=6):
     return [(ids, ids) for ids in torch.randint(6, 30, (n, length), generator=g).tolist()]
 
 
-def train_copy(steps=60, label_smoothing=0.0, exit_train="hard", seed=0):
+def train_copy(steps=150, label_smoothing=0.0, exit_train="hard", seed=0):
     torch.manual_seed(seed)
     cfg = preset("tiny", vocab_size=V, n_dec_layers=3, dropout=0.0)
     model = ELMER(cfg, dec_len=8, exit_train=exit_train)
