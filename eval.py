@@ -143,8 +143,11 @@ def result_names(path, args):
     data = args.split if args.data is None else (
         os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
     tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-sample{args.limit}" if args.limit else "")
-    if getattr(args, "exit", None):  # a threshold sweep keeps each
-        tag += f"-exit-{args.exit[0]}{args.exit[1]:g}"
+    setting = getattr(args, "exit", None)
+    if setting is None and "exit" not in vars(args):  # called on parsed flags alone: their first setting
+        setting = exit_settings(args, ["elmer"])[0]
+    if setting:  # a threshold sweep keeps each
+        tag += f"-exit-{setting[0]}{setting[1]:g}"
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
 
