@@ -135,6 +135,7 @@ def scratch(args, d, train):
 def run(args, d):
     # -----------------------------------------------------------------------------
     # data, then the init: a pretrained checkpoint, this run's own last.pt when resuming, or none
+    measure, threshold = exit_flags(args)  # checked before any work
     args, state, ckpt_path = start_or_resume(args, ("finetune/",), RESUMABLE, d)
     summ = args.task == "summarize"
     fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
@@ -156,7 +157,6 @@ def run(args, d):
         args.max_src = fit_lengths(arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
     args.max_src = args.max_src or DEFAULT_MAX_SRC
     arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
-    measure, threshold = exit_flags(args)
     elmer_opts = elmer_options(arch, source, args.exit, measure, threshold, args.dec_len, args.exit_train)
     if args.label_smoothing is None:  # resolved per architecture, so the checkpoint records it
         args.label_smoothing = 0.0 if arch == "elmer" else 0.1
