@@ -149,3 +149,8 @@ def test_generate_counts_flops_against_exit_disabled():
     model.exit_work.update(macs=0, macs_off=0)
     generate(model, [[7, 8, 9], [10, 11]], Tok, delta=0.0, measure="classifier")  # threshold 0: all at layer 1
     assert model.exit_work["macs"] < 0.6 * model.exit_work["macs_off"]  # the K/V and memory of 2 layers stay
+
+
+def test_base_elmer_is_the_papers_6l_6l():
+    from core.elmer import elmer_depth
+    assert elmer_depth("base", 12) == 6 and elmer_depth("small", 4) == 4 and elmer_depth("tiny", 2) == 2
