@@ -11,9 +11,10 @@ the parameter count, the latency per sample at batch size 1 and the throughput a
 stands for every fine-tuned run under it (the best.pt of each). The table goes to stdout as
 markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its generated outputs
 to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
-name and a hash of its path, with -sampleN under --limit, -exitX under --exit-entropy X, -adaptive
-or -allpasses under --adaptive-stop or --no-adaptive-stop), so
-that no evaluation overwrites another.
+name and a hash of its path, with -sampleN under --limit, -exit-MEASUREX under an exit threshold
+X (e.g. -exit-entropy0.5), -adaptive or -allpasses under --adaptive-stop or --no-adaptive-stop), so
+that no evaluation overwrites another. ELMER rows add the mean exit layer, the fraction exiting
+per layer and the decoder's multiply-adds relative to exit disabled (dec_flops).
 Every checkpoint, data file and flag is checked before the first is evaluated (a flag that
 applies to none of the checkpoints is named in a note); each checkpoint's files are written as soon as
 its row exists, so a failure later in the call loses nothing already computed.
@@ -33,6 +34,7 @@ from core.classify import NO_SOS, classify_batch, macro_f1, predict
 from core.config import ModelConfig
 from core.elmer import exit_statistics
 from core.distributed import resolve_dtype
+from core.exit_measures import DEFAULT_THRESHOLD, MEASURES, check_threshold, exit_flags
 from core.errors import UserError, main_guard
 from core.guards import check_positions, parse_args, refuse_unused
 from core.finetuning import arch_of, build_model, rouge, summarize
@@ -72,8 +74,14 @@ def get_args(argv=None):
     p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
     p.add_argument("--no-lead", action="store_true", help="omit the LEAD baseline rows")
-    p.add_argument("--exit-entropy", type=float, default=None,
-                   help="elmer: hard-exit threshold (default: the checkpoint's; 0 never exits early, inf at layer 1)")
+    p.add_argument("--exit-measure", default=None, choices=MEASURES,
+                   help="elmer: the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
+                        "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/exit_measures.py")
+    p.add_argument("--exit-threshold", default=None,
+                   help="elmer: the measure's threshold, or several comma-separated (a sweep: one row and one "
+                        "result file each); entropy 0 / state 1 / classifier 1 never exit early")
+    p.add_argument("--exit-entropy", default=None,
+                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X (0 never exits early, inf at layer 1)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     add_dtype_flag(p)
     return parse_args(p, argv)
@@ -142,10 +150,40 @@ def result_names(path, args):
     data = args.split if args.data is None else (
         os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
     tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-sample{args.limit}" if args.limit else "")
-    tag += f"-exit{args.exit_entropy:g}" if args.exit_entropy is not None else ""  # a threshold sweep keeps each
+    setting = getattr(args, "exit", None)
+    if setting is None and "exit" not in vars(args):  # called on parsed flags alone: their first setting
+        setting = exit_settings(args, ["elmer"])[0]
+    if setting:  # a threshold sweep keeps each
+        tag += f"-exit-{setting[0]}{setting[1]:g}"
     tag += {None: "", True: "-adaptive", False: "-allpasses"}[args.adaptive_stop]
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
+
+
+def exit_settings(args, archs):
+    """[(measure, threshold)] of the exit flags (a comma-separated sweep), or [None]: the
+    checkpoint's own. Checked here: the range of each threshold, and that an elmer checkpoint is
+    among those evaluated."""
+    given = args.exit_measure is not None or args.exit_threshold is not None or args.exit_entropy is not None
+    if not given:
+        return [None]
+    if "elmer" not in archs:
+        raise UserError("--exit-measure / --exit-threshold / --exit-entropy apply to elmer checkpoints: none is given")
+    text = args.exit_entropy if args.exit_entropy is not None else args.exit_threshold
+    flag = "--exit-entropy" if args.exit_entropy is not None else "--exit-threshold"
+    try:
+        values = [float(v) for v in text.split(",")] if text is not None else [None]
+    except ValueError:
+        raise UserError(f"{flag} {text}: a number, or comma-separated numbers")
+    out = []
+    for v in values:
+        ns = argparse.Namespace(exit_measure=args.exit_measure, exit_threshold=None if args.exit_entropy is not None else v,
+                                exit_entropy=v if args.exit_entropy is not None else None)
+        measure, threshold = exit_flags(ns)
+        measure = measure or "entropy"
+        check_threshold(measure, threshold, flag)
+        out.append((measure, threshold if threshold is not None else DEFAULT_THRESHOLD[measure]))
+    return out
 
 
 def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
@@ -157,8 +195,8 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
     with checkpoint.weights_of(path):
         model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"))
         model.load_state_dict(state["model"])
-    if arch == "elmer" and args.exit_entropy is not None:
-        model.exit_entropy = args.exit_entropy
+    if arch == "elmer" and args.exit:
+        model.exit_measure, model.exit_threshold = args.exit
     model.to(device).eval()
     fa = state["args"]
     data = examples(task, args)
@@ -189,7 +227,9 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
         row.update(rouge(preds, targets))
         if arch == "elmer":  # the paper's Figure 2: where the output tokens left the decoder
             mean, frac = exit_statistics(model.exit_counts)
-            row.update(exit_entropy=model.exit_entropy, mean_exit=mean, exit_frac="/".join(f"{f:.2f}" for f in frac))
+            row.update(exit_measure=model.exit_measure, exit_threshold=model.exit_threshold, mean_exit=mean,
+                       exit_frac="/".join(f"{f:.2f}" for f in frac),
+                       dec_flops=model.exit_work["macs"] / max(1, model.exit_work["macs_off"]))
         outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
     else:
         ids = tok.encode(sources)
@@ -230,7 +270,7 @@ def write_results(path, row, outputs, args):
 
 def markdown(rows):
     cols = ["model", "arch", "decoding", "iterations", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy", "macro_f1",
-            "mean_exit", "exit_frac", "latency_ms", "samples_per_s"]
+            "exit_measure", "exit_threshold", "mean_exit", "exit_frac", "dec_flops", "latency_ms", "samples_per_s"]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -282,21 +322,25 @@ def main(argv=None):
     args = get_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
-    # read and check every input before the first (long) evaluation; write the results last
+    # read and check every input before the first (long) evaluation
     paths = pick_checkpoints(args.checkpoints)
     states = {path: checkpoint.load(path, kinds=("finetune/",)) for path in paths}
     if args.adaptive_stop is not None and not any(arch_of(s, p) == "nar" for p, s in states.items()):
         raise UserError("--adaptive-stop / --no-adaptive-stop change Mask-Predict decoding: none of the checkpoints "
                         "is a NAR one (finetune.py --nar)")
+    args.exits = exit_settings(args, [arch_of(s, p) for p, s in states.items()])
     for task in sorted({state["kind"].split("/")[1] for state in states.values()}):
         load_split(task, args.split, args.data, args.src_field, args.tgt_field)
     check_settings(args, paths, states)
     dtype = resolve_dtype(args.dtype, device)
     rows = []
-    for path in paths:  # each checkpoint's results on disk at once: a later failure loses none of them
-        row, outputs = evaluate_checkpoint(path, states[path], args, device, dtype)
-        write_results(path, row, outputs, args)
-        rows.append(row)
+    for path in paths:  # each row's files on disk at once: a later failure loses none of them
+        for setting in (args.exits if arch_of(states[path], path) == "elmer" else [None]):  # a sweep: one row each
+            args.exit = setting
+            row, outputs = evaluate_checkpoint(path, states[path], args, device, dtype)
+            write_results(path, row, outputs, args)
+            rows.append(row)
+    args.exit = None
     if not args.no_lead and any(r["task"] == "summarize" for r in rows):
         data = examples("summarize", args)
         sources, targets = data.sources, data.targets

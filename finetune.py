@@ -10,7 +10,7 @@ Summarization of a unified (PMLM / MLM) checkpoint uses UniLMv2's pseudo-mask fi
 forcing; of an MLAE checkpoint (core/mlae.py), seq2seq style with scheduled masking. --nar
 fine-tunes a t5, t5-nar or mlae checkpoint (or --init none --arch t5: CMLM) as a CMLM decoded by
 Mask-Predict (core/nar.py). Classification puts a fresh linear layer on the [SOS] vector (on
-[EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). Label smoothing 0.1,
+[EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). Label smoothing 0.1 (ELMER: none),
 warmup then linear decay. After every epoch: the validation loss, a quick ROUGE (greedy) on a
 slice of the validation split or its accuracy; the best checkpoint is kept as best.pt.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
@@ -33,6 +33,8 @@ from core.errors import UserError, main_guard
 from core.guards import StopSignals, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
 from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, elmer_options, rouge, scheduled_loss,
                              seq2seq_arch, seq2seq_ops, summarize)
+from core.elmer import elmer_depth
+from core.exit_measures import MEASURES, exit_flags
 from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
 from core.model import count_parameters
 from core.optim import make_optimizer
@@ -51,7 +53,18 @@ def get_args(argv=None):
                    help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
     p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"], help="with --init none: the architecture")
     p.add_argument("--exit", default="hard", choices=["hard", "soft"], help="elmer: hard or soft early exit (ELMER 4.3)")
-    p.add_argument("--exit-entropy", type=float, default=0.5, help="elmer, hard exit: exit once the off-ramp entropy is below this")
+    p.add_argument("--exit-measure", default=None, choices=MEASURES,
+                   help="elmer: what decides a token's exit at inference: the off-ramp entropy (the paper, "
+                        "a vocabulary projection per layer), or O(d) measures: the cosine of h^l and h^(l-1) "
+                        "(state), a learnt linear exit classifier (classifier; always trained). Default entropy")
+    p.add_argument("--exit-threshold", type=float, default=None,
+                   help="elmer: the measure's threshold (entropy: exit below it, default 0.5; state: cosine "
+                        "above it, default 0.99; classifier: probability above it, default 0.9)")
+    p.add_argument("--exit-entropy", type=float, default=None,
+                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X")
+    p.add_argument("--exit-train", default="hard", choices=["hard", "all"],
+                   help="elmer, hard exit: tokens leave during fine-tuning once their off-ramp entropy is under "
+                        "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
     p.add_argument("--dec-len", type=int, default=None, help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
     p.add_argument("--model", default="small", choices=sorted(PRESETS), help="with --init none: the preset")
     p.add_argument("--enc-layers", type=int, default=None,
@@ -73,7 +86,10 @@ def get_args(argv=None):
     p.add_argument("--epochs", type=float, default=1, help="passes over the training split (fractions allowed)")
     p.add_argument("--batch", type=int, default=64, help="global batch, in examples")
     p.add_argument("--warmup-frac", type=float, default=0.1)
-    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--label-smoothing", type=float, default=None,
+                   help="default 0.1, elmer 0 (the paper's plain cross-entropy). Smoothing e puts a floor under "
+                        "an off-ramp's entropy: -(1-e+e/V)ln(1-e+e/V) - (V-1)(e/V)ln(e/V), 1.22 nats at e=0.1, "
+                        "V=8000: above the paper's delta 0.5, so no token would ever exit by entropy")
     p.add_argument("--valid-examples", type=int, default=512, help="validation loss / accuracy on this many")
     p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
     p.add_argument("--style", default=None, choices=["seq2seq", "unilm"],
@@ -153,11 +169,12 @@ def scratch(args, d, train):
         texts = train.sources + (train.targets if args.task == "summarize" else [])
     tok = corpus_tokenizer(texts, args.vocab_size, d)
     cfg = preset(args.model, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
-    if args.arch == "t5":  # MLAE's depths: T5 and CMLM from scratch compare at equal depth
+    if args.arch == "elmer":  # the paper's 6L-6L at base
+        depth = elmer_depth(args.model, cfg.n_layers)
+        cfg = dataclasses.replace(cfg, n_layers=depth, n_dec_layers=depth)
+    elif args.arch == "t5":  # MLAE's depths: T5 and CMLM from scratch compare at equal depth
         enc, dec = depths(args.model, args.enc_layers, args.dec_layers)
         cfg = dataclasses.replace(cfg, n_layers=enc, n_dec_layers=dec)
-    if args.arch == "elmer":
-        cfg = dataclasses.replace(cfg, n_dec_layers=cfg.n_layers)
     counts = token_counts([i for ids in tok.encode(texts) for i in ids], tok.vocab_size)
     return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict(), tokenizer=tok.to_tensor(), counts=counts)
 
@@ -165,6 +182,7 @@ def scratch(args, d, train):
 def run(args, d):
     # -----------------------------------------------------------------------------
     # data, then the init: a pretrained checkpoint, this run's own last.pt when resuming, or none
+    measure, threshold = exit_flags(args)  # checked before any work
     args, state, ckpt_path = start_or_resume(args, ("finetune/",), RESUMABLE, d)
     summ = args.task == "summarize"
     fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
@@ -190,13 +208,15 @@ def run(args, d):
     if state is None and "model" in source:  # stay within the positions pretraining trained
         args.max_src = fit_lengths(pretrained_arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
     args.max_src = args.max_src or DEFAULT_MAX_SRC
-    elmer_opts = elmer_options(arch, source, args.exit, args.exit_entropy, args.dec_len)
+    elmer_opts = elmer_options(arch, source, args.exit, measure, threshold, args.dec_len, args.exit_train)
     if elmer_opts and not (isinstance(elmer_opts["dec_len"], int) and elmer_opts["dec_len"] >= 2):
         raise UserError(f"{args.init} records --dec-len {elmer_opts['dec_len']!r}, which no decoder can use: "
                         f"give --dec-len (at least 2)")
     if elmer_opts:  # the decoder is fed dec_len [MASK]s at positions 0..dec_len-1
         check_positions(f"the decoder's --dec-len {elmer_opts['dec_len']}", elmer_opts["dec_len"], cfg.max_positions,
                         "give a smaller --dec-len")
+    if args.label_smoothing is None:  # resolved per architecture, so the checkpoint records it
+        args.label_smoothing = 0.0 if arch == "elmer" else 0.1
     if args.max_src > cfg.max_positions or (arch in ("unilm", "mlae-unilm") and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])

@@ -33,7 +33,7 @@ from core.mlae import MLAE, VARIANTS, mlae_batch, mlae_loss_sums
 from core.nar import NARModel, t5_nar_batch, t5_nar_loss_sums
 from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
 from core.t5 import t5_batch, t5_loss_sums
-from core.elmer import ELMER, lplm_batch, lplm_loss_sums
+from core.elmer import ELMER, elmer_depth, lplm_batch, lplm_loss_sums
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer
 from core.training import (Throughput, add_run_flags, check_finite, corpus_tokenizer, evaluate, per_token, restore_rng,
@@ -143,8 +143,8 @@ def run(args, d):
     t5nar = args.objective == "t5-nar"
     cfg = preset(args.model, vocab_size=tok.vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
                  pad_id=tok.pad_id)
-    if elmer:
-        enc = args.enc_layers or cfg.n_layers
+    if elmer:  # the paper's 6L-6L at base
+        enc = args.enc_layers or elmer_depth(args.model, cfg.n_layers)
         cfg = dataclasses.replace(cfg, n_layers=enc, n_dec_layers=args.dec_layers or enc)
     elif t5 or t5nar or mlae:  # MLAE's depths for every encoder-decoder it is compared with
         enc, dec = depths(args.model, args.enc_layers, args.dec_layers)

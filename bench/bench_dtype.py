@@ -47,26 +47,8 @@ def step(model, opt, batch, dtype, device):
     return float(sums["loss"].detach()) / n
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="small")
-    p.add_argument("--micro-batch", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=6, help="interleaved pairs of runs")
-    p.add_argument("--compile", action="store_true", help="also time torch.compile end to end")
-    p.add_argument("--steps", type=int, default=40, help="--compile: steps of each end-to-end run")
-    args = p.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    d = Dist(0, 1, 0, device)
-    texts, _ = pretraining_texts(None, None, "text")
-    tok = corpus_tokenizer(texts, 8000, d)
-    stream = TokenStream(tok.encode(texts[:20000]), pretraining_window("pmlm", args.seq_len), 0, sep=tok.eos_id)
-    batches = [pmlm_batch(stream, range(i * args.micro_batch, (i + 1) * args.micro_batch), tok).to(device)
-               for i in range(max(args.repeats, args.steps) + 1)]
-    tokens = args.micro_batch * args.seq_len
-    print(f"{device.type}, torch {torch.__version__}, {torch.get_num_threads()} threads, native bf16: "
-          f"{native_bf16_cpu() if device.type == 'cpu' else 'cuda'}; {args.model}, {tokens} tokens per run")
-
+def compare_dtypes(tok, args, device, batches, tokens):
+    """float32 and bf16 autocast, alternating run by run."""
     dtypes = (torch.float32, torch.bfloat16)
     models = {dt: make_model(tok, args.model, device) for dt in dtypes}
     first = {dt: step(*models[dt], batches[0], dt, device) for dt in dtypes}  # warm-up, and the loss of batch 0
@@ -85,6 +67,29 @@ def main():
         print(f"| {str(dt)[6:]} | {tokens / statistics.median(times[dt]):,.0f} | {first[dt]:.4f} |")
     print(f"bfloat16 / float32 tokens/s, median of {args.repeats} interleaved pairs: {ratio:.2f}x")
 
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="small")
+    p.add_argument("--micro-batch", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=6, help="interleaved pairs of runs (0: no dtype comparison)")
+    p.add_argument("--compile", action="store_true", help="also time torch.compile end to end")
+    p.add_argument("--steps", type=int, default=40, help="--compile: steps of each end-to-end run")
+    args = p.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    d = Dist(0, 1, 0, device)
+    texts, _ = pretraining_texts(None, None, "text")
+    tok = corpus_tokenizer(texts, 8000, d)
+    stream = TokenStream(tok.encode(texts[:20000]), pretraining_window("pmlm", args.seq_len), 0, sep=tok.eos_id)
+    batches = [pmlm_batch(stream, range(i * args.micro_batch, (i + 1) * args.micro_batch), tok).to(device)
+               for i in range(max(args.repeats, args.steps) + 1)]
+    tokens = args.micro_batch * args.seq_len
+    print(f"{device.type}, torch {torch.__version__}, {torch.get_num_threads()} threads, native bf16: "
+          f"{native_bf16_cpu() if device.type == 'cpu' else 'cuda'}; {args.model}, {tokens} tokens per run")
+
+    if args.repeats > 0:
+        compare_dtypes(tok, args, device, batches, tokens)
     if args.compile:
         dt = torch.bfloat16 if (device.type == "cuda" or native_bf16_cpu()) else torch.float32
         rows = []

@@ -1,23 +1,25 @@
-"""ELMER's early exit, timed: does an exited token really stop costing? (ELMER section 4.4)
+"""ELMER's early exit, timed against the same decoder with exit disabled (ELMER section 4.4).
 
-    python bench/bench_early_exit.py                 # CPU or the first CUDA GPU, about a minute
-    python bench/bench_early_exit.py --model base    # the paper's width (6L-6L, 768)
+    python bench/bench_early_exit.py --ckpt checkpoints/ft-elmer-small/best.pt     # the real decode path
+    python bench/bench_early_exit.py --forced                                     # random weights, forced exits
+    python bench/bench_early_exit.py --ar                                         # NAR one pass vs AR beam search
 
-Random weights (speed does not depend on them; exits are forced, not decided by the entropy).
-One source of --src tokens, the decoder fed [MASK] x --dec-len, --layers encoder and decoder layers.
-
-1. Decoder time against the fraction of tokens exited, relative to the same decoder with exit
-   disabled (every token through every layer, plain (B, T) layout, one off-ramp at the top):
-     after-1  a fraction f of the tokens exits after layer 1 (issue 14's target: f = 0.5 of 6
-              layers, decoder time <= 0.65x no exit);
-     each     a fraction f of the still-active tokens exits after every layer.
-   Two columns: the layers alone (the gather / attention / FFN / scatter, the part the exit
-   skips) and the layers plus an off-ramp (kernels.offramp) on the active tokens after every
-   layer, which hard exit needs to decide and is a full vocabulary projection.
-2. NAR one pass (ELMER with exit disabled: every layer, one off-ramp at the top) against AR beam search (the T5 baseline of
-   the same size, beam 4, made to generate --dec-len tokens) at batch 1 (latency) and batch 64
-   (throughput), both measured in this run; the ratio is printed.
-Clock reads are preceded by a device synchronise; the median of --repeats runs after a warm-up.
+1. --ckpt: a fine-tuned ELMER on --n test sources of the embedded corpus (batch --batch), the
+   encoder run once beforehand; the decoder is core.exit_measures.decode_exit, exactly what
+   generate runs, for each exit measure and threshold (--measures, --thresholds), against the
+   same call with exit disabled (only the top off-ramp).
+2. --forced: random weights, exits forced by a plan (a fraction f exits after layer 1, or after
+   every layer), with the off-ramp work the decode path does for that plan: "cheap" (state /
+   classifier: the vocabulary projection once per token, at its exit layer) or "entropy" (the
+   projection on every active token at every layer).
+Every exit row is interleaved with its own no-exit baseline: the two alternate --repeats times
+after a warm-up, and the time ratio is the median of the per-pair ratios (a shared machine drifts
+between rows, not within a pair). Beside it, the ratio of decoder multiply-adds
+(core.exit_measures.decoder_macs): a time ratio below its FLOP ratio means the exit skipped work
+it should have done, a bug.
+3. --ar: NAR one pass (exit disabled) against AR beam search of the same size (T5 baseline, beam
+   --beam, --dec-len tokens) at batch 1 and --big-batch.
+Clock reads are preceded by a device synchronise.
 """
 import argparse
 import os
@@ -29,9 +31,12 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from core import decoding  # noqa: E402
-from core.config import preset  # noqa: E402
+import kernels  # noqa: E402
+from core import checkpoint, decoding  # noqa: E402
+from core.batch import pad_stack  # noqa: E402
+from core.config import ModelConfig, preset  # noqa: E402
 from core.elmer import ELMER  # noqa: E402
+from core.exit_measures import DEFAULT_THRESHOLD, decode_exit, decoder_macs  # noqa: E402
 from core.model import EncoderDecoder  # noqa: E402
 from core.t5 import T5Decoder  # noqa: E402
 
@@ -41,16 +46,26 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def timed(device, fn, repeats):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def clock(device, fn):
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def interleaved(device, run, base, repeats):
+    """(median of per-pair time ratios run / base, median run seconds, median base seconds)."""
+    run(), base()  # warm-up
+    pairs = []
+    for i in range(repeats):
+        if i % 2:  # alternate which goes first, so that neither always gets the warmer cache
+            b, a = clock(device, base), clock(device, run)
+        else:
+            a, b = clock(device, run), clock(device, base)
+        pairs.append((a, b))
+    return statistics.median(a / b for a, b in pairs), statistics.median(a for a, _ in pairs), \
+        statistics.median(b for _, b in pairs)
 
 
 class Tok:  # what the decoders need of a tokenizer
@@ -58,42 +73,110 @@ class Tok:  # what the decoders need of a tokenizer
 
 
 # -----------------------------------------------------------------------------
-# 1. decoder time against the fraction exited
+# 1. the real decode path of a fine-tuned checkpoint
 
-def decoder_time(model, memory, valid, T, exit_plan, ramps, repeats, device):
-    """exit_plan: (B*T,) long, the layer (1-based) after which each token exits; None: exit
-    disabled (plain layout, one off-ramp at the top)."""
-    L = len(model.dec_layers)
-
-    def decide(l, idx, h):
-        if ramps or l == L - 1:
-            model.ramp_stats(l, h)
-        if exit_plan is None:
-            return None, None
-        return exit_plan[idx] == l + 1, None
-
-    run = lambda: model.decoder_loop(memory, valid, T, decide, gather=exit_plan is not None)
+def real_decode(args, device):
+    from core.finetuning import arch_of, build_model
+    from core.tasks import load_split
+    from core.tokenizer import Tokenizer
+    state = checkpoint.load(args.ckpt, kinds=("finetune/",))
+    if arch_of(state, args.ckpt) != "elmer":
+        raise SystemExit(f"error: {args.ckpt} is not an elmer checkpoint")
+    cfg = ModelConfig.from_dict(state["model_config"])
+    model = build_model("elmer", cfg, None, state.get("elmer"))
+    model.load_state_dict(state["model"])
+    model.to(device).eval()
+    tok = Tokenizer.from_tensor(state["tokenizer"])
+    data = load_split("summarize", "test", None).shuffled(seed=0)
+    max_src = state["args"]["max_src"]
+    ids = [s[:max_src - 1] + [tok.eos_id] for s in tok.encode(data.sources[:args.n])]
+    T, L = model.dec_len, len(model.dec_layers)
+    batches = []
     with torch.no_grad():
-        return timed(device, run, repeats)
+        for i in range(0, len(ids), args.batch):
+            src, valid = pad_stack([np.array(s, dtype=np.int64) for s in ids[i:i + args.batch]], tok.pad_id)
+            src, valid = src.to(device), valid.to(device)
+            batches.append((model.encode_source(src, valid), valid))
+
+    def decode(measure, thr, works=None):
+        def run():
+            with torch.no_grad():
+                for memory, valid in batches:
+                    w = {}
+                    _, layers = decode_exit(model, memory, valid, T, thr, measure=measure, work=w)
+                    if works is not None:
+                        works.append((memory.shape[1], w, layers))
+        return run
+
+    print(f"\n## The decode path of {args.ckpt} ({device.type}, {L} decoder layers, width {cfg.d_model}, "
+          f"vocab {cfg.vocab_size}, {args.n} test sources in batches of {args.batch}, T {T})\n")
+    print("| measure | threshold | mean exit layer | exit fraction per layer | decoder FLOPs / no exit | "
+          "decoder time / no exit | exit (ms) | no exit (ms) |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = []
+    for measure in args.measures:
+        for thr in args.thresholds.get(measure, [DEFAULT_THRESHOLD[measure]]):
+            works, off = [], []
+            decode(measure, thr, works)()
+            decode("entropy", 0.0, off)()
+            macs = sum(decoder_macs(cfg, T, S, w) for S, w, _ in works)
+            macs_off = sum(decoder_macs(cfg, T, S, w) for S, w, _ in off)
+            layers = torch.cat([lay.reshape(-1) for _, _, lay in works])
+            frac = torch.bincount(layers, minlength=L + 1)[1:].double() / layers.numel()
+            mean = float((frac * torch.arange(1, L + 1)).sum())
+            ratio, t_exit, t_off = interleaved(device, decode(measure, thr), decode("entropy", 0.0), args.repeats)
+            flops = macs / macs_off
+            flag = "  <- below its FLOP ratio" if ratio < flops * 0.97 else ""
+            print(f"| {measure} | {thr:g} | {mean:.2f} | {'/'.join(f'{f:.2f}' for f in frac.tolist())} | {flops:.3f} | "
+                  f"{ratio:.3f}{flag} | {1000 * t_exit:.1f} | {1000 * t_off:.1f} |", flush=True)
+            rows.append(dict(measure=measure, threshold=thr, mean_exit=mean, flops=flops, time=ratio))
+    return rows
 
 
-def plan_after_first(B, T, L, f, g, device):
-    plan = torch.full((B * T,), L, dtype=torch.long)
-    plan[torch.randperm(B * T, generator=g)[:round(f * B * T)]] = 1
-    return plan.to(device)
+# -----------------------------------------------------------------------------
+# 2. random weights, forced exits, the decode path's off-ramp work
+
+def forced_decode(model, memory, valid, T, plan, ramps, work):
+    """plan: (B*T,) the layer (1-based) each token leaves at, or None: exit disabled. ramps:
+    "cheap" (projection at the exit layer only) or "entropy" (every active token, every layer)."""
+    L = len(model.dec_layers)
+    for k in ("queries", "ramp", "measure"):
+        work.setdefault(k, [0] * L)
+
+    def decide(l, idx, h, x_in):
+        work["queries"][l] += idx.numel()
+        if plan is None:
+            if l == L - 1:
+                model.ramp_stats(l, h)
+                work["ramp"][l] += idx.numel()
+            return None, None
+        exit_ = plan[idx] == l + 1
+        if ramps == "entropy" or l == L - 1:
+            model.ramp_stats(l, h)
+            work["ramp"][l] += idx.numel()
+        else:
+            work["measure"][l] += idx.numel()
+            torch.nn.functional.cosine_similarity(h, h, dim=-1)  # an O(C) measure's cost
+            out = kernels.active_index(exit_)
+            if out.numel():
+                model.ramp_stats(l, kernels.gather_rows(h, out))
+                work["ramp"][l] += out.numel()
+        return exit_, None
+
+    model.decoder_loop(memory, valid, T, decide, gather=plan is not None)
 
 
-def plan_each(B, T, L, f, g, device):
+def plan_of(kind, B, T, L, f, g, device):
     plan = torch.full((B * T,), L, dtype=torch.long)
     alive = torch.randperm(B * T, generator=g)
-    for l in range(1, L):
+    for l in range(1, L if kind == "each" else 2):
         k = round(f * len(alive))
         plan[alive[:k]] = l
         alive = alive[k:]
     return plan.to(device)
 
 
-def sweep(args, device):
+def forced(args, device):
     cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0)
     torch.manual_seed(0)
     model = ELMER(cfg, dec_len=args.dec_len).to(device).eval()
@@ -103,73 +186,84 @@ def sweep(args, device):
     valid = torch.ones(B, args.src, dtype=torch.bool, device=device)
     with torch.no_grad():
         memory = model.encode_source(src, valid)
-    print(f"\n## Decoder time against the fraction exited ({device.type}, {args.model} width {cfg.d_model}, "
-          f"{L} decoder layers, vocab {args.vocab}, batch {B}, T {T}, source {args.src})\n")
-    base = {r: decoder_time(model, memory, valid, T, None, r, args.repeats, device) for r in (False, True)}
-    print(f"exit disabled: layers {1000 * base[False]:.2f} ms, layers + off-ramp at every layer "
-          f"{1000 * base[True]:.2f} ms (the no-exit reference below has one off-ramp, at the top)\n")
-    print("| plan | f | mean exit layer | layers (ms) | ratio | layers + off-ramps (ms) | ratio |")
-    print("|---|---|---|---|---|---|---|")
-    rows = []
-    for name, make in (("after-1", plan_after_first), ("each", plan_each)):
+    print(f"\n## Forced exits, random weights ({device.type}, {args.model} width {cfg.d_model}, {L} decoder layers, "
+          f"vocab {args.vocab}, batch {B}, T {T}, source {args.src})\n")
+    print("| plan | f | mean exit layer | off-ramp work | decoder FLOPs / no exit | decoder time / no exit |")
+    print("|---|---|---|---|---|---|")
+    off_work = {}
+    with torch.no_grad():
+        forced_decode(model, memory, valid, T, None, "cheap", off_work)
+    for kind in ("after-1", "each"):
         for f in args.fractions:
-            plan = make(B, T, L, f, g, device)
-            t_l = decoder_time(model, memory, valid, T, plan, False, args.repeats, device)
-            t_r = decoder_time(model, memory, valid, T, plan, True, args.repeats, device)
-            mean = plan.float().mean().item()
-            print(f"| {name} | {f:.2f} | {mean:.2f} | {1000 * t_l:.2f} | {t_l / base[False]:.3f} | "
-                  f"{1000 * t_r:.2f} | {t_r / base[False]:.3f} |", flush=True)
-            rows.append((name, f, t_l / base[False], t_r / base[False]))
-    return rows
+            plan = plan_of(kind, B, T, L, f, g, device)
+            for ramps in ("cheap", "entropy"):
+                work = {}
+                with torch.no_grad():
+                    forced_decode(model, memory, valid, T, plan, ramps, work)
+                flops = decoder_macs(cfg, T, args.src, work) / decoder_macs(cfg, T, args.src, off_work)
+                with torch.no_grad():
+                    ratio, _, _ = interleaved(device, lambda: forced_decode(model, memory, valid, T, plan, ramps, {}),
+                                              lambda: forced_decode(model, memory, valid, T, None, ramps, {}), args.repeats)
+                flag = "  <- below its FLOP ratio" if ratio < flops * 0.97 else ""
+                print(f"| {kind} | {f:.2f} | {plan.float().mean().item():.2f} | {ramps} | {flops:.3f} | {ratio:.3f}{flag} |",
+                      flush=True)
 
 
 # -----------------------------------------------------------------------------
-# 2. NAR one pass against AR beam search, same size
+# 3. NAR one pass against AR beam search, same size
 
 def nar_vs_ar(args, device):
+    from core.exit_measures import generate
     cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0)
     torch.manual_seed(0)
     nar = ELMER(cfg, dec_len=args.dec_len).to(device).eval()
     ar = EncoderDecoder(cfg).to(device).eval()
     rng = np.random.default_rng(0)
     print(f"\n## NAR one pass vs AR beam search ({device.type}, {args.model}, {args.layers}L-{args.layers}L, "
-          f"both {sum(p.numel() for p in ar.parameters()) / 1e6:.1f}M parameters without ELMER's extras, "
           f"{args.dec_len} output tokens, beam {args.beam})\n")
     print("| batch | NAR (ms) | AR beam (ms) | AR / NAR |")
     print("|---|---|---|---|")
     for B in (1, args.big_batch):
         srcs = [list(rng.integers(6, args.vocab, args.src - 1)) for _ in range(B)]
-
-        def run_nar():
-            from core.elmer import generate
-            generate(nar, srcs, Tok, delta=0.0)
-
-        def run_ar():
-            dec = T5Decoder(ar, srcs, Tok)
-            decoding.beam_search(dec, args.beam, args.dec_len, args.dec_len, 1.0, Tok.eos_id, 0)
-
+        run_nar = lambda: generate(nar, srcs, Tok, delta=0.0)
+        run_ar = lambda: decoding.beam_search(T5Decoder(ar, srcs, Tok), args.beam, args.dec_len, args.dec_len, 1.0,
+                                              Tok.eos_id, 0)
         with torch.no_grad():
-            t_n = timed(device, run_nar, args.repeats if B == 1 else 1)
-            t_a = timed(device, run_ar, max(1, args.repeats // 4) if B == 1 else 1)
+            run_nar(), run_ar()
+            t_n = statistics.median(clock(device, run_nar) for _ in range(max(1, args.repeats // 4)))
+            t_a = statistics.median(clock(device, run_ar) for _ in range(max(1, args.repeats // 8)))
         print(f"| {B} | {1000 * t_n:.1f} | {1000 * t_a:.1f} | {t_a / t_n:.1f}x |", flush=True)
-        if B > 1:
-            print(f"\nthroughput at batch {B}: NAR {B / t_n:.1f}, AR beam {B / t_a:.1f} samples/s")
+
+
+def parse_thresholds(text):
+    """'entropy=0.5,1;state=0.9' -> {measure: [thresholds]}"""
+    out = {}
+    for part in filter(None, text.split(";")):
+        m, vals = part.split("=")
+        out[m.strip()] = [float(v) for v in vals.split(",")]
+    return out
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
-    p.add_argument("--layers", type=int, default=6, help="encoder and decoder layers (ELMER: 6L-6L)")
+    p.add_argument("--ckpt", default=None, help="a fine-tuned elmer checkpoint: time its real decode path")
+    p.add_argument("--n", type=int, default=32, help="--ckpt: test sources")
+    p.add_argument("--measures", nargs="+", default=["entropy", "state", "classifier"])
+    p.add_argument("--thresholds", type=parse_thresholds,
+                   default=parse_thresholds("entropy=0.5,1,2,4;state=0.999,0.995,0.99,0.98;classifier=0.95,0.9,0.8,0.6"),
+                   help="per measure, e.g. 'entropy=0.5,1;state=0.99,0.98'")
+    p.add_argument("--forced", action="store_true", help="the random-weight forced-exit rows")
+    p.add_argument("--ar", action="store_true", help="NAR one pass vs AR beam search")
+    p.add_argument("--model", default="small", choices=["tiny", "small", "base"], help="--forced, --ar: the width")
+    p.add_argument("--layers", type=int, default=6, help="--forced, --ar: encoder and decoder layers (ELMER: 6L-6L)")
     p.add_argument("--vocab", type=int, default=8000)
-    p.add_argument("--src", type=int, default=128, help="source tokens")
+    p.add_argument("--src", type=int, default=80, help="--forced, --ar: source tokens")
     p.add_argument("--dec-len", type=int, default=32)
-    p.add_argument("--batch", type=int, default=1, help="batch of the decoder sweep")
-    p.add_argument("--big-batch", type=int, default=64, help="batch of the throughput comparison")
+    p.add_argument("--batch", type=int, default=1, help="the batch of the exit rows (the paper's latency: 1)")
+    p.add_argument("--big-batch", type=int, default=64, help="--ar: the throughput batch")
     p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.1, 0.25, 0.5, 0.75, 0.9])
-    p.add_argument("--skip-ar", action="store_true", help="only the decoder sweep")
-    p.add_argument("--skip-sweep", action="store_true", help="only NAR vs AR")
+    p.add_argument("--repeats", type=int, default=10, help="interleaved pairs per row")
+    p.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.9])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = p.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -177,10 +271,14 @@ def main():
     print(f"torch {torch.__version__}, {device.type}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
              f", {torch.get_num_threads()} threads") + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    if not args.skip_sweep:
-        sweep(args, device)
-    if not args.skip_ar:
+    if args.ckpt:
+        real_decode(args, device)
+    if args.forced:
+        forced(args, device)
+    if args.ar:
         nar_vs_ar(args, device)
+    if not (args.ckpt or args.forced or args.ar):
+        p.error("nothing to time: give --ckpt CKPT, --forced and / or --ar")
 
 
 if __name__ == "__main__":

@@ -183,7 +183,6 @@ def part_profile(rep):
 
 def part_pmlm(rep, args):
     """`small` PMLM for --steps steps through each backend, same seed and data: loss curves, tokens/s, MFU."""
-    import torch
     from core.config import preset
     from core.model import UnifiedLM, count_parameters
     n_params = count_parameters(UnifiedLM(preset("small", vocab_size=8000)))

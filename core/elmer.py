@@ -22,6 +22,8 @@ Exit policies: assigned layers (LPLM, section 4.2: each token's exit layer unifo
 assignments per sequence with the encoder run once), entropy under a threshold at inference
 (hard exit, Eq. 10) and soft exit (Eq. 11-12: W[Embed(argmax); h^l] fed to layer l + 1).
 """
+import math
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -31,9 +33,16 @@ import kernels
 from .batch import Batch, pad_stack
 from .model import EncoderDecoder, LMHead, Meta, positions
 from .tokenizer import MASK
+from .exit_measures import DEFAULT_THRESHOLD, TRAIN_ENTROPY, classifier_logit
 
 IGNORE = -100
 EXIT_MODES = ("hard", "soft")
+PAPER_DEPTH = {"base": 6}  # ELMER 5.1: 6 encoder and 6 decoder layers at width 768 (base); else the preset's
+
+
+def elmer_depth(model_name, n_layers):
+    """Encoder and decoder layers of an ELMER of this preset."""
+    return PAPER_DEPTH.get(model_name, n_layers)
 
 
 # -----------------------------------------------------------------------------
@@ -42,28 +51,47 @@ EXIT_MODES = ("hard", "soft")
 class ELMER(EncoderDecoder):
     """dec_len: T, the [MASK] tokens fed to the decoder; separate_offramps: one LM head per
     decoder layer instead of one shared; soft: the soft-exit projection W of Eq. 12;
-    exit_entropy: the hard-exit threshold delta used by generate (0: no token exits early)."""
+    exit_measure / exit_threshold: generate's exit rule (core/exit_measures.py; entropy 0: no token
+    exits early); exit_entropy: the entropy threshold of an older checkpoint's options;
+    exit_train: "hard" (section 4.1: tokens leave during fine-tuning) or "all" (no token leaves,
+    every off-ramp trained)."""
 
-    def __init__(self, cfg, dec_len=32, separate_offramps=False, soft=False, exit_entropy=0.5):
+    def __init__(self, cfg, dec_len=32, separate_offramps=False, soft=False, exit_entropy=None,
+                 exit_measure="entropy", exit_threshold=None, exit_train="hard"):
         super().__init__(cfg)
-        self.dec_len, self.exit_entropy = dec_len, exit_entropy
+        if exit_entropy is not None:  # the options of a checkpoint written before exit measures
+            exit_measure, exit_threshold = "entropy", exit_entropy
+        self.dec_len, self.exit_measure, self.exit_train = dec_len, exit_measure, exit_train
+        self.exit_threshold = DEFAULT_THRESHOLD[exit_measure] if exit_threshold is None else exit_threshold
         L, C = len(self.dec_layers), cfg.d_model
         self.ramps = nn.ModuleList(LMHead(cfg, self.emb.tok) for _ in range(L)) if separate_offramps else None
-        # the shared head is then unused, and a layer's own off-ramp idle in a step nobody exits at
-        self.unused_parameters = separate_offramps
+        # the shared head is then unused, a layer's own off-ramp idle in a step nobody exits at,
+        # and LPLM does not train the exit classifier
+        self.unused_parameters = True
         self.soft = nn.Linear(2 * C, C) if soft else None
         if soft:  # start as W = [0 I]: h~ = h, so a pretrained (hard) decoder is unchanged at step 0
             with torch.no_grad():
                 self.soft.weight.zero_()
                 self.soft.weight[:, C:] = torch.eye(C)
                 self.soft.bias.zero_()
+        # the learnt exit classifier (core/exit_measures.py): row l scores LN(h^l) at layer l
+        self.exit_clf = nn.Linear(C, L)
+        with torch.no_grad():
+            self.exit_clf.weight.zero_()
+            self.exit_clf.bias.zero_()
         self.exit_counts = torch.zeros(L + 1, dtype=torch.long)  # generate's statistics, index = layer
+        self.exit_work = dict(macs=0, macs_off=0)  # and its decoder multiply-adds (core/exit_measures.py)
+
+    @property
+    def exit_entropy(self):  # the threshold under the paper's measure (0: that measure is not in use)
+        return self.exit_threshold if self.exit_measure == "entropy" else 0.0
 
     def load_state_dict(self, state, strict=True):
-        """A pretrained (or hard) checkpoint has no soft projection: keep its identity start."""
+        """A pretrained (or hard) checkpoint has no soft projection (keep its identity start), an older
+        one no exit classifier."""
         state = dict(state)
         for k, v in self.state_dict().items():
-            if k.startswith(("soft.", "ramps.")) and k not in state:
+            if k.startswith(("soft.", "ramps.", "exit_clf.")) and k not in state:
                 state[k] = v
         return super().load_state_dict(state, strict)
 
@@ -80,16 +108,20 @@ class ELMER(EncoderDecoder):
         t = head.ln(F.gelu(head.dense(self.ln_dec(h))))
         return kernels.offramp(t, head.embedding.weight, head.bias)
 
-    def decoder_loop(self, memory, src_valid, T, decide, gather=True, trace=None):
+    def decoder_loop(self, memory, src_valid, T, decide, gather=True, trace=None, detach_exited=False):
         """Run the decoder on [MASK] x T with early exit.
 
-        memory: (B, S, C), src_valid: (B, S) bool. decide(layer, idx, h) is called after every
-        layer with the flat indices idx (N,) of the tokens that ran it and their states h (N, C);
+        memory: (B, S, C), src_valid: (B, S) bool. decide(layer, idx, h, x_in) is called after every
+        layer with the flat indices idx (N,) of the tokens that ran it, their states h (N, C) and
+        the layer's input x_in (B*T, C), every token's state before the layer;
         it returns (exit (N,) bool or None, argmax (N,) long or None); the last layer exits
         everyone. With self.soft, the argmax of the tokens that go on is fed back by Eq. 12.
         gather=False computes the same thing in the plain (B, T) layout (every token a query, the
         exited rows then overwritten): the reference the gathered layout is tested against.
-        trace: a list that receives the (B*T, C) states after every layer. Returns (B*T, C)."""
+        trace: a list that receives the (B*T, C) states after every layer. detach_exited: an
+        exited token's state serves the upper layers as key and value without a gradient (its
+        own off-ramp loss, taken before, still trains it; ELMER's published code does the same).
+        Returns (B*T, C)."""
         B, S, C = memory.shape
         dev, L = memory.device, len(self.dec_layers)
         pos = torch.arange(T, device=dev).expand(B, T)
@@ -119,14 +151,14 @@ class ELMER(EncoderDecoder):
                 bias = self.rel_bias(self.dec_rel_table, pos, pos)
                 y, _ = layer(x.view(B, T, C), dense_meta, bias=bias, memory=memory, mem_meta=dense_mem)
                 h = y.reshape(B * T, C).index_select(0, idx)
-            exit_, argmax = decide(l, idx, h)
+            exit_, argmax = decide(l, idx, h, x)
             if l == L - 1:
                 exit_ = torch.ones(N, dtype=torch.bool, device=dev)
-            fed = h
+            fed = torch.where(exit_[:, None], h.detach(), h) if detach_exited and exit_ is not None else h
             if self.soft is not None and l < L - 1:
                 if argmax is None:
                     argmax = self.ramp_stats(l, h)[0]
-                fed = torch.where(exit_[:, None], h, self.soft(torch.cat([self.emb.tok(argmax), h], -1))) \
+                fed = torch.where(exit_[:, None], fed, self.soft(torch.cat([self.emb.tok(argmax), h], -1))) \
                     if exit_ is not None else self.soft(torch.cat([self.emb.tok(argmax), h], -1))
             x = kernels.scatter_rows(x, idx, fed) if gather else x.index_copy(0, idx, fed)
             if trace is not None:
@@ -141,11 +173,12 @@ class ELMER(EncoderDecoder):
     def forward(self, src, src_valid, target, exit_layers=None, label_smoothing=0.0):
         """The training losses in one call, so that DistributedDataParallel sees one forward.
         src: (B, S), target: (B, T) with IGNORE. With exit_layers (B, k, T) (LPLM): the encoder runs
-        once and its memory serves all k assignments; sums are averaged over k. Without: every
-        off-ramp (fine-tuning). Returns dict(loss, nll, hit, n) of sums."""
+        once and its memory serves all k assignments; sums are averaged over k. Without: the
+        off-ramps of fine-tuning (offramp_loss_sums). Returns dict(loss, nll, hit, n) of sums."""
         memory = self.encode_source(src, src_valid)
         if exit_layers is None:
-            loss, nll, hit, n = all_ramps_loss_sums(self, memory, src_valid, target, label_smoothing)
+            loss, nll, hit, n = offramp_loss_sums(self, memory, src_valid, target, label_smoothing,
+                                                  self.exit_train == "hard")
             return dict(loss=loss, nll=nll, hit=hit, n=n)
         k = exit_layers.shape[1]
         loss = hit = 0.0
@@ -156,7 +189,7 @@ class ELMER(EncoderDecoder):
 
 
 # -----------------------------------------------------------------------------
-# losses: assigned exit layers (LPLM), or every off-ramp (fine-tuning)
+# losses: assigned exit layers (LPLM), or the off-ramps a token passes (fine-tuning)
 
 def assigned_loss_sums(model, memory, src_valid, target, exit_layer, gather=True):
     """Cross-entropy of each token at its assigned exit off-ramp (Eq. 9). target: (B, T) long with
@@ -165,12 +198,12 @@ def assigned_loss_sums(model, memory, src_valid, target, exit_layer, gather=True
     flat_t, flat_e = target.reshape(-1), exit_layer.reshape(-1)
     sums = []
 
-    def decide(l, idx, h):
+    def decide(l, idx, h, x_in):
         exit_ = flat_e[idx] == l + 1
-        pick = idx[exit_ & (flat_t[idx] != IGNORE)]
-        logits = model.ramp_logits(l, h[exit_ & (flat_t[idx] != IGNORE)]).float()
-        sums.append((F.cross_entropy(logits, flat_t[pick], reduction="sum"),
-                     (logits.argmax(-1) == flat_t[pick]).sum()))
+        out = kernels.active_index(exit_)
+        t = flat_t[idx].index_select(0, out)
+        loss, _, argmax, _ = ramp_losses(model, l, h.index_select(0, out), t)
+        sums.append((loss, ((argmax == t) & (t != IGNORE)).sum()))
         return exit_, None
 
     model.decoder_loop(memory, src_valid, T, decide, gather)
@@ -179,93 +212,74 @@ def assigned_loss_sums(model, memory, src_valid, target, exit_layer, gather=True
     return loss, hit.float(), (flat_t != IGNORE).sum().float()
 
 
-def all_ramps_loss_sums(model, memory, src_valid, target, label_smoothing=0.0):
-    """Fine-tuning: no token exits, the loss at every off-ramp averaged over layers (section 4.3;
-    soft exit feeds each layer's argmax forward). Returns (loss, nll, hit at the last layer, n)."""
+def ramp_losses(model, l, h, target, label_smoothing=0.0):
+    """The off-ramp of layer l on rows h (N, C) against target (N,) with IGNORE: (loss sum, nll
+    per row, argmax (N,), entropy (N,)), the last three without gradient. Rows whose target is
+    IGNORE (past the reference's [EOS]) are not projected: nll and argmax 0, entropy +inf (so
+    they never leave during training, as under all-off-ramps training). Where the Triton backend
+    runs (and without label smoothing) the loss is kernels.offramp_cross_entropy and the
+    statistics kernels.offramp: no (N, V) logits exist, forward or backward."""
+    keep = target != IGNORE
+    rows = kernels.active_index(keep)
+    t, x = target.index_select(0, rows), h.index_select(0, rows)
+    N, n = target.shape[0], rows.numel()
+    if label_smoothing == 0 and kernels.resolve_backend("auto", h.device) == "triton":
+        head = model.ramp_head(l)
+        y = head.ln(F.gelu(head.dense(model.ln_dec(x))))  # (n, C), the head before the vocabulary
+        loss = kernels.offramp_cross_entropy(y, head.embedding.weight, head.bias, t) * n  # mean -> sum
+        with torch.no_grad():
+            arg, ent, lse = kernels.offramp(y, head.embedding.weight, head.bias)
+            z_t = (y.float() * head.embedding.weight[t].float()).sum(-1) + head.bias[t].float()
+            nll_rows = lse - z_t
+    else:
+        logits = model.ramp_logits(l, x).float()  # (n, V)
+        loss = F.cross_entropy(logits, t, reduction="sum", label_smoothing=label_smoothing)
+        with torch.no_grad():
+            logp = logits.log_softmax(-1)
+            nll_rows, ent, arg = -logp.gather(1, t[:, None])[:, 0], -(logp.exp() * logp).sum(-1), logits.argmax(-1)
+    with torch.no_grad():
+        nll = torch.zeros(N, device=h.device).index_copy(0, rows, nll_rows.float())
+        entropy = torch.full((N,), math.inf, device=h.device).index_copy(0, rows, ent.float())
+        argmax = torch.zeros_like(target).index_copy(0, rows, arg)
+    return loss, nll, argmax, entropy
+
+
+def offramp_loss_sums(model, memory, src_valid, target, label_smoothing=0.0, hard=True):
+    """Fine-tuning (section 4.3): the loss at every off-ramp a token passes, averaged over layers.
+    hard: hard-exit training (section 4.1): a token whose off-ramp entropy is under the
+    threshold (the paper's rule at its delta, TRAIN_ENTROPY, or the run's entropy threshold)
+    leaves there: no loss above, its state copied up without a gradient (detach_exited). Not
+    hard (or soft exit, which feeds each layer's argmax forward): no token exits. The exit
+    classifier learns beside, on detached states, whether a layer's argmax is already the
+    token's final one. Returns (loss, nll and hits at each token's exit layer, n)."""
     B, T = target.shape
     flat_t = target.reshape(-1)
     keep = flat_t != IGNORE
     L = len(model.dec_layers)
-    out = dict(loss=0.0, nll=0.0)
+    hard = hard and model.soft is None
+    delta = model.exit_threshold if model.exit_measure == "entropy" else TRAIN_ENTROPY
+    final = torch.zeros_like(flat_t)
+    nll = torch.zeros(flat_t.shape, dtype=torch.float, device=flat_t.device)
+    out = dict(loss=0.0, seen=[])
 
-    def decide(l, idx, h):  # idx is every token: nobody has exited
-        logits = model.ramp_logits(l, h).float()  # (B*T, V)
-        out["loss"] = out["loss"] + F.cross_entropy(logits[keep], flat_t[keep], reduction="sum",
-                                                    label_smoothing=label_smoothing) / L
-        argmax = logits.argmax(-1).detach()
-        if l == L - 1:
-            out["nll"] = F.cross_entropy(logits[keep].detach(), flat_t[keep], reduction="sum")
-            out["hit"] = (argmax[keep] == flat_t[keep]).sum().float()
-        return torch.zeros_like(idx, dtype=torch.bool), argmax
-
-    model.decoder_loop(memory, src_valid, T, decide, gather=False)
-    return out["loss"], out["nll"], out["hit"], keep.sum().float()
-
-
-# -----------------------------------------------------------------------------
-# inference: hard exit by entropy
-
-@torch.no_grad()
-def decode_exit(model, memory, src_valid, T, delta, gather=True):
-    """Hard exit (Eq. 10): a token leaves at the first layer whose off-ramp entropy is < delta
-    (delta 0: nobody leaves early; +inf: everybody leaves at layer 1). Returns the tokens (B, T)
-    and each token's exit layer (B, T), 1-based."""
-    B = memory.shape[0]
-    tokens = torch.zeros(B * T, dtype=torch.long, device=memory.device)
-    layer_of = torch.zeros(B * T, dtype=torch.long, device=memory.device)
-    L = len(model.dec_layers)
-
-    def decide(l, idx, h):
-        if delta <= 0 and l < L - 1:  # no entropy is < 0: exit disabled, only the top off-ramp runs
-            return None, None
-        argmax, entropy, _ = model.ramp_stats(l, h)
-        exit_ = (entropy < delta) | (l == L - 1)
-        tokens.index_copy_(0, idx, torch.where(exit_, argmax, tokens[idx]))
-        layer_of.index_copy_(0, idx, torch.where(exit_, l + 1, layer_of[idx]))
+    def decide(l, idx, h, x_in):
+        loss, nll_rows, argmax, entropy = ramp_losses(model, l, h, flat_t[idx], label_smoothing)
+        out["loss"] = out["loss"] + loss / L
+        exit_ = (entropy < delta) if hard and l < L - 1 else torch.full_like(idx, l == L - 1, dtype=torch.bool)
+        final.index_copy_(0, idx, torch.where(exit_, argmax, final[idx]))
+        nll.index_copy_(0, idx, torch.where(exit_, nll_rows, nll[idx]))
+        if l < L - 1:
+            out["seen"].append((idx, classifier_logit(model, l, h), argmax))
         return exit_, argmax
 
-    model.decoder_loop(memory, src_valid, T, decide, gather)
-    return tokens.view(B, T), layer_of.view(B, T)
-
-
-def finish(tokens, eos_id, n_special):
-    """One row of decoder output -> the output ids: cut at the first [EOS], consecutive
-    duplicates merged, special ids dropped (section 4.1)."""
-    out = []
-    for t in tokens:
-        if t == eos_id:
-            break
-        if t >= n_special and (not out or out[-1] != t):
-            out.append(t)
-    return out
-
-
-@torch.no_grad()
-def generate(model, src_ids, tok, delta=None):
-    """Output id lists for a batch of (already truncated) sources; updates model.exit_counts with
-    the exit layers of the tokens up to and including each row's first [EOS]."""
-    dev = next(model.parameters()).device
-    limit = model.cfg.max_positions - 1
-    src, valid = pad_stack([np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids], tok.pad_id)
-    src, valid = src.to(dev), valid.to(dev)
-    memory = model.encode_source(src, valid)
-    delta = model.exit_entropy if delta is None else delta
-    tokens, layers = decode_exit(model, memory, valid, model.dec_len, delta)
-    tokens, layers = tokens.tolist(), layers.tolist()
-    for row, lay in zip(tokens, layers):
-        n = row.index(tok.eos_id) + 1 if tok.eos_id in row else len(row)
-        for x in lay[:n]:
-            model.exit_counts[x] += 1
-    return [finish(row, tok.eos_id, tok.n_special) for row in tokens]
-
-
-def exit_statistics(counts):
-    """Mean exit layer and the fraction exiting at each layer (the paper's Figure 2)."""
-    counts = counts[1:].double()
-    total = counts.sum().clamp_min(1)
-    frac = (counts / total).tolist()
-    mean = float((torch.arange(1, len(counts) + 1, dtype=torch.double) * counts).sum() / total)
-    return mean, frac
+    model.decoder_loop(memory, src_valid, T, decide, gather=hard, detach_exited=hard)
+    clf = 0.0
+    for idx, logit, argmax in out["seen"]:  # labels once every token's final argmax is known
+        k = keep[idx]
+        label = (argmax == final[idx]).float()
+        clf = clf + F.binary_cross_entropy_with_logits(logit[k], label[k], reduction="sum") / max(1, L - 1)
+    hit = (final[keep] == flat_t[keep]).sum().float()
+    return out["loss"] + clf, nll[keep].sum(), hit, keep.sum().float()
 
 
 # -----------------------------------------------------------------------------
@@ -283,102 +297,14 @@ def elmer_seq2seq_batch(pairs, tok, max_src, max_tgt, dec_len):
     return Batch(norm=n, n_tokens=int(src_valid.sum()) + n, src=src, src_valid=src_valid, tgt_out=tgt)
 
 
-def elmer_seq2seq_loss_sums(model, batch, label_smoothing=0.1):
+def elmer_seq2seq_loss_sums(model, batch, label_smoothing=0.0):
     return model(batch.src, batch.src_valid, batch.tgt_out, label_smoothing=label_smoothing)
-
-
-# -----------------------------------------------------------------------------
-# LPLM pretraining data (section 4.2, "Pre-training Tasks", after BART)
-
-def full_stop_ids(tok):
-    """Ids of the pieces that end a sentence (the paper splits sentences at full stops)."""
-    if not hasattr(tok, "_full_stops"):
-        tok._full_stops = {i for i in range(tok.vocab_size) if tok.sp.id_to_piece(i).endswith((".", "!", "?"))}
-    return tok._full_stops
-
-
-def sentence_shuffle(ids, stops, rng, eos_id=None):
-    """Split after every full stop and permute the sentences, within each document: an [EOS]
-    (`eos_id`, the end of a document in the pretraining stream) stays where it is."""
-    out, doc = [], []
-
-    def flush():
-        sentences, cur = [], []
-        for t in doc:
-            cur.append(t)
-            if t in stops:
-                sentences.append(cur)
-                cur = []
-        if cur:
-            sentences.append(cur)
-        out.extend(t for i in rng.permutation(len(sentences)) for t in sentences[i])
-        doc.clear()
-    for t in ids:
-        if int(t) == eos_id:
-            flush()
-            out.append(int(t))
-        else:
-            doc.append(int(t))
-    flush()
-    return out
-
-
-def infilling_spans(n, rng, ratio=0.15, lam=3.0, fixed=()):
-    """(start, length) of spans covering round(ratio * n) tokens, lengths ~ Poisson(lam) (zeros
-    redrawn: BART also inserts a [MASK] for a zero-length span, which we leave out), the last
-    one cut to hit the count; spans neither overlap nor touch, so each one becomes its own [MASK];
-    positions in `fixed` (a document's [EOS]) are never covered."""
-    budget = max(1, round(ratio * n))
-    taken = np.zeros(n + 2, dtype=bool)  # guard cells at both ends
-    taken[np.asarray(fixed, dtype=np.int64) + 1] = True
-    spans = []
-    for _ in range(100 * budget):
-        if budget == 0:
-            break
-        m = 0
-        while m == 0:
-            m = int(rng.poisson(lam))
-        m = min(m, budget)
-        s = int(rng.integers(0, n - m + 1))
-        if taken[s:s + m + 2].any():  # cells s-1 .. s+m in guard coordinates
-            continue
-        taken[s + 1:s + m + 1] = True
-        spans.append((s, m))
-        budget -= m
-    return sorted(spans)
-
-
-def lplm_corrupt(ids, tok, rng, ratio=0.15, lam=3.0):
-    """Encoder input of LPLM: sentence shuffling, then text infilling with one [MASK] per span;
-    a document's [EOS] is neither moved nor masked."""
-    shuffled = sentence_shuffle(ids, full_stop_ids(tok), rng, tok.eos_id)
-    fixed = [i for i, t in enumerate(shuffled) if t == tok.eos_id]
-    out, at = [], 0
-    for s, m in infilling_spans(len(shuffled), rng, ratio, lam, fixed):
-        out += shuffled[at:s] + [tok.mask_id]
-        at = s + m
-    return out + shuffled[at:]
-
-
-def lplm_batch(stream, indices, tok, n_layers, k):
-    """Examples `indices` of a TokenStream: source corrupt(x) + [EOS], target x + [EOS] (the
-    decoder is fed [MASK] x len(target)), and k exit-layer assignments per sequence, every
-    token's layer uniform in 1..n_layers, drawn by the example's own generator."""
-    sources, targets, layers = [], [], []
-    for i in indices:
-        window, rng = stream.window_at(i)
-        sources.append(np.array(lplm_corrupt(window, tok, rng) + [tok.eos_id], dtype=np.int64))
-        targets.append(np.array(list(window) + [tok.eos_id], dtype=np.int64))
-        layers.append(rng.integers(1, n_layers + 1, (k, len(targets[-1]))))
-    src, src_valid = pad_stack(sources, tok.pad_id)
-    tgt, _ = pad_stack(targets, IGNORE)
-    T = tgt.shape[1]
-    exit_layers = torch.stack([torch.as_tensor(np.pad(l, ((0, 0), (0, T - l.shape[1])), constant_values=1))
-                               for l in layers])  # (B, k, T)
-    n = int((tgt != IGNORE).sum())
-    return Batch(norm=n, n_tokens=int(src_valid.sum()) + n, src=src, src_valid=src_valid, tgt_out=tgt,
-                 exit_layers=exit_layers)
 
 
 def lplm_loss_sums(model, batch):
     return model(batch.src, batch.src_valid, batch.tgt_out, batch.exit_layers)
+
+
+# the data of LPLM and the inference live beside: core/lplm.py, core/exit_measures.py
+from .lplm import full_stop_ids, infilling_spans, lplm_batch, lplm_corrupt, sentence_shuffle  # noqa: E402,F401
+from .exit_measures import decode_exit, exit_statistics, finish, generate, merge_words  # noqa: E402,F401

@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from . import decoding, elmer, nar, seq2seq, t5
+from . import decoding, elmer, exit_measures, nar, seq2seq, t5
 from .classify import Classifier, EncoderClassifier
 from .config import ModelConfig, decoder_depth
 from .errors import UserError
@@ -77,17 +77,33 @@ def scheduled_loss(loss_fn, arch, args):
     return ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, args.steps)
 
 
-def elmer_options(arch, source, exit_mode="hard", exit_entropy=0.5, dec_len=None):
+def elmer_options(arch, source, exit_mode="hard", exit_measure=None, exit_threshold=None, dec_len=None,
+                  exit_train="hard"):
     """The options of an ELMER model being fine-tuned: the pretrained ones (decoder length,
-    off-ramps) and this run's exit (section 4.3). Soft exit runs every layer at inference
-    (threshold 0) unless eval.py is given one. None for other architectures."""
+    off-ramps) and this run's exit (section 4.3): the measure and threshold generate uses, and
+    how training treats exits. Soft exit runs every layer at inference (entropy threshold 0)
+    unless eval.py is given a threshold. None for other architectures; the exit flags of another
+    architecture are refused."""
     if arch != "elmer":
+        if exit_measure is not None or exit_threshold is not None:
+            raise UserError(f"--exit-measure / --exit-threshold / --exit-entropy apply to elmer only, not {arch}")
         return None
     opts = dict(source.get("elmer") or {})
+    if "exit_entropy" in opts:  # options written before exit measures
+        e = opts.pop("exit_entropy")
+        opts.setdefault("exit_measure", "entropy")
+        opts.setdefault("exit_threshold", e)
     opts.setdefault("dec_len", 32)
     if dec_len is not None:
         opts["dec_len"] = dec_len
-    opts.update(soft=exit_mode == "soft", exit_entropy=exit_entropy if exit_mode == "hard" else 0.0)
+    measure = exit_measure or "entropy"
+    exit_measures.check_threshold(measure, exit_threshold)
+    if exit_threshold is None:
+        exit_threshold = exit_measures.DEFAULT_THRESHOLD[measure]
+    if exit_mode == "soft" and measure == "entropy":
+        exit_threshold = 0.0
+    opts.update(soft=exit_mode == "soft", exit_measure=measure, exit_threshold=exit_threshold,
+                exit_train=exit_train)
     return opts
 
 
@@ -259,7 +275,8 @@ def summarize(model, arch, tok, sources, max_src, batch_size=64, progress=None, 
     ops, out = seq2seq_ops(arch), []
     for i in range(0, len(sources), batch_size):
         ids = [ops.truncate(s, max_src) for s in tok.encode(sources[i:i + batch_size])]
-        out += [tok.decode(t) for t in generate(model, arch, ids, tok, **gen)]
+        texts = [tok.decode(t) for t in generate(model, arch, ids, tok, **gen)]
+        out += [exit_measures.merge_words(t) for t in texts] if arch == "elmer" else texts
         if progress:
             progress(len(out), len(sources))
     return out

@@ -334,7 +334,9 @@ def _offramp_config(device_type, N, V, C, dtype):
         BN, BV, BK, warps, stages = 16, 64, 16, 1, 1
         return BN, BV, BK, min(2, triton.cdiv(V, BV)), warps, stages, dtype == torch.bfloat16
     BN, BV, BK, warps, stages = 64, 128, 64, 4, 3
-    splits = max(1, min(triton.cdiv(264, triton.cdiv(N, BN)), triton.cdiv(V, BV)))
+    # N = 0 (an off-ramp of nobody: every token has left) must not divide by zero here, before
+    # the launcher's early return
+    splits = max(1, min(triton.cdiv(264, max(1, triton.cdiv(N, BN))), triton.cdiv(V, BV)))
     return BN, BV, BK, splits, warps, stages, False
 
 

@@ -292,3 +292,19 @@ def test_offramp_cross_entropy_backward_works_in_tiles():
     with AllocationTrace() as trace:
         loss.backward()
     assert trace.largest <= max(V * C, N * tile) * 4, f"largest tensor {trace.largest} bytes, (N, V) logits {N * V * 4}"
+
+
+def test_offramp_of_nobody_with_the_cuda_configuration(monkeypatch):
+    """N = 0 (every token has left) through the CUDA launch configuration, run by the interpreter."""
+    V, C = 300, 64
+    real = ee._offramp_config
+    monkeypatch.setattr(ee, "_offramp_config", lambda device_type, *a: real("cuda", *a))
+    cfg = ee._offramp_config("cpu", 0, V, C, torch.float32)
+    assert cfg[3] >= 1
+    h, w = torch.zeros(0, C).to(DEVICE), torch.randn(V, C).to(DEVICE)
+    arg, ent, lse = ee._offramp_launch(h, w, None, cfg)
+    assert arg.shape == ent.shape == lse.shape == (0,)
+    hh = h.clone().requires_grad_()
+    loss = ee.offramp_cross_entropy(hh, w, None, torch.zeros(0, dtype=torch.long).to(DEVICE))
+    loss.backward()
+    assert loss.item() == 0 and hh.grad.shape == (0, C)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from core.config import preset
-from core.elmer import (ELMER, IGNORE, assigned_loss_sums, decode_exit, elmer_seq2seq_batch,
+from core.elmer import (ELMER, IGNORE, assigned_loss_sums, decode_exit, elmer_seq2seq_batch, exit_statistics,
                         generate, infilling_spans, lplm_corrupt, sentence_shuffle)
 
 V = 97
@@ -47,7 +47,7 @@ def test_gathered_equals_plain_and_exited_states_frozen(soft, separate):
     g = torch.Generator().manual_seed(2)
     exit_layer = torch.randint(1, 4, (B, T), generator=g).reshape(-1)
 
-    def decide(l, idx, h):
+    def decide(l, idx, h, x_in):
         return exit_layer[idx] == l + 1, None
 
     with torch.no_grad():
@@ -78,7 +78,7 @@ def test_exited_token_does_not_run_the_layer():
     exit_layer = torch.tensor([1, 2, 3] * 12)
 
     with torch.no_grad():
-        model.decoder_loop(memory, valid, 12, lambda l, idx, h: (exit_layer[idx] == l + 1, None))
+        model.decoder_loop(memory, valid, 12, lambda l, idx, h, x_in: (exit_layer[idx] == l + 1, None))
     assert seen == [36, 24, 12]
 
 
@@ -92,7 +92,7 @@ def test_hard_exit_thresholds():
     # exiting at layer 1 predicts with the first off-ramp
     with torch.no_grad():
         x = []
-        model.decoder_loop(memory, valid, 12, lambda l, idx, h: (torch.ones_like(idx, dtype=torch.bool), None), trace=x)
+        model.decoder_loop(memory, valid, 12, lambda l, idx, h, x_in: (torch.ones_like(idx, dtype=torch.bool), None), trace=x)
         assert torch.equal(model.ramp_logits(0, x[0]).argmax(-1).view(3, 12), toks_inf)
     sep = tiny(separate_offramps=True)
     assert sep.ramp_head(0) is not sep.ramp_head(1) and sep.ramp_head(0).embedding is sep.emb.tok
@@ -232,3 +232,86 @@ def test_pipeline(text_file, tmp_path, capsys):
     for r in rows[:3]:
         assert r["arch"] == "elmer" and r["decoding"] == "one pass, early exit" and r["mean_exit"] == 1.0 and r["latency_ms"] > 0
     assert torch.load(outs[1], weights_only=True)["elmer"]["soft"] is True
+
+
+# -----------------------------------------------------------------------------
+# exits that fire: a model that has learnt its task leaves early at the paper's delta
+
+class CopyTok:
+    pad_id, eos_id, n_special = 0, 3, 6
+
+
+def copy_task(seed, n=32, length=6):
+    g = torch.Generator().manual_seed(seed)
+    return [(ids, ids) for ids in torch.randint(6, 30, (n, length), generator=g).tolist()]
+
+
+def train_copy(steps=150, label_smoothing=0.0, exit_train="hard", seed=0):
+    torch.manual_seed(seed)
+    cfg = preset("tiny", vocab_size=V, n_dec_layers=3, dropout=0.0)
+    model = ELMER(cfg, dec_len=8, exit_train=exit_train)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(steps):
+        b = elmer_seq2seq_batch(copy_task(step), CopyTok, 8, 8, 8)
+        out = model(b.src, b.src_valid, b.tgt_out, label_smoothing=label_smoothing)
+        opt.zero_grad()
+        (out["loss"] / out["n"]).backward()
+        opt.step()
+    return model.eval(), float(out["hit"] / out["n"])
+
+
+@pytest.mark.parametrize("exit_train", ["hard", "all"])
+def test_learnt_copy_task_exits_early_at_the_papers_delta(exit_train):
+    """Trained without label smoothing, a model that copies its source perfectly is confident
+    below the top: at delta 0.5 tokens leave early through generate / decode_exit, and the
+    output stays the copy. (Under smoothing 0.1 the off-ramp entropy cannot fall under 0.78 nats
+    at V = 97: nobody would leave.)"""
+    model, acc = train_copy(exit_train=exit_train)
+    assert acc > 0.95, acc
+    pairs = copy_task(10_000)
+    model.exit_counts.zero_()
+    out = generate(model, [s for s, _ in pairs], CopyTok, delta=0.5, measure="entropy")
+    mean, frac = exit_statistics(model.exit_counts)
+    print(f"{exit_train}: mean exit layer {mean:.2f}, per layer {frac}")
+    assert mean < 2.5 and frac[0] + frac[1] > 0.5
+    assert sum(o == t for o, (_, t) in zip(out, pairs)) >= 0.9 * len(pairs)
+
+
+# -----------------------------------------------------------------------------
+# the fused off-ramp cross-entropy in fine-tuning and LPLM
+
+def test_fused_offramp_loss_equals_the_logits_and_allocates_no_logits(monkeypatch):
+    import functools
+
+    import kernels
+    import kernels.early_exit as ee
+    from test_early_exit import AllocationTrace
+    # backward tiles of 128 vocabulary rows, so that a whole (n, V) block would stand out
+    monkeypatch.setattr(ee, "offramp_cross_entropy", functools.partial(ee.offramp_cross_entropy, tile=128))
+    torch.manual_seed(0)
+    Vbig = 1000
+    cfg = preset("tiny", vocab_size=Vbig, n_dec_layers=2, dropout=0.0)
+    model = ELMER(cfg, dec_len=8, exit_train="all")
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(6, Vbig, (12, 6), generator=g)
+    tgt = torch.randint(6, Vbig, (12, 8), generator=g)
+    tgt[3, 5:] = IGNORE
+    valid = torch.ones(12, 6, dtype=torch.bool)
+    n_rows = int((tgt != IGNORE).sum())
+    assert n_rows > cfg.d_model  # an (n, V) tensor is then larger than the (V, C) embedding
+    lplm = torch.full((12, 1, 8), 2)  # LPLM with every token at the top: n rows at one off-ramp
+    for exits in (None, lplm):
+        res = {}
+        for backend in ("reference", "triton"):
+            model.zero_grad()
+            with kernels.use_backend(backend), AllocationTrace() as trace:
+                out = model(src, valid, tgt, exits)
+                out["loss"].backward()
+            res[backend] = (out["loss"].detach(), out["nll"], {k: p.grad.clone() for k, p in model.named_parameters()
+                                                               if p.grad is not None}, trace.largest)
+        (l0, n0, g0, big0), (l1, n1, g1, big1) = res["reference"], res["triton"]
+        print(f"loss {l0.item():.5f} vs {l1.item():.5f}; largest tensor {big0} vs {big1} bytes, (n, V) {n_rows * Vbig * 4}")
+        assert torch.allclose(l0, l1, rtol=1e-4) and torch.allclose(n0, n1, rtol=1e-4)
+        for k in g0:
+            assert torch.allclose(g0[k], g1[k], atol=1e-5, rtol=1e-3), report(k, g0[k], g1[k])
+        assert big0 >= n_rows * Vbig * 4 > big1

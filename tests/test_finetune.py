@@ -70,7 +70,10 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         assert [json.loads(l)["source"] for l in open(limited_outputs)] == sample.sources
         assert len(open(outputs_jsonl).readlines()) == 12  # the full evaluation's files are untouched
         swept = evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, "--exit-entropy", "0"]))[0]
-        assert swept.endswith("-exit0.json")  # an exit-threshold sweep keeps a file per threshold
+        assert swept.endswith("-exit-entropy0.json")  # an exit-threshold sweep keeps a file per threshold
+        swept = evaluate_script.result_names(ckpt, evaluate_script.get_args(
+            [ckpt, "--exit-measure", "state", "--exit-threshold", "0.99"]))[0]
+        assert swept.endswith("-exit-state0.99.json")
 
 
 @pytest.mark.parametrize("objective", ["pmlm", "t5", "t5-nar"])

@@ -5,7 +5,6 @@ import os
 import re
 import sys
 
-import pytest
 
 from conftest import ROOT
 

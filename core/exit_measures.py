@@ -1,0 +1,220 @@
+"""ELMER's inference: when a token leaves the decoder, what its exit costs, and the output clean-up.
+
+Exit measures, each compared with a threshold after every decoder layer but the last:
+  * entropy (the paper, ELMER 4.3 Eq. 10): exit when the off-ramp's entropy < threshold. It needs
+    the vocabulary projection (C*V multiply-adds per token, V = 8000: more than a decoder layer at
+    the `small` width) at every layer a token is still active, so on its own it saves no compute;
+  * state (CALM, Schuster et al. 2022, "state propagation"): exit when the cosine similarity of
+    h^l and h^(l-1) > threshold (the layer barely moved the token); C multiply-adds;
+  * classifier (CALM's learnt early-exit classifier): exit when sigmoid(w_l . LN(h^l) + b_l) >
+    threshold, a linear classifier per layer trained during fine-tuning to predict whether the
+    off-ramp's argmax already equals the token's final one (its input is detached, so its loss
+    leaves the LM alone); C multiply-adds.
+With state or classifier the vocabulary projection runs once per token, at its exit layer (the
+top for tokens that never exit), so an exit saves the layers and the off-ramps above it.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+import kernels
+from .errors import UserError
+
+MEASURES = ("entropy", "state", "classifier")
+# the paper's delta for entropy; for the cheap measures a value that a token exits under only
+# once its state has settled (eval.py sweeps them)
+DEFAULT_THRESHOLD = dict(entropy=0.5, state=0.99, classifier=0.9)
+TRAIN_ENTROPY = 0.5  # hard-exit fine-tuning leaves by the paper's rule at its delta (ELMER 4.1, 4.3)
+
+
+def check_threshold(measure, threshold, flag="--exit-threshold"):
+    """The range of each measure's threshold; 'off' values are allowed (entropy 0, state /
+    classifier 1: nobody exits early; entropy inf, state -1, classifier 0: everybody at layer 1)."""
+    if measure not in MEASURES:
+        raise UserError(f"--exit-measure {measure!r}: one of {', '.join(MEASURES)}")
+    if threshold is None:
+        return
+    if math.isnan(threshold):
+        raise UserError(f"{flag} nan: a number")
+    ok = dict(entropy=threshold >= 0, state=-1 <= threshold <= 1, classifier=0 <= threshold <= 1)[measure]
+    if not ok:
+        what = dict(entropy="0 or more (an entropy in nats; inf: every token leaves at layer 1)",
+                    state="in [-1, 1] (a cosine similarity)", classifier="in [0, 1] (a probability)")[measure]
+        raise UserError(f"{flag} {threshold:g} with --exit-measure {measure}: must be {what}")
+
+
+def disabled(measure, threshold):
+    """No token can leave before the top: then no measure needs computing."""
+    return (measure == "entropy" and threshold <= 0) or (measure != "entropy" and threshold >= 1)
+
+
+def classifier_logit(model, l, h):  # (N, C) -> (N,), the exit classifier of layer l
+    """On LN(h^l) with every LM tensor detached (the state and the LayerNorm's weights), so that
+    the classifier's loss moves the classifier only."""
+    ln, w, b = model.ln_dec, model.exit_clf.weight[l], model.exit_clf.bias[l]
+    x = F.layer_norm(h.detach(), ln.normalized_shape, ln.weight.detach(), ln.bias.detach(), ln.eps)
+    return x @ w + b
+
+
+def cheap_exit(model, measure, threshold, l, idx, h, x_in):
+    """The O(C) measures: (N,) bool, True where the token leaves after layer l."""
+    if measure == "state":
+        prev = kernels.gather_rows(x_in, idx) if idx.numel() < x_in.shape[0] else x_in
+        return F.cosine_similarity(h.float(), prev.float(), dim=-1) > threshold
+    return torch.sigmoid(classifier_logit(model, l, h).float()) > threshold
+
+
+# -----------------------------------------------------------------------------
+# decoding with early exit
+
+@torch.no_grad()
+def decode_exit(model, memory, src_valid, T, delta, gather=True, measure="entropy", work=None):
+    """Hard exit: a token leaves at the first layer whose measure passes the threshold `delta`
+    (entropy < delta, or state / classifier > delta); everyone leaves at the top. Returns the
+    tokens (B, T) and each token's exit layer (B, T), 1-based. work: a dict that receives, per
+    layer, the queries run ("queries"), the rows projected on the vocabulary ("ramp") and the
+    rows a cheap measure scored ("measure"), for the FLOP count (decoder_macs)."""
+    B = memory.shape[0]
+    dev = memory.device
+    tokens = torch.zeros(B * T, dtype=torch.long, device=dev)
+    layer_of = torch.zeros(B * T, dtype=torch.long, device=dev)
+    L = len(model.dec_layers)
+    off = disabled(measure, delta)
+    counts = dict(queries=[0] * L, ramp=[0] * L, measure=[0] * L)
+
+    def record(l, exit_, argmax, idx):
+        tokens.index_copy_(0, idx, torch.where(exit_, argmax, tokens[idx]))
+        layer_of.index_copy_(0, idx, torch.where(exit_, l + 1, layer_of[idx]))
+
+    def decide(l, idx, h, x_in):
+        N = idx.numel()
+        counts["queries"][l] += N
+        if l == L - 1:  # the top: everyone still here leaves
+            argmax = model.ramp_stats(l, h)[0]
+            counts["ramp"][l] += N
+            record(l, torch.ones(N, dtype=torch.bool, device=dev), argmax, idx)
+            return None, argmax
+        if off and model.soft is None:  # exit disabled: only the top off-ramp runs
+            return None, None
+        if measure == "entropy" or model.soft is not None:
+            # the paper's measure, or soft exit (which feeds every layer's argmax forward)
+            argmax, entropy, _ = model.ramp_stats(l, h)
+            counts["ramp"][l] += N
+            if off:
+                exit_ = torch.zeros(N, dtype=torch.bool, device=dev)
+            elif measure == "entropy":
+                exit_ = entropy < delta
+            else:
+                exit_ = cheap_exit(model, measure, delta, l, idx, h, x_in)
+                counts["measure"][l] += N
+            record(l, exit_, argmax, idx)
+            return exit_, argmax
+        exit_ = cheap_exit(model, measure, delta, l, idx, h, x_in)
+        counts["measure"][l] += N
+        out = kernels.active_index(exit_)  # the rows that leave: only they meet the vocabulary
+        if out.numel():
+            tokens[idx[out]] = model.ramp_stats(l, kernels.gather_rows(h, out))[0]
+            layer_of[idx[out]] = l + 1
+            counts["ramp"][l] += out.numel()
+        return exit_, None
+
+    model.decoder_loop(memory, src_valid, T, decide, gather)
+    if work is not None:
+        for k, v in counts.items():
+            work[k] = [a + b for a, b in zip(work.get(k, [0] * L), v)]
+    return tokens.view(B, T), layer_of.view(B, T)
+
+
+def decoder_macs(cfg, T, S, work):
+    """Multiply-adds of one decode of B sequences (T decoder tokens, S source tokens each) from
+    decode_exit's `work`. Per layer: the active queries' self-attention (Q and output projections,
+    scores and weighted sum over T keys), cross-attention (the same over S) and FFN; every
+    token's keys and values (an exited token still serves as one) and the memory's, in every
+    layer someone still runs; then the
+    off-ramp rows (dense C*C + vocabulary C*V) and the cheap measure rows (C)."""
+    C, F_, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
+    L = len(work["queries"])
+    B = work["queries"][0] // T if work["queries"][0] else 1
+    per_query = 2 * C * C + 2 * T * C + 2 * C * C + 2 * S * C + 2 * C * F_
+    per_layer_fixed = B * (T * 2 * C * C + S * 2 * C * C)
+    total = 0
+    for l in range(L):
+        if work["queries"][l]:  # a layer nobody runs is skipped whole (decoder_loop stops)
+            total += work["queries"][l] * per_query + per_layer_fixed
+        total += work["ramp"][l] * (C * C + C * V) + work["measure"][l] * C
+    return total
+
+
+def finish(tokens, eos_id, n_special):
+    """One row of decoder output -> the output ids: cut at the first [EOS], special ids dropped
+    (section 4.1). Consecutive duplicates are merged by words, in `merge_words`, not here."""
+    out = []
+    for t in tokens:
+        if t == eos_id:
+            break
+        if t >= n_special:
+            out.append(t)
+    return out
+
+
+def merge_words(text):
+    """Merge consecutive repeated words of a decoded output (ELMER 4.1: NAR outputs repeat). A
+    word, not a subword id: "Swis s" pieces of "Swiss" or "20 20" of "2020" stay as they are."""
+    out = []
+    for w in text.split():
+        if not out or out[-1] != w:
+            out.append(w)
+    return " ".join(out)
+
+
+@torch.no_grad()
+def generate(model, src_ids, tok, delta=None, measure=None):
+    """Output id lists for a batch of (already truncated) sources; updates model.exit_counts with
+    the exit layers of the tokens up to and including each row's first [EOS], and
+    model.exit_work with the decoder's multiply-adds ("macs") and those it would have spent with
+    exit disabled ("macs_off"; decoder_macs)."""
+    from .batch import pad_stack
+    import numpy as np
+    dev = next(model.parameters()).device
+    limit = model.cfg.max_positions - 1
+    src, valid = pad_stack([np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids], tok.pad_id)
+    src, valid = src.to(dev), valid.to(dev)
+    memory = model.encode_source(src, valid)
+    delta = model.exit_threshold if delta is None else delta
+    measure = model.exit_measure if measure is None else measure
+    T, (B, S) = model.dec_len, src.shape
+    this = {}
+    tokens, layers = decode_exit(model, memory, valid, T, delta, measure=measure, work=this)
+    L = len(model.dec_layers)
+    off = dict(queries=[B * T] * L, ramp=[0] * (L - 1) + [B * T], measure=[0] * L)
+    model.exit_work["macs"] += decoder_macs(model.cfg, T, S, this)
+    model.exit_work["macs_off"] += decoder_macs(model.cfg, T, S, off)
+    tokens, layers = tokens.tolist(), layers.tolist()
+    for row, lay in zip(tokens, layers):
+        n = row.index(tok.eos_id) + 1 if tok.eos_id in row else len(row)
+        for x in lay[:n]:
+            model.exit_counts[x] += 1
+    return [finish(row, tok.eos_id, tok.n_special) for row in tokens]
+
+
+def exit_statistics(counts):
+    """Mean exit layer and the fraction exiting at each layer (the paper's Figure 2)."""
+    counts = counts[1:].double()
+    total = counts.sum().clamp_min(1)
+    frac = (counts / total).tolist()
+    mean = float((torch.arange(1, len(counts) + 1, dtype=torch.double) * counts).sum() / total)
+    return mean, frac
+
+
+def exit_flags(args):
+    """(measure, threshold) of the --exit-measure / --exit-threshold / --exit-entropy flags, the
+    last a shorthand for `--exit-measure entropy --exit-threshold X`; None where not given."""
+    measure, threshold = args.exit_measure, args.exit_threshold
+    if args.exit_entropy is not None:
+        if measure not in (None, "entropy") or threshold is not None:
+            raise UserError("--exit-entropy X is --exit-measure entropy --exit-threshold X: give one or the other")
+        measure, threshold = "entropy", args.exit_entropy
+    if threshold is not None:
+        check_threshold(measure or "entropy", threshold, "--exit-entropy" if args.exit_entropy is not None else "--exit-threshold")
+    return measure, threshold

@@ -1,0 +1,156 @@
+"""ELMER's exit measures (entropy, state, classifier), the vocabulary projection a cheap measure
+saves, the exit classifier's training beside the LM, the FLOP count, the flags, and word-level
+duplicate merging."""
+import math
+
+import pytest
+import torch
+
+from core.config import preset
+from core.elmer import ELMER, elmer_seq2seq_batch
+from core.errors import UserError
+from core.exit_measures import (check_threshold, decode_exit, decoder_macs, finish, generate, merge_words)
+from core.finetuning import elmer_options
+
+V = 97
+
+
+def tiny(seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = preset("tiny", vocab_size=V, n_dec_layers=3, dropout=0.0)
+    model = ELMER(cfg, dec_len=12, **kw).eval()
+    with torch.no_grad():
+        model.dec_rel_table.normal_(0, 0.5)
+        model.exit_clf.weight.normal_(0, 1.0)
+    return model
+
+
+def memory_of(model, B=3, S=9, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(6, V, (B, S), generator=g)
+    valid = torch.ones(B, S, dtype=torch.bool)
+    valid[1, 6:] = False
+    return model.encode_source(src, valid), valid
+
+
+@pytest.mark.parametrize("measure,everyone,nobody", [("state", -1.0, 1.0), ("classifier", 0.0, 1.0),
+                                                      ("entropy", math.inf, 0.0)])
+def test_measure_thresholds_and_one_projection_per_token(measure, everyone, nobody):
+    model = tiny()
+    memory, valid = memory_of(model)
+    n = 3 * 12
+    ref, _ = decode_exit(model, memory, valid, 12, math.inf)  # every token at the first off-ramp
+    work = {}
+    toks, layers = decode_exit(model, memory, valid, 12, everyone, measure=measure, work=work)
+    assert (layers == 1).all() and torch.equal(toks, ref)
+    assert work["queries"] == [n, 0, 0]
+    work = {}
+    _, layers = decode_exit(model, memory, valid, 12, nobody, measure=measure, work=work)
+    assert (layers == 3).all() and work["ramp"] == [0, 0, n] and work["measure"] == [0, 0, 0]
+    if measure == "entropy":
+        return
+    # a threshold in between: some leave at each layer, and each token meets the vocabulary once
+    for thr in (0.2, 0.5, 0.8, 0.95):
+        work = {}
+        _, layers = decode_exit(model, memory, valid, 12, thr, measure=measure, work=work)
+        assert sum(work["ramp"]) == n, (thr, work)
+        counts = torch.bincount(layers.reshape(-1), minlength=4)[1:].tolist()
+        assert work["ramp"] == counts and work["queries"][1] == n - counts[0]
+
+
+def test_state_measure_is_the_cosine_of_consecutive_states():
+    model = tiny()
+    memory, valid = memory_of(model)
+    trace = []
+    with torch.no_grad():
+        model.decoder_loop(memory, valid, 12, lambda l, idx, h, x: (None, None), trace=trace)
+    cos = torch.nn.functional.cosine_similarity(trace[1], trace[0], dim=-1)
+    thr = float(cos.median())
+    _, layers = decode_exit(model, memory, valid, 12, thr, measure="state")
+    # layer 1 compares h^1 with the [MASK] embedding; layer 2 decides for the tokens still there
+    first = (layers.reshape(-1) == 1)
+    second = (layers.reshape(-1) == 2)
+    assert torch.equal(second, ~first & (cos > thr))
+
+
+def test_classifier_learns_beside_the_lm_without_disturbing_it():
+    """The classifier's input is detached: the LM's gradients do not depend on its weights."""
+    cfg = preset("tiny", vocab_size=V, n_dec_layers=3, dropout=0.0)
+
+    class Tok:
+        pad_id, eos_id, n_special = 0, 3, 6
+    b = elmer_seq2seq_batch([([7, 8, 9, 10], [11, 12, 13]), ([14, 15], [16])], Tok, 8, 8, 8)
+    grads = []
+    for w in (0.0, 1.0):
+        torch.manual_seed(0)
+        model = ELMER(cfg, dec_len=8)
+        with torch.no_grad():
+            model.exit_clf.weight.fill_(w)
+        out = model(b.src, b.src_valid, b.tgt_out)
+        out["loss"].backward()
+        assert model.exit_clf.weight.grad.abs().sum() > 0
+        grads.append({k: p.grad.clone() for k, p in model.named_parameters() if not k.startswith("exit_clf")
+                      and p.grad is not None})
+    for k in grads[0]:
+        assert torch.allclose(grads[0][k], grads[1][k], atol=1e-6), k
+
+
+def test_decoder_macs_count_the_saved_work():
+    cfg = preset("small", vocab_size=8000)
+    T, S, L = 32, 80, 4
+    off = dict(queries=[T] * L, ramp=[0, 0, 0, T], measure=[0] * L)
+    entropy_all = dict(queries=[T] * L, ramp=[T] * L, measure=[0] * L)  # the paper's measure, nobody leaving
+    half = dict(queries=[T, T // 2, T // 2, T // 2], ramp=[T // 2, 0, 0, T // 2], measure=[T, T // 2, T // 2, 0])
+    assert decoder_macs(cfg, T, S, entropy_all) > 1.2 * decoder_macs(cfg, T, S, off)
+    assert 0.7 < decoder_macs(cfg, T, S, half) / decoder_macs(cfg, T, S, off) < 0.85  # K/V and memory stay
+
+
+def test_flags_are_checked():
+    for measure, bad in (("entropy", -0.1), ("state", 1.5), ("classifier", -0.2), ("classifier", float("nan"))):
+        with pytest.raises(UserError):
+            check_threshold(measure, bad)
+    with pytest.raises(UserError):
+        check_threshold("loss", 0.5)
+    with pytest.raises(UserError, match="elmer only"):
+        elmer_options("t5", {}, exit_measure="state")
+    opts = elmer_options("elmer", {"elmer": dict(dec_len=16, exit_entropy=0.7)}, exit_measure="classifier")
+    assert opts["exit_measure"] == "classifier" and opts["exit_threshold"] == 0.9 and opts["dec_len"] == 16
+
+
+def test_eval_flags_refused_with_an_error_line(capsys):
+    import eval as evaluate_script
+    for argv in (["--exit-threshold", "0.5,x"], ["--exit-measure", "state", "--exit-threshold", "2"],
+                 ["--exit-entropy", "0.5", "--exit-measure", "state"]):
+        args = evaluate_script.get_args(argv)
+        with pytest.raises(UserError):
+            evaluate_script.exit_settings(args, ["elmer"])
+    with pytest.raises(UserError, match="elmer"):
+        evaluate_script.exit_settings(evaluate_script.get_args(["--exit-entropy", "0.5"]), ["t5"])
+    args = evaluate_script.get_args(["--exit-measure", "state", "--exit-threshold", "0.9,0.95"])
+    assert evaluate_script.exit_settings(args, ["elmer"]) == [("state", 0.9), ("state", 0.95)]
+    args = evaluate_script.get_args(["--exit-entropy", "0.5"])
+    assert evaluate_script.exit_settings(args, ["elmer"]) == [("entropy", 0.5)]
+
+
+def test_duplicates_merge_by_words_not_subword_ids():
+    # "Swis|s", "20|20", "mod_s|s|l": repeated pieces inside a word stay
+    assert finish([7, 8, 8, 9, 3, 10], eos_id=3, n_special=6) == [7, 8, 8, 9]
+    assert merge_words("the the Swiss Swiss bank in 2020") == "the Swiss bank in 2020"
+    assert merge_words("Swiss mod_ssl 2020") == "Swiss mod_ssl 2020"
+
+
+def test_generate_counts_flops_against_exit_disabled():
+    model = tiny()
+
+    class Tok:
+        pad_id, eos_id, n_special = 0, 3, 6
+    generate(model, [[7, 8, 9], [10, 11]], Tok, delta=0.0)
+    assert model.exit_work["macs"] == model.exit_work["macs_off"]
+    model.exit_work.update(macs=0, macs_off=0)
+    generate(model, [[7, 8, 9], [10, 11]], Tok, delta=0.0, measure="classifier")  # threshold 0: all at layer 1
+    assert model.exit_work["macs"] < 0.6 * model.exit_work["macs_off"]  # the K/V and memory of 2 layers stay
+
+
+def test_base_elmer_is_the_papers_6l_6l():
+    from core.elmer import elmer_depth
+    assert elmer_depth("base", 12) == 6 and elmer_depth("small", 4) == 4 and elmer_depth("tiny", 2) == 2
