@@ -162,13 +162,11 @@ def result_names(path, args):
 
 def exit_settings(args, archs):
     """[(measure, threshold)] of the exit flags (a comma-separated sweep), or [None]: the
-    checkpoint's own. Checked here: the range of each threshold, and that an elmer checkpoint is
-    among those evaluated."""
+    checkpoint's own. Checked here: the range of each threshold (check_settings notes the flags
+    when no elmer checkpoint is among those evaluated)."""
     given = args.exit_measure is not None or args.exit_threshold is not None or args.exit_entropy is not None
     if not given:
         return [None]
-    if "elmer" not in archs:
-        raise UserError("--exit-measure / --exit-threshold / --exit-entropy apply to elmer checkpoints: none is given")
     text = args.exit_entropy if args.exit_entropy is not None else args.exit_threshold
     flag = "--exit-entropy" if args.exit_entropy is not None else "--exit-threshold"
     try:
@@ -183,7 +181,7 @@ def exit_settings(args, archs):
         measure = measure or "entropy"
         check_threshold(measure, threshold, flag)
         out.append((measure, threshold if threshold is not None else DEFAULT_THRESHOLD[measure]))
-    return out
+    return out if "elmer" in archs else [None]  # without an elmer checkpoint: checked, then noted as unused
 
 
 def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
@@ -288,6 +286,8 @@ def check_settings(args, paths, states):
         length_beam=("nar" in archs, "to a NAR (--nar) checkpoint", True),
         iterations=("nar" in archs, "to a NAR (--nar) checkpoint", True),
         exit_entropy=("elmer" in archs, "to an elmer checkpoint", True),
+        exit_measure=("elmer" in archs, "to an elmer checkpoint", True),
+        exit_threshold=("elmer" in archs, "to an elmer checkpoint", True),
         beam=(ar, "to an autoregressive summarization checkpoint", True),
         length_penalty=(ar, "to an autoregressive summarization checkpoint", True),
         length_norm=(ar, "to an autoregressive summarization checkpoint", True),

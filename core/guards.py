@@ -54,7 +54,8 @@ RULES = {
     "iterations": (lambda v: v >= 1, "at least 1"),
     "length_beam": (lambda v: v >= 1, "at least 1"),
     "mask_init": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "exit_entropy": (lambda v: v >= 0, "0 or more (inf: every token exits at layer 1)"),
+    # eval.py's is a comma-separated sweep, checked value by value by core.exit_measures
+    "exit_entropy": (lambda v: isinstance(v, str) or v >= 0, "0 or more (inf: every token exits at layer 1)"),
     # numpy's generators take seeds below 2**32; torch's manual_seed, below 2**64
     "seed": (lambda v: 0 <= v < 2 ** 32, "in [0, 2**32)"),
     # SentencePiece keeps piece ids in 32-bit ints; a vocabulary this large is never sensible

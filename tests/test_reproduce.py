@@ -80,6 +80,7 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     state = reproduce.load_state(out)
     unavailable = state["unavailable"]
     assert set(ran) | set(unavailable) == set(plan.BY_NAME)  # every run ran, or says why not
+    assert not unavailable, unavailable  # every flag of the plan exists in the scripts
     assert all(len(log_commands(out, n)) == 1 for n in ran)
     assert status == 0, [(n, r.get("error")) for n, r in state["runs"].items() if r["status"] != "done"]
 
