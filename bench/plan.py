@@ -95,15 +95,16 @@ FINETUNE = [
     finetune("cls-t5", "t5", "--task classify", "T5 encoder ([EOS])"),
 ]
 
-# the exit curve (ELMER 5.4, its Figure 2): one checkpoint decoded at each threshold
-EXIT_THRESHOLDS = "0,0.25,0.5,0.75,1,inf"
+# the exit curve (ELMER 5.4, its Figure 2): one checkpoint decoded at each threshold of each exit
+# measure (entropy is the paper's; state and the learnt classifier cost O(C) per token)
+EXIT_SWEEPS = {"entropy": "0,0.25,0.5,1,2,inf", "state": "0.999,0.995,0.99,0.98", "classifier": "0.95,0.9,0.8,0.6"}
 
 
 def evaluations():
-    """One evaluation of every fine-tuned run, and the hard-exit threshold sweep."""
+    """One evaluation of every fine-tuned run, and the hard-exit threshold sweeps."""
     runs = [Run("eval-" + f.name, "eval", f"{{ft-{f.name}}}", f.label) for f in FINETUNE]
-    runs.append(Run("eval-sweep-elmer-hard", "eval", f"{{ft-elmer-hard}} --exit-measure entropy "
-                    f"--exit-threshold {EXIT_THRESHOLDS}", "ELMER-hard, exit threshold sweep"))
+    runs += [Run(f"eval-sweep-elmer-hard-{m}", "eval", f"{{ft-elmer-hard}} --exit-measure {m} --exit-threshold {t}",
+                 f"ELMER-hard, {m} exit threshold sweep") for m, t in EXIT_SWEEPS.items()]
     return runs
 
 

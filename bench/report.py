@@ -129,20 +129,25 @@ def write(args, fields, state, resolved):
         lines += ["LEAD baselines on the same test examples: " + "; ".join(
             f"{r['model']} {r['rouge1']:.2f} / {r['rouge2']:.2f} / {r['rougeL']:.2f}" for r in lead) + " (ROUGE-1/2/L).", ""]
 
-    # the exit curve
-    sweep = results(state, "eval-sweep-elmer-hard")
-    lines += ["## ELMER: the exit curve (hard exit, one checkpoint, a threshold per row)", ""]
-    if sweep:
+    # the exit curves, one per measure
+    lines += ["## ELMER: the exit curves (hard exit, one checkpoint, a threshold per row)", "",
+              "dec_flops: the decoder's multiply-adds relative to exit disabled (eval.py).", ""]
+    for name in (n for n in BY_NAME if n.startswith("eval-sweep-elmer-hard")):
+        sweep = results(state, name)
+        if not sweep:
+            lines += [f"{name}: {unavailable.get(name, 'not run')}", ""]
+            continue
         thr = lambda r: float(r.get("exit_threshold", r.get("exit_entropy", 0.0)))
-        sweep.sort(key=thr)
-        lines += table(["threshold", "rougeL", "mean_exit", "exit_frac", "latency_ms"],
-                       [[thr(r), r.get("rougeL"), r.get("mean_exit"), r.get("exit_frac"), r.get("latency_ms")] for r in sweep])
+        measure = sweep[0].get("exit_measure", "entropy")
+        sweep.sort(key=thr, reverse=measure != "entropy")  # from the strictest threshold to the loosest
+        lines += [f"### {measure}", ""] + table(
+            ["threshold", "rougeL", "mean_exit", "exit_frac", "dec_flops", "latency_ms"],
+            [[thr(r), r.get("rougeL"), r.get("mean_exit"), r.get("exit_frac"), r.get("dec_flops"), r.get("latency_ms")]
+             for r in sweep])
         exits = [r.get("mean_exit") for r in sweep]
         falls = all(a >= b for a, b in zip(exits, exits[1:])) if None not in exits else None
-        lines += ["", f"Tokens leave earlier as the threshold rises (mean exit layer never increases): "
+        lines += ["", f"Tokens leave earlier as the threshold loosens (mean exit layer never increases): "
                       f"{'holds' if falls else 'does not hold' if falls is False else 'not measured'}.", ""]
-    else:
-        lines += [unavailable.get("eval-sweep-elmer-hard", "not run"), ""]
 
     # the orderings
     lines += ["## The papers' orderings here", ""]
