@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import sys
-import time
 
 import torch
 
@@ -40,6 +39,7 @@ from core.guards import check_positions, parse_args, refuse_unused
 from core.finetuning import arch_of, build_model, rouge, summarize
 from core.model import count_parameters
 from core.tasks import Labels, lead, load_split
+from core.timing import clock
 from core.tokenizer import Tokenizer
 from core.training import add_dtype_flag, autocast
 
@@ -85,20 +85,6 @@ def get_args(argv=None):
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     add_dtype_flag(p)
     return parse_args(p, argv)
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def clock(device, fn):
-    """Seconds that fn() takes, with the device synchronised before both clock reads."""
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
 
 
 def progress_line(what):

@@ -39,19 +39,7 @@ from core.elmer import ELMER  # noqa: E402
 from core.exit_measures import DEFAULT_THRESHOLD, decode_exit, decoder_macs  # noqa: E402
 from core.model import EncoderDecoder  # noqa: E402
 from core.t5 import T5Decoder  # noqa: E402
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def clock(device, fn):
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
+from core.timing import clock  # noqa: E402
 
 
 def interleaved(device, run, base, repeats):
