@@ -289,7 +289,7 @@ def test_fused_offramp_loss_equals_the_logits_and_allocates_no_logits(monkeypatc
     # backward tiles of 128 vocabulary rows, so that a whole (n, V) block would stand out
     monkeypatch.setattr(ee, "offramp_cross_entropy", functools.partial(ee.offramp_cross_entropy, tile=128))
     torch.manual_seed(0)
-    Vbig = 1000
+    Vbig = 512
     cfg = preset("tiny", vocab_size=Vbig, n_dec_layers=2, dropout=0.0)
     model = ELMER(cfg, dec_len=8, exit_train="all")
     g = torch.Generator().manual_seed(5)

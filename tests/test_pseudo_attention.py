@@ -235,7 +235,7 @@ def test_cross_attention_with_padding():
 def test_mlae_cross_attention_with_relative_bias(M, seed):
     """Decoder (b): each [MASK] against every latent by their original position ids. M = 4 makes
     FAR tiles (latent tiles entirely before or after a [MASK] tile) next to the per-pair ones."""
-    layout, pos = mlae_cross_layout(2, 600, gen(seed))
+    layout, pos = mlae_cross_layout(2, 300, gen(seed))
     run_case(layout, bias="rel", M=M, pos=pos)
     if M == 4:
         k_kind = torch.where(layout[4], layout[2], NEVER)
