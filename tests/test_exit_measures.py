@@ -12,7 +12,7 @@ from core.errors import UserError
 from core.exit_measures import (check_threshold, decode_exit, decoder_macs, finish, generate, merge_words)
 from core.finetuning import elmer_options
 
-from test_elmer import V, tiny as elmer_tiny
+from test_elmer import V, memory_of, tiny as elmer_tiny
 
 
 def tiny(seed=0, **kw):
@@ -21,14 +21,6 @@ def tiny(seed=0, **kw):
     with torch.no_grad():
         model.exit_clf.weight.normal_(0, 1.0)
     return model
-
-
-def memory_of(model, B=3, S=9, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(6, V, (B, S), generator=g)
-    valid = torch.ones(B, S, dtype=torch.bool)
-    valid[1, 6:] = False
-    return model.encode_source(src, valid), valid
 
 
 @pytest.mark.parametrize("measure,everyone,nobody", [("state", -1.0, 1.0), ("classifier", 0.0, 1.0),
