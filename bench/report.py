@@ -176,9 +176,10 @@ def write(args, fields, state, resolved):
                      f"`{rec.get('command') or ''}`"])
     lines += table(["run", "status", "time", "command"], rows) + [""]
     path = os.path.join(out, "RESULTS.md")
-    with open(path + ".tmp", "w") as f:
+    tmp = f"{path}.{os.getpid()}.tmp"  # two runners may write at once: each its own, then one rename
+    with open(tmp, "w") as f:
         f.write("\n".join(lines))
-    os.replace(path + ".tmp", path)
+    os.replace(tmp, path)
     return path
 
 

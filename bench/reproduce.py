@@ -13,9 +13,19 @@ is saved) and ends the sitting; the same command continues. Runs execute in this
 after another (the scripts' main(argv)); each one's output also goes to OUT/logs/NAME.log.
 OUT/state.json keeps the measured time of every run (the estimates) and which eval files are
 whose; OUT/RESULTS.md is rewritten after every run.
+
+Two sittings at once (two 1-thread jobs use 2 cores better than one 2-thread job) share OUT:
+
+    OMP_NUM_THREADS=1 python bench/reproduce.py --budget cpu --only '^pre-(pmlm|mlm)$' &
+    OMP_NUM_THREADS=1 python bench/reproduce.py --budget cpu --only '^pre-elmer$' &
+
+A runner holds a lock on every run it executes (OUT/locks/NAME.lock, released when its process
+ends, however it ends): another runner skips that run and what needs it. state.json is
+re-read and updated under its own lock after every run, so neither runner loses the other's.
 """
 import argparse
 import contextlib
+import fcntl
 import glob
 import io
 import json
@@ -135,6 +145,30 @@ def save_state(out, state):
     with open(path + ".tmp", "w") as f:
         json.dump(state, f, indent=1)
     os.replace(path + ".tmp", path)
+
+
+@contextlib.contextmanager
+def locked_state(out):
+    """state.json as it is on disk now, saved back on leaving, with no other runner in between:
+    two runners sharing OUT each update only their own runs' records."""
+    with open(os.path.join(out, "state.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = load_state(out)
+        yield state
+        save_state(out, state)
+
+
+def claim(out, name):
+    """An exclusive lock on run NAME for this process (None if another runner holds it). The
+    kernel releases it when the process ends, so a killed runner leaves no stale lock."""
+    os.makedirs(os.path.join(out, "locks"), exist_ok=True)
+    f = open(os.path.join(out, "locks", name + ".lock"), "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return None
+    return f
 
 
 def progress_of(run, argv, fields, out, state):
@@ -305,30 +339,42 @@ def main(argv=None):
                 print(f"stopped after {ran} runs (--stop-after-runs); the same command continues")
                 break
             argv_, needs = resolved[r.name]
+            if os.path.exists(os.path.join(args.out, "state.json")):  # what another runner recorded meanwhile
+                state = dict(load_state(args.out), unavailable=unavailable)
             missing = [d for d in needs if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state)[0] < 1]
             if missing:
                 print(f"skip {r.name}: {missing[0]} did not finish")
                 continue
-            frac, resume = progress_of(r, argv_, fields, args.out, state)
-            if r.script != "eval":
-                fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f)) for f in ("log.jsonl", "best.pt"))
-                argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
-            print(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
-            t0 = time.time()
-            code, returned, err = execute(mods[r.script], r, argv_, os.path.join(args.out, "logs", r.name + ".log"),
-                                          args.quiet)
-            secs = time.time() - t0
-            rec = state["runs"].setdefault(r.name, {})
-            rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
-                       seconds=rec.get("seconds", 0.0) * (rec.get("status") != "done") + secs,
-                       finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
-                       "stopped" if code in STOPPED else "failed", error=err)
-            if r.script == "eval" and code == 0:
-                ckdir = os.path.dirname(argv_[0])
-                rec["files"] = sorted(f for f in glob.glob(os.path.join(ckdir, "eval-*.json")) if os.path.getmtime(f) >= t0 - 1)
-                state["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] or state.get("lead")
+            held = claim(args.out, r.name)
+            if held is None:
+                print(f"skip {r.name}: another runner is running it")
+                continue
+            with held:
+                frac, resume = progress_of(r, argv_, fields, args.out, state)
+                if frac >= 1:  # another runner finished it since this one started
+                    continue
+                if r.script != "eval":
+                    fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f)) for f in ("log.jsonl", "best.pt"))
+                    argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
+                print(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
+                t0 = time.time()
+                code, returned, err = execute(mods[r.script], r, argv_, os.path.join(args.out, "logs", r.name + ".log"),
+                                              args.quiet)
+                secs = time.time() - t0
+                with locked_state(args.out) as state:
+                    state["unavailable"] = unavailable
+                    rec = state["runs"].setdefault(r.name, {})
+                    rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
+                               seconds=rec.get("seconds", 0.0) * (rec.get("status") != "done") + secs,
+                               finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
+                               "stopped" if code in STOPPED else "failed", error=err)
+                    if r.script == "eval" and code == 0:
+                        ckdir = os.path.dirname(argv_[0])
+                        rec["files"] = sorted(f for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
+                                              if os.path.getmtime(f) >= t0 - 1)
+                        state["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] \
+                            or state.get("lead")
             ran += 1
-            save_state(args.out, state)
             report.write(args, fields, state, resolved)
             print(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""), flush=True)
             if code in STOPPED:
@@ -337,7 +383,6 @@ def main(argv=None):
             status = status or (1 if code else 0)
     except KeyboardInterrupt:  # between runs
         print("\nstopped; the same command continues where it left off")
-        save_state(args.out, state)
         return 130
     print(f"\nresults: {report.write(args, fields, state, resolved)}")
     failed = [n for n, r in state["runs"].items() if r.get("status") == "failed"]

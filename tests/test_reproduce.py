@@ -95,3 +95,28 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
 
     assert reproduce.main(["--budget", "tiny", "--out", out, "--quiet"]) == 0
     assert "left: 0 runs" in capsys.readouterr().out
+
+
+def test_two_runners_share_out(tmp_path, capsys):
+    """Two runners on one OUT: a run another runner holds is skipped (and the lock goes with its
+    holder), and each runner's record survives the other's update of state.json."""
+    out = str(tmp_path / "r")
+    os.makedirs(out)
+    held = reproduce.claim(out, "pre-pmlm")
+    assert held is not None and reproduce.claim(out, "pre-pmlm") is None
+    assert reproduce.main(["--budget", "tiny", "--out", out, "--only", "^pre-pmlm$"]) == 0
+    text = capsys.readouterr().out
+    assert "skip pre-pmlm: another runner is running it" in text
+    assert not os.path.exists(os.path.join(out, "pre-pmlm"))
+    held.close()
+    again = reproduce.claim(out, "pre-pmlm")
+    assert again is not None
+    again.close()
+    # runner A read state.json before runner B recorded its run; A's update keeps B's record
+    stale = reproduce.load_state(out)
+    with reproduce.locked_state(out) as state:
+        state["runs"]["pre-mlm"] = dict(status="done", seconds=5.0)
+    with reproduce.locked_state(out) as state:
+        state["runs"]["pre-pmlm"] = dict(status="stopped", seconds=3.0)
+    assert "pre-mlm" not in stale["runs"]
+    assert {n: r["status"] for n, r in reproduce.load_state(out)["runs"].items()} == {"pre-mlm": "done", "pre-pmlm": "stopped"}
