@@ -33,7 +33,7 @@ from core.classify import NO_SOS, classify_batch, macro_f1, predict
 from core.config import ModelConfig
 from core.elmer import exit_statistics
 from core.distributed import resolve_dtype
-from core.exit_measures import DEFAULT_THRESHOLD, MEASURES, check_threshold, exit_flags
+from core.exit_measures import DEFAULT_THRESHOLD, MEASURES, check_threshold, entropy_quantiles, exit_flags
 from core.errors import UserError, main_guard
 from core.guards import check_positions, parse_args, refuse_unused
 from core.finetuning import arch_of, build_model, rouge, summarize
@@ -214,6 +214,14 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
             row.update(exit_measure=model.exit_measure, exit_threshold=model.exit_threshold, mean_exit=mean,
                        exit_frac="/".join(f"{f:.2f}" for f in frac),
                        dec_flops=model.exit_work["macs"] / max(1, model.exit_work["macs_off"]))
+            # the off-ramp entropies behind an entropy exit (where the vocabulary projection ran):
+            # the median and the 5th percentile per layer, "-" where a layer computed none
+            for name, q in (("entropy_p50", 0.5), ("entropy_p5", 0.05)):
+                row[name] = "/".join("-" if v is None else f"{v:.2f}" for v in entropy_quantiles(model.exit_entropies, q))
+            if model.exit_measure == "entropy" and model.exit_threshold > 0 and frac[-1] == 1.0:
+                print(f"note: no output token of {path} left before the top at entropy < {model.exit_threshold:g}: "
+                      f"its off-ramp entropies per layer, median {row['entropy_p50']}, 5th percentile "
+                      f"{row['entropy_p5']} nats", file=sys.stderr)
         outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
     else:
         ids = tok.encode(sources)
@@ -254,7 +262,8 @@ def write_results(path, row, outputs, args):
 
 def markdown(rows):
     cols = ["model", "arch", "decoding", "iterations", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy", "macro_f1",
-            "exit_measure", "exit_threshold", "mean_exit", "exit_frac", "dec_flops", "latency_ms", "samples_per_s"]
+            "exit_measure", "exit_threshold", "mean_exit", "exit_frac", "entropy_p50", "entropy_p5", "dec_flops", "latency_ms",
+            "samples_per_s"]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

@@ -141,8 +141,9 @@ def write(args, fields, state, resolved):
         measure = sweep[0].get("exit_measure", "entropy")
         sweep.sort(key=thr, reverse=measure != "entropy")  # from the strictest threshold to the loosest
         lines += [f"### {measure}", ""] + table(
-            ["threshold", "rougeL", "mean_exit", "exit_frac", "dec_flops", "latency_ms"],
-            [[thr(r), r.get("rougeL"), r.get("mean_exit"), r.get("exit_frac"), r.get("dec_flops"), r.get("latency_ms")]
+            ["threshold", "rougeL", "mean_exit", "exit_frac", "entropy p50 / p5 per layer", "dec_flops", "latency_ms"],
+            [[thr(r), r.get("rougeL"), r.get("mean_exit"), r.get("exit_frac"),
+              f"{r['entropy_p50']} / {r['entropy_p5']}" if "entropy_p50" in r else "", r.get("dec_flops"), r.get("latency_ms")]
              for r in sweep])
         exits = [r.get("mean_exit") for r in sweep]
         falls = all(a >= b for a, b in zip(exits, exits[1:])) if None not in exits else None

@@ -81,6 +81,7 @@ class ELMER(EncoderDecoder):
             self.exit_clf.bias.zero_()
         self.exit_counts = torch.zeros(L + 1, dtype=torch.long)  # generate's statistics, index = layer
         self.exit_work = dict(macs=0, macs_off=0)  # and its decoder multiply-adds (core/exit_measures.py)
+        self.exit_entropies = []  # and its output tokens' off-ramp entropies, (n, L) per row
 
     @property
     def exit_entropy(self):  # the threshold under the paper's measure (0: that measure is not in use)

@@ -74,7 +74,9 @@ def decode_exit(model, memory, src_valid, T, delta, gather=True, measure="entrop
     (entropy < delta, or state / classifier > delta); everyone leaves at the top. Returns the
     tokens (B, T) and each token's exit layer (B, T), 1-based. work: a dict that receives, per
     layer, the queries run ("queries"), the rows projected on the vocabulary ("ramp") and the
-    rows a cheap measure scored ("measure"), for the FLOP count (decoder_macs)."""
+    rows a cheap measure scored ("measure"), for the FLOP count (decoder_macs), and "entropy",
+    (B, T, L): each token's off-ramp entropy at every layer where the vocabulary projection ran
+    for it (NaN elsewhere: above its exit, below the top under a cheap measure or exit disabled)."""
     B = memory.shape[0]
     dev = memory.device
     tokens = torch.zeros(B * T, dtype=torch.long, device=dev)
@@ -82,6 +84,7 @@ def decode_exit(model, memory, src_valid, T, delta, gather=True, measure="entrop
     L = len(model.dec_layers)
     off = disabled(measure, delta)
     counts = dict(queries=[0] * L, ramp=[0] * L, measure=[0] * L)
+    entropies = torch.full((B * T, L), float("nan"), device=dev)
 
     def record(l, exit_, argmax, idx):
         tokens.index_copy_(0, idx, torch.where(exit_, argmax, tokens[idx]))
@@ -91,7 +94,8 @@ def decode_exit(model, memory, src_valid, T, delta, gather=True, measure="entrop
         N = idx.numel()
         counts["queries"][l] += N
         if l == L - 1:  # the top: everyone still here leaves
-            argmax = model.ramp_stats(l, h)[0]
+            argmax, entropy, _ = model.ramp_stats(l, h)
+            entropies[idx, l] = entropy.float()
             counts["ramp"][l] += N
             record(l, torch.ones(N, dtype=torch.bool, device=dev), argmax, idx)
             return None, argmax
@@ -100,6 +104,7 @@ def decode_exit(model, memory, src_valid, T, delta, gather=True, measure="entrop
         if measure == "entropy" or model.soft is not None:
             # the paper's measure, or soft exit (which feeds every layer's argmax forward)
             argmax, entropy, _ = model.ramp_stats(l, h)
+            entropies[idx, l] = entropy.float()
             counts["ramp"][l] += N
             if off:
                 exit_ = torch.zeros(N, dtype=torch.bool, device=dev)
@@ -114,7 +119,8 @@ def decode_exit(model, memory, src_valid, T, delta, gather=True, measure="entrop
         counts["measure"][l] += N
         out = kernels.active_index(exit_)  # the rows that leave: only they meet the vocabulary
         if out.numel():
-            tokens[idx[out]] = model.ramp_stats(l, kernels.gather_rows(h, out))[0]
+            argmax, entropy, _ = model.ramp_stats(l, kernels.gather_rows(h, out))
+            tokens[idx[out]], entropies[idx[out], l] = argmax, entropy.float()
             layer_of[idx[out]] = l + 1
             counts["ramp"][l] += out.numel()
         return exit_, None
@@ -123,6 +129,7 @@ def decode_exit(model, memory, src_valid, T, delta, gather=True, measure="entrop
     if work is not None:
         for k, v in counts.items():
             work[k] = [a + b for a, b in zip(work.get(k, [0] * L), v)]
+        work["entropy"] = entropies.view(B, T, L)
     return tokens.view(B, T), layer_of.view(B, T)
 
 
@@ -171,7 +178,8 @@ def merge_words(text):
 @torch.no_grad()
 def generate(model, src_ids, tok, delta=None, measure=None):
     """Output id lists for a batch of (already truncated) sources; updates model.exit_counts with
-    the exit layers of the tokens up to and including each row's first [EOS], and
+    the exit layers of the tokens up to and including each row's first [EOS], appends their
+    off-ramp entropies, (n, L) per row, to model.exit_entropies (decode_exit's "entropy"), and
     model.exit_work with the decoder's multiply-adds ("macs") and those it would have spent with
     exit disabled ("macs_off"; decoder_macs)."""
     from .batch import pad_stack
@@ -190,11 +198,12 @@ def generate(model, src_ids, tok, delta=None, measure=None):
     off = dict(queries=[B * T] * L, ramp=[0] * (L - 1) + [B * T], measure=[0] * L)
     model.exit_work["macs"] += decoder_macs(model.cfg, T, S, this)
     model.exit_work["macs_off"] += decoder_macs(model.cfg, T, S, off)
-    tokens, layers = tokens.tolist(), layers.tolist()
-    for row, lay in zip(tokens, layers):
+    tokens, layers, entropies = tokens.tolist(), layers.tolist(), this["entropy"].cpu()
+    for row, lay, ent in zip(tokens, layers, entropies):
         n = row.index(tok.eos_id) + 1 if tok.eos_id in row else len(row)
         for x in lay[:n]:
             model.exit_counts[x] += 1
+        model.exit_entropies.append(ent[:n])
     return [finish(row, tok.eos_id, tok.n_special) for row in tokens]
 
 
@@ -205,6 +214,17 @@ def exit_statistics(counts):
     frac = (counts / total).tolist()
     mean = float((torch.arange(1, len(counts) + 1, dtype=torch.double) * counts).sum() / total)
     return mean, frac
+
+
+def entropy_quantiles(rows, q):
+    """The q-quantile of the off-ramp entropy at each layer over the output tokens of
+    model.exit_entropies, among those whose entropy that layer computed; None for a layer that
+    computed none. Why an entropy exit does or does not fire: a layer exits tokens at threshold
+    delta only where its low quantiles are under delta."""
+    if not rows:
+        return []
+    e = torch.cat(rows)
+    return [float(torch.nanquantile(col, q)) if not col.isnan().all() else None for col in e.double().T]
 
 
 def exit_flags(args):

@@ -9,7 +9,8 @@ import torch
 from core.config import preset
 from core.elmer import ELMER, elmer_seq2seq_batch
 from core.errors import UserError
-from core.exit_measures import (check_threshold, decode_exit, decoder_macs, finish, generate, merge_words)
+from core.exit_measures import (check_threshold, decode_exit, decoder_macs, entropy_quantiles, finish, generate,
+                                merge_words)
 from core.finetuning import elmer_options
 
 from test_elmer import V, memory_of, tiny as elmer_tiny
@@ -46,6 +47,44 @@ def test_measure_thresholds_and_one_projection_per_token(measure, everyone, nobo
         assert sum(work["ramp"]) == n, (thr, work)
         counts = torch.bincount(layers.reshape(-1), minlength=4)[1:].tolist()
         assert work["ramp"] == counts and work["queries"][1] == n - counts[0]
+
+
+@pytest.mark.parametrize("measure", ["entropy", "classifier"])
+def test_entropies_recorded_where_the_vocabulary_projection_ran(measure):
+    """decode_exit's "entropy": under the entropy measure a token has an entropy at every layer
+    up to its exit, the last one the first under delta (or the top); under a cheap measure only
+    at its exit layer. generate keeps the tokens up to [EOS], and the quantiles skip the NaNs."""
+    model = tiny()
+    memory, valid = memory_of(model)
+    work = {}
+    decode_exit(model, memory, valid, 12, 1e-9, work=work)  # nobody leaves: every layer's entropy
+    full = work["entropy"]
+    assert not full.isnan().any()
+    delta = float(full[..., 0].median()) if measure == "entropy" else 0.5
+    work = {}
+    _, layers = decode_exit(model, memory, valid, 12, delta, measure=measure, work=work)
+    ent, L = work["entropy"], full.shape[-1]
+    assert 0 < int((layers == 1).sum()) < layers.numel()
+    for b, t in zip(*torch.nonzero(torch.ones_like(layers), as_tuple=True)):
+        k = int(layers[b, t])
+        ran = ~ent[b, t].isnan()
+        if measure == "entropy":
+            assert ran.tolist() == [l < k for l in range(L)]
+            # the same states up to its exit (the gathered layout sums in another order above layer 1)
+            torch.testing.assert_close(ent[b, t, :k], full[b, t, :k], atol=1e-3, rtol=1e-3)
+            under = [l + 1 for l in range(L - 1) if ent[b, t, l] < delta]
+            assert k == (under[0] if under else L)
+        else:
+            assert ran.tolist() == [l == k - 1 for l in range(L)]
+
+    class Tok:
+        pad_id, eos_id, n_special = 0, 3, 6
+    model.exit_entropies = []
+    generate(model, [[7, 8, 9], [10, 11]], Tok, delta=1e-9, measure="entropy")
+    assert len(model.exit_entropies) == 2 and all(r.shape[1] == L and 1 <= r.shape[0] <= 12 for r in model.exit_entropies)
+    med = entropy_quantiles(model.exit_entropies, 0.5)
+    assert len(med) == L and all(0 < m < math.log(V) + 1e-4 for m in med)
+    assert entropy_quantiles([torch.tensor([[1.0, math.nan], [3.0, math.nan]])], 0.5) == [2.0, None]
 
 
 def test_state_measure_is_the_cosine_of_consecutive_states():
