@@ -69,7 +69,7 @@ def cheap_exit(model, measure, threshold, l, idx, h, x_in):
 # decoding with early exit
 
 @torch.no_grad()
-def decode_exit(model, memory, src_valid, T, delta, gather=True, measure="entropy", work=None):
+def decode_exit(model, memory, src_valid, T, delta, gather=None, measure="entropy", work=None):
     """Hard exit: a token leaves at the first layer whose measure passes the threshold `delta`
     (entropy < delta, or state / classifier > delta); everyone leaves at the top. Returns the
     tokens (B, T) and each token's exit layer (B, T), 1-based. work: a dict that receives, per

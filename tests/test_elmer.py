@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import kernels
 from core.config import preset
 from core.elmer import (ELMER, IGNORE, assigned_loss_sums, decode_exit, elmer_seq2seq_batch, exit_statistics,
                         generate, infilling_spans, lplm_corrupt, sentence_shuffle)
@@ -69,17 +70,31 @@ def test_gathered_equals_plain_and_exited_states_frozen(soft, separate):
 
 
 def test_exited_token_does_not_run_the_layer():
-    """The queries a layer computes are the active tokens only (counted at the FFN)."""
+    """In the gathered layout the queries a layer computes are the active tokens only (counted at
+    the FFN). The layout by default: gathered on the Triton backend or for one sequence; plain for
+    a batch on the reference backend, whose packed attention would score every key of the batch."""
+    from core.elmer import gather_pays
     model = tiny()
     memory, valid = memory_of(model)
     seen = []
     for layer in model.dec_layers:
         layer.ffn.register_forward_hook(lambda m, i, o: seen.append(i[0].numel() // i[0].shape[-1]))
     exit_layer = torch.tensor([1, 2, 3] * 12)
+    decide = lambda l, idx, h, x_in: (exit_layer[idx] == l + 1, None)  # noqa: E731
 
     with torch.no_grad():
-        model.decoder_loop(memory, valid, 12, lambda l, idx, h, x_in: (exit_layer[idx] == l + 1, None))
-    assert seen == [36, 24, 12]
+        model.decoder_loop(memory, valid, 12, decide, gather=True)
+        assert seen == [36, 24, 12]
+        seen.clear()
+        model.decoder_loop(memory, valid, 12, decide)  # 3 sequences on the CPU reference: plain
+        assert seen == [36, 36, 36]
+        seen.clear()
+        model.decoder_loop(memory[:1], valid[:1], 12, decide)  # one sequence: gathered
+        assert seen == [12, 8, 4]
+    cpu = torch.device("cpu")
+    assert not gather_pays(3, cpu) and gather_pays(1, cpu)
+    with kernels.use_backend("triton"):
+        assert gather_pays(3, cpu)
 
 
 def test_hard_exit_thresholds():
