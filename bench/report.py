@@ -49,7 +49,9 @@ def pretraining(out, name):
     if not evals:
         return None
     r = evals[-1]
-    key = next(k for k in ("valid_ae_loss", "valid_loss", "valid_par_loss") if k in r)
+    # the text tokens' loss where an objective reports one (span corruption's sentinels and
+    # [EOS] are easy targets that would take its loss under the unigram entropy on their own)
+    key = next(k for k in ("valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_loss") if k in r)
     return r["step"], r[key], key[6:], r["unigram_entropy"]
 
 

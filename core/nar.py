@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 from .batch import Batch, pad_stack
 from .model import EncoderDecoder, Meta, positions
-from .t5 import IGNORE, span_corruption
+from .t5 import IGNORE, span_corruption, text_sums
 
 LENGTH_LOSS = 0.1
 
@@ -123,10 +123,11 @@ def nar_batch(pairs, tok, max_src, max_tgt):
                  src_valid=src_valid, tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out, length=length)
 
 
-def nar_loss_sums(model, batch, label_smoothing=0.1):
+def nar_loss_sums(model, batch, label_smoothing=0.1, text=False):
     """Sums over the masked target tokens: loss (label-smoothed, plus LENGTH_LOSS x the length
     cross-entropy scaled to the masked count: after normalisation it is token mean + 0.1 x
-    length mean), nll, hit, n; and the length's len_nll, len_hit, len_n."""
+    length mean), nll, hit, n; and the length's len_nll, len_hit, len_n. text: also
+    core.t5.text_sums (the tokens that are not sentinels or [EOS])."""
     predict = batch.tgt_out != IGNORE
     logits, len_logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, predict)
     logits, len_logits, target = logits.float(), len_logits.float(), batch.tgt_out[predict]
@@ -137,7 +138,8 @@ def nar_loss_sums(model, batch, label_smoothing=0.1):
     return dict(loss=loss, nll=F.cross_entropy(logits.detach(), target, reduction="sum"),
                 hit=(logits.argmax(-1) == target).float().sum(), n=n, len_nll=len_ce.detach(),
                 len_hit=(len_logits.argmax(-1) == batch.length).float().sum(),
-                len_n=torch.tensor(float(len(batch.length)), device=n.device))
+                len_n=torch.tensor(float(len(batch.length)), device=n.device),
+                **(text_sums(logits, target) if text else {}))
 
 
 # -----------------------------------------------------------------------------
@@ -166,7 +168,7 @@ def t5_nar_loss_sums(model, batch):
     """nar_loss_sums without label smoothing (pretraining, as T5's loss): loss (token
     cross-entropy + LENGTH_LOSS x the length cross-entropy, summed), hit, n, and the length's
     len_loss, len_hit, len_n (core/training.per_token reports both)."""
-    sums = nar_loss_sums(model, batch, label_smoothing=0.0)
+    sums = nar_loss_sums(model, batch, label_smoothing=0.0, text=True)
     sums["len_loss"] = sums.pop("len_nll")
     del sums["nll"]
     return sums

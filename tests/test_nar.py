@@ -191,6 +191,7 @@ def test_t5_nar_batch_masks_and_predicts_every_target_token(tokenizer):
     model = NARModel(preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0))
     sums = t5_nar_loss_sums(model, b)
     assert sums["n"].item() == b.norm and sums["len_n"].item() == 4  # every target token is predicted
+    assert sums["text_n"].item() == int((b.tgt[b.tgt_valid] >= tokenizer.n_special).sum()) < b.norm
 
 
 def test_t5_nar_decoder_has_no_causal_mask(tokenizer):

@@ -121,6 +121,14 @@ def test_t5_batch(tokenizer):
     model = tiny_model(tok.vocab_size).train()
     sums = t5_loss_sums(model, b)
     assert sums["n"].item() == b.norm and 0 <= sums["hit"].item() <= b.norm
+    # the text tokens: the targets that are neither a sentinel nor [EOS] (2 spans + [EOS] of 9)
+    gold = b.tgt_out[b.tgt_valid]
+    text = gold >= tok.n_special
+    assert sums["text_n"].item() == int(text.sum()) == 5 * 6
+    with torch.no_grad():
+        logits = model(b.src, b.src_valid, b.tgt_in, b.tgt_valid, predict=b.tgt_valid).float()
+    want = torch.nn.functional.cross_entropy(logits[text], gold[text], reduction="sum")
+    torch.testing.assert_close(sums["text_loss"], want, rtol=1e-4, atol=1e-3)
     sums["loss"].backward()
     assert all(p.grad is not None for p in model.parameters())
 
