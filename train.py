@@ -40,9 +40,11 @@ from core.training import (Throughput, add_run_flags, check_finite, corpus_token
                            rng_state, start_or_resume, train_step, wrap_ddp)
 
 # flags that may differ when resuming: everything else comes from the checkpoint
-# the version of the corruption that turns a window into an example; 2: a document's [EOS] is
-# never corrupted by T5's spans, MLAE's masks or LPLM's infilling (1: it could be)
-CORRUPTION = 2
+# the version of each objective's corruption, which turns a window into an example; 2: a
+# document's [EOS] is never corrupted by T5's spans, MLAE's masks or LPLM's infilling (1: it could
+# be); t5-nar 3: the decoder input keeps the target's sentinels, which are not predicted (2: every
+# target token [MASK] and predicted)
+CORRUPTION = {"t5": 2, "t5-nar": 3, "mlae": 2, "elmer": 2}
 RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device", "dtype")
 
 
@@ -171,7 +173,7 @@ def run(args, d):
             optimizer.load_state_dict(state["optimizer"])
         restore_rng(state["rng"])
         start = state["step"]
-        if args.objective in ("t5", "t5-nar", "mlae", "elmer") and state.get("data", {}).get("corruption", 1) != CORRUPTION:
+        if args.objective in CORRUPTION and state.get("data", {}).get("corruption", 1) != CORRUPTION[args.objective]:
             print0(d, f"note: {ckpt_path} was written by an older version of the {args.objective} corruption; "
                       f"from step {start} on its examples differ from those its own version would draw")
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")
@@ -198,7 +200,7 @@ def run(args, d):
             return
         checkpoint.save(ckpt_path, dict(
             kind=f"pretrain/{args.objective}", model=model.state_dict(), model_config=cfg.to_dict(),
-            args=vars(args), step=step, data=dict(next_example=step * examples_per_step, corruption=CORRUPTION),
+            args=vars(args), step=step, data=dict(next_example=step * examples_per_step, corruption=CORRUPTION.get(args.objective, 1)),
             positions=trained_positions(args.objective, args.seq_len),
             optimizer=optimizer.state_dict(), rng=rng_state(), tokenizer=tok.to_tensor(), elmer=elmer_opts),
             config_json=dict(model=cfg.to_dict(), args=vars(args)))

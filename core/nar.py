@@ -21,13 +21,18 @@ length_loss_factor). Which tokens are masked is drawn from a generator seeded by
 contents, so a resumed run sees the masks the uninterrupted one saw.
 
 Pretraining (T5-NAR, MLAE section 4.4): T5's span corruption (core/t5.py), with the decoder of
-this model: it is fed one [MASK] per target token, sees them all (no causal mask), predicts every
-target token in parallel, and the length predictor learns the target's length jointly. The
-target is T5's without its final [EOS] ("<s0> x2 x3 <s1> x8 x9"), as in CMLM fine-tuning above,
-where the length predictor says where a target ends; every target token is masked (k = T).
-Span corruption makes targets of one length per window length, so at one --seq-len the
-predictor learns a single length here, and the lengths of summaries in fine-tuning. The
-reported loss is the token cross-entropy + 0.1 x len_loss, which train.py prints beside it.
+this model: it is fed the target with one [MASK] per masked token, sees them all (no causal
+mask), predicts every masked token in parallel, and the length predictor learns the target's
+length jointly. The target is T5's without its final [EOS], as in CMLM fine-tuning above, where
+the length predictor says where a target ends. Its sentinels stay in the decoder input
+("<s0> [M] [M] <s1> [M] [M]" for "<s0> x2 x3 <s1> x8 x9") and are not predicted: they mark which
+span each [MASK] belongs to, as MLAE's decoder knows each [MASK]'s position in the text. Fed
+[MASK] at the sentinels too, the decoder cannot tell a sentinel's position from a text token's
+once a span's length is unknown; measured (README, "The papers' comparisons"), its text tokens
+stayed above the unigram entropy after 800 steps. Span corruption makes targets of one length
+per window length, so at one --seq-len the predictor learns a single length here, and the
+lengths of summaries in fine-tuning. The reported loss is the token cross-entropy + 0.1 x
+len_loss, which train.py prints beside it.
 
 Decoding (mask_predict): the top `length_beam` lengths of the predictor (never the gold
 length), all candidates of all sources in one batch. Iteration 0 predicts every token from all
@@ -147,8 +152,9 @@ def nar_loss_sums(model, batch, label_smoothing=0.1, text=False):
 
 def t5_nar_batch(stream, indices, tok, ratio=0.15, mean_span=3):
     """The examples `indices` of a TokenStream, span-corrupted as by t5_batch, in the layout of
-    nar_batch with every target token masked: src "SRC' [EOS]", tgt the span-corruption target
-    without its [EOS], tgt_in all [MASK], tgt_out the target (IGNORE at padding), length."""
+    nar_batch: src "SRC' [EOS]", tgt the span-corruption target without its [EOS], tgt_in the
+    target with every text token replaced by [MASK] and its sentinels kept ("<s0> [M] [M] <s1> [M]"),
+    tgt_out the text tokens (IGNORE at the sentinels and padding), length."""
     sources, targets = [], []
     for i in indices:
         window, rng = stream.window_at(i)
@@ -157,9 +163,10 @@ def t5_nar_batch(stream, indices, tok, ratio=0.15, mean_span=3):
         targets.append(tgt[:-1])  # the [EOS]: the length predictor says where a target ends
     src, src_valid = pad_stack(sources, tok.pad_id)
     tgt, tgt_valid = pad_stack(targets, tok.pad_id)
-    tgt_out, _ = pad_stack(targets, IGNORE)
-    tgt_in = torch.full_like(tgt, tok.mask_id).masked_fill(~tgt_valid, tok.pad_id)
-    return Batch(norm=tgt_valid.sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src, src_valid=src_valid,
+    text = tgt_valid & (tgt >= tok.n_special)  # the masked tokens; the rest are sentinels
+    tgt_in = tgt.masked_fill(text, tok.mask_id)
+    tgt_out = tgt.masked_fill(~text, IGNORE)
+    return Batch(norm=text.sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src, src_valid=src_valid,
                  tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out,
                  length=torch.tensor([len(t) for t in targets]))
 

@@ -170,12 +170,12 @@ def test_the_decoder_is_bidirectional():
 def t5_nar_examples(tokenizer, n=4, window=40):
     from core.data import TokenStream
     from core.nar import t5_nar_batch
-    ids = [list(range(20, 20 + 50))] * 3
+    ids = [list(range(100, 100 + 50))] * 3  # text ids (over the sentinels')
     stream = TokenStream([np.asarray(i) for i in ids], window, 0, sep=tokenizer.eos_id)
     return stream, t5_nar_batch(stream, list(range(n)), tokenizer)
 
 
-def test_t5_nar_batch_masks_and_predicts_every_target_token(tokenizer):
+def test_t5_nar_batch_masks_and_predicts_every_masked_token(tokenizer):
     from core.t5 import span_corruption
     stream, b = t5_nar_examples(tokenizer)
     for r in range(4):
@@ -184,14 +184,20 @@ def test_t5_nar_batch_masks_and_predicts_every_target_token(tokenizer):
         L = int(b.tgt_valid[r].sum())
         assert b.src[r, :len(src)].tolist() == src.tolist()
         assert b.tgt[r, :L].tolist() == tgt[:-1].tolist() and b.length[r] == L  # T5's target, no [EOS]
-        assert (b.tgt_in[r, :L] == tokenizer.mask_id).all()  # one [MASK] per target token
-        assert torch.equal(b.tgt_out[r, :L], b.tgt[r, :L]) and (b.tgt_out[r, L:] == IGNORE).all()
-    assert b.norm == int(b.tgt_valid.sum())
+        text = torch.tensor([t >= tokenizer.n_special for t in tgt[:-1].tolist()])
+        assert 0 < int(text.sum()) < L and b.tgt[r, 0] == tokenizer.sentinel(0)
+        # one [MASK] per masked token, the sentinels kept; only the masked tokens are predicted
+        assert (b.tgt_in[r, :L][text] == tokenizer.mask_id).all()
+        assert torch.equal(b.tgt_in[r, :L][~text], b.tgt[r, :L][~text])
+        assert torch.equal(b.tgt_out[r, :L][text], b.tgt[r, :L][text])
+        assert (b.tgt_out[r, :L][~text] == IGNORE).all() and (b.tgt_out[r, L:] == IGNORE).all()
+    n_text = int((b.tgt[b.tgt_valid] >= tokenizer.n_special).sum())
+    assert b.norm == n_text < int(b.tgt_valid.sum())
     from core.nar import t5_nar_loss_sums
     model = NARModel(preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0))
     sums = t5_nar_loss_sums(model, b)
-    assert sums["n"].item() == b.norm and sums["len_n"].item() == 4  # every target token is predicted
-    assert sums["text_n"].item() == int((b.tgt[b.tgt_valid] >= tokenizer.n_special).sum()) < b.norm
+    assert sums["n"].item() == b.norm and sums["len_n"].item() == 4  # every masked token is predicted
+    assert sums["text_n"].item() == n_text
 
 
 def test_t5_nar_decoder_has_no_causal_mask(tokenizer):
