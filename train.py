@@ -15,6 +15,7 @@ save.
 """
 import argparse
 import dataclasses
+import functools
 import os
 import time
 
@@ -61,7 +62,11 @@ def get_args(argv=None):
                    help="mlae: (b) [MASK]s with cross-attention to the latents (the paper's choice for NAR, "
                         "Table 6), (a) self-attention over latents + [MASK]s")
     p.add_argument("--cross-rel-pos", action=argparse.BooleanOptionalAction, default=True,
-                   help="mlae (b): relative position bias in the cross-attention ([MASK] vs latent position ids)")
+                   help="mlae (b): relative position bias in the cross-attention ([MASK] vs latent position ids); "
+                        "t5-nar: the same, each target token's anchor being its span's sentinel's source position")
+    p.add_argument("--length-grad", action=argparse.BooleanOptionalAction, default=False,
+                   help="t5-nar: let the length predictor's loss reach the encoder (off: span corruption's target "
+                        "length depends on the window's length alone, and that gradient collapsed the encoder)")
     p.add_argument("--permutations", type=int, default=10, help="elmer: exit-layer assignments per sequence (LPLM's k)")
     p.add_argument("--dec-len", type=int, default=32, help="elmer: [MASK] tokens the decoder is fed when fine-tuned and generating")
     p.add_argument("--separate-offramps", action="store_true", help="elmer: one off-ramp per decoder layer, not shared")
@@ -110,8 +115,11 @@ def run(args, d):
     # -----------------------------------------------------------------------------
     # resume: the checkpoint's flags win, except the ones a user may change
     args, state, ckpt_path = start_or_resume(args, ("pretrain/",), RESUMABLE, d)
-    if state is not None and "cross_rel_pos" not in state["args"]:
-        args.cross_rel_pos = False  # written before the flag: its (b) decoder had no cross-attention bias
+    if state is not None and ("cross_rel_pos" not in state["args"] or
+                              (args.objective == "t5-nar" and "cross_rel_table" not in state["model"])):
+        args.cross_rel_pos = False  # written before the flag (or, for t5-nar, before it applied): no cross-attention bias
+    if state is not None and "length_grad" not in state["args"]:
+        args.length_grad = True  # written before the flag: the length loss reached the encoder
     if args.seq_len < 8:
         raise UserError(f"--seq-len {args.seq_len} is too short (at least 8)")
     examples_per_step = args.batch_tokens // args.seq_len
@@ -160,9 +168,10 @@ def run(args, d):
     torch.manual_seed(args.seed)
     elmer_opts = dict(dec_len=args.dec_len, separate_offramps=args.separate_offramps) if elmer else None
     model = (MLAE(cfg, args.decoder, args.cross_rel_pos) if mlae else ELMER(cfg, **elmer_opts) if elmer else
-             NARModel(cfg) if t5nar else
+             NARModel(cfg, args.cross_rel_pos) if t5nar else
              EncoderDecoder(cfg) if t5 else UnifiedLM(cfg)).to(d.device)
-    loss_sums = (mlae_loss_sums if mlae else lplm_loss_sums if elmer else t5_nar_loss_sums if t5nar else
+    loss_sums = (mlae_loss_sums if mlae else lplm_loss_sums if elmer else
+                 functools.partial(t5_nar_loss_sums, length_grad=args.length_grad) if t5nar else
                  t5_loss_sums if t5 else pmlm_loss_sums)
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
     model.head.init_bias(token_counts(train.ids, cfg.vocab_size))

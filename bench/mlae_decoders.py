@@ -1,9 +1,12 @@
 """MLAE's decoder variants at one budget: (a) self-attention over latents and [MASK]s, (b) [MASK]s
 with cross-attention to the latents, with and without the cross-attention's relative position bias
-(MLAE paper Table 6 ablates (a) against (b)). Prints the held-out masked-token loss of each against
-the unigram entropy of the held-out text, the loss of a model that ignores context.
+(MLAE paper Table 6 ablates (a) against (b)); and T5-NAR's decoder, with and without its anchors'
+cross-attention bias and the length predictor's gradient into the encoder (core/nar.py). Prints the
+held-out masked-token loss of each against the unigram entropy of the held-out text, the loss of a
+model that ignores context.
 
     OMP_NUM_THREADS=1 python bench/mlae_decoders.py                   # word-cycle text, tiny, 300 steps
+    OMP_NUM_THREADS=1 python bench/mlae_decoders.py --variants t5-nar,t5-nar-bias,t5-nar+length-grad,t5-nar-bias+length-grad
     OMP_NUM_THREADS=1 python bench/mlae_decoders.py --text corpus --model small --steps 120
 
 --text cycle is the text of tests/test_train.py (a fixed cycle of 20 words, every document
@@ -25,7 +28,14 @@ from core.data import embedded_records  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
 
 VARIANTS = {"a": ["--decoder", "a"], "b+bias": ["--decoder", "b", "--cross-rel-pos"],
-            "b-bias": ["--decoder", "b", "--no-cross-rel-pos"]}
+            "b-bias": ["--decoder", "b", "--no-cross-rel-pos"],
+            # T5-NAR's decoder (core/nar.py): the anchors' cross-attention bias, and whether the
+            # length predictor's loss reaches the encoder
+            "t5-nar": ["--objective", "t5-nar"],
+            "t5-nar-bias": ["--objective", "t5-nar", "--no-cross-rel-pos"],
+            "t5-nar+length-grad": ["--objective", "t5-nar", "--length-grad"],
+            "t5-nar-bias+length-grad": ["--objective", "t5-nar", "--no-cross-rel-pos", "--length-grad"]}
+MLAE = ("a", "b+bias", "b-bias")
 # tests/conftest.py's TINY, with a held-out set of 256 examples evaluated every 100 steps
 TINY = ["--vocab-size", "600", "--seq-len", "48", "--batch-tokens", "384", "--micro-batch", "4", "--warmup", "2",
         "--log-every", "50", "--eval-every", "100", "--eval-examples", "256", "--save-every", "1000"]
@@ -59,23 +69,25 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--lr", default=None, help="default 3e-3 on the word cycle (the README's), train.py's 1e-3 on the corpus")
     p.add_argument("--seed", default="1234")
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(MLAE), help=f"any of {', '.join(VARIANTS)}")
     p.add_argument("--out", default="checkpoints/mlae-decoders")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     args.lr = args.lr or ("3e-3" if args.text == "cycle" else "1e-3")
-    flags = ["--objective", "mlae", "--model", args.model, "--steps", str(args.steps), "--lr", args.lr,
+    flags = ["--model", args.model, "--steps", str(args.steps), "--lr", args.lr,
              "--dropout", "0", "--seed", args.seed, "--overwrite"]
     flags += (cycle_text(args.out) + TINY) if args.text == "cycle" else \
         ["--log-every", "25", "--eval-every", "50", "--save-every", "100000"]
     rows = []
     for name in args.variants.split(","):
         run = os.path.join(args.out, name)
-        cmd = [sys.executable, "train.py", *flags, *VARIANTS[name], "--out", run]
+        objective = [] if "--objective" in VARIANTS[name] else ["--objective", "mlae"]
+        cmd = [sys.executable, "train.py", *objective, *flags, *VARIANTS[name], "--out", run]
         print("$ " + " ".join(cmd), flush=True)
         subprocess.run(cmd, cwd=ROOT, check=True)
         ev = last_eval(run)
-        rows.append((name, ev["valid_loss"], ev["valid_acc"], ev["unigram_entropy"]))
+        key = "text_" if "valid_text_loss" in ev else ""  # T5-NAR: the token loss, without the length's
+        rows.append((name, ev[f"valid_{key}loss"], ev[f"valid_{key}acc"], ev["unigram_entropy"]))
     print("\n| decoder | held-out loss (nats) | accuracy | unigram entropy | below unigram |")
     print("| --- | --- | --- | --- | --- |")
     for name, loss, acc, h in rows:

@@ -29,10 +29,20 @@ the length predictor says where a target ends. Its sentinels stay in the decoder
 span each [MASK] belongs to, as MLAE's decoder knows each [MASK]'s position in the text. Fed
 [MASK] at the sentinels too, the decoder cannot tell a sentinel's position from a text token's
 once a span's length is unknown; measured (README, "The papers' comparisons"), its text tokens
-stayed above the unigram entropy after 800 steps. Span corruption makes targets of one length
-per window length, so at one --seq-len the predictor learns a single length here, and the
-lengths of summaries in fine-tuning. The reported loss is the token cross-entropy + 0.1 x
-len_loss, which train.py prints beside it.
+stayed above the unigram entropy after 800 steps. Two more choices of ours make it learn at all
+(README, "T5-NAR"; bench/mlae_decoders.py measures each, on the word-cycle text):
+
+  * the cross-attention's relative position bias (NARModel.cross_rel_pos): each target token's
+    anchor is the source position of its span's sentinel ("x1 <s0> x4": the [MASK]s of <s0>'s span
+    sit between x1 and x4), as MLAE (b)'s [MASK]s have their original positions;
+  * the length predictor reads the memory detached in pretraining: span corruption makes targets
+    of one length per window length, so at one --seq-len the predictor learns a single length,
+    and its gradient, let into the encoder, drove the encoder's output to a constant that carried
+    no source (held-out predictions identical for any source). Fine-tuning, whose lengths follow
+    the source, lets it through, as CMLM does.
+
+The reported loss is the token cross-entropy + 0.1 x len_loss; train.py prints both, and the
+token cross-entropy alone as text_loss.
 
 Decoding (mask_predict): the top `length_beam` lengths of the predictor (never the gold
 length), all candidates of all sources in one batch. Iteration 0 predicts every token from all
@@ -54,8 +64,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .batch import Batch, pad_stack
-from .model import EncoderDecoder, Meta, positions
-from .t5 import IGNORE, span_corruption, text_sums
+from .model import EncoderDecoder, Meta, local_rel_table, positions
+from .t5 import IGNORE, span_corruption
+from .tokenizer import FIRST_SENTINEL, N_SENTINELS
 
 LENGTH_LOSS = 0.1
 
@@ -64,36 +75,63 @@ LENGTH_LOSS = 0.1
 # the model
 
 class NARModel(EncoderDecoder):
-    """An encoder-decoder with a bidirectional decoder over [MASK]s and a length predictor."""
+    """An encoder-decoder with a bidirectional decoder over [MASK]s and a length predictor.
 
-    def __init__(self, cfg):
+    cross_rel_pos (T5-NAR pretraining, with cfg.rel_pos): the decoder's cross-attention adds a
+    relative position bias between each target token's `anchor`, the source position of its
+    span's sentinel, and each source position, from a table of its own (`cross_rel_table`), as
+    MLAE (b)'s [MASK]s have one against the latents' original positions (core/mlae.py). Without
+    it a [MASK] reaches its span's context only by matching its sentinel's content across the
+    cross-attention, and T5-NAR's pretraining stays on the unigram plateau (README, "The papers'
+    comparisons"). Fine-tuning has no anchors (a summary's tokens have no place in the source):
+    a model built without the table drops a checkpoint's, as CMLM fine-tuning from MLAE (b) does."""
+
+    def __init__(self, cfg, cross_rel_pos=False):
         super().__init__(cfg)
         self.length = nn.Linear(cfg.d_model, cfg.max_positions)  # class L: a target of L tokens
         nn.init.normal_(self.length.weight, std=cfg.d_model ** -0.5)
         nn.init.zeros_(self.length.bias)
+        self.cross_rel_table = local_rel_table(cfg) if cross_rel_pos and cfg.rel_pos else None
+        self.register_load_state_dict_pre_hook(_drop_unused_cross_table)
 
     def length_logits(self, memory, src_valid):  # (B, S, C) -> (B, max_positions)
         w = src_valid[..., None].to(memory.dtype)
         return self.length((memory * w).sum(1) / w.sum(1).clamp_min(1.0))
 
-    def decode_nar(self, tgt_in, tgt_valid, memory, src_valid):
-        """tgt_in: (B, T) tokens ([MASK] where unknown); returns hidden states (B, T, C)."""
+    def decode_nar(self, tgt_in, tgt_valid, memory, src_valid, anchor=None):
+        """tgt_in: (B, T) tokens ([MASK] where unknown); anchor: (B, T) long, each token's source
+        position for the cross-attention's bias (used only with cross_rel_table). Returns hidden
+        states (B, T, C)."""
         zero = torch.zeros_like(tgt_in)
         pos = positions(tgt_in)
         meta = Meta(zero, zero, tgt_valid)  # bidirectional
         mem_meta = self._mem_meta(src_valid)
         bias = self.rel_bias(self.dec_rel_table, pos, pos)
+        cross = None
+        if self.cross_rel_table is not None:
+            if anchor is None:
+                raise ValueError("this NARModel has a cross-attention position bias: pass each target token's anchor")
+            cross = self.rel_bias(self.cross_rel_table, anchor, positions(src_valid))
         x = self.emb(tgt_in, pos)
         for layer in self.dec_layers:
-            x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=mem_meta)
+            x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=mem_meta, cross_bias=cross)
         return self.ln_dec(x)
 
-    def forward(self, src, src_valid, tgt_in, tgt_valid, predict):
-        """Returns (logits (N, V) at the N True positions of `predict`, length logits (B, P))."""
+    def forward(self, src, src_valid, tgt_in, tgt_valid, predict, anchor=None, length_grad=True):
+        """Returns (logits (N, V) at the N True positions of `predict`, length logits (B, P)).
+        length_grad=False: the length predictor reads the memory detached, so its loss trains
+        it alone and never reaches the encoder (T5-NAR pretraining, t5_nar_loss_sums)."""
         pos = positions(src)
         memory = self.encode(src, pos, src_valid)
-        h = self.decode_nar(tgt_in, tgt_valid, memory, src_valid)
-        return self.head(h[predict]), self.length_logits(memory, src_valid)
+        h = self.decode_nar(tgt_in, tgt_valid, memory, src_valid, anchor)
+        return self.head(h[predict]), self.length_logits(memory if length_grad else memory.detach(), src_valid)
+
+
+def _drop_unused_cross_table(module, state_dict, prefix, *args):
+    """A T5-NAR checkpoint's cross-attention table, loaded into a model without one (fine-tuning,
+    classification), is dropped: only span corruption gives a target token a source position."""
+    if module.cross_rel_table is None:
+        state_dict.pop(prefix + "cross_rel_table", None)
 
 
 # -----------------------------------------------------------------------------
@@ -128,13 +166,14 @@ def nar_batch(pairs, tok, max_src, max_tgt):
                  src_valid=src_valid, tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out, length=length)
 
 
-def nar_loss_sums(model, batch, label_smoothing=0.1, text=False):
+def nar_loss_sums(model, batch, label_smoothing=0.1, length_grad=True):
     """Sums over the masked target tokens: loss (label-smoothed, plus LENGTH_LOSS x the length
     cross-entropy scaled to the masked count: after normalisation it is token mean + 0.1 x
-    length mean), nll, hit, n; and the length's len_nll, len_hit, len_n. text: also
-    core.t5.text_sums (the tokens that are not sentinels or [EOS])."""
+    length mean), nll, hit, n; and the length's len_nll, len_hit, len_n. A batch with an
+    `anchor` field (T5-NAR pretraining) passes it to the model; length_grad: NARModel.forward."""
     predict = batch.tgt_out != IGNORE
-    logits, len_logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, predict)
+    logits, len_logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, predict,
+                               batch.tensors.get("anchor"), length_grad)
     logits, len_logits, target = logits.float(), len_logits.float(), batch.tgt_out[predict]
     n = predict.sum().float()
     len_ce = F.cross_entropy(len_logits, batch.length, reduction="sum")
@@ -143,8 +182,7 @@ def nar_loss_sums(model, batch, label_smoothing=0.1, text=False):
     return dict(loss=loss, nll=F.cross_entropy(logits.detach(), target, reduction="sum"),
                 hit=(logits.argmax(-1) == target).float().sum(), n=n, len_nll=len_ce.detach(),
                 len_hit=(len_logits.argmax(-1) == batch.length).float().sum(),
-                len_n=torch.tensor(float(len(batch.length)), device=n.device),
-                **(text_sums(logits, target) if text else {}))
+                len_n=torch.tensor(float(len(batch.length)), device=n.device))
 
 
 # -----------------------------------------------------------------------------
@@ -154,30 +192,48 @@ def t5_nar_batch(stream, indices, tok, ratio=0.15, mean_span=3):
     """The examples `indices` of a TokenStream, span-corrupted as by t5_batch, in the layout of
     nar_batch: src "SRC' [EOS]", tgt the span-corruption target without its [EOS], tgt_in the
     target with every text token replaced by [MASK] and its sentinels kept ("<s0> [M] [M] <s1> [M]"),
-    tgt_out the text tokens (IGNORE at the sentinels and padding), length."""
-    sources, targets = [], []
+    tgt_out the text tokens (IGNORE at the sentinels and padding), length, and anchor (B, T): the
+    source position of the sentinel of each target token's span (sentinel_anchors)."""
+    sources, targets, anchors = [], [], []
     for i in indices:
         window, rng = stream.window_at(i)
         src, tgt = span_corruption(window, rng, tok, ratio, mean_span)
         sources.append(src)
         targets.append(tgt[:-1])  # the [EOS]: the length predictor says where a target ends
+        anchors.append(sentinel_anchors(src, tgt[:-1]))
     src, src_valid = pad_stack(sources, tok.pad_id)
     tgt, tgt_valid = pad_stack(targets, tok.pad_id)
+    anchor, _ = pad_stack(anchors, 0)
     text = tgt_valid & (tgt >= tok.n_special)  # the masked tokens; the rest are sentinels
     tgt_in = tgt.masked_fill(text, tok.mask_id)
     tgt_out = tgt.masked_fill(~text, IGNORE)
     return Batch(norm=text.sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src, src_valid=src_valid,
                  tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out,
-                 length=torch.tensor([len(t) for t in targets]))
+                 length=torch.tensor([len(t) for t in targets]), anchor=anchor)
 
 
-def t5_nar_loss_sums(model, batch):
+def sentinel_anchors(src, tgt):
+    """(len(tgt),) int64: for each token of a span-corruption target ("<s0> x2 x3 <s1> x8"), the
+    position in the source ("x1 <s0> x4 .. <s1> x10") of the sentinel that opens its span: where
+    the span was cut out, between the tokens around it."""
+    src, tgt = np.asarray(src), np.asarray(tgt)
+    is_sentinel = lambda a: (a >= FIRST_SENTINEL) & (a < FIRST_SENTINEL + N_SENTINELS)
+    where = np.zeros(FIRST_SENTINEL + N_SENTINELS, dtype=np.int64)
+    where[src[is_sentinel(src)]] = np.flatnonzero(is_sentinel(src))
+    opener = np.maximum.accumulate(np.where(is_sentinel(tgt), np.arange(len(tgt)), 0))  # tgt[0] is <s0>
+    return where[tgt[opener]]
+
+
+def t5_nar_loss_sums(model, batch, length_grad=False):
     """nar_loss_sums without label smoothing (pretraining, as T5's loss): loss (token
-    cross-entropy + LENGTH_LOSS x the length cross-entropy, summed), hit, n, and the length's
-    len_loss, len_hit, len_n (core/training.per_token reports both)."""
-    sums = nar_loss_sums(model, batch, label_smoothing=0.0, text=True)
+    cross-entropy + LENGTH_LOSS x the length cross-entropy, summed), hit, n, the length's
+    len_loss, len_hit, len_n, and the token cross-entropy alone as text_loss, text_hit, text_n
+    (every predicted token is text), which the plateau test reads for T5 too (core/t5.text_sums;
+    core/training.per_token reports each). The length loss does not reach the encoder unless
+    length_grad (the module docstring says why)."""
+    sums = nar_loss_sums(model, batch, label_smoothing=0.0, length_grad=length_grad)
     sums["len_loss"] = sums.pop("len_nll")
-    del sums["nll"]
+    sums.update(text_loss=sums.pop("nll"), text_hit=sums["hit"], text_n=sums["n"])
     return sums
 
 

@@ -91,7 +91,8 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     if objective != "pmlm":  # the whole pretrained model loads, the encoder's weights unchanged until trained
         pre = torch.load(pretrained[objective], weights_only=True)["model"]
         state = torch.load(os.path.join(out, "best.pt"), weights_only=True)["model"]
-        assert set(pre) == {k[len("encoder."):] for k in state if k.startswith("encoder.")}
+        pre = set(pre) - {"cross_rel_table"}  # T5-NAR's pretraining-only cross-attention bias (core/nar.py)
+        assert pre == {k[len("encoder."):] for k in state if k.startswith("encoder.")}
 
 
 def test_t5_classifier_reads_the_encoders_eos():

@@ -200,6 +200,66 @@ def test_t5_nar_batch_masks_and_predicts_every_masked_token(tokenizer):
     assert sums["text_n"].item() == n_text
 
 
+def test_sentinel_anchors_point_at_each_spans_sentinel(tokenizer):
+    from core.nar import sentinel_anchors
+    s0, s1, s2 = (tokenizer.sentinel(i) for i in range(3))
+    src = [100, s0, 104, 105, s1, 109, s2]  # x1 <s0> x4 x5 <s1> x9 <s2>
+    tgt = [s0, 101, 102, s1, 106, 107, 108, s2, 110]
+    assert sentinel_anchors(np.array(src), np.array(tgt)).tolist() == [1, 1, 1, 4, 4, 4, 4, 6, 6]
+    _, b = t5_nar_examples(tokenizer)
+    for r in range(len(b)):  # every target token's anchor holds the sentinel that opens its span
+        L = int(b.tgt_valid[r].sum())
+        opener = [int(t) for t in b.tgt[r, :L] if t < tokenizer.n_special]
+        spans = np.cumsum([int(t) < tokenizer.n_special for t in b.tgt[r, :L]]) - 1
+        assert [int(b.src[r, a]) for a in b.anchor[r, :L]] == [opener[i] for i in spans]
+
+
+def test_t5_nar_cross_attention_bias_reads_each_tokens_anchor(tokenizer):
+    """With cross_rel_pos, a target token's output changes when its anchor moves, and no other
+    token's (one decoder layer); without it the anchor is ignored; a model without the table
+    loads a checkpoint that has one (fine-tuning), dropping it."""
+    _, b = t5_nar_examples(tokenizer, n=2)
+    cfg = preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0)
+    torch.manual_seed(0)
+    model = NARModel(cfg, cross_rel_pos=True).eval()
+    predict = b.tgt_valid
+    moved = b.anchor.clone()
+    moved[0, 1] += 3
+    with torch.no_grad():
+        logits, _ = model(b.src, b.src_valid, b.tgt_in, b.tgt_valid, predict, b.anchor)
+        logits2, _ = model(b.src, b.src_valid, b.tgt_in, b.tgt_valid, predict, moved)
+    changed = (logits - logits2).abs().amax(-1) > 1e-5
+    assert changed.tolist() == [i == 1 for i in range(len(changed))]
+    with pytest.raises(ValueError, match="anchor"):
+        model(b.src, b.src_valid, b.tgt_in, b.tgt_valid, predict)
+    plain = NARModel(cfg).eval()
+    plain.load_state_dict(model.state_dict())  # the table is dropped: fine-tuning has no anchors
+    assert "cross_rel_table" in model.state_dict() and "cross_rel_table" not in plain.state_dict()
+    with torch.no_grad():
+        a, _ = plain(b.src, b.src_valid, b.tgt_in, b.tgt_valid, predict, b.anchor)
+        c, _ = plain(b.src, b.src_valid, b.tgt_in, b.tgt_valid, predict, moved)
+    assert torch.equal(a, c)
+
+
+def test_t5_nar_length_loss_stays_out_of_the_encoder(tokenizer):
+    """In T5-NAR pretraining the length predictor's loss trains the predictor alone (with
+    length_grad it reaches the encoder, as in CMLM fine-tuning)."""
+    from core import nar
+    _, b = t5_nar_examples(tokenizer, n=2)
+    cfg = preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0)
+    for length_grad in (False, True):
+        torch.manual_seed(0)
+        model = NARModel(cfg, cross_rel_pos=True)
+        # the length's share alone: a model whose token logits carry no gradient
+        head = model.head.forward
+        model.head.forward = lambda h: head(h.detach())
+        model.dec_layers.requires_grad_(False)
+        nar.t5_nar_loss_sums(model, b, length_grad=length_grad)["loss"].backward()
+        enc = sum(p.grad.abs().sum() for n, p in model.named_parameters() if n.startswith("enc_layers.") and p.grad is not None)
+        assert model.length.weight.grad.abs().sum() > 0
+        assert (enc > 0) == length_grad
+
+
 def test_t5_nar_decoder_has_no_causal_mask(tokenizer):
     """Through the pretraining forward: a later decoder input changes an earlier output."""
     _, b = t5_nar_examples(tokenizer, n=2)
@@ -235,6 +295,7 @@ def test_t5_nar_pretraining_learns_and_resumes(text_file, tmp_path):
     sb = torch.load(os.path.join(resumed, "last.pt"), weights_only=True)
     assert all(torch.equal(sa["model"][k], sb["model"][k]) for k in sa["model"])
     assert sa["kind"] == "pretrain/t5-nar" and sa["step"] == 12 and "length.weight" in sa["model"]
+    assert "cross_rel_table" in sa["model"]  # the anchors' cross-attention bias, on by default
     assert sa["positions"] == trained_positions("t5-nar", 48)
     # the recorded decoder positions are those the batches use: the target without [EOS]
     assert sa["positions"]["decoder"] == trained_positions("t5", 48)["decoder"] - 1
@@ -256,3 +317,22 @@ def test_baselines_have_mlaes_depths_and_parameters(name):
     assert abs(t5 / mlae_b - 1) < 0.03, (t5, mlae_b)
     assert count_parameters(NARModel(cfg)) - t5 == cfg.d_model * cfg.max_positions + cfg.max_positions
     assert count_parameters(MLAE(cfg, "a")) < mlae_b
+
+
+def test_t5_nar_checkpoint_without_the_cross_bias_resumes_without_it(text_file, tmp_path):
+    """A t5-nar run written before the bias applied to it (its args say --cross-rel-pos, its
+    weights have no table) resumes as it was trained: without the bias."""
+    import os
+    import train
+    from conftest import TINY
+    out = str(tmp_path / "old")
+    flags = ["--data", text_file, "--objective", "t5-nar", "--steps", "4", "--out", out] + TINY
+    train.main(flags + ["--no-cross-rel-pos", "--stop-after", "2"])
+    path = os.path.join(out, "last.pt")
+    state = torch.load(path, weights_only=True)
+    assert "cross_rel_table" not in state["model"]
+    state["args"]["cross_rel_pos"] = True
+    torch.save(state, path)
+    train.main(flags + ["--resume"])
+    state = torch.load(path, weights_only=True)
+    assert state["step"] == 4 and "cross_rel_table" not in state["model"]
