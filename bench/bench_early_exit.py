@@ -42,6 +42,13 @@ from core.t5 import T5Decoder  # noqa: E402
 from core.timing import clock  # noqa: E402
 
 
+def output_layers(tokens, layers, eos_id):
+    """The exit layers of the output tokens, each row's up to and including its first [EOS], as
+    eval.py counts them (the positions after it exit too, and cost FLOPs, but are not output)."""
+    keep = (tokens == eos_id).long().cumsum(1) - (tokens == eos_id).long() == 0
+    return layers[keep].reshape(-1).cpu()
+
+
 def interleaved(device, run, base, repeats):
     """(median of per-pair time ratios run / base, median run seconds, median base seconds)."""
     run(), base()  # warm-up
@@ -91,13 +98,15 @@ def real_decode(args, device):
             with torch.no_grad():
                 for memory, valid in batches:
                     w = {}
-                    _, layers = decode_exit(model, memory, valid, T, thr, measure=measure, work=w)
+                    tokens, layers = decode_exit(model, memory, valid, T, thr, measure=measure, work=w)
                     if works is not None:
-                        works.append((memory.shape[1], w, layers))
+                        works.append((memory.shape[1], w, output_layers(tokens, layers, tok.eos_id)))
         return run
 
     print(f"\n## The decode path of {args.ckpt} ({device.type}, {L} decoder layers, width {cfg.d_model}, "
           f"vocab {cfg.vocab_size}, {args.n} test sources in batches of {args.batch}, T {T})\n")
+    print("Exit layers: of the output tokens (up to each row's first [EOS], as eval.py counts them); FLOPs and "
+          "time: the whole decoder, every position.\n")
     print("| measure | threshold | mean exit layer | exit fraction per layer | decoder FLOPs / no exit | "
           "decoder time / no exit | exit (ms) | no exit (ms) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -109,7 +118,7 @@ def real_decode(args, device):
             decode("entropy", 0.0, off)()
             macs = sum(decoder_macs(cfg, T, S, w) for S, w, _ in works)
             macs_off = sum(decoder_macs(cfg, T, S, w) for S, w, _ in off)
-            layers = torch.cat([lay.reshape(-1) for _, _, lay in works])
+            layers = torch.cat([lay for _, _, lay in works])
             frac = torch.bincount(layers, minlength=L + 1)[1:].double() / layers.numel()
             mean = float((frac * torch.arange(1, L + 1)).sum())
             ratio, t_exit, t_off = interleaved(device, decode(measure, thr), decode("entropy", 0.0), args.repeats)
