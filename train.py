@@ -115,9 +115,8 @@ def run(args, d):
     # -----------------------------------------------------------------------------
     # resume: the checkpoint's flags win, except the ones a user may change
     args, state, ckpt_path = start_or_resume(args, ("pretrain/",), RESUMABLE, d)
-    if state is not None and ("cross_rel_pos" not in state["args"] or
-                              (args.objective == "t5-nar" and "cross_rel_table" not in state["model"])):
-        args.cross_rel_pos = False  # written before the flag (or, for t5-nar, before it applied): no cross-attention bias
+    if state is not None and args.objective in ("mlae", "t5-nar"):
+        args.cross_rel_pos = "cross_rel_table" in state["model"]  # as trained: older runs had no table
     if state is not None and "length_grad" not in state["args"]:
         args.length_grad = True  # written before the flag: the length loss reached the encoder
     if args.seq_len < 8:

@@ -27,8 +27,9 @@ sys.path.insert(0, ROOT)
 from core.data import embedded_records  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
 
-VARIANTS = {"a": ["--decoder", "a"], "b+bias": ["--decoder", "b", "--cross-rel-pos"],
-            "b-bias": ["--decoder", "b", "--no-cross-rel-pos"],
+VARIANTS = {"a": ["--objective", "mlae", "--decoder", "a"],
+            "b+bias": ["--objective", "mlae", "--decoder", "b", "--cross-rel-pos"],
+            "b-bias": ["--objective", "mlae", "--decoder", "b", "--no-cross-rel-pos"],
             # T5-NAR's decoder (core/nar.py): the anchors' cross-attention bias, and whether the
             # length predictor's loss reaches the encoder
             "t5-nar": ["--objective", "t5-nar"],
@@ -81,8 +82,7 @@ def main():
     rows = []
     for name in args.variants.split(","):
         run = os.path.join(args.out, name)
-        objective = [] if "--objective" in VARIANTS[name] else ["--objective", "mlae"]
-        cmd = [sys.executable, "train.py", *objective, *flags, *VARIANTS[name], "--out", run]
+        cmd = [sys.executable, "train.py", *VARIANTS[name], *flags, "--out", run]
         print("$ " + " ".join(cmd), flush=True)
         subprocess.run(cmd, cwd=ROOT, check=True)
         ev = last_eval(run)

@@ -65,8 +65,8 @@ import torch.nn.functional as F
 
 from .batch import Batch, pad_stack
 from .model import EncoderDecoder, Meta, local_rel_table, positions
-from .t5 import IGNORE, span_corruption
-from .tokenizer import FIRST_SENTINEL, N_SENTINELS
+from .t5 import IGNORE, N_SPECIAL, span_corruption
+from .tokenizer import FIRST_SENTINEL
 
 LENGTH_LOSS = 0.1
 
@@ -217,8 +217,8 @@ def sentinel_anchors(src, tgt):
     position in the source ("x1 <s0> x4 .. <s1> x10") of the sentinel that opens its span: where
     the span was cut out, between the tokens around it."""
     src, tgt = np.asarray(src), np.asarray(tgt)
-    is_sentinel = lambda a: (a >= FIRST_SENTINEL) & (a < FIRST_SENTINEL + N_SENTINELS)
-    where = np.zeros(FIRST_SENTINEL + N_SENTINELS, dtype=np.int64)
+    is_sentinel = lambda a: (a >= FIRST_SENTINEL) & (a < N_SPECIAL)
+    where = np.zeros(N_SPECIAL, dtype=np.int64)
     where[src[is_sentinel(src)]] = np.flatnonzero(is_sentinel(src))
     opener = np.maximum.accumulate(np.where(is_sentinel(tgt), np.arange(len(tgt)), 0))  # tgt[0] is <s0>
     return where[tgt[opener]]

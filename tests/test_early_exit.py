@@ -313,12 +313,10 @@ def test_offramp_of_nobody_with_the_cuda_configuration(monkeypatch):
 def test_exit_benchmark_counts_the_output_tokens_as_eval_does():
     """bench/bench_early_exit.py's exit fractions read the tokens up to each row's first [EOS],
     as eval.py (core/exit_measures.generate) counts them."""
-    import importlib.util
     import os
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "bench_early_exit.py")
-    spec = importlib.util.spec_from_file_location("bench_early_exit", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import bench_early_exit as bench
     tokens = torch.tensor([[9, 3, 7, 3], [9, 8, 7, 6]])
     layers = torch.tensor([[1, 2, 3, 4], [4, 3, 2, 1]])
     assert bench.output_layers(tokens, layers, eos_id=3).tolist() == [1, 2, 4, 3, 2, 1]
