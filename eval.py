@@ -170,8 +170,9 @@ def exit_settings(args, archs):
     return out if "elmer" in archs else [None]  # without an elmer checkpoint: checked, then noted as unused
 
 
-def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
-    """The row of one checkpoint, and the generated outputs (summarization) to write."""
+def load_model(path, state, device, exit_setting=None):
+    """(model in eval mode on device, its arch, its tokenizer, its labels or None) of a fine-tuned
+    checkpoint; exit_setting (measure, threshold) replaces an ELMER's own."""
     task, arch = state["kind"].split("/")[1], arch_of(state, path)
     tok = Tokenizer.from_tensor(state["tokenizer"])
     cfg = ModelConfig.from_dict(state["model_config"])
@@ -179,9 +180,29 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
     with checkpoint.weights_of(path):
         model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"))
         model.load_state_dict(state["model"])
-    if arch == "elmer" and args.exit:
-        model.exit_measure, model.exit_threshold = args.exit
-    model.to(device).eval()
+    if arch == "elmer" and exit_setting:
+        model.exit_measure, model.exit_threshold = exit_setting
+    return model.to(device).eval(), arch, tok, labels
+
+
+def generation(args, fa, arch):
+    """summarize()'s decoding settings for a checkpoint whose fine-tuning flags are fa: the flags
+    given, else the fine-tuning's (target length, NAR lengths, iterations, stop rule); and the name
+    of the decoding algorithm, for the table."""
+    gen = dict(beam=args.beam, max_len=args.max_len or fa.get("max_tgt", 24), min_len=args.min_len,
+               length_penalty=args.length_penalty, length_norm=args.length_norm,
+               no_repeat_ngram=args.no_repeat_ngram,
+               length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10),
+               adaptive_stop=fa.get("adaptive_stop", False) if args.adaptive_stop is None else args.adaptive_stop)
+    name = (f"mask-predict, {gen['length_beam']} lengths" if arch == "nar" else
+            "one pass, early exit" if arch == "elmer" else "greedy" if args.beam == 1 else f"beam {args.beam}")
+    return gen, name
+
+
+def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
+    """The row of one checkpoint, and the generated outputs (summarization) to write."""
+    task = state["kind"].split("/")[1]
+    model, arch, tok, labels = load_model(path, state, device, getattr(args, "exit", None))
     fa = state["args"]
     data = examples(task, args)
     sources, targets = data.sources, data.targets
@@ -190,18 +211,10 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
     outputs = None
 
     if task == "summarize":
-        max_len = args.max_len or fa.get("max_tgt", 24)
-        if max_len > fa.get("max_tgt", max_len):
-            print(f"warning: --max-len {max_len} generates past the {fa['max_tgt']} target positions {path} was "
+        gen, row["decoding"] = generation(args, fa, arch)
+        if gen["max_len"] > fa.get("max_tgt", gen["max_len"]):
+            print(f"warning: --max-len {gen['max_len']} generates past the {fa['max_tgt']} target positions {path} was "
                   f"fine-tuned on (its --max-tgt)", file=sys.stderr)
-        gen = dict(beam=args.beam, max_len=max_len, min_len=args.min_len,
-                   length_penalty=args.length_penalty, length_norm=args.length_norm,
-                   no_repeat_ngram=args.no_repeat_ngram,
-                   length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10),
-                   adaptive_stop=fa.get("adaptive_stop", False) if args.adaptive_stop is None else args.adaptive_stop)
-        row["decoding"] = (f"mask-predict, {gen['length_beam']} lengths" if arch == "nar" else
-                           "one pass, early exit" if arch == "elmer" else
-                           "greedy" if args.beam == 1 else f"beam {args.beam}")
         used = gen["stats"] = {}
         run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
         with autocast(device, dtype):

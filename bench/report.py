@@ -115,7 +115,8 @@ def write(args, fields, state, resolved):
             pre, gap = gap_of(out, resolved, name)
             note = "" if gap is None or gap >= PLATEAU else f"PLATEAU ({pre}: {gap:.2f})"
             if not got:
-                rows.append([name, BY_NAME[name].label, unavailable.get(name) or unavailable.get("eval-" + name, "not run")])
+                rows.append([name, BY_NAME[name].label, unavailable.get(name) or unavailable.get("eval-" + name) or
+                             {"done": "trained, not evaluated"}.get(state["runs"].get(name, {}).get("status"), "not run")])
                 continue
             r = metrics[name] = got[0]
             cls = "accuracy" in r
@@ -144,7 +145,7 @@ def write(args, fields, state, resolved):
         sweep.sort(key=thr, reverse=measure != "entropy")  # from the strictest threshold to the loosest
         lines += [f"### {measure}", ""] + table(
             ["threshold", "rougeL", "mean_exit", "exit_frac", "entropy p50 / p5 per layer", "dec_flops", "latency_ms"],
-            [[thr(r), r.get("rougeL"), r.get("mean_exit"), r.get("exit_frac"),
+            [[f"{thr(r):g}", r.get("rougeL"), r.get("mean_exit"), r.get("exit_frac"),
               f"{r['entropy_p50']} / {r['entropy_p5']}" if "entropy_p50" in r else "", r.get("dec_flops"), r.get("latency_ms")]
              for r in sweep])
         exits = [r.get("mean_exit") for r in sweep]

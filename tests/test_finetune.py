@@ -1,6 +1,7 @@
 """finetune.py and eval.py end to end on the tiny preset, and their bad-input errors."""
 import json
 import os
+import sys
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch
 import eval as evaluate_script
 import finetune
 import train
-from conftest import TINY, read_log, write_task_files
+from conftest import ROOT, TINY, read_log, write_task_files
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,16 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     assert saved["rougeL"] == row["rougeL"]
     outputs = [json.loads(l) for l in open(outputs_jsonl)]
     assert len(outputs) == 12 and {"prediction", "reference", "source"} <= set(outputs[0])
+
+    if objective == "t5":  # the latency benchmark: the same work counts the same FLOPs, a wider beam more
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import bench_latency
+        flags = [ckpt, ckpt, "--data", task_files["test"], "--n", "3", "--repeats", "2"]
+        narrow, wide = (bench_latency.main(flags + ["--beam", b]) for b in ("1", "3"))
+        assert "| time ratio |" in capsys.readouterr().out
+        assert narrow[0]["flops"] > 0 and narrow[1]["flop_ratio"] == 1.0 and wide[0]["flops"] > narrow[0]["flops"]
+        assert all(r["ms"] > 0 and r["time_ratio"] > 0 and r["decoding"] for r in narrow + wide)
+        assert (narrow[0]["decoding"], wide[0]["decoding"]) == ("greedy", "beam 3")
 
     # --limit: a seeded sample of the split, the same for every checkpoint, in files of its own
     if objective == "pmlm":

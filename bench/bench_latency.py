@@ -1,0 +1,111 @@
+"""Decoding latency at batch 1 of fine-tuned summarizers, timed interleaved on the same sources,
+with the FLOPs each decoding did beside the time (MLAE Table 3, ELMER Table 3: NAR against AR).
+
+    python bench/bench_latency.py BASE.pt CKPT.pt ... [--n 20] [--repeats 5] [--beam 5]
+
+The first checkpoint is the baseline of the ratios. Every checkpoint decodes the same --n sources
+(eval.py's --limit sample of the test split, or of --data) one at a time, with eval.py's decoding: beam --beam
+for AR, Mask-Predict with the fine-tuning's length candidates and iterations for NAR, one pass for
+ELMER. --repeats rounds; within a round each source is decoded by every checkpoint in turn, the
+order rotated from source to source, so that a shared machine's drift falls on all of them alike.
+A checkpoint's time in a round is its sum over the sources; its time ratio is the median over the
+rounds of that sum over the baseline's. FLOPs: torch.utils.flop_counter over one decoding of every
+source with the reference attention (the Triton kernels are invisible to the counter; the work is
+the same), 2 per multiply-add. NAR against AR is not equal work: AR decodes token by token, so its
+time ratio may sit far from its FLOP ratio; that gap, the sequential steps, is what the papers
+measure. Clock reads are preceded by a device synchronise (core.timing.clock).
+"""
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import eval as evaluate  # noqa: E402
+import kernels  # noqa: E402
+from core import checkpoint  # noqa: E402
+from core.errors import UserError, main_guard  # noqa: E402
+from core.finetuning import summarize  # noqa: E402
+from core.model import count_parameters  # noqa: E402
+from core.timing import clock  # noqa: E402
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoints", nargs="+", help="fine-tuned summarization checkpoints; the first is the baseline")
+    p.add_argument("--data", default=None, help="a .jsonl file of sources (default: the embedded corpus's test split)")
+    p.add_argument("--n", type=int, default=20, help="sources (eval.py's --limit sample), decoded one at a time")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved rounds over the sources")
+    p.add_argument("--beam", type=int, default=5, help="AR beam size (eval.py's default)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    args = p.parse_args(argv)
+    if args.n < 1 or args.repeats < 1:
+        raise UserError("--n and --repeats: at least 1")
+    return args
+
+
+def decoder_of(path, args, device):
+    """(a function decoding one source, its table row) for one checkpoint, as eval.py decodes."""
+    state = checkpoint.load(path, kinds=("finetune/",))
+    if state["kind"] != "finetune/summarize":
+        raise UserError(f"{path} is a {state['kind']} checkpoint: the latency benchmark times summarizers")
+    model, arch, tok, _ = evaluate.load_model(path, state, device)
+    fa = state["args"]
+    ev = evaluate.get_args([path, "--beam", str(args.beam)])
+    gen, decoding = evaluate.generation(ev, fa, arch)
+    run = lambda src: summarize(model, arch, tok, [src], fa["max_src"], 1, **gen)
+    return run, dict(model=os.path.basename(os.path.dirname(os.path.abspath(path))), arch=arch, decoding=decoding,
+                     params_M=count_parameters(model) / 1e6)
+
+
+def flops_of(run, sources):
+    """FLOPs (2 per multiply-add) of decoding every source once, with the reference attention."""
+    with kernels.use_backend("reference"), FlopCounterMode(display=False) as counter:
+        for s in sources:
+            run(s)
+    return counter.get_total_flops()
+
+
+@main_guard
+def main(argv=None):
+    args = get_args(argv)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if args.device == "auto" else args.device)
+    data = ["--data", args.data] if args.data else []
+    sources = evaluate.examples("summarize", evaluate.get_args(data + ["--limit", str(args.n)])).sources
+    runs, rows = [], []
+    for path in args.checkpoints:
+        run, row = decoder_of(path, args, device)
+        runs.append(run)
+        rows.append(row)
+    with torch.no_grad():
+        for run, row in zip(runs, rows):
+            row["flops"] = flops_of(run, sources)
+            run(sources[0])  # warm-up
+        rounds = []
+        for r in range(args.repeats):
+            spent = [0.0] * len(runs)
+            for i, src in enumerate(sources):
+                for j in range(len(runs)):
+                    k = (i + j + r) % len(runs)  # rotate who goes first
+                    spent[k] += clock(device, lambda: runs[k](src))
+            rounds.append(spent)
+            print(f"\r  round {r + 1}/{args.repeats}", end="" if r + 1 < args.repeats else "\n", file=sys.stderr, flush=True)
+    print(f"\n{len(sources)} test sources at batch 1, {args.repeats} interleaved rounds, {device.type}, "
+          f"{torch.get_num_threads()} thread(s); ratios against {rows[0]['model']}\n")
+    print("| run | arch | decoding | params (M) | ms / sample | time ratio | GFLOPs / sample | FLOP ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for j, row in enumerate(rows):
+        ms = statistics.median(s[j] for s in rounds) / len(sources) * 1e3
+        ratio = statistics.median(s[j] / s[0] for s in rounds)
+        row.update(ms=ms, time_ratio=ratio, flop_ratio=row["flops"] / rows[0]["flops"])
+        print(f"| {row['model']} | {row['arch']} | {row['decoding']} | {row['params_M']:.2f} | {ms:.1f} | {ratio:.2f} | "
+              f"{row['flops'] / len(sources) / 1e9:.3f} | {row['flop_ratio']:.2f} |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
