@@ -196,15 +196,18 @@ def progress_of(run, argv, fields, out, state):
 
 
 def kind_of(run):
-    """What a run's time is estimated from: its script, and ELMER's pretraining apart (k passes)."""
-    return "train_elmer" if run.script == "train" and "elmer" in run.flags else run.script
+    """What a run's time is estimated from: its script, with ELMER's runs apart (its pretraining
+    makes k passes, its fine-tuning projects the vocabulary at every off-ramp)."""
+    elmer = "elmer" in run.flags or run.script == "finetune" and "--exit" in run.flags
+    return run.script + "_elmer" * (elmer and run.script != "eval")
 
 
 def estimate(run, fields, state):
     """Seconds for the whole run: the mean measured time of finished runs of its kind here, else
     the budget's figure (per step for pretraining, per epoch for fine-tuning)."""
     key = kind_of(run)
-    same = [r["seconds"] for r in state["runs"].values() if r.get("key") == key and r.get("status") == "done"]
+    same = [r["seconds"] for name, r in state["runs"].items()
+            if name in BY_NAME and kind_of(BY_NAME[name]) == key and r.get("status") == "done"]
     if same:
         return sum(same) / len(same)
     s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
