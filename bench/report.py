@@ -8,6 +8,7 @@ import platform
 import subprocess
 import sys
 
+import significance
 from plan import BY_NAME, ORDERINGS, TABLES, parse_chain
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
@@ -63,6 +64,28 @@ def results(state, run_name):
             with open(f) as fh:
                 rows.append(json.load(fh))
     return rows
+
+
+def outputs_of(state, run_name):
+    """The per-example outputs file (eval.py's outputs-*.jsonl) of a run's first evaluation, or None."""
+    for f in (state["runs"].get("eval-" + run_name, {}).get("files") or [])[:1]:
+        path = os.path.join(os.path.dirname(f), "outputs-" + os.path.basename(f)[len("eval-"):-len(".json")] + ".jsonl")
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def compared(state, a, b, metric):
+    """significance.compare of two runs' outputs on a ROUGE metric, or None where it cannot be read
+    (not ROUGE, no outputs file, no rouge-score, different examples)."""
+    pa, pb = outputs_of(state, a), outputs_of(state, b)
+    if not metric.startswith("rouge") or not pa or not pb:
+        return None
+    try:
+        return significance.compare(pa, pb, metric)
+    except (ImportError, ValueError) as e:
+        print(f"note: no interval for {a} against {b}: {e}", file=sys.stderr)
+        return None
 
 
 def fmt(v):
@@ -154,21 +177,35 @@ def write(args, fields, state, resolved):
                       f"{'holds' if falls else 'does not hold' if falls is False else 'not measured'}.", ""]
 
     # the orderings
-    lines += ["## The papers' orderings here", ""]
+    lines += ["## The papers' orderings here", "",
+              "A ROUGE ordering is read pair by pair from a paired bootstrap over the test examples both models "
+              "decoded (bench/significance.py): a pair holds where the 95% interval of the difference lies above "
+              "zero, is reversed where it lies below, and is within noise otherwise (`>=` holds unless reversed). "
+              "Other metrics compare the point values.", ""]
     rows = []
     for paper, claim, metric, chain in ORDERINGS:
         names, ops = parse_chain(chain)
         vals = [metrics.get(n, {}).get(metric) for n in names]
+        intervals = []
         if None in vals:
             verdict = "not measured (" + ", ".join(n for n, v in zip(names, vals) if v is None) + ")"
         else:
-            ok = all({">": a > b, ">=": a >= b, "<": a < b}[op] for a, b, op in zip(vals, vals[1:], ops))
+            pairs = []
+            for a, b, op, va, vb in zip(names, names[1:], ops, vals, vals[1:]):
+                diff = compared(state, a, b, metric)
+                if diff is None:
+                    pairs.append("holds" if {">": va > vb, ">=": va >= vb, "<": va < vb}[op] else "reversed")
+                    continue
+                mean, low, high = diff
+                pairs.append(significance.verdict(op, low, high))
+                intervals.append(f"{a} - {b}: {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
+            verdict = ("does not hold" if "reversed" in pairs else "within noise" if "within noise" in pairs else "holds")
             plateau = [p for p in {gap_of(out, resolved, n)[0] for n in names} if p and (gap_of_pre(out, p) or 0) < PLATEAU]
-            verdict = ("holds" if ok else "does not hold") + (f" (on the plateau: {', '.join(sorted(plateau))})" if plateau else "")
+            verdict += f" (on the plateau: {', '.join(sorted(plateau))})" if plateau else ""
         shown = " ".join(f"{n} {fmt(v)}" if i == len(names) - 1 else f"{n} {fmt(v)} {ops[i]}"
                          for i, (n, v) in enumerate(zip(names, vals)))
-        rows.append([paper, claim, metric, shown, verdict])
-    lines += table(["paper", "ordering", "metric", "here", "verdict"], rows) + [""]
+        rows.append([paper, claim, metric, shown, "; ".join(intervals), verdict])
+    lines += table(["paper", "ordering", "metric", "here", "difference, 95% interval", "verdict"], rows) + [""]
 
     # every run
     lines += ["## Runs", ""]

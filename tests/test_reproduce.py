@@ -88,7 +88,8 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
         md = f.read()
     assert "PLATEAU" in md  # 4 tiny steps leave no model off the unigram plateau
     assert re.search(r"\| UniLMv2 \| PMLM > MLM > no pretraining \| rougeL \| sum-pmlm [\d.]+ > sum-mlm [\d.]+ > "
-                     r"sum-unilm-scratch [\d.]+ \| (holds|does not hold)", md)
+                     r"sum-unilm-scratch [\d.]+ \| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\]; "
+                     r"sum-mlm - sum-unilm-scratch: .* \| (holds|does not hold|within noise)", md)
     assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
     for name, why in unavailable.items():
         assert why in md, name
@@ -120,3 +121,19 @@ def test_two_runners_share_out(tmp_path, capsys):
         state["runs"]["pre-pmlm"] = dict(status="stopped", seconds=3.0)
     assert "pre-mlm" not in stale["runs"]
     assert {n: r["status"] for n, r in reproduce.load_state(out)["runs"].items()} == {"pre-mlm": "done", "pre-pmlm": "stopped"}
+
+
+def test_paired_bootstrap():
+    """An ordering holds only beyond the noise of the sample: identical scores are within noise, a
+    margin on every example holds, a wide spread around a small margin does not."""
+    import significance
+    a = [float(i % 7) for i in range(300)]
+    mean, low, high = significance.paired_bootstrap(a, a)
+    assert (mean, low, high) == (0.0, 0.0, 0.0) and significance.verdict(">", low, high) == "within noise"
+    assert significance.verdict(">=", low, high) == "holds"
+    mean, low, high = significance.paired_bootstrap([x + 1 for x in a], a)
+    assert abs(mean - 1) < 1e-9 and significance.verdict(">", low, high) == "holds"
+    assert significance.verdict(">", *significance.paired_bootstrap(a, [x + 1 for x in a])[1:]) == "reversed"
+    noisy = [x + (20 if i % 2 else -19.8) for i, x in enumerate(a)]  # +0.1 on average, spread 20
+    mean, low, high = significance.paired_bootstrap(noisy, a)
+    assert low < 0 < mean < high and significance.verdict(">", low, high) == "within noise"
