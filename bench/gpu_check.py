@@ -3,7 +3,8 @@
     python bench/gpu_check.py --wheels                       # any machine: the wheels a GPU image lacks
     python bench/gpu_check.py --part tests-kernels --out gpu # the Triton kernel tests on CUDA (bf16 included)
     python bench/gpu_check.py --part tests-rest --out gpu    # the rest of the suite on CUDA
-    python bench/gpu_check.py --part bench --out gpu         # every bench/bench_*.py, with its target
+    python bench/gpu_check.py --part bench --out gpu         # every bench/bench_*.py, with its target (latency:
+                                                             # after reproduce.py --budget gpu made its checkpoints)
     python bench/gpu_check.py --part profile --out gpu       # a profiled `base` PMLM and ELMER training step
     python bench/gpu_check.py --part pmlm --out gpu          # `small` PMLM, Triton vs reference, 200 steps
 
@@ -44,6 +45,9 @@ BENCHES = [
      "NAR one pass >= 10x lower latency than AR beam 4"),
     ("bench/bench_dtype.py", ["--repeats", "6"], "bf16 autocast >= 1.5x the tokens/s of float32, losses equal to 2 digits"),
     ("bench/bench_mlae_encoder.py", ["--model", "base"], "encoder on unmasked tokens faster than on all (no set ratio)"),
+    # trained summarizers: the runner's (python bench/reproduce.py --budget gpu) checkpoints, AR first
+    ("bench/bench_latency.py", [f"checkpoints/reproduce-gpu/{r}/best.pt" for r in ("sum-t5", "elmer-hard", "nar-mlae-b")],
+     "ELMER one pass and Mask-Predict faster than AR beam 5 at batch 1, one pass faster than Mask-Predict"),
 ]
 H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 SXM, the MFU denominator
 
@@ -146,6 +150,11 @@ def part_tests(rep, files):
 def part_bench(rep):
     rows = []
     for script, extra, target in BENCHES:
+        absent = [a for a in extra if a.endswith(".pt") and not os.path.exists(os.path.join(ROOT, a))]
+        if absent:  # a benchmark of trained models, before the runner made them
+            rows.append([os.path.basename(script), target, "not run", "0", f"{absent[0]} missing: run "
+                         "python bench/reproduce.py --budget gpu first, then this part again"])
+            continue
         status, out, secs = rep.run([sys.executable, script] + extra)
         tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]
         rows.append([os.path.basename(script) + " " + " ".join(extra), target, status, f"{secs:.0f}",

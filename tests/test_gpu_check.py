@@ -30,6 +30,17 @@ def test_every_benchmark_is_run_with_a_target():
     assert all(os.path.exists(os.path.join(ROOT, f)) for f in gpu_check.KERNEL_TESTS)
 
 
+def test_a_benchmark_of_trained_models_waits_for_them(monkeypatch, tmp_path):
+    latency = [b for b in gpu_check.BENCHES if b[0] == "bench/bench_latency.py"]
+    assert latency and all(a.startswith("checkpoints/reproduce-gpu/") for a in latency[0][1])
+    monkeypatch.setattr(gpu_check, "BENCHES", [(latency[0][0], ["checkpoints/no-such-run/best.pt"], latency[0][2])])
+    monkeypatch.setattr(gpu_check.Report, "run", lambda *a, **k: pytest.fail("ran a benchmark without its checkpoints"))
+    rep = gpu_check.Report(str(tmp_path))
+    gpu_check.part_bench(rep)
+    text = open(rep.rows_path).read()
+    assert "not run" in text and "checkpoints/no-such-run/best.pt missing" in text and "reproduce.py --budget gpu" in text
+
+
 def test_wheel_list(monkeypatch, capsys):
     assert gpu_check.GPU_IMAGE_LACKS == ["rouge-score", "nltk"]
     build, install = gpu_check.wheel_commands(gpu_check.GPU_IMAGE_LACKS)
