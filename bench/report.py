@@ -14,8 +14,9 @@ from plan import BY_NAME, ORDERINGS, TABLES, parse_chain
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
 
 
-def environment():
+def environment(dtype_flag=None):
     import torch
+    from core.distributed import resolve_dtype
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -33,8 +34,11 @@ def environment():
                                 capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
+    # what --dtype (the scripts' default: auto) resolves to here: auto differs between CPUs
+    flag = dtype_flag or "auto"
+    dtype = str(resolve_dtype(flag, torch.device("cuda" if torch.cuda.is_available() else "cpu"))).split(".")[-1]
     return (f"CPU {cpu} ({os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); "
-            f"GPU {gpu}; Python {platform.python_version()}, torch {torch.__version__}, triton {tv}; commit {commit}")
+            f"GPU {gpu}; compute dtype {dtype} (--dtype {flag}); Python {platform.python_version()}, torch {torch.__version__}, triton {tv}; commit {commit}")
 
 
 def read_jsonl(path):
@@ -109,7 +113,7 @@ def write(args, fields, state, resolved):
              f"Written by `python bench/reproduce.py --budget {args.budget}` on {datetime.date.today()} "
              f"({datetime.datetime.now():%H:%M}). Pretraining: {fields['steps']} steps "
              f"(`{fields['train']}`); fine-tuning `{fields['finetune']}`; evaluation `{fields['eval'] or 'the whole test split'}`.",
-             "", f"Hardware and versions: {environment()}.", ""]
+             "", f"Hardware and versions: {environment(args.dtype)}.", ""]
     unavailable = state.get("unavailable", {})
 
     # pretraining against the unigram plateau

@@ -91,6 +91,8 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
                      r"sum-unilm-scratch [\d.]+ \| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\]; "
                      r"sum-mlm - sum-unilm-scratch: .* \| (holds|does not hold|within noise)", md)
     assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
+    # auto resolves per machine (bf16 on a CPU with bf16 instructions): the setting names the result
+    assert re.search(r"compute dtype (float32|bfloat16) \(--dtype auto\)", md)
     for name, why in unavailable.items():
         assert why in md, name
 
