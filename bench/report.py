@@ -80,10 +80,10 @@ def outputs_of(state, run_name):
 
 
 def compared(state, a, b, metric):
-    """significance.compare of two runs' outputs on a ROUGE metric, or None where it cannot be read
-    (not ROUGE, no outputs file, no rouge-score, different examples)."""
+    """significance.compare of two runs' outputs on a ROUGE metric or accuracy, or None where it
+    cannot be read (another metric, no outputs file, no rouge-score, different examples)."""
     pa, pb = outputs_of(state, a), outputs_of(state, b)
-    if not metric.startswith("rouge") or not pa or not pb:
+    if not (metric.startswith("rouge") or metric == "accuracy") or not pa or not pb:
         return None
     try:
         return significance.compare(pa, pb, metric)
@@ -182,10 +182,10 @@ def write(args, fields, state, resolved):
 
     # the orderings
     lines += ["## The papers' orderings here", "",
-              "A ROUGE ordering is read pair by pair from a paired bootstrap over the test examples both models "
-              "decoded (bench/significance.py): a pair holds where the 95% interval of the difference lies above "
-              "zero, is reversed where it lies below, and is within noise otherwise (`>=` holds unless reversed). "
-              "Other metrics compare the point values.", ""]
+              "A ROUGE or accuracy ordering is read pair by pair from a paired bootstrap over the test examples "
+              "both models were scored on (bench/significance.py): a pair holds where the 95% interval of the "
+              "difference lies above zero, is reversed where it lies below, and is within noise otherwise (`>=` "
+              "holds unless reversed). Other metrics (latency) compare the point values.", ""]
     rows = []
     for paper, claim, metric, chain in ORDERINGS:
         names, ops = parse_chain(chain)

@@ -4,8 +4,9 @@ replacement, and read the 95% interval of the mean per-example difference.
 
     python bench/significance.py A/outputs-best-test-sample1000.jsonl B/outputs-best-test-sample1000.jsonl
 
-The report of bench/reproduce.py reads every summarization ordering through it: "holds" only
-where the interval lies above zero.
+Summarization outputs are compared on ROUGE-1/2/L, classification outputs on accuracy. The report
+of bench/reproduce.py reads every ordering of either through it: "holds" only where the interval
+lies above zero.
 """
 import json
 import os
@@ -16,16 +17,30 @@ import numpy as np
 CACHE = {}  # (path, mtime, metric) -> per-example scores
 
 
+def read_rows(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def metrics_of(path):
+    """The metrics an outputs file is scored on: accuracy for classification, ROUGE otherwise."""
+    rows = read_rows(path)
+    return ("accuracy",) if rows and rows[0].get("task") == "classify" else ("rouge1", "rouge2", "rougeL")
+
+
 def per_example(path, metric="rougeL"):
-    """The per-example F1 (x100) of one of eval.py's outputs files, and its sources (to pair on)."""
+    """The per-example score (x100) of one of eval.py's outputs files: ROUGE F1, or accuracy (100 where
+    the predicted label is the reference); and its sources (to pair on)."""
     key = (path, os.path.getmtime(path), metric)
     if key not in CACHE:
-        from rouge_score import rouge_scorer
-        scorer = rouge_scorer.RougeScorer([metric], use_stemmer=True)
-        with open(path) as f:
-            rows = [json.loads(line) for line in f]
-        CACHE[key] = ([100 * scorer.score(r["reference"], r["prediction"])[metric].fmeasure for r in rows],
-                      [r["source"] for r in rows])
+        rows = read_rows(path)
+        if metric == "accuracy":
+            scores = [100.0 * (r["prediction"] == r["reference"]) for r in rows]
+        else:
+            from rouge_score import rouge_scorer
+            scorer = rouge_scorer.RougeScorer([metric], use_stemmer=True)
+            scores = [100 * scorer.score(r["reference"], r["prediction"])[metric].fmeasure for r in rows]
+        CACHE[key] = (scores, [r["source"] for r in rows])
     return CACHE[key]
 
 
@@ -61,6 +76,6 @@ def verdict(op, low, high):
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    for m in ("rouge1", "rouge2", "rougeL"):
+    for m in metrics_of(sys.argv[1]):
         mean, low, high = compare(sys.argv[1], sys.argv[2], m)
         print(f"{m}: A - B = {mean:+.2f}, 95% interval [{low:+.2f}, {high:+.2f}]: A > B {verdict('>', low, high)}")

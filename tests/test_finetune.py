@@ -99,6 +99,15 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     assert 0 <= rows[0]["accuracy"] <= 100 and 0 <= rows[0]["macro_f1"] <= 100
     assert rows[0]["arch"] == ("unilm" if objective == "pmlm" else objective)
     assert "accuracy" in capsys.readouterr().out
+    # per-example outputs beside the row, from which the bootstrap reads the same accuracy
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import significance
+    ckpt = os.path.join(out, "best.pt")
+    outputs = evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, "--data", task_files["test"]]))[1]
+    assert significance.metrics_of(outputs) == ("accuracy",)
+    scores, sources = significance.per_example(outputs, "accuracy")
+    assert len(scores) == rows[0]["n"] and abs(sum(scores) / len(scores) - rows[0]["accuracy"]) < 1e-9
+    assert significance.compare(outputs, outputs, "accuracy") == (0.0, 0.0, 0.0)
     if objective != "pmlm":  # the whole pretrained model loads, the encoder's weights unchanged until trained
         pre = torch.load(pretrained[objective], weights_only=True)["model"]
         state = torch.load(os.path.join(out, "best.pt"), weights_only=True)["model"]

@@ -90,6 +90,9 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert re.search(r"\| UniLMv2 \| PMLM > MLM > no pretraining \| rougeL \| sum-pmlm [\d.]+ > sum-mlm [\d.]+ > "
                      r"sum-unilm-scratch [\d.]+ \| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\]; "
                      r"sum-mlm - sum-unilm-scratch: .* \| (holds|does not hold|within noise)", md)
+    # classification orderings are read from the bootstrap too, over eval.py's per-example labels
+    assert re.search(r"\| AE\+PAR > AE only \| accuracy \| cls-pmlm [\d.]+ > cls-mlm [\d.]+ \| "
+                     r"cls-pmlm - cls-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (holds|does not hold|within noise)", md)
     assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
     # auto resolves per machine (bf16 on a CPU with bf16 instructions): the setting names the result
     assert re.search(r"compute dtype (float32|bfloat16) \(--dtype auto\)", md)
