@@ -5,7 +5,8 @@
     python eval.py CKPT --data my_test.jsonl --src-field article --tgt-field highlights
 
 Summarization: ROUGE-1/2/L F1 (rouge-score, stemming on), plus rows for the LEAD baselines
-(first 8 words, first sentence). Classification: accuracy and macro-F1. For every checkpoint:
+(first 8 words, first sentence). Classification: accuracy and macro-F1, plus a row for the majority
+class of the evaluated examples (what a model that ignores its input scores). For every checkpoint:
 the parameter count, the latency per sample at batch size 1 and the throughput at a large batch
 (the device is synchronised before every clock read; warm-up runs are excluded). A directory
 stands for every fine-tuned run under it (the best.pt of each). The table goes to stdout as
@@ -73,7 +74,7 @@ def get_args(argv=None):
                         "iteration (--no-adaptive-stop, as published; default: the fine-tuning's)")
     p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
-    p.add_argument("--no-lead", action="store_true", help="omit the LEAD baseline rows")
+    p.add_argument("--no-lead", action="store_true", help="omit the baseline rows (LEAD; classification's majority class)")
     p.add_argument("--exit-measure", default=None, choices=MEASURES,
                    help="elmer: the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
                         "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/exit_measures.py")
@@ -264,6 +265,16 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
     return row, outputs
 
 
+def majority_row(targets):
+    """Classification's floor, as LEAD is summarization's: the most frequent label of the evaluated
+    examples for every one of them, the best any model that ignores its input can score there."""
+    names = sorted(set(targets))
+    gold = [names.index(t) for t in targets]
+    top = max(range(len(names)), key=gold.count)
+    return dict(model="majority class", arch="-", params_M=0, n=len(targets), accuracy=100 * gold.count(top) / len(gold),
+                macro_f1=100 * macro_f1([top] * len(gold), gold, len(names)))
+
+
 def write_results(path, row, outputs, args):
     """Atomically, the row (with the settings) and the outputs, named by result_names."""
     json_path, outputs_path = result_names(path, args)
@@ -358,6 +369,8 @@ def main(argv=None):
         for name, words in (("LEAD-8", 8), ("LEAD-1sent", None)):
             rows.append(dict(model=name, arch="-", params_M=0, n=len(sources),
                              **rouge([lead(s, words) for s in sources], targets)))
+    if not args.no_lead and any(r.get("task") == "classify" for r in rows):
+        rows.append(majority_row(examples("classify", args).targets))
     data = f"{args.split} split" if args.data is None else args.data
     print(f"\n{data}{f' (a sample of {args.limit}, seed 0)' if args.limit else ''}, {device.type} ({str(dtype)[6:]}), beam {args.beam}\n")
     print(markdown(rows))

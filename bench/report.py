@@ -159,6 +159,11 @@ def write(args, fields, state, resolved):
         lines += ["LEAD baselines on the same test examples: " + "; ".join(
             f"{r['model']} {r['rouge1']:.2f} / {r['rouge2']:.2f} / {r['rougeL']:.2f}" for r in lead) + " (ROUGE-1/2/L).", ""]
 
+    majority = state.get("majority")
+    if majority:
+        lines += [f"Majority class on the same test examples (the best a classifier that ignores its input scores): "
+                  f"accuracy {majority['accuracy']:.2f}, macro-F1 {majority['macro_f1']:.2f}.", ""]
+
     # the exit curves, one per measure
     lines += ["## ELMER: the exit curves (hard exit, one checkpoint, a threshold per row)", "",
               "dec_flops: the decoder's multiply-adds relative to exit disabled (eval.py).", ""]

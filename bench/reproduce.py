@@ -377,6 +377,8 @@ def main(argv=None):
                                               if os.path.getmtime(f) >= t0 - 1)
                         state["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] \
                             or state.get("lead")
+                        state["majority"] = next((row for row in returned or [] if row.get("model") == "majority class"),
+                                                 state.get("majority"))
             ran += 1
             report.write(args, fields, state, resolved)
             print(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""), flush=True)

@@ -108,6 +108,11 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     scores, sources = significance.per_example(outputs, "accuracy")
     assert len(scores) == rows[0]["n"] and abs(sum(scores) / len(scores) - rows[0]["accuracy"]) < 1e-9
     assert significance.compare(outputs, outputs, "accuracy") == (0.0, 0.0, 0.0)
+    # the majority-class row: the floor of a classifier that ignores its input
+    with open(task_files["test"]) as f:
+        gold = [json.loads(line)["section"] for line in f if line.strip()]
+    top = max(set(gold), key=gold.count)
+    assert rows[-1]["model"] == "majority class" and rows[-1]["accuracy"] == 100 * gold.count(top) / len(gold)
     if objective != "pmlm":  # the whole pretrained model loads, the encoder's weights unchanged until trained
         pre = torch.load(pretrained[objective], weights_only=True)["model"]
         state = torch.load(os.path.join(out, "best.pt"), weights_only=True)["model"]

@@ -94,6 +94,7 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert re.search(r"\| AE\+PAR > AE only \| accuracy \| cls-pmlm [\d.]+ > cls-mlm [\d.]+ \| "
                      r"cls-pmlm - cls-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (holds|does not hold|within noise)", md)
     assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
+    assert re.search(r"Majority class on the same test examples .*: accuracy [\d.]+, macro-F1 [\d.]+", md)
     # auto resolves per machine (bf16 on a CPU with bf16 instructions): the setting names the result
     assert re.search(r"compute dtype (float32|bfloat16) \(--dtype auto\)", md)
     for name, why in unavailable.items():
