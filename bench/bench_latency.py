@@ -13,7 +13,9 @@ rounds of that sum over the baseline's. FLOPs: torch.utils.flop_counter over one
 source with the reference attention (the Triton kernels are invisible to the counter; the work is
 the same), 2 per multiply-add. NAR against AR is not equal work: AR decodes token by token, so its
 time ratio may sit far from its FLOP ratio; that gap, the sequential steps, is what the papers
-measure. Clock reads are preceded by a device synchronise (core.timing.clock).
+measure. Clock reads are preceded by a device synchronise (core.timing.clock). --dtype is
+eval.py's (auto: bf16 autocast where eval.py would use it), so the time is that of the decoding
+whose ROUGE eval.py reports; FLOPs are counted the same in either dtype.
 """
 import argparse
 import os
@@ -27,10 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as evaluate  # noqa: E402
 import kernels  # noqa: E402
 from core import checkpoint  # noqa: E402
+from core.distributed import resolve_dtype  # noqa: E402
 from core.errors import UserError, main_guard  # noqa: E402
 from core.finetuning import summarize  # noqa: E402
 from core.model import count_parameters  # noqa: E402
 from core.timing import clock  # noqa: E402
+from core.training import add_dtype_flag, autocast  # noqa: E402
 
 
 def get_args(argv=None):
@@ -41,6 +45,7 @@ def get_args(argv=None):
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds over the sources")
     p.add_argument("--beam", type=int, default=5, help="AR beam size (eval.py's default)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    add_dtype_flag(p)
     args = p.parse_args(argv)
     if args.n < 1 or args.repeats < 1:
         raise UserError("--n and --repeats: at least 1")
@@ -75,13 +80,14 @@ def main(argv=None):
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
     data = ["--data", args.data] if args.data else []
+    dtype = resolve_dtype(args.dtype, device)
     sources = evaluate.examples("summarize", evaluate.get_args(data + ["--limit", str(args.n)])).sources
     runs, rows = [], []
     for path in args.checkpoints:
         run, row = decoder_of(path, args, device)
         runs.append(run)
         rows.append(row)
-    with torch.no_grad():
+    with torch.no_grad(), autocast(device, dtype):
         for run, row in zip(runs, rows):
             row["flops"] = flops_of(run, sources)
             run(sources[0])  # warm-up
@@ -94,7 +100,8 @@ def main(argv=None):
                     spent[k] += clock(device, lambda: runs[k](src))
             rounds.append(spent)
             print(f"\r  round {r + 1}/{args.repeats}", end="" if r + 1 < args.repeats else "\n", file=sys.stderr, flush=True)
-    print(f"\n{len(sources)} test sources at batch 1, {args.repeats} interleaved rounds, {device.type}, "
+    print(f"\n{len(sources)} test sources at batch 1, {args.repeats} interleaved rounds, {device.type} "
+          f"({str(dtype)[6:]}, --dtype {args.dtype}), "
           f"{torch.get_num_threads()} thread(s); ratios against {rows[0]['model']}\n")
     print("| run | arch | decoding | params (M) | ms / sample | time ratio | GFLOPs / sample | FLOP ratio |")
     print("|---|---|---|---|---|---|---|---|")

@@ -61,8 +61,9 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         import bench_latency
         flags = [ckpt, ckpt, "--data", task_files["test"], "--n", "3", "--repeats", "2"]
-        narrow, wide = (bench_latency.main(flags + ["--beam", b]) for b in ("1", "3"))
-        assert "| time ratio |" in capsys.readouterr().out
+        narrow, wide = (bench_latency.main(flags + ["--beam", b, "--dtype", d]) for b, d in (("1", "float32"), ("3", "bfloat16")))
+        printed = capsys.readouterr().out
+        assert "| time ratio |" in printed and "(float32, --dtype float32)" in printed and "(bfloat16, --dtype bfloat16)" in printed
         assert narrow[0]["flops"] > 0 and narrow[1]["flop_ratio"] == 1.0 and wide[0]["flops"] > narrow[0]["flops"]
         assert all(r["ms"] > 0 and r["time_ratio"] > 0 and r["decoding"] for r in narrow + wide)
         assert (narrow[0]["decoding"], wide[0]["decoding"]) == ("greedy", "beam 3")
