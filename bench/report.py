@@ -140,7 +140,8 @@ def write(args, fields, state, resolved):
         for name in names.split():
             got = results(state, "eval-" + name)
             pre, gap = gap_of(out, resolved, name)
-            note = "" if gap is None or gap >= PLATEAU else f"PLATEAU ({pre}: {gap:.2f})"
+            note = ("none" if pre is None else f"{pre}: not run" if gap is None else
+                    f"{pre} ({gap:.2f} under)" if gap >= PLATEAU else f"PLATEAU ({pre}: {gap:.2f})")
             if not got:
                 rows.append([name, BY_NAME[name].label, unavailable.get(name) or unavailable.get("eval-" + name) or
                              {"done": "trained, not evaluated"}.get(state["runs"].get(name, {}).get("status"), "not run")])
