@@ -142,7 +142,7 @@ def write(args, fields, state, resolved):
             pre, gap = gap_of(out, resolved, name)
             note = ("none" if pre is None else f"{pre}: not run" if gap is None else
                     f"{pre} ({gap:.2f} under)" if gap >= PLATEAU else f"PLATEAU ({pre}: {gap:.2f})")
-            if not got:
+            if not got or name in unavailable or "eval-" + name in unavailable:
                 rows.append([name, BY_NAME[name].label, unavailable.get(name) or unavailable.get("eval-" + name) or
                              {"done": "trained, not evaluated"}.get(state["runs"].get(name, {}).get("status"), "not run")])
                 continue

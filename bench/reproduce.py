@@ -25,7 +25,6 @@ re-read and updated under its own lock after every run, so neither runner loses 
 """
 import argparse
 import contextlib
-import fcntl
 import glob
 import io
 import json
@@ -41,6 +40,8 @@ sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
 
 from plan import BUDGETS, BY_NAME, PLAN, fill  # noqa: E402
 import report  # noqa: E402
+from runstate import (claim, command, estimate, kind_of, load_state, locked_state, progress_of,  # noqa: E402,F401
+                      ran_otherwise, save_state)
 
 STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
 
@@ -101,10 +102,6 @@ def resolve(run, fields, out, dtype=None):
     return argv, needs
 
 
-def command(run, argv):
-    return f"python {run.script}.py {shlex.join(argv)}"
-
-
 def scripts():
     """The three scripts' modules, imported once (in-process runs skip a 6 s import each)."""
     import eval as evaluate_script
@@ -127,93 +124,6 @@ def rejected(module, argv):
     except UserError as e:
         return str(e)
     return None
-
-
-# -----------------------------------------------------------------------------
-# what is done: the runs' own files
-
-def load_state(out):
-    path = os.path.join(out, "state.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    return dict(runs={})
-
-
-def save_state(out, state):
-    path = os.path.join(out, "state.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(state, f, indent=1)
-    os.replace(path + ".tmp", path)
-
-
-@contextlib.contextmanager
-def locked_state(out):
-    """state.json as it is on disk now, saved back on leaving, with no other runner in between:
-    two runners sharing OUT each update only their own runs' records."""
-    with open(os.path.join(out, "state.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        state = load_state(out)
-        yield state
-        save_state(out, state)
-
-
-def claim(out, name):
-    """An exclusive lock on run NAME for this process (None if another runner holds it). The
-    kernel releases it when the process ends, so a killed runner leaves no stale lock."""
-    os.makedirs(os.path.join(out, "locks"), exist_ok=True)
-    f = open(os.path.join(out, "locks", name + ".lock"), "w")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        return None
-    return f
-
-
-def progress_of(run, argv, fields, out, state):
-    """(fraction done in [0, 1], a last.pt to resume from or None). Train: the checkpoint's step
-    against the budget's; finetune: its step against its steps and its epochs against the
-    budget's; eval: the files recorded for this exact command, newer than the checkpoint."""
-    import torch
-    if run.script == "eval":
-        rec = state["runs"].get(run.name, {})
-        ckpt = argv[0]
-        files = rec.get("files") or []
-        fresh = files and os.path.exists(ckpt) and all(
-            os.path.exists(f) and os.path.getmtime(f) >= os.path.getmtime(ckpt) for f in files)
-        return (1.0 if fresh and rec.get("command") == command(run, argv) else 0.0), None
-    last = os.path.join(out, run.name, "last.pt")
-    if not os.path.exists(last):
-        return 0.0, None
-    ck = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
-    step, a = ck["step"], ck["args"]
-    if run.script == "train":
-        return min(1.0, step / fields["steps"]), last
-    if a["epochs"] < fields["epochs"]:
-        return step / a["steps"] * a["epochs"] / fields["epochs"], last
-    return min(1.0, step / a["steps"]), last
-
-
-def kind_of(run):
-    """What a run's time is estimated from: its script, with ELMER's runs apart (its pretraining
-    makes k passes, its fine-tuning projects the vocabulary at every off-ramp)."""
-    elmer = "elmer" in run.flags or run.script == "finetune" and "--exit" in run.flags
-    return run.script + "_elmer" * (elmer and run.script != "eval")
-
-
-def estimate(run, fields, state):
-    """Seconds for the whole run: the mean measured time of finished runs of its kind here, else
-    the budget's figure (per step for pretraining, per epoch for fine-tuning)."""
-    key = kind_of(run)
-    same = [r["seconds"] for name, r in state["runs"].items()
-            if name in BY_NAME and kind_of(BY_NAME[name]) == key and r.get("status") == "done"]
-    if same:
-        return sum(same) / len(same)
-    s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
-    if not fields.get("scale", True):  # the budget's figures are per run
-        return s
-    return s * (fields["steps"] if run.script == "train" else fields["epochs"] if run.script == "finetune" else 1)
 
 
 # -----------------------------------------------------------------------------
@@ -296,23 +206,29 @@ def main(argv=None):
     mods = scripts()
     resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in PLAN}
     runs = select(PLAN, resolved, args.only, args.skip)
-    if args.report_only:
-        print(f"wrote {report.write(args, fields, state, resolved)}")
-        return 0
 
-    # what each run needs before it can start: a flag this checkout has, no TODO note
+    # what each run of the plan needs before it can start (every run, whatever --only picks, so that
+    # runners sharing OUT record the same): a flag this checkout has, no TODO note, and no result
+    # of other flags in its directory
     unavailable = {}
-    for r in runs:
+    for r in PLAN:
         why = r.todo or rejected(mods[r.script], resolved[r.name][0])
         if why:
             unavailable[r.name] = ("TODO: " if r.todo else "not on this branch: ") + why
+        elif recorded := ran_otherwise(r, resolved[r.name][0], args.out, state):
+            unavailable[r.name] = (f"ran with other flags than the plan's (`{recorded}`): "
+                                   f"move {os.path.join(args.out, r.name)} aside to run it again")
     changed = True
     while changed:
         changed = False
-        for r in runs:
+        for r in PLAN:
             bad = [d for d in resolved[r.name][1] if d in unavailable]
             if r.name not in unavailable and bad:
                 unavailable[r.name], changed = f"needs {bad[0]}", True
+    if args.report_only:
+        state["unavailable"] = unavailable
+        print(f"wrote {report.write(args, fields, state, resolved)}")
+        return 0
 
     state["unavailable"] = unavailable
     if BUDGETS[args.budget]["data"] == "subset":
@@ -322,7 +238,10 @@ def main(argv=None):
     for r in runs:
         argv_, _ = resolved[r.name]
         done, resume = progress_of(r, argv_, fields, args.out, state)
-        mark = "done" if done >= 1 else unavailable.get(r.name) or (
+        free = claim(args.out, r.name) if done < 1 else None  # None: another runner is running it
+        if free:
+            free.close()
+        mark = unavailable.get(r.name) or "done" if done >= 1 else unavailable.get(r.name) or ("" if free else "running in another runner, ") + (
             f"resume ({100 * done:.0f}%)" if resume else "to run")
         secs = 0.0 if done >= 1 or r.name in unavailable else estimate(r, fields, state) * (1 - done)
         total += secs
@@ -331,7 +250,7 @@ def main(argv=None):
         print(f"  {r.name:<24} {mark}" + (f" ~{report.fmt_secs(secs)}" if secs else "") +
               (f"\n      {command(r, argv_)}" if args.dry_run else ""))
     print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
-          + (f"; {len(unavailable)} cannot run here (listed above)" if unavailable else ""))
+          + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs)) else ""))
     if args.dry_run:
         return 0
 

@@ -104,6 +104,30 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert reproduce.main(["--budget", "tiny", "--out", out, "--quiet"]) == 0
     assert "left: 0 runs" in capsys.readouterr().out
 
+    # the plan edited after a run: a result of other flags is not the plan's row, and is not overwritten
+    with reproduce.locked_state(out) as state:
+        rec = state["runs"]["sum-mlae-unilm"]
+        rec["command"] = rec["command"].replace(" --mask-schedule none", "")
+    stamp = os.path.getmtime(os.path.join(out, "sum-mlae-unilm", "last.pt"))
+    assert reproduce.main(["--budget", "tiny", "--out", out, "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"^  sum-mlae-unilm +ran with other flags than the plan's \(`python finetune.py .*--style unilm "
+                     r"--train-data .*`\): move \S+sum-mlae-unilm aside", text, re.M)
+    assert re.search(r"^  eval-sum-mlae-unilm +needs sum-mlae-unilm", text, re.M) and "left: 0 runs" in text
+    assert os.path.getmtime(os.path.join(out, "sum-mlae-unilm", "last.pt")) == stamp
+    with open(os.path.join(out, "RESULTS.md")) as f:
+        assert re.search(r"^\| sum-mlae-unilm \| [^|]+ \| ran with other flags", f.read(), re.M)
+
+
+def test_flags_a_run_may_change_between_sittings():
+    """More --steps or --epochs extend a run, --dtype may differ per sitting, --resume and --overwrite
+    are the runner's: none of them makes a recorded run another run; any other flag does."""
+    import runstate
+    base = "python finetune.py --init x/last.pt --epochs 2 --out o/sum"
+    assert runstate.what_it_ran(base) == runstate.what_it_ran(
+        "python finetune.py --init x/last.pt --epochs 4 --out o/sum --dtype bfloat16 --resume")
+    assert runstate.what_it_ran(base) != runstate.what_it_ran(base + " --mask-schedule none")
+
 
 def test_two_runners_share_out(tmp_path, capsys):
     """Two runners on one OUT: a run another runner holds is skipped (and the lock goes with its
