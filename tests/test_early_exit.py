@@ -106,14 +106,14 @@ def test_scatter_then_gather_roundtrip_keeps_exited_rows():
     """A layer on the active rows only: exited rows come out bit-identical, with the gradient of
     the layer's input flowing only through the active ones."""
     g = torch.Generator().manual_seed(3)
-    active = torch.rand(4, 9, generator=g) < 0.5
-    h = torch.randn(36, 16, generator=g, requires_grad=True)
+    active = (torch.rand(4, 9, generator=g) < 0.5).to(DEVICE)
+    h = torch.randn(36, 16, generator=g).to(DEVICE).requires_grad_()
     index = ee.active_index(active)
     out = ee.scatter_rows(h, index, ee.gather_rows(h, index) * 2)
     assert torch.equal(out[~active.view(-1)], h[~active.view(-1)])
     assert torch.equal(out[active.view(-1)], 2 * h[active.view(-1)])
     out.sum().backward()
-    assert torch.equal(h.grad, torch.where(active.view(-1, 1), 2.0, 1.0).expand(36, 16))
+    assert torch.equal(h.grad, torch.where(active.view(-1, 1), 2.0, 1.0).expand(36, 16).to(h.grad))
 
 
 def test_dispatch(monkeypatch):

@@ -306,15 +306,17 @@ def test_fused_offramp_loss_equals_the_logits_and_allocates_no_logits(monkeypatc
     torch.manual_seed(0)
     Vbig = 512
     cfg = preset("tiny", vocab_size=Vbig, n_dec_layers=2, dropout=0.0)
-    model = ELMER(cfg, dec_len=8, exit_train="all")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # the kernel's device (CPU: the interpreter)
+    model = ELMER(cfg, dec_len=8, exit_train="all").to(dev)
     g = torch.Generator().manual_seed(5)
     src = torch.randint(6, Vbig, (12, 6), generator=g)
     tgt = torch.randint(6, Vbig, (12, 8), generator=g)
     tgt[3, 5:] = IGNORE
-    valid = torch.ones(12, 6, dtype=torch.bool)
+    src, tgt = src.to(dev), tgt.to(dev)
+    valid = torch.ones(12, 6, dtype=torch.bool, device=dev)
     n_rows = int((tgt != IGNORE).sum())
     assert n_rows > cfg.d_model  # an (n, V) tensor is then larger than the (V, C) embedding
-    lplm = torch.full((12, 1, 8), 2)  # LPLM with every token at the top: n rows at one off-ramp
+    lplm = torch.full((12, 1, 8), 2, device=dev)  # LPLM with every token at the top: n rows at one off-ramp
     for exits in (None, lplm):
         res = {}
         for backend in ("reference", "triton"):

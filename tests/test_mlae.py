@@ -13,6 +13,7 @@ from core.mlae import MLAE, decoder_inputs, mlae_example, collate
 from core.t5 import IGNORE
 from core.tokenizer import MASK
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the kernel's device (CPU: the interpreter)
 V = 120
 
 
@@ -119,16 +120,16 @@ def test_b_cross_attention_sees_the_latents_positions(backend):
     import kernels
     if backend == "triton":
         pytest.importorskip("kernels.pseudo_attention")
-    batch, _ = batch_of(windows())
+    batch = batch_of(windows())[0].to(DEVICE)
     dec_tok, dec_pos, dec_valid, predict, _ = decoder_inputs(batch, "b", MASK)
     cfg = preset("tiny", vocab_size=V, n_dec_layers=1, dropout=0.0)
-    latents = tiny_model("b").encode(batch.enc_tok, batch.enc_pos, batch.enc_valid).detach()
+    latents = tiny_model("b").to(DEVICE).encode(batch.enc_tok, batch.enc_pos, batch.enc_valid).detach()
     b, j = 1, 4  # the fifth latent of the second text
     moved_pos = batch.enc_pos.clone()
     moved_pos[b, j] += 9
     for bias in (True, False):
         torch.manual_seed(0)
-        model = MLAE(cfg, "b", cross_rel_pos=bias).eval()
+        model = MLAE(cfg, "b", cross_rel_pos=bias).to(DEVICE).eval()
         with kernels.use_backend(backend), torch.no_grad():
             h0, h1 = (model.decode_masked(latents, p, batch.enc_valid, dec_tok, dec_pos, dec_valid)
                       for p in (batch.enc_pos, moved_pos))
@@ -143,8 +144,8 @@ def test_b_cross_attention_sees_the_latents_positions(backend):
         assert want.any() and torch.equal(moved[b] & dec_valid[b], want), (moved[b], want)
     # an older (b) checkpoint, without the table, loads with a zero one: the same function
     torch.manual_seed(0)
-    plain = MLAE(cfg, "b", cross_rel_pos=False).eval()
-    model = MLAE(cfg, "b").eval()
+    plain = MLAE(cfg, "b", cross_rel_pos=False).to(DEVICE).eval()
+    model = MLAE(cfg, "b").to(DEVICE).eval()
     model.load_state_dict(plain.state_dict())
     assert torch.equal(model.cross_rel_table, torch.zeros_like(model.cross_rel_table))
     with torch.no_grad():
@@ -158,10 +159,10 @@ def test_b_cross_bias_trains_the_same_through_the_kernel():
     import kernels
     pytest.importorskip("kernels.pseudo_attention")
     from core.mlae import mlae_loss_sums
-    batch, _ = batch_of(windows(n=2, length=(70, 53)))
+    batch = batch_of(windows(n=2, length=(70, 53)))[0].to(DEVICE)
     grads = {}
     for backend in ("reference", "triton"):
-        model = tiny_model("b").train()
+        model = tiny_model("b").to(DEVICE).train()
         with kernels.use_backend(backend):
             mlae_loss_sums(model, batch)["loss"].backward()
         grads[backend] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -290,7 +291,8 @@ def test_classify_under_two_processes(mlae_checkpoint, task_files, tmp_path):
     out = str(tmp_path / "c2")
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                         "finetune.py", "--init", os.path.join(mlae_checkpoint, "last.pt"), "--task", "classify",
-                        "--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", out] + FT,
+                        "--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", out,
+                        "--device", "cpu"] + FT,  # gloo: also on a machine with one GPU
                        cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     assert os.path.exists(os.path.join(out, "best.pt"))

@@ -338,11 +338,11 @@ def test_perturbation_of_an_unseen_key():
 
 
 def test_launcher_rejects_bad_inputs():
-    q = torch.randn(1, 1, 8, 16)
-    kind = torch.zeros(1, 8, dtype=torch.long)
+    q = torch.randn(1, 1, 8, 16, device=DEVICE)
+    kind = torch.zeros(1, 8, dtype=torch.long, device=DEVICE)
+    q24 = torch.randn(1, 1, 8, 24, device=DEVICE)
     with pytest.raises(AssertionError, match="head dim"):
-        pa.pseudo_attention(torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24),
-                            kind, kind, kind, kind)
+        pa.pseudo_attention(q24, q24, q24, kind, kind, kind, kind)
     with pytest.raises(AssertionError, match="must be \\(B, L\\)"):
         pa.pseudo_attention(q, q, q, kind[:, :5], kind, kind, kind)
     with pytest.raises(AssertionError, match="share one of"):
