@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from core.config import preset  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
-from core.distributed import Dist  # noqa: E402
+from core.distributed import Dist, resolve_dtype  # noqa: E402
 from core.elmer import ELMER, lplm_batch, lplm_loss_sums  # noqa: E402
 from core.finetuning import pretraining_window  # noqa: E402
 from core.model import UnifiedLM  # noqa: E402
@@ -27,7 +27,8 @@ from core.tokenizer import cached_tokenizer  # noqa: E402
 from core.training import TOKENIZER_CACHE, train_step  # noqa: E402
 
 
-def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cuda"):
+def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cuda", dtype="auto"):
+    """dtype as train.py's --dtype: auto is bf16 autocast on CUDA, as a training run there."""
     texts = pretraining_texts()[0]
     tok, _ = cached_tokenizer(texts, 8000, TOKENIZER_CACHE)
     stream = TokenStream(tok.encode(texts[:20000]), pretraining_window(objective, seq_len), 0, sep=tok.eos_id)
@@ -43,7 +44,7 @@ def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cud
         loss_sums = pmlm_loss_sums
     net = net.to(device)
     optimizer = make_optimizer(net, 1e-4, 0.01)
-    d = Dist(0, 1, 0, torch.device(device))
+    d = Dist(0, 1, 0, torch.device(device), resolve_dtype(dtype, torch.device(device)))
     args = SimpleNamespace(lr=1e-4, warmup=10, steps=1000, seed=0, clip=1.0)
     state = {"step": 0}
 

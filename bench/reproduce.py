@@ -41,7 +41,7 @@ sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
 from plan import BUDGETS, BY_NAME, PLAN, fill  # noqa: E402
 import report  # noqa: E402
 from runstate import (claim, command, estimate, kind_of, load_state, locked_state, progress_of,  # noqa: E402,F401
-                      ran_otherwise, save_state)
+                      ran_otherwise)
 
 STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
 
