@@ -196,22 +196,27 @@ def write(args, fields, state, resolved):
     for paper, claim, metric, chain in ORDERINGS:
         names, ops = parse_chain(chain)
         vals = [metrics.get(n, {}).get(metric) for n in names]
-        intervals = []
-        if None in vals:
-            verdict = "not measured (" + ", ".join(n for n, v in zip(names, vals) if v is None) + ")"
+        intervals, pairs = [], []
+        missing = [n for n, v in zip(names, vals) if v is None]
+        for a, b, op, va, vb in zip(names, names[1:], ops, vals, vals[1:]):
+            if va is None or vb is None:  # the pairs that exist are read all the same
+                continue
+            diff = compared(state, a, b, metric)
+            if diff is None:
+                pairs.append("holds" if {">": va > vb, ">=": va >= vb, "<": va < vb}[op] else "reversed")
+                continue
+            mean, low, high = diff
+            pairs.append(significance.verdict(op, low, high))
+            intervals.append(f"{a} - {b}: {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
+        if "reversed" in pairs:  # one reversed pair is enough, whatever is still to run
+            verdict = "does not hold" + (f" (not measured: {', '.join(missing)})" if missing else "")
+        elif missing:
+            verdict = "not measured (" + ", ".join(missing) + ")"
         else:
-            pairs = []
-            for a, b, op, va, vb in zip(names, names[1:], ops, vals, vals[1:]):
-                diff = compared(state, a, b, metric)
-                if diff is None:
-                    pairs.append("holds" if {">": va > vb, ">=": va >= vb, "<": va < vb}[op] else "reversed")
-                    continue
-                mean, low, high = diff
-                pairs.append(significance.verdict(op, low, high))
-                intervals.append(f"{a} - {b}: {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
-            verdict = ("does not hold" if "reversed" in pairs else "within noise" if "within noise" in pairs else "holds")
-            plateau = [p for p in {gap_of(out, resolved, n)[0] for n in names} if p and (gap_of_pre(out, p) or 0) < PLATEAU]
-            verdict += f" (on the plateau: {', '.join(sorted(plateau))})" if plateau else ""
+            verdict = "within noise" if "within noise" in pairs else "holds"
+        plateau = [p for p in {gap_of(out, resolved, n)[0] for n in names if n not in missing}
+                   if p and (gap_of_pre(out, p) or 0) < PLATEAU]
+        verdict += f" (on the plateau: {', '.join(sorted(plateau))})" if plateau else ""
         shown = " ".join(f"{n} {fmt(v)}" if i == len(names) - 1 else f"{n} {fmt(v)} {ops[i]}"
                          for i, (n, v) in enumerate(zip(names, vals)))
         rows.append([paper, claim, metric, shown, "; ".join(intervals), verdict])
