@@ -3,8 +3,9 @@
     python train.py                                   # a small PMLM on the embedded corpus
     torchrun --nproc_per_node=4 train.py --model base # the same code on 4 GPUs (or CPU processes)
 
-Objectives: pmlm (UniLMv2: --losses ae+par | ae | par), mlm (the RoBERTa-style baseline,
-= pmlm with --losses ae), t5 (the T5-style encoder-decoder with span corruption), t5-nar (the
+Objectives: pmlm (UniLMv2: --losses ae+par | ae | par, every one masking as PMLM does: the
+ablations of its section 4.6), mlm (the RoBERTa-style baseline: --losses ae with BERT's 80/10/10,
+whose 10% kept tokens a [P] must not see), t5 (the T5-style encoder-decoder with span corruption), t5-nar (the
 same corruption, a bidirectional decoder fed one [MASK] per target token and a length
 predictor: the MLAE paper's T5-NAR, core/nar.py), mlae (core/mlae.py: encoder on the unmasked
 tokens, light decoder --decoder b|a, default b) and elmer (ELMER's LPLM: --permutations exit-layer
@@ -88,7 +89,7 @@ def get_args(argv=None):
     if not args.resume:  # resuming, the checkpoint's objective decides (and changed flags are refused)
         o = args.objective
         refuse_unused(args, dict(
-            losses=(o == "pmlm", "to --objective pmlm (mlm is pmlm with --losses ae)"),
+            losses=(o == "pmlm", "to --objective pmlm (mlm is --losses ae with BERT's 80/10/10)"),
             enc_layers=(o in ("t5", "mlae", "elmer"), "to --objective t5, mlae or elmer"),
             dec_layers=(o in ("t5", "mlae", "elmer"), "to --objective t5, mlae or elmer"),
             decoder=(o == "mlae", "to --objective mlae"),
@@ -193,7 +194,7 @@ def run(args, d):
     def batches_of(stream, first, count):
         """This process's micro-batches for examples [first, first + count) of the stream."""
         idx = list(range(first, first + count))
-        make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses))
+        make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses, keep=0.1 if args.objective == "mlm" else 0.0))
         make = (lambda ix: mlae_batch(stream, ix, tok)) if mlae else make
         make = (lambda ix: t5_nar_batch(stream, ix, tok)) if t5nar else make
         if elmer:

@@ -4,8 +4,8 @@ the AE-only baseline corrupts BERT's way (80% [MASK] / 10% random / 10% kept, Ro
 PMLM has no kept tokens (90% [MASK] / 10% random: a [P] must not see its original, core/pmlm.py),
 and a kept token is one the model can copy. Here every checkpoint reads the same held-out windows
 under each corruption, and the loss is reported over every AE target and over the [MASK]ed,
-random and kept ones apart. The appended part of a PMLM batch changes no AE prediction (context
-attends to context only), so an MLM reads PMLM's batches as it reads its own.
+random and kept ones apart. The AE part alone is fed (losses "ae"): the appended part of a PMLM
+batch changes no AE prediction, since context attends to context only.
 
     OMP_NUM_THREADS=1 python bench/ae_probe.py checkpoints/reproduce-cpu/pre-pmlm/last.pt \\
         checkpoints/reproduce-cpu/pre-mlm/last.pt
@@ -28,13 +28,13 @@ from core.pmlm import IGNORE, pmlm_batch  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
 from kernels import PSEUDO  # noqa: E402
 
-CORRUPTIONS = {"80/10/10 (MLM's)": "ae", "90/10 (PMLM's)": "ae+par"}
+CORRUPTIONS = {"80/10/10 (MLM's)": 0.1, "90/10 (PMLM's)": 0.0}  # the share of masked tokens kept
 
 
 @torch.no_grad()
 def probe(path, n, batch):
     """{corruption: {part: (loss, count)}} for one checkpoint, and its label."""
-    state = checkpoint.load(path, ("pretrain/pmlm", "pretrain/mlm"), need=("step",))
+    state = checkpoint.load(path, ("pretrain/pmlm", "pretrain/mlm"), need=("step",))  # PMLM's ablations too
     model = UnifiedLM(ModelConfig.from_dict(state["model_config"]))
     model.load_state_dict(state["model"])
     model.eval()
@@ -45,10 +45,10 @@ def probe(path, n, batch):
     stream = TokenStream(tok.encode(valid_texts), pretraining_window("pmlm", int(args["seq_len"])),
                          int(args["seed"]) + 1, sep=tok.eos_id)
     out = {}
-    for name, losses in CORRUPTIONS.items():
+    for name, keep in CORRUPTIONS.items():
         sums = {k: [0.0, 0] for k in ("all", "[MASK]", "random", "kept")}
         for start in range(0, n, batch):
-            b = pmlm_batch(stream, list(range(start, min(n, start + batch))), tok, losses)
+            b = pmlm_batch(stream, list(range(start, min(n, start + batch))), tok, "ae", keep=keep)
             sel = (b.target != IGNORE) & (b.kind != PSEUDO)  # the AE targets
             logits = model(b.tokens, b.pos, b.seg, b.kind, b.step, b.valid, predict=sel).float()
             ce = F.cross_entropy(logits, b.target[sel], reduction="none")

@@ -10,8 +10,10 @@ Each appended token has the position id and segment of the masked token it copie
 attention rule (kernels/reference.py) then gives exactly Figure 5: context sees context only, the
 [P] of step s sees the context, the originals of earlier steps and the [P]s of its own step.
 L_AE is the cross-entropy at the masked positions of the AE part, L_PAR at the [P] tokens.
-Ablations (section 4.6): losses "ae" (no appended part: the RoBERTa-style MLM baseline), "par"
-(the appended part, no AE loss), "ae+par".
+Ablations (section 4.6): losses "ae" (no appended part), "par" (the appended part, no AE loss),
+"ae+par". "The variants use the same masking strategy" (4.6), so every one of them masks as PMLM
+does (below); RoBERTa's MLM, the baseline of the papers' main tables (train.py --objective mlm),
+is losses "ae" with BERT's kept share (keep=0.1).
 
 What a [P] may see (equation 5): the [P]s of step i predict x_{M_i} from x minus M_{>=i}, so no
 [P] may see the original of any token still to be predicted. Section 4.1 also replaces masked
@@ -19,8 +21,8 @@ tokens BERT's way, 80% [MASK] / 10% random / 10% kept; but the AE part is the on
 [P] attends to, so a kept token would be visible to its own [P] (and to the [P]s of earlier
 steps): about 10% of L_PAR would be copying. The two statements cannot both hold in one shared
 context; equation 5 defines the objective, so with a PAR loss the kept share goes to [MASK]
-(90% [MASK] / 10% random: a random token says nothing about the original). The AE-only baseline
-(losses "ae", RoBERTa's MLM) keeps 80/10/10 exactly.
+(90% [MASK] / 10% random: a random token says nothing about the original). RoBERTa's MLM
+(losses "ae", keep=0.1) keeps 80/10/10 exactly.
 """
 import numpy as np
 import torch.nn.functional as F
@@ -50,13 +52,15 @@ def pretraining_sentence_pair(window, rng, sos, eos):
     return ids, seg, special
 
 
-def pmlm_example(ids, seg, special, rng, tok, losses="ae+par", vocab_size=None):
-    """Arrays of one PMLM example (see the module docstring)."""
+def pmlm_example(ids, seg, special, rng, tok, losses="ae+par", vocab_size=None, keep=0.0):
+    """Arrays of one PMLM example (see the module docstring). keep: the share of masked tokens left
+    as they are (BERT's 0.1, RoBERTa's MLM); only without a PAR loss, whose [P]s must not see them."""
+    assert keep == 0.0 or losses == "ae", "a kept token would be visible to its own [P] (equation 5)"
     vocab_size = vocab_size or tok.vocab_size
     n = len(ids)
     blocks = blockwise_mask(~special, rng)
     masked = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
-    p_mask = 0.8 if losses == "ae" else 0.9  # no kept originals in the context of a [P] (equation 5)
+    p_mask = 0.9 - keep  # 10% random; the kept share taken from [MASK]
     tokens = [corrupt(ids, masked, rng, tok.mask_id, tok.n_special, vocab_size, p_mask=p_mask)]
     pos, segs = [np.arange(n)], [seg]
     kind, step = [np.full(n, CONTEXT)], [np.zeros(n, dtype=np.int64)]
@@ -90,13 +94,13 @@ def collate(examples, pad_id, losses="ae+par"):
     return Batch(norm=counted.sum(), n_tokens=valid.sum(), valid=valid, **out)
 
 
-def pmlm_batch(stream, indices, tok, losses="ae+par"):
-    """The examples `indices` of a TokenStream, masked and collated."""
+def pmlm_batch(stream, indices, tok, losses="ae+par", keep=0.0):
+    """The examples `indices` of a TokenStream, masked and collated (keep: see pmlm_example)."""
     examples = []
     for i in indices:
         window, rng = stream.window_at(i)
         ids, seg, special = pretraining_sentence_pair(window, rng, tok.sos_id, tok.eos_id)
-        examples.append(pmlm_example(ids, seg, special, rng, tok, losses))
+        examples.append(pmlm_example(ids, seg, special, rng, tok, losses, keep=keep))
     return collate(examples, tok.pad_id, losses)
 
 
