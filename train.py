@@ -5,8 +5,8 @@
 
 Objectives: pmlm (UniLMv2: --losses ae+par | ae | par, every one masking as PMLM does: the
 ablations of its section 4.6), mlm (the RoBERTa-style baseline: --losses ae with BERT's 80/10/10,
-whose 10% kept tokens a [P] must not see), t5 (the T5-style encoder-decoder with span corruption), t5-nar (the
-same corruption, a bidirectional decoder fed one [MASK] per target token and a length
+whose 10% kept tokens a [P] must not see), t5 (the T5-style encoder-decoder with span
+corruption), t5-nar (the same corruption, a bidirectional decoder fed one [MASK] per target token and a length
 predictor: the MLAE paper's T5-NAR, core/nar.py), mlae (core/mlae.py: encoder on the unmasked
 tokens, light decoder --decoder b|a, default b) and elmer (ELMER's LPLM: --permutations exit-layer
 assignments per sequence, core/elmer.py). t5, t5-nar and mlae have the same depths
@@ -194,7 +194,8 @@ def run(args, d):
     def batches_of(stream, first, count):
         """This process's micro-batches for examples [first, first + count) of the stream."""
         idx = list(range(first, first + count))
-        make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses, keep=0.1 if args.objective == "mlm" else 0.0))
+        keep = 0.1 if args.objective == "mlm" else 0.0  # BERT's kept share: RoBERTa's MLM only
+        make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses, keep=keep))
         make = (lambda ix: mlae_batch(stream, ix, tok)) if mlae else make
         make = (lambda ix: t5_nar_batch(stream, ix, tok)) if t5nar else make
         if elmer:

@@ -36,7 +36,8 @@ def finetune(name, init, flags, label, todo=""):
 
 PRETRAIN = [
     pretrain("pmlm", "--objective pmlm", "PMLM, AE+PAR (UniLMv2)"),
-    # train.py's mlm is pmlm --losses ae (80/10/10 masking): UniLMv2 4.6's AE-only row and RoBERTa's MLM
+    # train.py's mlm: the AE loss with BERT's 80/10/10, RoBERTa's MLM (the papers' main baselines);
+    # pmlm --losses ae is UniLMv2 4.6's AE-only variant, masking as PMLM does
     pretrain("mlm", "--objective mlm", "MLM, 80/10/10 (RoBERTa)"),
     pretrain("pmlm-ae", "--objective pmlm --losses ae", "PMLM, AE only, PMLM's masking (UniLMv2 4.6)"),
     pretrain("pmlm-par", "--objective pmlm --losses par", "PMLM, PAR only (UniLMv2 4.6)"),

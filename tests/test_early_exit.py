@@ -11,7 +11,7 @@ from kernels import reference
 
 ee = pytest.importorskip("kernels.early_exit")
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+from conftest import DEVICE  # noqa: E402
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # off-ramp (entropy, lse) absolute tolerances: both sides multiply the same low-precision inputs
 # exactly in float32 and differ only in summation order; fp32 runs IEEE dots on both sides

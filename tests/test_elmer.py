@@ -306,7 +306,7 @@ def test_fused_offramp_loss_equals_the_logits_and_allocates_no_logits(monkeypatc
     torch.manual_seed(0)
     Vbig = 512
     cfg = preset("tiny", vocab_size=Vbig, n_dec_layers=2, dropout=0.0)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"  # the kernel's device (CPU: the interpreter)
+    from conftest import DEVICE as dev
     model = ELMER(cfg, dec_len=8, exit_train="all").to(dev)
     g = torch.Generator().manual_seed(5)
     src = torch.randint(6, Vbig, (12, 6), generator=g)

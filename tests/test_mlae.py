@@ -7,13 +7,12 @@ import pytest
 import torch
 
 import train
-from conftest import TINY, read_log, write_task_files
+from conftest import DEVICE, TINY, read_log, write_task_files
 from core.config import preset
 from core.mlae import MLAE, decoder_inputs, mlae_example, collate
 from core.t5 import IGNORE
 from core.tokenizer import MASK
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the kernel's device (CPU: the interpreter)
 V = 120
 
 
