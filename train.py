@@ -3,9 +3,9 @@
     python train.py                                   # a small PMLM on the embedded corpus
     torchrun --nproc_per_node=4 train.py --model base # the same code on 4 GPUs (or CPU processes)
 
-Objectives: pmlm (UniLMv2: --losses ae+par | ae | par, every one masking as PMLM does: the
-ablations of its section 4.6), mlm (the RoBERTa-style baseline: --losses ae with BERT's 80/10/10,
-whose 10% kept tokens a [P] must not see), t5 (the T5-style encoder-decoder with span
+Objectives: pmlm (UniLMv2: --losses ae+par | ae | par, the ablations of its section 4.6, every
+one masking BERT's way, 80/10/10, as its section 4.1 does; --keep 0 gives 90/10), mlm (the
+RoBERTa-style baseline: pmlm --losses ae), t5 (the T5-style encoder-decoder with span
 corruption), t5-nar (the same corruption, a bidirectional decoder fed one [MASK] per target token and a length
 predictor: the MLAE paper's T5-NAR, core/nar.py), mlae (core/mlae.py: encoder on the unmasked
 tokens, light decoder --decoder b|a, default b) and elmer (ELMER's LPLM: --permutations exit-layer
@@ -33,7 +33,7 @@ from core.model import EncoderDecoder, UnifiedLM, count_parameters
 from core.optim import make_optimizer
 from core.mlae import MLAE, VARIANTS, mlae_batch, mlae_loss_sums
 from core.nar import NARModel, t5_nar_batch, t5_nar_loss_sums
-from core.pmlm import LOSSES, pmlm_batch, pmlm_loss_sums
+from core.pmlm import KEEP, LOSSES, pmlm_batch, pmlm_loss_sums
 from core.t5 import t5_batch, t5_loss_sums
 from core.elmer import ELMER, elmer_depth, lplm_batch, lplm_loss_sums
 from core.progress import Progress, fmt_duration
@@ -54,6 +54,9 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5", "t5-nar", "mlae", "elmer"])
     p.add_argument("--losses", default="ae+par", choices=LOSSES, help="PMLM ablations (UniLMv2 4.6)")
+    p.add_argument("--keep", type=float, default=KEEP,
+                   help="pmlm, mlm: share of the masked tokens left as they are (UniLMv2 4.1: 80%% [MASK] / 10%% "
+                        "random / 10%% kept); 0 gives 90/10, which hides every target from the [P]s (equation 5)")
     p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
     p.add_argument("--dec-layers", type=int, default=None,
                    help="t5, t5-nar, mlae: decoder layers (default 1/2/4 at tiny/small/base, MLAE's); elmer: default as the encoder")
@@ -89,7 +92,8 @@ def get_args(argv=None):
     if not args.resume:  # resuming, the checkpoint's objective decides (and changed flags are refused)
         o = args.objective
         refuse_unused(args, dict(
-            losses=(o == "pmlm", "to --objective pmlm (mlm is --losses ae with BERT's 80/10/10)"),
+            losses=(o == "pmlm", "to --objective pmlm (mlm is pmlm --losses ae)"),
+            keep=(o in ("pmlm", "mlm"), "to --objective pmlm or mlm"),
             enc_layers=(o in ("t5", "mlae", "elmer"), "to --objective t5, mlae or elmer"),
             dec_layers=(o in ("t5", "mlae", "elmer"), "to --objective t5, mlae or elmer"),
             decoder=(o == "mlae", "to --objective mlae"),
@@ -99,6 +103,8 @@ def get_args(argv=None):
             vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)", True)))
     if args.objective == "mlm":
         args.losses = "ae"
+    if not 0.0 <= args.keep <= 0.9:
+        raise UserError(f"--keep {args.keep} is not a share of the masked tokens in [0, 0.9] (10% always go random)")
     return args
 
 
@@ -118,6 +124,8 @@ def run(args, d):
     args, state, ckpt_path = start_or_resume(args, ("pretrain/",), RESUMABLE, d)
     if state is not None and args.objective in ("mlae", "t5-nar"):
         args.cross_rel_pos = "cross_rel_table" in state["model"]  # as trained: older runs had no table
+    if state is not None and "keep" not in state["args"]:
+        args.keep = 0.1 if args.objective == "mlm" else 0.0  # written before the flag: as it trained
     if state is not None and "length_grad" not in state["args"]:
         args.length_grad = True  # written before the flag: the length loss reached the encoder
     if args.seq_len < 8:
@@ -194,8 +202,7 @@ def run(args, d):
     def batches_of(stream, first, count):
         """This process's micro-batches for examples [first, first + count) of the stream."""
         idx = list(range(first, first + count))
-        keep = 0.1 if args.objective == "mlm" else 0.0  # BERT's kept share: RoBERTa's MLM only
-        make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses, keep=keep))
+        make = (lambda ix: t5_batch(stream, ix, tok)) if t5 else (lambda ix: pmlm_batch(stream, ix, tok, args.losses, keep=args.keep))
         make = (lambda ix: mlae_batch(stream, ix, tok)) if mlae else make
         make = (lambda ix: t5_nar_batch(stream, ix, tok)) if t5nar else make
         if elmer:

@@ -1,8 +1,8 @@
 """The held-out AE loss of PMLM and MLM checkpoints under one corruption, split by what the input
-shows at each predicted position. train.py's `valid_ae_loss` is not comparable between the two:
-the AE-only baseline corrupts BERT's way (80% [MASK] / 10% random / 10% kept, RoBERTa), while
-PMLM has no kept tokens (90% [MASK] / 10% random: a [P] must not see its original, core/pmlm.py),
-and a kept token is one the model can copy. Here every checkpoint reads the same held-out windows
+shows at each predicted position. train.py's `valid_ae_loss` is not comparable between runs of
+other corruptions: BERT's way (80% [MASK] / 10% random / 10% kept, UniLMv2 4.1, the default)
+leaves 10% of the targets in view, which a model learns to copy, and `--keep 0` (90% [MASK] / 10%
+random, core/pmlm.py) leaves none. Here every checkpoint reads the same held-out windows
 under each corruption, and the loss is reported over every AE target and over the [MASK]ed,
 random and kept ones apart. The AE part alone is fed (losses "ae"): the appended part of a PMLM
 batch changes no AE prediction, since context attends to context only.
@@ -28,7 +28,7 @@ from core.pmlm import IGNORE, pmlm_batch  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
 from kernels import PSEUDO  # noqa: E402
 
-CORRUPTIONS = {"80/10/10 (MLM's)": 0.1, "90/10 (PMLM's)": 0.0}  # the share of masked tokens kept
+CORRUPTIONS = {"80/10/10": 0.1, "90/10 (--keep 0)": 0.0}  # the share of masked tokens kept
 
 
 @torch.no_grad()

@@ -55,8 +55,11 @@ def pretraining(out, name):
         return None
     r = evals[-1]
     # the text tokens' loss where an objective reports one (span corruption's sentinels and
-    # [EOS] are easy targets that would take its loss under the unigram entropy on their own)
-    key = next(k for k in ("valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_loss") if k in r)
+    # [EOS] are easy targets that would take its loss under the unigram entropy on their own), and
+    # a masked LM's over the targets not in view (a kept token can be copied: core/pmlm.py)
+    keys = ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_hidden_loss",
+            "valid_par_loss")
+    key = next(k for k in keys if k in r)
     return r["step"], r[key], key[6:], r["unigram_entropy"]
 
 

@@ -154,11 +154,11 @@ def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, arg
 
 
 def per_token(sums):
-    """Per-token loss and accuracy of each part an objective reports: PMLM's ae_/par_ sums, or
-    one loss/hit/n (T5), its text tokens' text_ sums, and a length predictor's len_ sums (per
-    target: T5-NAR)."""
+    """Per-token loss and accuracy of each part an objective reports: PMLM's ae_/par_ sums (and
+    ae_hidden_/par_hidden_: the targets not in view, core/pmlm.py), or one loss/hit/n (T5), its
+    text tokens' text_ sums, and a length predictor's len_ sums (per target: T5-NAR)."""
     out = {}
-    for prefix in ("ae_", "par_", "", "text_", "len_"):
+    for prefix in ("ae_", "par_", "ae_hidden_", "par_hidden_", "", "text_", "len_"):
         n = sums.get(prefix + "n", 0)
         if n:
             out[prefix + "loss"] = sums[prefix + "loss"] / n

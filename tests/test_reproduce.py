@@ -63,12 +63,12 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert reproduce.main(["--budget", "tiny", "--out", out, "--stop-after-runs", "3", "--quiet"]) == 0
     text = capsys.readouterr().out
     assert "pre-pmlm                 resume (50%)" in text and "stopped after 3 runs" in text
-    first = ["pre-pmlm", "pre-mlm", "pre-pmlm-ae"]
+    first = ["pre-pmlm", "pre-mlm", "pre-pmlm-par"]
     assert any("--resume" in l for l in log_commands(out, "pre-pmlm"))
     with open(os.path.join(out, "logs", "pre-pmlm.log")) as f:
         assert "resuming from" in f.read()
     stamps = {n: os.path.getmtime(os.path.join(out, n, "last.pt")) for n in first}
-    assert not os.path.exists(os.path.join(out, "pre-pmlm-par"))
+    assert not os.path.exists(os.path.join(out, "pre-pmlm-norel"))
 
     status = reproduce.main(["--budget", "tiny", "--out", out, "--quiet"])
     text = capsys.readouterr().out
@@ -92,8 +92,8 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
                      r"sum-unilm-scratch [\d.]+ \| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\]; "
                      r"sum-mlm - sum-unilm-scratch: .* \| (holds|does not hold|within noise)", md)
     # classification orderings are read from the bootstrap too, over eval.py's per-example labels
-    assert re.search(r"\| AE\+PAR > AE only \| accuracy \| cls-pmlm [\d.]+ > cls-pmlm-ae [\d.]+ \| "
-                     r"cls-pmlm - cls-pmlm-ae: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (holds|does not hold|within noise)", md)
+    assert re.search(r"\| AE\+PAR > AE only \| accuracy \| cls-pmlm [\d.]+ > cls-mlm [\d.]+ \| "
+                     r"cls-pmlm - cls-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (holds|does not hold|within noise)", md)
     assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
     assert re.search(r"Majority class on the same test examples .*: accuracy [\d.]+, macro-F1 [\d.]+", md)
     # auto resolves per machine (bf16 on a CPU with bf16 instructions): the setting names the result
