@@ -283,7 +283,11 @@ def offramp_loss_sums(model, memory, src_valid, target, label_smoothing=0.0, har
         nll.index_copy_(0, idx, torch.where(exit_, nll_rows, nll[idx]))
         if l < L - 1:
             out["seen"].append((idx, classifier_logit(model, l, h), argmax))
-        return exit_, argmax
+        # soft exit feeds each layer's argmax forward: the model's own prediction at every position,
+        # never the 0 that ramp_losses leaves past the reference's [EOS] (that 0 would tell the
+        # upper layers where the reference ends, which decoding cannot know); decoder_loop projects
+        # every row itself when given None
+        return exit_, argmax if model.soft is None else None
 
     model.decoder_loop(memory, src_valid, T, decide, gather=None if hard else False, detach_exited=hard)
     clf = 0.0

@@ -213,6 +213,30 @@ def test_output_does_not_depend_on_reference_length():
     assert int(model.exit_counts.sum()) > 0
 
 
+def test_soft_training_sees_what_decoding_sees():
+    """Soft exit feeds each layer's argmax to the next (Eq. 12). In fine-tuning that argmax must be
+    the model's own prediction at every position, as in decoding: feeding anything else past the
+    reference's [EOS] would tell the upper layers where the reference ends. So the fine-tuning
+    loss of the positions a reference keeps is the decoder's own, wherever the reference ends."""
+    from core.elmer import offramp_loss_sums
+    model = tiny(soft=True)
+    with torch.no_grad():
+        model.soft.weight.normal_(0, 0.3)
+    memory, valid = memory_of(model, B=6)
+    B, T, L = 6, 12, len(model.dec_layers)
+    with torch.no_grad():
+        x = model.decoder_loop(memory, valid, T, lambda l, idx, h, x_in: (None, None), gather=False)
+        logp = model.ramp_logits(L - 1, x).float().log_softmax(-1)  # (B*T, V): the top off-ramp
+        tokens = logp.argmax(-1).view(B, T)
+        for cut in (2, 5, 9):
+            target = tokens.clone()
+            target[:, cut:] = IGNORE
+            _, nll, hit, n = offramp_loss_sums(model, memory, valid, target)
+            want = -logp.view(B, T, -1)[:, :cut].gather(2, tokens[:, :cut, None]).sum()
+            assert int(hit) == int(n) == B * cut
+            assert float(nll) == pytest.approx(float(want), rel=1e-5), (cut, float(nll), float(want))
+
+
 # -----------------------------------------------------------------------------
 # end to end: LPLM pretraining -> hard / soft fine-tuning, and the no-pretraining run -> eval.py
 
