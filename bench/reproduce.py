@@ -14,14 +14,17 @@ after another (the scripts' main(argv)); each one's output also goes to OUT/logs
 OUT/state.json keeps the measured time of every run (the estimates) and which eval files are
 whose; OUT/RESULTS.md is rewritten after every run.
 
-Two sittings at once (two 1-thread jobs use 2 cores better than one 2-thread job) share OUT:
+Several runners share OUT (two 1-thread jobs use 2 cores better than one 2-thread job; small
+models leave a GPU idle between launches), either as one command or started by hand:
 
+    python bench/reproduce.py --budget cpu --jobs 2     # two workers, OMP_NUM_THREADS=1 each
     OMP_NUM_THREADS=1 python bench/reproduce.py --budget cpu --only '^pre-(pmlm|mlm)$' &
     OMP_NUM_THREADS=1 python bench/reproduce.py --budget cpu --only '^pre-elmer$' &
 
 A runner holds a lock on every run it executes (OUT/locks/NAME.lock, released when its process
-ends, however it ends): another runner skips that run and what needs it. state.json is
-re-read and updated under its own lock after every run, so neither runner loses the other's.
+ends, however it ends): another runner skips that run, and a runner started by hand skips what
+needs it too, where a worker of --jobs waits for it (bench/workers.py). state.json is re-read
+and updated under its own lock after every run, so neither runner loses the other's.
 """
 import argparse
 import contextlib
@@ -61,9 +64,17 @@ def get_args(argv=None):
     p.add_argument("--stop-after-runs", type=int, default=None, help="end the sitting after N runs")
     p.add_argument("--report-only", action="store_true", help="rewrite OUT/RESULTS.md from what exists")
     p.add_argument("--quiet", action="store_true", help="the runs' output to their log files only")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="N runners at once on OUT, each waiting for the runs it needs that another holds "
+                        "(each gets OMP_NUM_THREADS = cores / N unless set); see bench/workers.py")
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # set by --jobs
     args = p.parse_args(argv)
     if args.stop_after_runs is not None and args.stop_after_runs < 1:
         p.error("--stop-after-runs must be at least 1")
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    if args.jobs > 1 and args.stop_after_runs is not None:
+        p.error("--stop-after-runs counts one runner's runs: use it without --jobs")
     args.out = args.out or os.path.join("checkpoints", f"reproduce-{args.budget}")
     return args
 
@@ -234,10 +245,16 @@ def main(argv=None):
     if BUDGETS[args.budget]["data"] == "subset":
         write_subset(fields["data"])
     left, total = [], 0.0
-    print(f"reproduce: budget {args.budget}, {len(runs)} runs in {args.out}")
+    say = print if args.worker is None else lambda msg="", **kw: print(f"[{args.worker}] {msg.strip()}", flush=True)
+    if args.worker is None:
+        print(f"reproduce: budget {args.budget}, {len(runs)} runs in {args.out}")
     for r in runs:
         argv_, _ = resolved[r.name]
         done, resume = progress_of(r, argv_, fields, args.out, state)
+        if done < 1 and r.name not in unavailable:
+            left.append(r)
+        if args.worker is not None:
+            continue
         free = claim(args.out, r.name) if done < 1 else None  # None: another runner is running it
         if free:
             free.close()
@@ -245,74 +262,120 @@ def main(argv=None):
             f"resume ({100 * done:.0f}%)" if resume else "to run")
         secs = 0.0 if done >= 1 or r.name in unavailable else estimate(r, fields, state) * (1 - done)
         total += secs
-        if done < 1 and r.name not in unavailable:
-            left.append(r)
         print(f"  {r.name:<24} {mark}" + (f" ~{report.fmt_secs(secs)}" if secs else "") +
               (f"\n      {command(r, argv_)}" if args.dry_run else ""))
-    print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
-          + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs)) else ""))
+    if args.worker is None:
+        print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
+              + (f" on one runner (at least {report.fmt_secs(total / args.jobs)} with --jobs {args.jobs})"
+                 if args.jobs > 1 else "")
+              + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs)) else ""))
     if args.dry_run:
         return 0
+    if args.jobs > 1:
+        from workers import supervise
+        code = supervise(sys.argv[1:] if argv is None else argv, args.jobs, max(1, (os.cpu_count() or 1) // args.jobs))
+        state = dict(load_state(args.out), unavailable=unavailable)
+        print(f"\nresults: {report.write(args, fields, state, resolved)}")
+        return code
+    return run_left(args, fields, state, resolved, mods, left, unavailable, say)
 
-    status, ran = 0, 0
+
+def may_still_finish(name, out, state, mine):
+    """Whether run NAME, not finished, may yet finish in this sitting: another runner holds it, or
+    it is among MINE, the runs this one has still to run, and has not failed. A run another runner
+    let go of unfinished (stopped, failed, killed) does not finish in this sitting."""
+    held = claim(out, name)
+    if held is None:
+        return True
+    held.close()
+    return name in mine and state["runs"].get(name, {}).get("status") != "failed"
+
+
+def run_left(args, fields, state, resolved, mods, left, unavailable, say):
+    """Run what is left, in the plan's order. A run whose needs are unfinished is skipped, or, in a
+    worker of --jobs, waited for while another runner may still finish them."""
+    status, ran, pending = 0, 0, list(left)
     try:
-        for r in left:
-            if args.stop_after_runs is not None and ran >= args.stop_after_runs:
-                print(f"stopped after {ran} runs (--stop-after-runs); the same command continues")
-                break
-            argv_, needs = resolved[r.name]
-            if os.path.exists(os.path.join(args.out, "state.json")):  # what another runner recorded meanwhile
-                state = dict(load_state(args.out), unavailable=unavailable)
-            missing = [d for d in needs if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state)[0] < 1]
-            if missing:
-                print(f"skip {r.name}: {missing[0]} did not finish")
-                continue
-            held = claim(args.out, r.name)
-            if held is None:
-                print(f"skip {r.name}: another runner is running it")
-                continue
-            with held:
-                frac, resume = progress_of(r, argv_, fields, args.out, state)
-                if frac >= 1:  # another runner finished it since this one started
+        while pending:
+            waiting, progressed = [], False
+            for r in pending:
+                if args.stop_after_runs is not None and ran >= args.stop_after_runs:
+                    say(f"stopped after {ran} runs (--stop-after-runs); the same command continues")
+                    return status
+                argv_, needs = resolved[r.name]
+                if os.path.exists(os.path.join(args.out, "state.json")):  # what another runner recorded meanwhile
+                    state = dict(load_state(args.out), unavailable=unavailable)
+                missing = [d for d in needs if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state)[0] < 1]
+                if missing:
+                    mine = {p.name for p in pending}
+                    if args.worker is not None and all(may_still_finish(d, args.out, state, mine) for d in missing):
+                        waiting.append(r)
+                    else:
+                        say(f"skip {r.name}: {missing[0]} did not finish")
                     continue
-                if r.script != "eval":
-                    fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f)) for f in ("log.jsonl", "best.pt"))
-                    argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
-                print(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
-                t0 = time.time()
-                code, returned, err = execute(mods[r.script], r, argv_, os.path.join(args.out, "logs", r.name + ".log"),
-                                              args.quiet)
-                secs = time.time() - t0
-                with locked_state(args.out) as state:
-                    state["unavailable"] = unavailable
-                    rec = state["runs"].setdefault(r.name, {})
-                    rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
-                               seconds=rec.get("seconds", 0.0) * (rec.get("status") != "done") + secs,
-                               finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
-                               "stopped" if code in STOPPED else "failed", error=err)
-                    if r.script == "eval" and code == 0:
-                        ckdir = os.path.dirname(argv_[0])
-                        rec["files"] = sorted(f for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
-                                              if os.path.getmtime(f) >= t0 - 1)
-                        state["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] \
-                            or state.get("lead")
-                        state["majority"] = next((row for row in returned or [] if row.get("model") == "majority class"),
-                                                 state.get("majority"))
-            ran += 1
-            report.write(args, fields, state, resolved)
-            print(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""), flush=True)
-            if code in STOPPED:
-                print("stopped; the same command continues where it left off")
-                return code
-            status = status or (1 if code else 0)
+                held = claim(args.out, r.name)
+                if held is None:
+                    say(f"skip {r.name}: another runner is running it")
+                    continue
+                with held:
+                    frac, resume = progress_of(r, argv_, fields, args.out, state)
+                    if frac >= 1:  # another runner finished it since this one started
+                        continue
+                    if r.script != "eval":
+                        fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f)) for f in ("log.jsonl", "best.pt"))
+                        argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
+                    say(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
+                    t0 = time.time()
+                    code, returned, err = execute(mods[r.script], r, argv_, os.path.join(args.out, "logs", r.name + ".log"),
+                                                  args.quiet)
+                    secs = time.time() - t0
+                    rec = record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_)
+                ran, progressed = ran + 1, True
+                report.write(args, fields, state, resolved)
+                say(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""), flush=True)
+                if code in STOPPED:
+                    say("stopped; the same command continues where it left off")
+                    return code
+                status = status or (1 if code else 0)
+            if waiting and not progressed:
+                time.sleep(WAIT_SECONDS)
+            pending = waiting
     except KeyboardInterrupt:  # between runs
-        print("\nstopped; the same command continues where it left off")
+        say("\nstopped; the same command continues where it left off")
         return 130
-    print(f"\nresults: {report.write(args, fields, state, resolved)}")
+    if args.worker is None:
+        print(f"\nresults: {report.write(args, fields, state, resolved)}")
     failed = [n for n, r in state["runs"].items() if r.get("status") == "failed"]
     if failed:
-        print(f"failed: {', '.join(failed)} (see {os.path.join(args.out, 'logs')})")
+        say(f"failed: {', '.join(failed)} (see {os.path.join(args.out, 'logs')})")
     return status
+
+
+WAIT_SECONDS = 2  # a worker's pause between looks at the runs it waits for
+
+
+def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_):
+    """Write run R's outcome into state.json (under its lock) and into STATE; returns its record."""
+    with locked_state(args.out) as shared:
+        shared["unavailable"] = unavailable
+        rec = shared["runs"].setdefault(r.name, {})
+        rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
+                   seconds=rec.get("seconds", 0.0) * (rec.get("status") != "done") + secs,
+                   finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
+                   "stopped" if code in STOPPED else "failed", error=err)
+        if args.worker is not None:
+            rec["runner"] = args.worker
+        if r.script == "eval" and code == 0:
+            ckdir = os.path.dirname(argv_[0])
+            rec["files"] = sorted(f for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
+                                  if os.path.getmtime(f) >= t0 - 1)
+            shared["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] \
+                or shared.get("lead")
+            shared["majority"] = next((row for row in returned or [] if row.get("model") == "majority class"),
+                                      shared.get("majority"))
+    state.clear()
+    state.update(shared)
+    return rec
 
 
 if __name__ == "__main__":

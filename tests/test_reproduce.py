@@ -3,7 +3,10 @@ that stops and one that continues with only what is left (a half-trained run res
 runs untouched)."""
 import os
 import re
+import signal
+import subprocess
 import sys
+import time
 
 
 from conftest import ROOT
@@ -158,6 +161,87 @@ def test_two_runners_share_out(tmp_path, capsys):
         state["runs"]["pre-pmlm"] = dict(status="stopped", seconds=3.0)
     assert "pre-mlm" not in stale["runs"]
     assert {n: r["status"] for n, r in reproduce.load_state(out)["runs"].items()} == {"pre-mlm": "done", "pre-pmlm": "stopped"}
+
+
+def runner(out, *flags):
+    """bench/reproduce.py at the tiny budget as its own process (a worker or a --jobs supervisor)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "bench", "reproduce.py"), "--budget", "tiny",
+                             "--out", out, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def read_until(proc, needle):
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if needle in line:
+            return lines
+    raise AssertionError(f"{needle!r} never printed:\n" + "".join(lines))
+
+
+def test_worker_waits_for_a_run_another_runner_holds(tmp_path):
+    """A worker of --jobs waits for the pretraining another runner is running, then fine-tunes
+    from it (a lone runner skips it); a run another runner let go of unfinished ends the wait."""
+    import train
+    out = str(tmp_path / "r")
+    os.makedirs(os.path.join(out, "data"))
+    reproduce.write_subset(os.path.join(out, "data"))
+    held = reproduce.claim(out, "pre-pmlm")  # "another runner" is this test
+    w = runner(out, "--only", "^sum-pmlm$", "--quiet", "--worker", "1")
+    try:
+        read_until(w, "skip pre-pmlm: another runner is running it")
+        train.main(commands(out)["pre-pmlm"][0])
+        held.close()
+        text = "".join(read_until(w, "=== sum-pmlm: done")) + w.communicate(timeout=300)[0]
+    finally:
+        w.kill()
+    assert w.returncode == 0 and "skip sum-pmlm" not in text, text
+    assert reproduce.load_state(out)["runs"]["sum-pmlm"]["runner"] == 1
+
+    # the holder lets pre-mlm go at step 0 (stopped, killed): the worker skips what needs it, and ends
+    held = reproduce.claim(out, "pre-mlm")
+    w = runner(out, "--only", "^sum-mlm$", "--quiet", "--worker", "2")
+    try:
+        read_until(w, "skip pre-mlm: another runner is running it")
+        held.close()
+        text = w.communicate(timeout=120)[0]
+    finally:
+        w.kill()
+    assert w.returncode == 0 and "skip sum-mlm: pre-mlm did not finish" in text, text
+    assert not os.path.exists(os.path.join(out, "sum-mlm"))
+
+
+def test_jobs_stop_and_continue(tmp_path):
+    """--jobs 2 as one command: SIGTERM reaches the workers, each saves its run and the command
+    exits 143; the same command then resumes what stopped and runs every run once."""
+    out = str(tmp_path / "r")
+    cmd = ["--steps", "200", "--only", "^(eval-)?(sum|cls)-pmlm$", "--jobs", "2"]
+    sup = runner(out, *cmd)
+    try:
+        read_until(sup, "=== pre-pmlm: python train.py")
+        log = os.path.join(out, "pre-pmlm", "log.jsonl")
+        for _ in range(600):  # training has begun: its first logged steps are on disk
+            if os.path.exists(log):
+                break
+            time.sleep(0.1)
+        sup.send_signal(signal.SIGTERM)
+        text = sup.communicate(timeout=120)[0]
+    finally:
+        sup.kill()
+    assert sup.returncode == 143 and "=== pre-pmlm: stopped" in text, text
+    assert reproduce.load_state(out)["runs"]["pre-pmlm"]["status"] == "stopped"
+
+    sup = runner(out, *cmd)
+    text = sup.communicate(timeout=600)[0]
+    assert sup.returncode == 0, text
+    assert "left: 5 runs" in text and "pre-pmlm                 resume (" in text
+    runs = reproduce.load_state(out)["runs"]
+    assert {n: r["status"] for n, r in runs.items()} == dict.fromkeys(
+        ["pre-pmlm", "sum-pmlm", "cls-pmlm", "eval-sum-pmlm", "eval-cls-pmlm"], "done")
+    assert [("--resume" in c) for c in log_commands(out, "pre-pmlm")] == [False, True]
+    assert all(len(log_commands(out, n)) == 1 for n in runs if n != "pre-pmlm")
+    assert "results: " in text
 
 
 def test_paired_bootstrap():
