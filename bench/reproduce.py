@@ -301,7 +301,8 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say):
             for r in pending:
                 if args.stop_after_runs is not None and ran >= args.stop_after_runs:
                     say(f"stopped after {ran} runs (--stop-after-runs); the same command continues")
-                    return status
+                    waiting = []
+                    break
                 argv_, needs = resolved[r.name]
                 if os.path.exists(os.path.join(args.out, "state.json")):  # what another runner recorded meanwhile
                     state = dict(load_state(args.out), unavailable=unavailable)
