@@ -48,6 +48,7 @@ from core.training import (Throughput, add_run_flags, check_finite, corpus_token
 # target token [MASK] and predicted)
 CORRUPTION = {"t5": 2, "t5-nar": 3, "mlae": 2, "elmer": 2}
 RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device", "dtype")
+ENC_DEC = ("t5", "t5-nar", "mlae", "elmer")  # the objectives with an encoder and a decoder: depth flags apply
 
 
 def get_args(argv=None):
@@ -94,8 +95,8 @@ def get_args(argv=None):
         refuse_unused(args, dict(
             losses=(o == "pmlm", "to --objective pmlm (mlm is pmlm --losses ae)"),
             keep=(o in ("pmlm", "mlm"), "to --objective pmlm or mlm"),
-            enc_layers=(o in ("t5", "mlae", "elmer"), "to --objective t5, mlae or elmer"),
-            dec_layers=(o in ("t5", "mlae", "elmer"), "to --objective t5, mlae or elmer"),
+            enc_layers=(o in ENC_DEC, "to --objective " + ", ".join(ENC_DEC)),
+            dec_layers=(o in ENC_DEC, "to --objective " + ", ".join(ENC_DEC)),
             decoder=(o == "mlae", "to --objective mlae"),
             permutations=(o == "elmer", "to --objective elmer"),
             dec_len=(o == "elmer", "to --objective elmer"),

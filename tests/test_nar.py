@@ -338,3 +338,19 @@ def test_t5_nar_checkpoint_without_the_cross_bias_resumes_without_it(text_file, 
     train.main(flags + ["--resume"])
     state = torch.load(path, weights_only=True)
     assert state["step"] == 4 and "cross_rel_table" not in state["model"]
+
+
+def test_t5_nar_takes_the_depth_flags(text_file, tmp_path, capsys):
+    """--enc-layers / --dec-layers reach a T5-NAR pretraining as they reach T5's (its help says so);
+    an objective with one stack still refuses them."""
+    import os
+    import train
+    from conftest import TINY
+    from test_train import fails_with
+    out = str(tmp_path / "deep")
+    train.main(["--data", text_file, "--objective", "t5-nar", "--steps", "1", "--enc-layers", "3",
+                "--dec-layers", "2", "--out", out] + TINY)
+    cfg = torch.load(os.path.join(out, "last.pt"), weights_only=True)["model_config"]
+    assert (cfg["n_layers"], cfg["n_dec_layers"]) == (3, 2)
+    fails_with(capsys, ["--data", text_file, "--dec-layers", "2", "--out", str(tmp_path / "p")] + TINY,
+               "--dec-layers applies only")
