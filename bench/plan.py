@@ -174,7 +174,7 @@ TABLES = [
     ("MLAE Table 3: NAR generation", "nar-mlae-b nar-mlae-a nar-t5 nar-cmlm"),
     ("MLAE Table 6: decoder (b), symmetric depths (AR without scheduled masking)",
      "sum-mlae-none sum-mlae-b sum-mlae-sym nar-mlae-a nar-mlae-b"),
-    ("MLAE Algorithm 1, Figure 3: scheduled masking", "sum-mlae-none sum-mlae-m15 sum-mlae-m30 sum-mlae-m45 "
+    ("MLAE Algorithm 1, Figure 3, Table 7: scheduled masking", "sum-mlae-none sum-mlae-m15 sum-mlae-m30 sum-mlae-m45 "
                                                        "sum-mlae sum-mlae-m75 sum-mlae-m90 sum-mlae-constant"),
     ("ELMER: early exit, pretraining, NAR against AR", "elmer-hard elmer-soft elmer-hard-scratch elmer-soft-scratch "
                                                        "nar-mlae-b sum-t5 sum-pmlm"),
@@ -196,8 +196,10 @@ ORDERINGS = [
     ("MLAE Table 6", "decoder (b) >= (a) for NAR", "rougeL", "nar-mlae-b >= nar-mlae-a"),
     ("MLAE Table 6", "asymmetric >= symmetric (AR)", "rougeL", "sum-mlae-none >= sum-mlae-sym"),
     ("MLAE Table 6", "decoder (b) comparable to (a) for AR", "rougeL", "sum-mlae-b >= sum-mlae-none"),
-    ("MLAE Figure 3", "linear > constant > none", "rougeL", "sum-mlae > sum-mlae-constant > sum-mlae-none"),
-    ("MLAE Figure 3", "masking 15% of the decoder input helps", "rougeL", "sum-mlae-m15 > sum-mlae-none"),
+    # Table 7 compares the two schedules at m0 = 0.6; Figure 3 plots ROUGE-2 against m0, 0 (none) to 0.9
+    ("MLAE Table 7", "linear > constant (m0 0.6)", "rougeL", "sum-mlae > sum-mlae-constant"),
+    ("MLAE Figure 3", "masking 15% of the decoder input helps", "rouge2", "sum-mlae-m15 > sum-mlae-none"),
+    ("MLAE Figure 3", "a high m0 (45-75%) is preferred: 0.6 over 0.15", "rouge2", "sum-mlae > sum-mlae-m15"),
     ("ELMER Table 3", "soft > hard", "rougeL", "elmer-soft > elmer-hard"),
     ("ELMER Table 3", "pretraining helps (hard)", "rougeL", "elmer-hard > elmer-hard-scratch"),
     ("ELMER Table 3", "pretraining helps (soft)", "rougeL", "elmer-soft > elmer-soft-scratch"),
