@@ -95,8 +95,8 @@ def get_args(argv=None):
         refuse_unused(args, dict(
             losses=(o == "pmlm", "to --objective pmlm (mlm is pmlm --losses ae)"),
             keep=(o in ("pmlm", "mlm"), "to --objective pmlm or mlm"),
-            enc_layers=(o in ENC_DEC, "to --objective " + ", ".join(ENC_DEC)),
-            dec_layers=(o in ENC_DEC, "to --objective " + ", ".join(ENC_DEC)),
+            enc_layers=(o in ENC_DEC, "to --objective t5, t5-nar, mlae or elmer"),
+            dec_layers=(o in ENC_DEC, "to --objective t5, t5-nar, mlae or elmer"),
             decoder=(o == "mlae", "to --objective mlae"),
             permutations=(o == "elmer", "to --objective elmer"),
             dec_len=(o == "elmer", "to --objective elmer"),
