@@ -41,7 +41,7 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
 
-from plan import BUDGETS, BY_NAME, PLAN, fill  # noqa: E402
+from plan import BUDGETS, BY_NAME, PLAN, fill, steps_of  # noqa: E402
 import report  # noqa: E402
 from runstate import (claim, command, estimate, kind_of, load_state, locked_state, progress_of,  # noqa: E402,F401
                       ran_otherwise)
@@ -105,7 +105,10 @@ def resolve(run, fields, out, dtype=None):
         needs.append(name if name.startswith("pre-") else name[3:])
         return os.path.join(out, name, "last.pt") if name.startswith("pre-") else os.path.join(out, name[3:], "best.pt")
     flags = re.sub(r"\{((?:pre|ft)-[\w-]+)\}", path, fill(run.flags, fields))
-    argv = shlex.split(flags) + shlex.split(fields[run.script])
+    budget = fields[run.script]
+    if run.steps_x != 1:
+        budget = re.sub(r"--steps \d+", f"--steps {steps_of(run, fields)}", budget)
+    argv = shlex.split(flags) + shlex.split(budget)
     if run.script != "eval":
         argv += ["--out", os.path.join(out, run.name)]
     if dtype:

@@ -7,7 +7,7 @@ import json
 import os
 import shlex
 
-from plan import BY_NAME
+from plan import BY_NAME, steps_of
 
 VARYING = ("--steps", "--epochs", "--dtype")  # a run continues, or is extended, under other values of these
 
@@ -98,7 +98,7 @@ def progress_of(run, argv, fields, out, state):
     ck = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
     step, a = ck["step"], ck["args"]
     if run.script == "train":
-        return min(1.0, step / fields["steps"]), last
+        return min(1.0, step / steps_of(run, fields)), last
     if a["epochs"] < fields["epochs"]:
         return step / a["steps"] * a["epochs"] / fields["epochs"], last
     return min(1.0, step / a["steps"]), last
@@ -115,11 +115,11 @@ def estimate(run, fields, state):
     """Seconds for the whole run: the mean measured time of finished runs of its kind here, else
     the budget's figure (per step for pretraining, per epoch for fine-tuning)."""
     key = kind_of(run)
-    same = [r["seconds"] for name, r in state["runs"].items()
+    same = [r["seconds"] / BY_NAME[name].steps_x for name, r in state["runs"].items()
             if name in BY_NAME and kind_of(BY_NAME[name]) == key and r.get("status") == "done"]
     if same:
-        return sum(same) / len(same)
+        return sum(same) / len(same) * run.steps_x
     s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
     if not fields.get("scale", True):  # the budget's figures are per run
         return s
-    return s * (fields["steps"] if run.script == "train" else fields["epochs"] if run.script == "finetune" else 1)
+    return s * (steps_of(run, fields) if run.script == "train" else fields["epochs"] if run.script == "finetune" else 1)

@@ -23,18 +23,29 @@ def commands(out):
 
 
 def test_plan(tmp_path, capsys):
-    """Every pretraining reads the same tokens; every dependency is a run of the plan; every
-    ordering and table names runs of the plan; --dry-run prints every command and runs nothing."""
+    """Every pretraining reads the same tokens (a run with a steps multiple, its multiple of them);
+    the runs an ordering compares come from pretrainings of the same steps; every dependency is a
+    run of the plan; every ordering and table names runs of the plan; --dry-run prints every
+    command and runs nothing."""
     out = str(tmp_path / "r")
     resolved = commands(out)
     budget = [a for a in resolved["pre-pmlm"][0] if a not in ("--objective", "pmlm")]
+
+    def steps(name):
+        argv = resolved[name][0]
+        return int(argv[argv.index("--steps") + 1])
     for name, (argv, needs) in resolved.items():
         assert all(n in plan.BY_NAME for n in needs), name
         if name.startswith("pre-"):
-            for flag in ("--steps", "--batch-tokens", "--seq-len", "--data", "--model"):
+            for flag in ("--batch-tokens", "--seq-len", "--data", "--model"):
                 assert argv[argv.index(flag) + 1] == budget[budget.index(flag) + 1], (name, flag)
+            assert steps(name) == int(budget[budget.index("--steps") + 1]) * plan.BY_NAME[name].steps_x, name
+    assert steps("pre-pmlm-norel") == steps("pre-pmlm-2x") == 2 * steps("pre-pmlm")
     for _, _, _, chain in plan.ORDERINGS:
-        assert all(n in plan.BY_NAME for n in plan.parse_chain(chain)[0]), chain
+        names = plan.parse_chain(chain)[0]
+        assert all(n in plan.BY_NAME for n in names), chain
+        pre = {n: [d for d in resolved[n][1] if d.startswith("pre-")] for n in names}
+        assert len({steps(d[0]) for d in pre.values() if d}) <= 1, chain
     for _, names in plan.TABLES:
         assert all(n in plan.BY_NAME for n in names.split())
     assert reproduce.main(["--budget", "tiny", "--out", out, "--dry-run"]) == 0
