@@ -92,11 +92,12 @@ def get_args(argv=None):
     args = parse_args(p, argv)
     if not args.resume:  # resuming, the checkpoint's objective decides (and changed flags are refused)
         o = args.objective
+        enc_dec_only = "to --objective " + ", ".join(ENC_DEC[:-1]) + " or " + ENC_DEC[-1]
         refuse_unused(args, dict(
             losses=(o == "pmlm", "to --objective pmlm (mlm is pmlm --losses ae)"),
             keep=(o in ("pmlm", "mlm"), "to --objective pmlm or mlm"),
-            enc_layers=(o in ENC_DEC, "to --objective t5, t5-nar, mlae or elmer"),
-            dec_layers=(o in ENC_DEC, "to --objective t5, t5-nar, mlae or elmer"),
+            enc_layers=(o in ENC_DEC, enc_dec_only),
+            dec_layers=(o in ENC_DEC, enc_dec_only),
             decoder=(o == "mlae", "to --objective mlae"),
             permutations=(o == "elmer", "to --objective elmer"),
             dec_len=(o == "elmer", "to --objective elmer"),
