@@ -139,13 +139,14 @@ def offramp(h, weight, bias=None, backend="auto"):
     return reference.offramp(h, weight, bias)
 
 
-def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, backend="auto"):
+def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, backend="auto", stats=False):
     """Mean cross-entropy of the off-ramp h @ weight.T + bias against target (N,), gradients to
-    h, weight and bias. The Triton path never materialises the (N, V) logits."""
+    h, weight and bias. The Triton path never materialises the (N, V) logits. stats: also return
+    (argmax, entropy, per-row nll), each (N,), from the same pass, without gradient."""
     if resolve_backend(backend, h.device) == "triton":
         from .early_exit import offramp_cross_entropy as kernel
-        return kernel(h, weight, bias, target, ignore_index)
-    return reference.offramp_cross_entropy(h, weight, bias, target, ignore_index)
+        return kernel(h, weight, bias, target, ignore_index, stats=stats)
+    return reference.offramp_cross_entropy(h, weight, bias, target, ignore_index, stats=stats)
 
 
 __all__ = ["attention", "gather_rows", "scatter_rows", "offramp", "active_index", "use_backend", "resolve_backend", "rel_pos_bias", "RelPosBias", "t5_bucket",

@@ -1,6 +1,7 @@
 """Ahead-of-time compile of every Triton kernel in kernels/ for an H100 (sm_90a), with no GPU.
 
     python -m kernels.aot                 # the table: kernel, case, registers, spills, shared memory, wgmma
+    python -m kernels.aot --loops         # and the SASS per loop iteration of each tile class vs plain FlashAttention
     python -m kernels.aot --json out.json --only pseudo_attention
 
 The Triton interpreter (how the tests run the kernels on a CPU) accepts code that the GPU compiler
@@ -13,8 +14,10 @@ block sizes, warps and stages the launcher picks for a CUDA device. While a thun
 of each @triton.jit kernel of the module is replaced by a recorder, so nothing executes; the recorded
 arguments then go through Triton's own binder (the signature, constexprs and the divisibility-by-16
 attributes a launch would specialise on) and triton.compile for GPUTarget("cuda", 90, 32).
-Registers and spills come from `ptxas -v` on the PTX; wgmma from the PTX text.
-Must run with TRITON_INTERPRET unset (this module unsets it before importing triton).
+Registers, spills and whether ptxas serialised the wgmma instructions (its C7515 note: every wgmma
+then waits for the one before) come from `ptxas -v` on the PTX; wgmma from the PTX text.
+Runs with TRITON_INTERPRET unset (run as a script, this module unsets it before importing triton;
+imported, it leaves the environment alone, so that `loop_table` can be read in a test process).
 """
 import argparse
 import importlib
@@ -26,8 +29,9 @@ import sys
 import tempfile
 import time
 
-os.environ.pop("TRITON_INTERPRET", None)
-os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+if __name__ == "__main__":  # the real compiler, not the interpreter; imported (tests), it changes nothing
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -38,7 +42,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature  # no
 import triton.language as tl  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
-MODULES = ("pseudo_attention", "early_exit", "aot")  # "aot": the plain FlashAttention yardstick below
+MODULES = ("pseudo_attention", "tilemap", "early_exit", "aot")  # "aot": the plain FlashAttention yardstick below
 
 
 def _ptxas():
@@ -81,10 +85,11 @@ def _plain_flash_fwd(Q, K, V, O, sb, sh, sm, H, L, qk_scale, D: tl.constexpr, BM
 
 def aot_cases():
     """The yardstick at D = 64 and 128 with the pseudo-mask forward's CUDA blocks."""
-    from .pseudo_attention import _blocks
+    from .attention_plan import config
 
     def launch(dtype, D, B=2, H=12, L=768):
-        BM, BN, warps, stages = _blocks(torch.device("cuda"), D, backward=False)
+        cfg = config(torch.device("cuda"), D)
+        BM, BN, warps, stages = cfg.BM, cfg.BN, cfg.fwd_warps, cfg.fwd_stages
         q, k, v, o = (torch.empty(B, H, L, D, dtype=dtype) for _ in range(4))
         _plain_flash_fwd[(triton.cdiv(L, BM), B * H)](q, k, v, o, *q.stride()[:3], H, L, D ** -0.5 * 1.4426950408889634,
                                                       D=D, BM=BM, BN=BN, num_warps=warps, num_stages=stages)
@@ -161,12 +166,13 @@ def compile_launch(module_name, kernel, args, kwargs):
         r = subprocess.run([_ptxas(), "-v", f"--gpu-name=sm_{TARGET.arch}a", path, "-o", os.path.join(d, "k.o")],
                            capture_output=True, text=True)
     log = r.stdout + r.stderr
+    serialized = "C7515" in log or "wgmma.mma_async instructions are serialized" in log
     regs = re.search(r"Used (\d+) registers", log)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     row.update(compiles=True, registers=int(regs.group(1)) if regs else None,
                spill_stores=int(spill.group(1)) if spill else None, spill_loads=int(spill.group(2)) if spill else None,
                shared=ck.metadata.shared, wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
-               mma_sync=len(re.findall(r"\bmma\.sync", ptx)),
+               mma_sync=len(re.findall(r"\bmma\.sync", ptx)), wgmma_serialized=serialized,
                loops=[l["instructions"] for l in sass_loops(ck.asm["cubin"])])
     return row
 
@@ -243,26 +249,58 @@ def table(rows):
     return "\n".join(lines)
 
 
+LOOP_NAMES = {True: ("FAR", "FULL", "GATHER", "PARTIAL", "EDGE"), False: ("FULL", "PARTIAL", "EDGE")}
+
+
+def loop_table(rows):
+    """Per attention kernel and case, the SASS instructions per iteration of each class's loop
+    (kernels/tilemap.py) against the plain FlashAttention loop compiled with the forward's blocks,
+    warps and stages: what the tile lists, the rule and the bias cost per tile."""
+    plain = {c[-3:]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r["compiles"] and r["loops"]
+             for c in r["cases"]}
+    lines = ["| kernel | case | registers | wgmma serialised | " + " | ".join(f"{n} (x plain)" for n in LOOP_NAMES[True]) + " |",
+             "|" + "---|" * 9]
+    out = []
+    for r in rows:
+        if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
+            continue
+        case = r["cases"][0]
+        rel = case.split("-")[0] in ("rel", "seq", "decode", "cross")
+        names = LOOP_NAMES[rel]
+        if len(r["loops"]) != len(names):
+            continue
+        base = plain.get(case[-3:])
+        cells = dict(zip(names, r["loops"]))
+        row = dict(kernel=r["kernel"], case=case, registers=r["registers"], serialized=r.get("wgmma_serialized"),
+                   loops=cells, plain=base)
+        out.append(row)
+        ratio = lambda n: "-" if n not in cells else (f"{cells[n]} ({cells[n] / base:.2f})" if base and r["kernel"] == "_fwd_kernel" else str(cells[n]))  # noqa: E731
+        lines.append(f"| {r['kernel']} | {case} | {r['registers']} | {'YES' if row['serialized'] else 'no'} | "
+                     + " | ".join(ratio(n) for n in LOOP_NAMES[True]) + " |")
+    lines.append("plain FlashAttention loop: " + ", ".join(f"{d}: {n}" for d, n in sorted(plain.items())))
+    return "\n".join(lines), out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default=",".join(MODULES), help="comma-separated kernel modules of kernels/")
     p.add_argument("--json", default=None, help="also write the rows to this file")
     p.add_argument("--workers", type=int, default=2, help="compiles in parallel")
     p.add_argument("--cases", default=None, help="only the cases whose name matches this regular expression")
+    p.add_argument("--loops", action="store_true",
+                   help="also print the SASS per loop iteration of each tile class against plain FlashAttention")
     a = p.parse_args(argv)
     t0 = time.time()
     rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases)
     print(table(rows))
-    for D in (64, 128):  # the FAR-tile loop against plain FlashAttention (tests/test_compile.py: <= 1.3x)
-        ours = [r for r in rows if r["kernel"] == "_fwd_kernel" and f"rel-bfloat16-d{D}" in r["cases"] and r["compiles"]]
-        plain = [r for r in rows if r["kernel"] == "_plain_flash_fwd" and f"plain-flash-bfloat16-d{D}" in r["cases"]]
-        if ours and plain and len(ours[0]["loops"]) == 2 and plain[0]["loops"]:
-            far, flash = ours[0]["loops"][1], plain[0]["loops"][0]
-            print(f"D={D}: forward SASS per iteration: FAR tiles {far}, PARTIAL/FULL tiles {ours[0]['loops'][0]}, "
-                  f"plain FlashAttention {flash}: FAR / plain = {far / flash:.2f}")
+    if a.loops:
+        print()
+        print(loop_table(rows)[0])
     bad = [r for r in rows if not r["compiles"] or r["spill_stores"]]
-    print(f"{len(rows)} distinct kernels compiled for sm_{TARGET.arch}a in {time.time() - t0:.0f}s; "
-          f"{sum(not r['compiles'] for r in rows)} failed, {sum(bool(r.get('spill_stores')) for r in rows)} spill")
+    print(f"{len(rows)} distinct kernels compiled for sm_{TARGET.arch}a in {time.time() - t0:.0f}s with triton "
+          f"{triton.__version__}; {sum(not r['compiles'] for r in rows)} failed, "
+          f"{sum(bool(r.get('spill_stores')) for r in rows)} spill, "
+          f"{sum(bool(r.get('wgmma_serialized')) for r in rows)} with wgmma serialised by ptxas")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

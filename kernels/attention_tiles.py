@@ -1,74 +1,188 @@
-"""The per-tile pieces of the pseudo-mask attention kernels (kernels/pseudo_attention.py): the
-metadata of a tile's tokens, its keys and values, the scores with bias and mask, and one step of
-the online softmax and of each backward kernel. All @triton.jit functions called from inside the
-kernels; see kernels/pseudo_attention.py for the conventions (base-2 scores, entries 2*tile+bit).
+"""The per-tile pieces of the pseudo-mask attention kernels (kernels/pseudo_attention.py): a tile's
+codes, keys and values, its bias, its mask, and one step of the online softmax and of each backward
+kernel. All @triton.jit functions called from inside the kernels; the conventions (base-2 scores,
+the codes, the classes PARTIAL / FULL / FAR) are in kernels/pseudo_attention.py and
+kernels/tilemap.py.
+
+Every piece takes the tile's class as a compile-time flag, so that each of a kernel's loops
+compiles only what its class needs: PARTIAL tiles load with bounds masks, apply the rule and
+gather the bias pair by pair; FULL tiles (wholly inside, every pair visible) load without masks,
+skip the rule and read the bias as table windows; GATHER tiles are FULL ones whose bias must be
+gathered; FAR tiles read one bias scalar.
 """
 import triton
 import triton.language as tl
 
-LOG2E = tl.constexpr(1.4426950408889634)  # a global a @triton.jit function reads must be a tl.constexpr object
+from .tilemap import _BIG, _KA, _KB, _NONE_K, _NONE_Q, _POS, _QA, _QB, _SEQ
 
-
-# -----------------------------------------------------------------------------
-# the tile: metadata, scores with bias and mask
-
-@triton.jit
-def _meta_of(KIND, STEP, SEQ, POS, b, idx, L, NEVER_KIND: tl.constexpr):
-    """(kind, step, seq, pos) of tokens idx of row b; slots past L get kind NEVER_KIND."""
-    inside = idx < L
-    base = b * L + idx
-    kind = tl.load(KIND + base, mask=inside, other=NEVER_KIND)
-    step = tl.load(STEP + base, mask=inside, other=0)
-    seq = tl.load(SEQ + base, mask=inside, other=0)
-    pos = tl.load(POS + base, mask=inside, other=0)
-    return kind, step, seq, pos
+LOG2E = tl.constexpr(1.4426950408889634)
+WINDOW_PAD = tl.constexpr(128)  # kernels/attention_plan.py WINDOW_PAD  # a global a @triton.jit function reads must be a tl.constexpr object
 
 
 @triton.jit
-def _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN: tl.constexpr):
-    """The key tile a list entry names (code = 2 * tile + full): its columns, keys and values."""
-    cols = (code // 2) * BN + offs_n
-    col_in = cols[:, None] < Lk
-    k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=col_in, other=0.0)
-    v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=col_in, other=0.0)
-    return cols, k, v
+def _q_codes(QC, sq, rq, b, rows, Lq, MASKED: tl.constexpr):
+    """(qa, qb, seq, pos) of query rows of row b (codes: kernels/tilemap.py, planes sq apart, rows rq
+    apart); rows past Lq see nothing."""
+    base = QC + b * rq + rows
+    if MASKED:
+        inside = rows < Lq
+        qa = tl.load(base + _QA * sq, mask=inside, other=-_BIG - 1)
+        qb = tl.load(base + _QB * sq, mask=inside, other=_NONE_Q)
+        qq = tl.load(base + _SEQ * sq, mask=inside, other=-1)
+        qp = tl.load(base + _POS * sq, mask=inside, other=0)
+    else:
+        qa = tl.load(base + _QA * sq)
+        qb = tl.load(base + _QB * sq)
+        qq = tl.load(base + _SEQ * sq)
+        qp = tl.load(base + _POS * sq)
+    return qa, qb, qq, qp
 
 
 @triton.jit
-def _scores(s, b, h, rows, cols, Lq, Lk, is_full, qk, qs, qq, qp, kk, ks, kq, kp,
-            TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
-            HAS_SEQ: tl.constexpr, REL: tl.constexpr, DENSE: tl.constexpr):
-    """Add the bias to the (BM, BN) base-2 scores s and mask them with -inf unless is_full.
-    qk, qs, qq, qp: (BM,) kind, step, seq, pos of the queries; kk, ks, kq, kp: (BN,) of the keys."""
-    if REL:
-        d = tl.minimum(tl.maximum(kp[None, :] - qp[:, None], -max_dist), max_dist)
-        s += tl.load(TABLE + h * (2 * max_dist + 1) + max_dist + d) * LOG2E
-    if DENSE:
-        ptrs = BIAS + b * sbb + h * sbh + rows[:, None].to(tl.int64) * sbm + cols[None, :] * sbn
-        s += tl.load(ptrs, mask=(rows < Lq)[:, None] & (cols < Lk)[None, :], other=0.0).to(tl.float32) * LOG2E
-    if is_full == 0:
-        # the rule of reference.visible; padding keys and the tile's tail carry kind NEVER (-1)
-        qk2, qs2, kk2, ks2 = qk[:, None], qs[:, None], kk[None, :], ks[None, :]
-        see = (kk2 == 0) | ((qk2 == 1) & (kk2 == 1) & (ks2 <= qs2))
-        see = see | ((qk2 == 2) & (((kk2 == 1) & (ks2 < qs2)) | ((kk2 == 2) & (ks2 == qs2))))
-        if HAS_SEQ:
-            see = see & (qq[:, None] == kq[None, :])
-        s = tl.where(see, s, float("-inf"))
-    return s
+def _k_codes(KC, sk, rk, b, cols, Lk, MASKED: tl.constexpr):
+    """(ka, kb, seq, pos) of key columns of row b; columns past Lk are dead keys."""
+    base = KC + b * rk + cols
+    if MASKED:
+        inside = cols < Lk
+        ka = tl.load(base + _KA * sk, mask=inside, other=_BIG)
+        kb = tl.load(base + _KB * sk, mask=inside, other=_NONE_K)
+        kq = tl.load(base + _SEQ * sk, mask=inside, other=-2)
+        kp = tl.load(base + _POS * sk, mask=inside, other=0)
+    else:
+        ka = tl.load(base + _KA * sk)
+        kb = tl.load(base + _KB * sk)
+        kq = tl.load(base + _SEQ * sk)
+        kp = tl.load(base + _POS * sk)
+    return ka, kb, kq, kp
 
 
 @triton.jit
-def _far_bias(TABLE, h, code, max_dist):
-    """The one bias value of a FAR tile (kernels/tilemap.py), in base 2: distance +M if the entry's
-    bit is set, else -M."""
-    return tl.load(TABLE + h * (2 * max_dist + 1) + (code % 2) * 2 * max_dist) * LOG2E
+def _k0(KC, sk, rk, b, col):
+    """The position of key `col` of row b (the first key of a FULL tile: its keys run k0, k0 + 1, ...)."""
+    return tl.load(KC + _POS * sk + b * rk + col)
 
 
 @triton.jit
-def _softmax_step(s, v, m_i, l_i, acc, PRECISION: tl.constexpr):
-    """One key tile of the online softmax: rescale the running sums, add this tile's share."""
+def _rows(X, rows, offs_d, stride, L, MASKED: tl.constexpr):
+    """A (len(rows), D) tile of a (L, D) matrix with row stride `stride`; rows past L read 0."""
+    ptrs = X + rows[:, None] * stride + offs_d[None, :]
+    if MASKED:
+        return tl.load(ptrs, mask=rows[:, None] < L, other=0.0)
+    return tl.load(ptrs)
+
+
+@triton.jit
+def _rows_t(X, rows, offs_d, stride, L, MASKED: tl.constexpr):
+    """The same tile transposed, (D, len(rows))."""
+    ptrs = X + rows[None, :] * stride + offs_d[:, None]
+    if MASKED:
+        return tl.load(ptrs, mask=rows[None, :] < L, other=0.0)
+    return tl.load(ptrs)
+
+
+@triton.jit
+def _vec(X, rows, L, other, MASKED: tl.constexpr):
+    if MASKED:
+        return tl.load(X + rows, mask=rows < L, other=other)
+    return tl.load(X + rows)
+
+
+@triton.jit
+def _see(qa, qb, qq, ka, kb, kq, HAS_SEQ: tl.constexpr):
+    """(BM, BN) bool: the rule on codes (queries along dim 0)."""
+    see = (ka[None, :] <= qa[:, None]) | (kb[None, :] == qb[:, None])
+    if HAS_SEQ:
+        see = see & (kq[None, :] == qq[:, None])
+    return see
+
+
+@triton.jit
+def _see_t(qa, qb, qq, ka, kb, kq, HAS_SEQ: tl.constexpr):
+    """(BN, BM) bool: the same with keys along dim 0 (the dK/dV kernel's orientation)."""
+    see = (ka[:, None] <= qa[None, :]) | (kb[:, None] == qb[None, :])
+    if HAS_SEQ:
+        see = see & (kq[:, None] == qq[None, :])
+    return see
+
+
+@triton.jit
+def _near(W, qp, kp, max_dist):
+    """(BM, BN) relative bias of a GATHER or PARTIAL tile, pair by pair: W points at distance 0 of
+    a head's extended table (kernels/attention_plan.py, base 2), read at the distance clamped to
+    [-M, M]."""
+    d = tl.minimum(tl.maximum(kp[None, :] - qp[:, None], -max_dist), max_dist)
+    return tl.load(W + d)
+
+
+@triton.jit
+def _near_t(W, qp, kp, max_dist):
+    """(BN, BM), keys along dim 0; also returns the clamped distances (the gradient's addresses)."""
+    d = tl.minimum(tl.maximum(kp[:, None] - qp[None, :], -max_dist), max_dist)
+    return tl.load(W + d), d
+
+
+@triton.jit
+def _window_rows(qp, k0, max_dist, BN: tl.constexpr):
+    """For a FULL tile whose key positions are k0 + j: query row i's bias is the window W[r_i, r_i +
+    BN) of the extended table, r_i = k0 - q_pos_i, which holds the clamped values past +-M; so r_i
+    is clamped once per row (to [-M - BN, M], where a window is constant anyway), not per pair.
+    Returns (copy, start): the window starts at slot start + j of shifted copy `copy`, start a
+    multiple of 4 (16-byte aligned loads)."""
+    a = tl.minimum(tl.maximum(k0 - qp, -max_dist - BN), max_dist) + max_dist + WINDOW_PAD  # slot in the row, >= 0
+    start = (a >> 2) << 2  # written so, the compiler knows it is a multiple of 4 (and a >= 0: no signed division)
+    return a & 3, start
+
+
+@triton.jit
+def _window(TROW, plane, qp, k0, max_dist, offs_n, BN: tl.constexpr):
+    """(BM, BN) relative bias of a FULL tile (see _window_rows). TROW: this head's row of copy 0,
+    plane: the distance between copies (a constexpr: the row address is then one multiply-add)."""
+    copy, start = _window_rows(qp, k0, max_dist, BN)
+    row = TROW + copy * plane + start
+    return tl.load(row[:, None] + offs_n[None, :])
+
+
+@triton.jit
+def _window_t(TROW, plane, qp, k0, max_dist, offs_n, BN: tl.constexpr):
+    """(BN, BM), keys along dim 0; also returns the slots in the row (the gradient's addresses,
+    relative to distance 0)."""
+    copy, start = _window_rows(qp, k0, max_dist, BN)
+    row = TROW + copy * plane + start
+    bias = tl.load(row[None, :] + offs_n[:, None])
+    return bias, (start + copy - max_dist - WINDOW_PAD)[None, :] + offs_n[:, None]
+
+
+@triton.jit
+def _far(W, code, max_dist):
+    """The one bias value of a FAR tile: distance +M if the entry's bit is set, else -M."""
+    return tl.load(W + (code % 2) * 2 * max_dist - max_dist)
+
+
+@triton.jit
+def _dense(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk):
+    """(BM, BN) of a dense additive bias in base 2 (zero strides broadcast). Always bounds-checked:
+    a kernel's own tile (the query rows of the forward) may straddle its length in any class."""
+    ptrs = BIAS + b * sbb + h * sbh + rows[:, None].to(tl.int64) * sbm + cols[None, :] * sbn
+    x = tl.load(ptrs, mask=(rows < Lq)[:, None] & (cols < Lk)[None, :], other=0.0)
+    return x.to(tl.float32) * LOG2E
+
+
+@triton.jit
+def _dense_t(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk):
+    ptrs = BIAS + b * sbb + h * sbh + rows[None, :].to(tl.int64) * sbm + cols[:, None] * sbn
+    x = tl.load(ptrs, mask=(rows < Lq)[None, :] & (cols < Lk)[:, None], other=0.0)
+    return x.to(tl.float32) * LOG2E
+
+
+@triton.jit
+def _softmax_step(s, v, m_i, l_i, acc, GUARD: tl.constexpr, PRECISION: tl.constexpr):
+    """One key tile of the online softmax. GUARD: s may hold -inf (masked pairs), so a row may
+    have seen nothing yet; FULL and FAR tiles see every pair and need no guard."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: no NaN
+    if GUARD:
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
     alpha = tl.exp2(m_i - m_use)
     p = tl.exp2(s - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
@@ -85,12 +199,13 @@ def _dq_step(s, do, k, v, lse, delta, dq, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _dkdv_step(s, q, do, v, lse, delta, dk, dv, PRECISION: tl.constexpr):
-    """dK, dV of one query tile; also returns dS = dLoss / d(score) in natural units (= the bias's
-    gradient), 0 where masked, out of range, or for a row that sees nothing."""
-    p = tl.exp2(s - lse[:, None])  # (BM, BN)
-    dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
-    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-    ds = p * (dp - delta[:, None])
-    dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
-    return dk, dv, ds
+def _dkdv_step(s_t, q_t, do, k, v, lse, delta, dk, dv, PRECISION: tl.constexpr):
+    """dK, dV of one query tile in the keys-first orientation: s_t (BN, BM) base-2 scores,
+    q_t (D, BM), do (BM, D). Also returns dS^T = dLoss / d(score) in natural units (the bias's
+    gradient), 0 where masked, past Lq, or for a row that sees nothing."""
+    p_t = tl.exp2(s_t - lse[None, :])
+    dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
+    dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+    ds_t = p_t * (dp_t - delta[None, :])
+    dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), input_precision=PRECISION)
+    return dk, dv, ds_t

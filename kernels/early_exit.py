@@ -16,8 +16,8 @@ kernels make that exit pay:
     running carry, writing each active position to its slot in an (M,) buffer and the count to a
     one-element device tensor. Nothing reaches the host until active_index reads the count, the
     one number a shape needs (once per layer; compact_index skips even that);
-  * gather / scatter: row copies through the index, (row block, column block) per program; their
-    backward passes are each other (a scatter of the gradient into zeros, a gather of it), which
+  * gather / scatter: row copies through the index, a block of rows per program, the index read
+    once per row and the columns streamed 16 bytes a thread; their backward passes are each other (a scatter of the gradient into zeros, a gather of it), which
     is exact because an index from active_index names every row at most once;
   * the off-ramp: the (N, V) logits are computed tile by tile (tl.dot over C) and folded into an
     online max m, sum s = sum exp(z - m) and u = sum exp(z - m) (z - m), so that
@@ -101,38 +101,41 @@ def active_index(active):
 
 @triton.jit
 def _gather_kernel(X, INDEX, OUT, N, C, sx, so, BR: tl.constexpr, BC: tl.constexpr):
-    """OUT[i] = X[INDEX[i]] for a (BR, BC) block of (N, C)."""
+    """OUT[i] = X[INDEX[i]] for BR rows, every column: the index is read once per row, and the
+    columns stream in BC-wide chunks (16-byte accesses when C is a multiple of 8 elements)."""
     rows = (tl.program_id(0) * BR + tl.arange(0, BR)).to(tl.int64)
-    cols = tl.program_id(1) * BC + tl.arange(0, BC)
     row_in = rows < N
     src = tl.load(INDEX + rows, mask=row_in, other=0).to(tl.int64)
-    inside = row_in[:, None] & (cols[None, :] < C)
-    v = tl.load(X + src[:, None] * sx + cols[None, :], mask=inside)
-    tl.store(OUT + rows[:, None] * so + cols[None, :], v, mask=inside)
+    for c0 in range(0, C, BC):
+        cols = c0 + tl.arange(0, BC)
+        inside = row_in[:, None] & (cols[None, :] < C)
+        v = tl.load(X + src[:, None] * sx + cols[None, :], mask=inside)
+        tl.store(OUT + rows[:, None] * so + cols[None, :], v, mask=inside)
 
 
 @triton.jit
 def _scatter_kernel(SRC, INDEX, OUT, N, C, ss, so, BR: tl.constexpr, BC: tl.constexpr, ZERO: tl.constexpr):
-    """OUT[INDEX[i]] = SRC[i] (or 0 when ZERO) for a (BR, BC) block of (N, C)."""
+    """OUT[INDEX[i]] = SRC[i] (or 0 when ZERO) for BR rows, every column."""
     rows = (tl.program_id(0) * BR + tl.arange(0, BR)).to(tl.int64)
-    cols = tl.program_id(1) * BC + tl.arange(0, BC)
     row_in = rows < N
     dst = tl.load(INDEX + rows, mask=row_in, other=0).to(tl.int64)
-    inside = row_in[:, None] & (cols[None, :] < C)
-    if ZERO:
-        v = tl.zeros((BR, BC), OUT.dtype.element_ty)
-    else:
-        v = tl.load(SRC + rows[:, None] * ss + cols[None, :], mask=inside)
-    tl.store(OUT + dst[:, None] * so + cols[None, :], v, mask=inside)
+    for c0 in range(0, C, BC):
+        cols = c0 + tl.arange(0, BC)
+        inside = row_in[:, None] & (cols[None, :] < C)
+        if ZERO:
+            v = tl.zeros((BR, BC), OUT.dtype.element_ty)
+        else:
+            v = tl.load(SRC + rows[:, None] * ss + cols[None, :], mask=inside)
+        tl.store(OUT + dst[:, None] * so + cols[None, :], v, mask=inside)
 
 
 def _copy_config(device_type, C):
-    """(BLOCK_R, BLOCK_C, num_warps). On CUDA about 4096 elements a program, whole 256-column
-    slices (768 = 3 x 256, no masked lanes at the model's widths); tiny under the interpreter."""
+    """(BLOCK_R, BLOCK_C, num_warps). On CUDA 16 rows a program and 256-column chunks (768 = 3 x
+    256: no masked lanes at the model's widths), 4 warps: each thread moves 16-byte vectors; tiny
+    under the interpreter, so that tests cross row and column blocks."""
     if device_type != "cuda":
         return 4, 32, 1
-    BC = min(256, triton.next_power_of_2(C))
-    return max(1, 4096 // BC), BC, 4
+    return 16, min(256, triton.next_power_of_2(C)), 4
 
 
 def _check_rows(x, index, name):
@@ -150,8 +153,7 @@ def _gather_launch(x, index, out, cfg):
     if N == 0 or C == 0:
         return
     BR, BC, warps = cfg
-    _gather_kernel[(triton.cdiv(N, BR), triton.cdiv(C, BC))](
-        x, index, out, N, C, x.stride(0), out.stride(0), BR=BR, BC=BC, num_warps=warps)
+    _gather_kernel[(triton.cdiv(N, BR),)](x, index, out, N, C, x.stride(0), out.stride(0), BR=BR, BC=BC, num_warps=warps)
 
 
 def _scatter_launch(src, index, out, cfg):
@@ -166,8 +168,8 @@ def _scatter_launch(src, index, out, cfg):
     if N == 0 or C == 0:
         return
     BR, BC, warps = cfg
-    _scatter_kernel[(triton.cdiv(N, BR), triton.cdiv(C, BC))](
-        src, index, out, N, C, src.stride(0), out.stride(0), BR=BR, BC=BC, ZERO=zero, num_warps=warps)
+    _scatter_kernel[(triton.cdiv(N, BR),)](src, index, out, N, C, src.stride(0), out.stride(0), BR=BR, BC=BC, ZERO=zero,
+                                           num_warps=warps)
 
 
 def _gather(x, index):
@@ -389,61 +391,90 @@ def offramp(h, weight, bias=None):
 # -----------------------------------------------------------------------------
 # the off-ramp loss for training: cross-entropy without the (N, V) logits
 
+_MM_F32 = []  # whether torch.mm(..., out_dtype=float32) runs here: found out once
+
+
+def _mm_f32(a, b):
+    """a @ b with float32 output for bf16 / fp16 operands: the tensor cores' product with float32
+    accumulation, not rounded back to 16 bits (torch.mm's out_dtype, where this torch has it)."""
+    if a.dtype == torch.float32:
+        return a @ b
+    if a.is_cuda and _MM_F32 != [False]:
+        try:
+            out = torch.mm(a, b, out_dtype=torch.float32)
+            _MM_F32[:] = [True]
+            return out
+        except (RuntimeError, TypeError):
+            _MM_F32[:] = [False]
+    return (a @ b).float() if a.is_cuda else a.float() @ b.float()
+
+
 class _OfframpCrossEntropy(torch.autograd.Function):
-    """Forward: lse from the fused off-ramp kernel, the target's logit from one (N, C) gather, so
-    loss_i = lse_i - z_i[y_i]. Backward, the fused linear cross-entropy way: the logits are
-    recomputed one vocabulary tile at a time, dz = softmax - onehot from the saved lse, and dh, dW,
-    db accumulated from the tile (dW and db rows of a tile are written once). At most an
-    (N, tile) block of logits exists at any time."""
+    """Forward: the fused off-ramp kernel gives lse, argmax and entropy in one pass over the
+    vocabulary, the target's logit comes from one (N, C) gather, so loss_i = lse_i - z_i[y_i], and
+    the statistics an exit decision needs are returned beside the loss (nothing recomputes the
+    logits). Backward, the fused linear cross-entropy way: the logits are recomputed one vocabulary
+    tile at a time on the tensor cores (16-bit operands, float32 accumulation), dz = softmax -
+    onehot from the saved lse (the onehot as a scatter-add: no host sync), and dh, dW, db
+    accumulated from the tile (dW and db rows of a tile are written once). At most an (N, tile)
+    block of logits exists at any time."""
 
     @staticmethod
     def forward(ctx, h, weight, bias, target, ignore_index, tile):
         valid = target != ignore_index
         safe = torch.where(valid, target, 0)
-        _, _, lse = _offramp_launch(h, weight, bias, _offramp_config(h.device.type, h.shape[0], weight.shape[0], h.shape[1], h.dtype))
+        arg, ent, lse = _offramp_launch(h, weight, bias, _offramp_config(h.device.type, h.shape[0], weight.shape[0],
+                                                                         h.shape[1], h.dtype))
         z_t = (h.float() * weight[safe].float()).sum(-1) + (0.0 if bias is None else bias[safe].float())
         n = valid.sum().clamp_min(1)
-        loss = torch.where(valid, lse - z_t, 0.0).sum() / n
+        nll = torch.where(valid, lse - z_t, 0.0)
+        loss = nll.sum() / n
         ctx.save_for_backward(h, weight, bias, safe, valid, lse, n)
         ctx.tile = tile
-        return loss
+        ctx.mark_non_differentiable(arg, ent, nll)
+        return loss, arg, ent, nll
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
+    def backward(ctx, g, *_):
         h, weight, bias, safe, valid, lse, n = ctx.saved_tensors
         scale = (g / n * valid).float()[:, None]  # (N, 1): the mean's weight of each row
-        hf = h.float()
-        dh = torch.zeros_like(hf)
-        dw = torch.empty(weight.shape, dtype=torch.float32, device=h.device)
-        db = None if bias is None else torch.empty(bias.shape, dtype=torch.float32, device=h.device)
+        dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
+        dw = torch.empty_like(weight)
+        db = None if bias is None else torch.empty_like(bias)
+        ht = h.t()
         for v0 in range(0, weight.shape[0], ctx.tile):
-            w = weight[v0: v0 + ctx.tile].float()  # (T, C)
-            z = hf @ w.T  # (N, T)
+            w = weight[v0: v0 + ctx.tile]  # (T, C)
+            T = w.shape[0]
+            z = _mm_f32(h, w.t())  # (N, T) float32
             if bias is not None:
-                z += bias[v0: v0 + ctx.tile].float()
-            dz = torch.exp(z - lse[:, None])
-            hit = (safe >= v0) & (safe < v0 + w.shape[0])
-            dz[hit.nonzero().squeeze(1), safe[hit] - v0] -= 1.0
-            dz *= scale
-            dh += dz @ w
-            dw[v0: v0 + w.shape[0]] = dz.T @ hf
+                z += bias[v0: v0 + T].float()
+            dz = torch.exp(z.sub_(lse[:, None]))
+            hit = ((safe >= v0) & (safe < v0 + T)).float()
+            dz.scatter_add_(1, (safe - v0).clamp(0, T - 1)[:, None], -hit[:, None])  # - onehot, no sync
+            dz.mul_(scale)
+            dz16 = dz.to(h.dtype)
+            dh += _mm_f32(dz16, w)
+            dw[v0: v0 + T] = _mm_f32(dz16.t(), h).to(weight.dtype)
             if db is not None:
-                db[v0: v0 + w.shape[0]] = dz.sum(0)
-        return dh.to(h.dtype), dw.to(weight.dtype), None if db is None else db.to(bias.dtype), None, None, None
+                db[v0: v0 + T] = dz.sum(0).to(bias.dtype)
+        return dh.to(h.dtype), dw, db, None, None, None
 
 
-def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, tile=4096):
+def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, tile=2048, stats=False):
     """Mean cross-entropy of softmax(h @ weight.T + bias) against target (N,) long, over the rows
     whose target is not ignore_index, as F.cross_entropy(F.linear(h, weight, bias), target);
     gradients to h, weight and bias. Never materialises the (N, V) logits: the forward is the
     fused off-ramp kernel, the backward recomputes (N, tile) logits per vocabulary tile.
-    h and weight of different dtypes are cast to the narrower, as in offramp."""
+    h and weight of different dtypes are cast to the narrower, as in offramp. stats: also return,
+    from the same pass and without gradient, the argmax (N,), the entropy (N,) and each row's
+    negative log-likelihood (N,) (0 where ignored)."""
     _check_device(h, "offramp_cross_entropy")
     assert target.shape == h.shape[:1] and not target.is_floating_point(), "offramp_cross_entropy: target must be (N,) int"
     dt = h.dtype if h.element_size() <= weight.element_size() else weight.dtype
     h, weight = h.to(dt).contiguous(), weight.to(dt).contiguous()
-    return _OfframpCrossEntropy.apply(h, weight, None if bias is None else bias.contiguous(), target, ignore_index, tile)
+    out = _OfframpCrossEntropy.apply(h, weight, None if bias is None else bias.contiguous(), target, ignore_index, tile)
+    return out if stats else out[0]
 
 
 # -----------------------------------------------------------------------------

