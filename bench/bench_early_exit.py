@@ -19,6 +19,11 @@ between rows, not within a pair). Beside it, the ratio of decoder multiply-adds
 it should have done, a bug.
 3. --ar: NAR one pass (exit disabled) against AR beam search of the same size (T5 baseline, beam
    --beam, --dec-len tokens) at batch 1 and --big-batch.
+4. --graphs: the static-shape pass (core/exit_pass.py, CUDA graphs on a GPU) against today's
+   decoder_loop at batch --batch: exit disabled both ways, then with the exit path on and nothing
+   leaving early, and with every token leaving at layer 1; and the masked layout against the
+   gathered one at larger batches (where decode_exit switches: MASKED_MAX_TOKENS). --json writes
+   the rows and the targets of the early-exit issue, met or not.
 Clock reads are preceded by a device synchronise.
 """
 import argparse
@@ -232,6 +237,73 @@ def nar_vs_ar(args, device):
         print(f"| {B} | {1000 * t_n:.1f} | {1000 * t_a:.1f} | {t_a / t_n:.1f}x |", flush=True)
 
 
+# -----------------------------------------------------------------------------
+# 4. the static-shape pass and its graphs against today's decoder_loop
+
+def graphs_rows(args, device):
+    from core.exit_pass import MASKED_MAX_TOKENS, masked_pass
+    cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0)
+    torch.manual_seed(0)
+    model = ELMER(cfg, dec_len=args.dec_len).to(device).eval()
+    T, L = args.dec_len, args.layers
+    g = torch.Generator().manual_seed(0)
+    out = dict(rows=[], targets=[])
+    print(f"\n## The static-shape pass ({device.type}, {args.model} {L}L-{L}L, vocab {args.vocab}, T {T}, source "
+          f"{args.src}): decoder time per pass, ms (median of {args.repeats})\n")
+    print("| batch | what | ms | / reference | reference |")
+    print("|---|---|---|---|---|")
+    for B in [args.batch] + [b for b in args.big_batches if b != args.batch]:
+        src = torch.randint(6, args.vocab, (B, args.src), generator=g).to(device)
+        valid = torch.ones(B, args.src, dtype=torch.bool, device=device)
+        with torch.no_grad():
+            memory = model.encode_source(src, valid)
+
+        def timed(fn):
+            with torch.no_grad():
+                fn(), fn()
+                return statistics.median(clock(device, fn) for _ in range(args.repeats))
+
+        def plan_pass(layer, graphs, lag=None):
+            p = masked_pass(model, B, args.src, T, "plan", 0.0, graphs)
+            plan = torch.full((B * T,), layer, dtype=torch.long, device=device)
+            return lambda: p.run(memory, valid, plan, lag=lag)
+
+        today = timed(lambda: decode_exit(model, memory, valid, T, 0.0, layout="gather"))
+        rows = {"today: decoder_loop, exit disabled": today,
+                "masked, exit disabled, eager": timed(lambda: decode_exit(model, memory, valid, T, 0.0, layout="masked",
+                                                                          graphs=False)),
+                "masked, exit disabled, graphs": timed(lambda: decode_exit(model, memory, valid, T, 0.0,
+                                                                           layout="masked"))}
+        disabled = rows["masked, exit disabled, graphs"]
+        rows["masked, exit path, nobody leaves early, graphs"] = timed(plan_pass(L, True))
+        rows["masked, every token leaves at layer 1, graphs"] = timed(plan_pass(1, True))
+        rows["masked, nobody leaves early, graphs, stop flag read at once (lag 0)"] = timed(plan_pass(L, True, 0))
+        rows["masked, every token leaves at layer 1, graphs, lag 0"] = timed(plan_pass(1, True, 0))
+        for what, t in rows.items():
+            if t is None:
+                continue
+            ref = today if what.startswith(("today", "masked, exit disabled")) else disabled
+            print(f"| {B} | {what} | {1000 * t:.2f} | {t / ref:.3f} | "
+                  f"{'today' if ref is today else 'masked, exit disabled, graphs'} |", flush=True)
+            out["rows"].append(dict(batch=B, what=what, ms=1000 * t, ratio=t / ref))
+        if B == args.batch:
+            out["targets"] += [
+                dict(target=f"batch {B}: exit disabled, graphs / today", measured=disabled / today, wanted=0.5,
+                     met=disabled / today <= 0.5),
+                dict(target=f"batch {B}: exit path, nobody leaving early / exit disabled",
+                     measured=rows["masked, exit path, nobody leaves early, graphs"] / disabled, wanted=1.05,
+                     met=rows["masked, exit path, nobody leaves early, graphs"] / disabled <= 1.05),
+                dict(target=f"batch {B}: every token at layer 1 / exit disabled",
+                     measured=rows["masked, every token leaves at layer 1, graphs"] / disabled, wanted=0.35,
+                     met=rows["masked, every token leaves at layer 1, graphs"] / disabled <= 0.35)]
+        print(f"| {B} | (decode_exit picks {'masked' if B * T <= MASKED_MAX_TOKENS else 'gathered'} here: "
+              f"MASKED_MAX_TOKENS {MASKED_MAX_TOKENS}) | | | |")
+    print("\n| target | measured | wanted | met |\n|---|---|---|---|")
+    for t in out["targets"]:
+        print(f"| {t['target']} | {t['measured']:.3f} | <= {t['wanted']} | {'yes' if t['met'] else 'no'} |")
+    return out
+
+
 def parse_thresholds(text):
     """'entropy=0.5,1;state=0.9' -> {measure: [thresholds]}"""
     out = {}
@@ -261,6 +333,9 @@ def main():
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--repeats", type=int, default=10, help="interleaved pairs per row")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.9])
+    p.add_argument("--graphs", action="store_true", help="the static-shape pass and its CUDA graphs vs today's loop")
+    p.add_argument("--big-batches", type=int, nargs="+", default=[64, 256], help="--graphs: the larger batches")
+    p.add_argument("--json", default=None, help="--graphs: write its rows and targets to this file")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = p.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -274,8 +349,16 @@ def main():
         forced(args, device)
     if args.ar:
         nar_vs_ar(args, device)
-    if not (args.ckpt or args.forced or args.ar):
-        p.error("nothing to time: give --ckpt CKPT, --forced and / or --ar")
+    if args.graphs:
+        result = graphs_rows(args, device)
+        if args.json:
+            import json
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            with open(args.json, "w") as f:
+                json.dump(dict(device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                               torch=torch.__version__, date=time.strftime("%Y-%m-%d"), **result), f, indent=1)
+    if not (args.ckpt or args.forced or args.ar or args.graphs):
+        p.error("nothing to time: give --ckpt CKPT, --forced, --ar and / or --graphs")
 
 
 if __name__ == "__main__":

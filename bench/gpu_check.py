@@ -7,6 +7,11 @@
                                                              # after reproduce.py --budget gpu made its checkpoints)
     python bench/gpu_check.py --part profile --out gpu       # a profiled `base` PMLM and ELMER training step
     python bench/gpu_check.py --part pmlm --out gpu          # `small` PMLM, Triton vs reference, 200 steps
+    python bench/gpu_check.py --part speed --out gpu         # the attention issue's check: kernel tests on CUDA,
+                                                             # then every layout against SDPA with a block sweep
+    python bench/gpu_check.py --part decode --out gpu        # the next call on the warm machine: Flex beside ours
+                                                             # (the sweep's blocks), early exit, off-ramp, gather,
+                                                             # the bf16 training-step profile
 
 Each part appends markdown rows for bench/RESULTS.md to OUT/results.md and everything it ran,
 with the output, to OUT/gpu_check.log. The GPU image (Python 3.12, torch 2.11, triton 3.6, no
@@ -26,7 +31,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm")
+PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode")
+# where --part speed leaves the fastest blocks of its sweep for --part decode (an ignored folder: it
+# stays on a machine kept warm between the two calls)
+SWEPT = "checkpoints/gpu-swept-configs.json"
 KERNEL_TESTS = ["tests/test_pseudo_attention.py", "tests/test_attention_rule.py", "tests/test_early_exit.py",
                 "tests/test_compile.py"]
 # module -> the distribution that provides it: what the code and the tests import beyond torch
@@ -64,11 +72,15 @@ def get_args(argv=None):
                                                 "to skip training its tokenizer there)")
     p.add_argument("--loss-tolerance", type=float, default=0.05,
                    help="pmlm: largest |loss difference| between the backends at any step (bf16 autocast)")
+    p.add_argument("--budget", type=float, default=540,
+                   help="speed, decode: seconds the part may take in all; a step that would start too late is skipped")
     args = p.parse_args(argv)
     if not args.wheels and args.part is None:
         p.error("give --part (or --wheels)")
     if args.steps < 1 or not args.loss_tolerance > 0:
         p.error("--steps must be at least 1 and --loss-tolerance above 0")
+    if not args.budget > 0:
+        p.error("--budget must be above 0 seconds")
     return args
 
 
@@ -164,34 +176,47 @@ def part_bench(rep):
     rep.rows("benchmarks (full tables in gpu_check.log)", ["benchmark", "target", "status", "seconds", "last line"], rows)
 
 
-def part_profile(rep):
-    """A `base` training step under torch.profiler: the top kernels by CUDA time, and the shares of
-    the attention kernels, the tile map and the off-ramps."""
+# kernel names as the profiler reports them, matched exactly (a substring such as 'tile' also
+# names cuBLAS kernels): what each share of a step is made of
+KERNEL_CLASSES = {"attention kernels": ("_fwd_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_delta_kernel"),
+                  "codes and tile map": ("_codes_kernel", "_map_kernel"),
+                  "off-ramps": ("_offramp_kernel", "_offramp_combine_kernel"),
+                  "gather / scatter / index": ("_gather_kernel", "_scatter_kernel", "_compact_kernel")}
+
+
+def part_profile(rep, objectives=("pmlm", "elmer")):
+    """A `base` training step under torch.profiler in bf16 autocast (train.py's --dtype auto on CUDA):
+    the top kernels by CUDA time (to check the classification by eye), the shares of the kernel
+    classes above, and the step's model FLOP utilisation (6 N tokens / time / peak; attention's
+    FLOPs not counted)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     from profile_step import make_step
     rows_all = []
-    for objective in ("pmlm", "elmer"):
+    for objective in objectives:
         step = make_step(objective, "base")
         for _ in range(3):  # compile and warm the allocator
             step()
         torch.cuda.synchronize()
+        t0 = time.time()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(2):
                 step()
             torch.cuda.synchronize()
+        wall = (time.time() - t0) / 2
         events = [e for e in prof.key_averages() if e.device_time_total > 0]
         total = sum(e.self_device_time_total for e in events) or 1.0
-        share = lambda *keys: sum(e.self_device_time_total for e in events if any(k in e.key for k in keys)) / total
-        top = sorted(events, key=lambda e: -e.self_device_time_total)[:12]
+        share = lambda names: sum(e.self_device_time_total for e in events if e.key in names) / total  # noqa: E731
+        top = sorted(events, key=lambda e: -e.self_device_time_total)[:15]
         rep.log(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40))
-        rep.rows(f"profile: base {objective} step, top kernels by CUDA time", ["kernel", "share", "ms per step"],
-                 [[e.key[:80].replace("|", "/"), f"{e.self_device_time_total / total:.1%}",
-                   f"{e.self_device_time_total / 2e3:.2f}"] for e in top])
-        rows_all.append([objective, f"{total / 2e3:.1f}", f"{share('_fwd_kernel', '_bwd_kv_kernel', '_bwd_q_kernel', '_delta_kernel'):.1%}",
-                         f"{share('tile', 'tilemap'):.1%}", f"{share('offramp', '_ramp'):.1%}"])
-    rep.rows("profile: shares of a base training step", ["objective", "CUDA ms per step", "attention kernels", "tile map",
-                                                          "off-ramps"], rows_all)
+        rep.rows(f"profile: base {objective} step (bf16), top kernels by CUDA time", ["kernel", "class", "share", "ms per step"],
+                 [[e.key[:80].replace("|", "/"), next((c for c, n in KERNEL_CLASSES.items() if e.key in n), "other"),
+                   f"{e.self_device_time_total / total:.1%}", f"{e.self_device_time_total / 2e3:.2f}"] for e in top])
+        mfu = 6 * step.n_params * step.tokens / wall / (H100_BF16_TFLOPS * 1e12)
+        rows_all.append([objective, f"{total / 2e3:.1f}", f"{1000 * wall:.1f}", f"{mfu:.1%}"]
+                        + [f"{share(n):.1%}" for n in KERNEL_CLASSES.values()])
+    rep.rows("profile: shares of a base training step (bf16)", ["objective", "CUDA ms per step", "wall ms per step",
+                                                                 "MFU (6 N tokens)"] + list(KERNEL_CLASSES), rows_all)
 
 
 def part_pmlm(rep, args):
@@ -229,6 +254,62 @@ def part_pmlm(rep, args):
              ["backend", "status", "seconds", "final loss", "tokens/s", "MFU"], rows)
 
 
+def timed_steps(rep, steps, budget):
+    """Run (title, command, cap seconds) in order, each within what is left of `budget`; a step with
+    under 20 s left is skipped and says so. Rows: title, status, seconds, its last line."""
+    t0, rows = time.time(), []
+    for title, cmd, cap in steps:
+        left = budget - (time.time() - t0)
+        if left < 20:
+            rows.append([title, "skipped (budget spent)", "0", "-"])
+            continue
+        print(f"== {title}", flush=True)
+        status, out, secs = rep.run(cmd, env={"TRITON_INTERPRET": "0", "PYTHONUNBUFFERED": "1"}, timeout=min(cap, left))
+        tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]
+        print(out[-4000:], flush=True)
+        rows.append([title, status, f"{secs:.0f}", tail[0].replace("|", "/")[:140]])
+    return rows
+
+
+def part_speed(rep, args):
+    """The attention issue's one command: the kernel tests on CUDA, then bench_attention.py over every
+    layout with its block sweep (the winners saved for --part decode)."""
+    py = sys.executable
+    out = os.path.abspath(args.out)
+    steps = [("attention and tile-map tests on CUDA", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                                      "tests/test_pseudo_attention.py", "tests/test_tilemap.py"], 210),
+             ("bench_attention.py --sweep (no Flex: next call)",
+              [py, "bench/bench_attention.py", "--sweep", "--no-flex", "--json", os.path.join(out, "attention.json"),
+               "--save-configs", SWEPT], 330)]
+    rep.rows("speed: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget))
+
+
+def part_decode(rep, args):
+    """The warm machine's second call: ours and FlexAttention in one run with the sweep's blocks, ELMER's
+    static-shape pass and its graphs, forced exits at large batch, the fused off-ramp loss, gather and
+    scatter, and the bf16 training-step profile; each within the budget."""
+    py = sys.executable
+    out = os.path.abspath(args.out)
+    configs = ["--configs", SWEPT] if os.path.exists(os.path.join(ROOT, SWEPT)) else []
+    steps = [("bench_attention.py with FlexAttention", [py, "bench/bench_attention.py", "--json",
+                                                        os.path.join(out, "attention-flex.json"), "--deadline", "200"]
+              + configs, 260),
+             ("bench_early_exit.py --graphs (base)", [py, "bench/bench_early_exit.py", "--graphs", "--model", "base",
+                                                     "--json", os.path.join(out, "exit.json"), "--repeats", "10"], 90),
+             ("bench_offramp.py (V 8000, 50000)", [py, "bench/bench_offramp.py", "--vocab", "8000", "50000",
+                                                  "--tokens", "4096", "16384"], 60),
+             ("bench_gather.py (16k x 768)", [py, "bench/bench_gather.py", "--tokens", "16384"], 40),
+             ("bench_early_exit.py --forced, batch 64 and 256", [py, "bench/bench_early_exit.py", "--forced", "--model",
+                                                                 "base", "--batch", "64", "--fractions", "0.5", "0.9",
+                                                                 "--repeats", "4"], 60)]
+    rep.rows("decode: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget - 60))
+    if args.budget - 60 > 0:
+        try:
+            part_profile(rep, ("pmlm",))
+        except Exception as e:  # noqa: BLE001  (the profile is the last step: report, do not lose the rest)
+            rep.rows("profile", ["error"], [[f"{type(e).__name__}: {str(e)[:200]}"]])
+
+
 def main(argv=None):
     args = get_args(argv)
     if args.wheels:
@@ -248,7 +329,7 @@ def main(argv=None):
         return 2
     rep = Report(args.out)
     rep.rows("environment", ["GPU, versions, date"], [[environment()]])
-    for part in (PARTS if args.part == "all" else (args.part,)):
+    for part in (PARTS[:5] if args.part == "all" else (args.part,)):
         print(f"== {part}", flush=True)
         if part == "tests-kernels":
             part_tests(rep, KERNEL_TESTS)
@@ -259,6 +340,10 @@ def main(argv=None):
             part_bench(rep)
         elif part == "profile":
             part_profile(rep)
+        elif part == "speed":
+            part_speed(rep, args)
+        elif part == "decode":
+            part_decode(rep, args)
         else:
             part_pmlm(rep, args)
     print(f"rows: {rep.rows_path}; log: {rep.log_path}")

@@ -2,6 +2,7 @@
 
     from profile_step import make_step
     step = make_step("pmlm", "base"); step()   # forward + backward + AdamW under bf16 autocast
+    step.n_params, step.tokens                 # parameters, and tokens of the last step (MFU)
 
 The embedded corpus with its 8000-piece tokenizer (train.py's default, cached under data/cache),
 windows of 512 tokens, 16 examples per step (one micro-batch), the optimizer train.py makes.
@@ -50,6 +51,10 @@ def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cud
 
     def step():
         ix = list(range(state["step"] * batch, (state["step"] + 1) * batch))
-        train_step(net, net, optimizer, [make(ix)], loss_sums, d, args, state["step"])
+        b = make(ix)
+        step.tokens = b.n_tokens
+        train_step(net, net, optimizer, [b], loss_sums, d, args, state["step"])
         state["step"] += 1
+    step.n_params = sum(p.numel() for p in net.parameters())
+    step.tokens = 0
     return step

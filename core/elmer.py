@@ -230,8 +230,8 @@ def ramp_losses(model, l, h, target, label_smoothing=0.0):
     per row, argmax (N,), entropy (N,)), the last three without gradient. Rows whose target is
     IGNORE (past the reference's [EOS]) are not projected: nll and argmax 0, entropy +inf (so
     they never leave during training, as under all-off-ramps training). Where the Triton backend
-    runs (and without label smoothing) the loss is kernels.offramp_cross_entropy and the
-    statistics kernels.offramp: no (N, V) logits exist, forward or backward."""
+    runs (and without label smoothing) the loss and the statistics come from one
+    kernels.offramp_cross_entropy pass: no (N, V) logits exist, forward or backward."""
     keep = target != IGNORE
     rows = kernels.active_index(keep)
     t, x = target.index_select(0, rows), h.index_select(0, rows)
@@ -239,11 +239,9 @@ def ramp_losses(model, l, h, target, label_smoothing=0.0):
     if label_smoothing == 0 and kernels.resolve_backend("auto", h.device) == "triton":
         head = model.ramp_head(l)
         y = head.ln(F.gelu(head.dense(model.ln_dec(x))))  # (n, C), the head before the vocabulary
-        loss = kernels.offramp_cross_entropy(y, head.embedding.weight, head.bias, t) * n  # mean -> sum
-        with torch.no_grad():
-            arg, ent, lse = kernels.offramp(y, head.embedding.weight, head.bias)
-            z_t = (y.float() * head.embedding.weight[t].float()).sum(-1) + head.bias[t].float()
-            nll_rows = lse - z_t
+        # one pass over the vocabulary gives the loss and the statistics the exit decision needs
+        loss, arg, ent, nll_rows = kernels.offramp_cross_entropy(y, head.embedding.weight, head.bias, t, stats=True)
+        loss = loss * n  # mean -> sum
     else:
         logits = model.ramp_logits(l, x).float()  # (n, V)
         loss = F.cross_entropy(logits, t, reduction="sum", label_smoothing=label_smoothing)

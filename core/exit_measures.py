@@ -58,9 +58,10 @@ def classifier_logit(model, l, h):  # (N, C) -> (N,), the exit classifier of lay
 
 
 def cheap_exit(model, measure, threshold, l, idx, h, x_in):
-    """The O(C) measures: (N,) bool, True where the token leaves after layer l."""
+    """The O(C) measures: (N,) bool, True where the token leaves after layer l. idx None: h holds
+    every row of x_in (the masked layout, core/exit_pass.py)."""
     if measure == "state":
-        prev = kernels.gather_rows(x_in, idx) if idx.numel() < x_in.shape[0] else x_in
+        prev = kernels.gather_rows(x_in, idx) if idx is not None and idx.numel() < x_in.shape[0] else x_in
         return F.cosine_similarity(h.float(), prev.float(), dim=-1) > threshold
     return torch.sigmoid(classifier_logit(model, l, h).float()) > threshold
 
@@ -68,20 +69,55 @@ def cheap_exit(model, measure, threshold, l, idx, h, x_in):
 # -----------------------------------------------------------------------------
 # decoding with early exit
 
+def pick_layout(model, memory, T, layout=None):
+    """decode_exit's layout: "masked" (static shapes, core/exit_pass.py) on CUDA up to
+    MASKED_MAX_TOKENS decoder tokens, where launches and syncs cost more than the exited tokens'
+    arithmetic; else "gather" (decoder_loop's compaction, which picks its own plain layout where
+    that is cheaper). On the CPU the decoder_loop path, as always."""
+    from .exit_pass import MASKED_MAX_TOKENS, masked_ok
+    if layout is not None:
+        return layout
+    B = memory.shape[0]
+    return "masked" if memory.is_cuda and B * T <= MASKED_MAX_TOKENS and masked_ok(model) else "gather"
+
+
+def _masked_work(p, run, L):
+    """decode_exit's work counts of a masked pass that ran `run` layers: every row of every layer."""
+    N = p.B * p.T
+    queries = [N if l < run else 0 for l in range(L)]
+    ramp = [N if (p.per_layer_ramp and l < run) or (not p.per_layer_ramp and l == run - 1) else 0 for l in range(L)]
+    cheap = not p.off and p.measure in ("state", "classifier")
+    measure = [N if cheap and l < min(run, L - 1) else 0 for l in range(L)]
+    return dict(queries=queries, ramp=ramp, measure=measure)
+
+
 @torch.no_grad()
-def decode_exit(model, memory, src_valid, T, delta, gather=None, measure="entropy", work=None):
+def decode_exit(model, memory, src_valid, T, delta, gather=None, measure="entropy", work=None, layout=None,
+                graphs=True):
     """Hard exit: a token leaves at the first layer whose measure passes the threshold `delta`
     (entropy < delta, or state / classifier > delta); everyone leaves at the top. Returns the
     tokens (B, T) and each token's exit layer (B, T), 1-based. work: a dict that receives, per
     layer, the queries run ("queries"), the rows projected on the vocabulary ("ramp") and the
     rows a cheap measure scored ("measure"), for the FLOP count (decoder_macs), and "entropy",
     (B, T, L): each token's off-ramp entropy at every layer where the vocabulary projection ran
-    for it (NaN elsewhere: above its exit, below the top under a cheap measure or exit disabled)."""
+    for it (NaN elsewhere: above its exit, below the top under a cheap measure or exit disabled).
+    layout: "masked" (static shapes, CUDA graphs where graphs and CUDA: core/exit_pass.py),
+    "gather" (decoder_loop; gather=False its plain layout) or None: pick_layout's choice. The
+    tokens, exit layers and entropies are the same in every layout; the work is what each ran."""
     B = memory.shape[0]
     dev = memory.device
+    L = len(model.dec_layers)
+    if gather is None and pick_layout(model, memory, T, layout) == "masked":
+        from .exit_pass import masked_pass
+        p = masked_pass(model, B, memory.shape[1], T, measure, delta, graphs)
+        tokens, layer_of, entropies, run = p.run(memory, src_valid)
+        if work is not None:
+            for k, v in _masked_work(p, run, L).items():
+                work[k] = [a + b for a, b in zip(work.get(k, [0] * L), v)]
+            work["entropy"] = entropies
+        return tokens, layer_of
     tokens = torch.zeros(B * T, dtype=torch.long, device=dev)
     layer_of = torch.zeros(B * T, dtype=torch.long, device=dev)
-    L = len(model.dec_layers)
     off = disabled(measure, delta)
     counts = dict(queries=[0] * L, ramp=[0] * L, measure=[0] * L)
     entropies = torch.full((B * T, L), float("nan"), device=dev)
@@ -125,7 +161,7 @@ def decode_exit(model, memory, src_valid, T, delta, gather=None, measure="entrop
             counts["ramp"][l] += out.numel()
         return exit_, None
 
-    model.decoder_loop(memory, src_valid, T, decide, gather)
+    model.decoder_loop(memory, src_valid, T, decide, False if layout == "plain" else gather)
     if work is not None:
         for k, v in counts.items():
             work[k] = [a + b for a, b in zip(work.get(k, [0] * L), v)]

@@ -320,3 +320,20 @@ def test_exit_benchmark_counts_the_output_tokens_as_eval_does():
     tokens = torch.tensor([[9, 3, 7, 3], [9, 8, 7, 6]])
     layers = torch.tensor([[1, 2, 3, 4], [4, 3, 2, 1]])
     assert bench.output_layers(tokens, layers, eos_id=3).tolist() == [1, 2, 4, 3, 2, 1]
+
+
+def test_offramp_cross_entropy_returns_the_exit_statistics_of_its_own_pass():
+    """stats=True: the argmax, entropy and per-row nll the exit decision needs, equal to the
+    reference's and to kernels.offramp's, from the loss's own pass over the vocabulary."""
+    g = torch.Generator().manual_seed(11)
+    N, V, C = 29, 700, 32
+    h = torch.randn(N, C, generator=g).to(DEVICE)
+    w = torch.randn(V, C, generator=g).to(DEVICE)
+    b = torch.randn(V, generator=g).to(DEVICE)
+    target = torch.randint(0, V, (N,), generator=g).to(DEVICE)
+    target[::4] = -100
+    loss, arg, ent, nll = ee.offramp_cross_entropy(h, w, b, target, stats=True)
+    r_loss, r_arg, r_ent, r_nll = reference.offramp_cross_entropy(h, w, b, target, stats=True)
+    assert torch.allclose(loss, r_loss, atol=1e-4) and torch.equal(arg.cpu(), r_arg.cpu())
+    assert torch.allclose(ent, r_ent, atol=1e-4) and torch.allclose(nll, r_nll, atol=1e-4)
+    assert (nll[::4] == 0).all() and torch.allclose(nll.sum() / (target != -100).sum(), loss, atol=1e-5)

@@ -20,7 +20,10 @@ def test_arguments():
         with pytest.raises(SystemExit) as e:
             gpu_check.get_args(bad)
         assert e.value.code == 2, bad
-    assert set(gpu_check.PARTS) == {"tests-kernels", "tests-rest", "bench", "profile", "pmlm"}
+    assert set(gpu_check.PARTS) == {"tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode"}
+    for bad in (["--part", "speed", "--budget", "0"],):
+        with pytest.raises(SystemExit):
+            gpu_check.get_args(bad)
 
 
 def test_every_benchmark_is_run_with_a_target():
