@@ -15,8 +15,7 @@ every shape fixed instead ("masked" layout):
     token's off-ramp at its exit layer. Under the entropy measure (or soft exit) it runs at every
     layer, as the rule needs;
   * the only host sync is the one that ends the loop: whether any token is still active, read
-    after each layer but the last (on CUDA one layer late, while the next layer runs, so that the
-    device never idles for it; none at all when exits are disabled).
+    after each layer but the last (none at all when exits are disabled).
 On CUDA each layer is captured once as a CUDA graph over static buffers and replayed (one launch a
 layer instead of ~100); the graphs are kept per (model, batch, source length, measure, threshold)
 and rebuilt when the model's parameters change. The results equal decoder_loop's (the tests check
@@ -166,16 +165,18 @@ class MaskedExitPass:
 
     @torch.no_grad()
     def run(self, memory, src_valid, plan=None, lag=None):
-        """lag 0: after each layer but the last, wait for the device and stop if nobody is active.
-        lag 1 (the default on CUDA): read that flag one layer late, while the next layer already
-        runs, so the device never waits for the host; a pass whose tokens all left then runs one
-        layer more than it needs (on frozen rows: the result is the same)."""
+        """lag 0 (the default): after each layer but the last, wait for the device and stop if nobody
+        is active. lag 1: read that flag one layer late, while the next layer already runs, so the
+        device never waits for the host; a pass whose tokens all left then runs one layer more than
+        it needs (on frozen rows: the result is the same). On an H200 (bench/RESULTS.md) the wait
+        cost 1-3% of a base pass at batch 1 and the extra layer 18 points of the every-token-at-
+        layer-1 row, so lag 0 is the default."""
         self.memory.copy_(memory)
         self.src_valid.copy_(src_valid)
         if plan is not None:
             self.plan.copy_(plan)
         cuda = self.x.is_cuda
-        lag = (1 if cuda else 0) if lag is None else lag
+        lag = 0 if lag is None else lag
         if self.graphs:
             if self._graphs is None or self.version != self._version():
                 self.version, self._graphs = self._version(), self._capture()
