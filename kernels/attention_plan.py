@@ -34,10 +34,11 @@ class Config(NamedTuple):
     dq_stages: int
 
 
-# chosen by `python bench/bench_attention.py --sweep` on the GPU (bench/RESULTS.md has the figures)
+# chosen by `python bench/bench_attention.py --sweep` on an H200 (bench/RESULTS.md, 2026-11-26: the
+# fastest forward+backward of the candidates, on PMLM at D 64 and s2s-1k at D 128)
 CUDA_CONFIGS = {
-    64: Config(128, 64, 8, 3, 64, 64, 8, 3, 8, 3),
-    128: Config(128, 64, 8, 3, 32, 64, 8, 2, 8, 3),
+    64: Config(64, 64, 4, 3, 64, 64, 8, 3, 4, 3),
+    128: Config(64, 64, 4, 3, 32, 64, 8, 2, 4, 3),
 }
 # under the interpreter a tile costs Python time, and small tiles make the tests cross many tile
 # boundaries; the two orientations differ so that the tests check each list on its own

@@ -1,0 +1,164 @@
+"""Fill the generated blocks of the docs from committed result files; --check fails when they differ.
+
+    python -m tools.render_docs            # rewrite every block
+    python -m tools.render_docs --check    # exit 1 if a block is not what its file renders to (CI)
+
+A block is written in a markdown file as
+
+    <!-- render: KIND PATH -->
+    ...generated, never edited by hand...
+    <!-- /render -->
+
+KIND names a renderer below and PATH a result file (relative to the repository root) that it
+reads (for `table`, PATH::MARKER or PATH::MARKER#N, "~" standing for a space in the marker): no number in a
+block is typed by hand. Files scanned: README.md, docs/*.md, bench/RESULTS.md.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BLOCK = re.compile(r"(<!-- render: (\S+) (\S+) -->\n)(.*?)(<!-- /render -->)", re.S)
+
+
+def _load(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return json.load(f)
+
+
+def attention(path):
+    """bench/bench_attention.py --json: per layout, every method's times, TFLOP/s on visible pairs
+    and ours' speed-up (kernel-only rows against ours kernel-only, end-to-end against ours)."""
+    d = _load(path)
+    out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}. Times in ms (median, CUDA events; "
+           "ours kernel-only by CUDA-graph replay); TFLOP/s count the visible pairs only (forward 4 H D visible, "
+           "forward+backward 3.5x that).", ""]
+    for r in d["records"]:
+        t = r["tiles"]
+        out += [f"**{r['layout']}, D {r['D']}** (B {r['B']}, L {r['L']}; blocks {r['config'][:2]}; visible "
+                f"{100 * r['visible'] / (r['B'] * r['L'] ** 2):.1f}% of L*L, computed {100 * r['computed'] / (r['B'] * r['L'] ** 2):.1f}%: "
+                f"PARTIAL {t['partial']}, FULL {t['full']}, FAR {t['far']}, GATHER {t['gather']} tiles; codes + map + "
+                f"table {r['map_ms']:.3f} ms)", "",
+                "| method | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s | ours fwd speed-up | ours fwd+bwd speed-up |",
+                "|---|---|---|---|---|---|---|"]
+        ms = r["methods"]
+        for label, m in ms.items():
+            mine = ms.get("ours kernel" if label.endswith("kernel") else "ours")
+            out.append(f"| {label} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | {m['fwd_tflops']:.1f} | {m['fwdbwd_tflops']:.1f} | "
+                       f"{m['fwd_ms'] / mine['fwd_ms']:.2f}x | {m['fwdbwd_ms'] / mine['fwdbwd_ms']:.2f}x |")
+        if r.get("flex_causal_vs_sdpa"):
+            f = r["flex_causal_vs_sdpa"]
+            out.append(f"\nFlex checked: causal at this shape {f['flex_ms']:.3f} ms against SDPA's causal kernel "
+                       f"{f['sdpa_ms']:.3f} ms ({f['sdpa_ms'] / f['flex_ms']:.2f}x its speed): fused.")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def targets(path):
+    """The targets a benchmark's --json lists, met or not."""
+    d = _load(path)
+    out = ["| target | measured | wanted | met |", "|---|---|---|---|"]
+    for t in d["targets"]:
+        got, want = t["measured"], t["wanted"]
+        # bench_attention.py writes an upper bound as a negative number; bench_early_exit.py's are all upper bounds
+        at_most = want < 0 or t.get("sense") == "<=" or "exit" in os.path.basename(path)
+        shown = "-" if got is None else (f"{got:.1%}" if "map /" in t["target"] else f"{got:.2f}")
+        met = t["met"] if isinstance(t["met"], str) else ("yes" if t["met"] else "no")
+        wanted = f"{abs(want):.0%}" if "map /" in t["target"] else f"{abs(want):g}"
+        out.append(f"| {t['target']} | {shown} | {'<=' if at_most else '>='} {wanted} | {met} |")
+    return "\n".join(out) + "\n"
+
+
+def sweep(path):
+    """The block configurations bench_attention.py --sweep timed, per head dim."""
+    d = _load(path)
+    out = ["| head dim | BM, BN, fwd warps, stages, BMK, BNK, kv warps, stages, dq warps, stages | fwd ms | fwd+bwd ms | chosen |",
+           "|---|---|---|---|---|"]
+    for r in d["records"]:
+        for s in r.get("sweep", []):
+            out.append(f"| {r['D']} ({r['layout']}) | {', '.join(map(str, s['config']))} | {s['fwd_ms']:.3f} | "
+                       f"{s['fwdbwd_ms']:.3f} | {'yes' if s['config'] == r['config'] else ''} |")
+    return "\n".join(out) + "\n"
+
+
+def exit_rows(path):
+    """bench/bench_early_exit.py --graphs --json: decoder time per pass and its ratio."""
+    d = _load(path)
+    out = [f"{d['device']}, torch {d['torch']}, {d['date']}.", "",
+           "| batch | what | ms | / reference |", "|---|---|---|---|"]
+    for r in d["rows"]:
+        out.append(f"| {r['batch']} | {r['what']} | {r['ms']:.2f} | {r['ratio']:.3f} |")
+    return "\n".join(out) + "\n"
+
+
+def table(spec):
+    """PATH::MARKER: the markdown tables (and their target lines) that follow the first line holding
+    MARKER in a text result file (a benchmark's log), up to the next blank line after them."""
+    path, marker = spec.split("::", 1)
+    nth = 1
+    if re.search(r"#\d+$", marker):  # MARKER#N: the N-th line holding it
+        marker, nth = marker.rsplit("#", 1)
+        nth = int(nth)
+    marker = marker.replace("~", " ")
+    with open(os.path.join(ROOT, path)) as f:
+        lines = f.read().splitlines()
+    hits = [i for i, l in enumerate(lines) if marker in l]
+    start = hits[nth - 1] if len(hits) >= nth else None
+    if start is None:
+        raise SystemExit(f"error: no line holding {marker!r} in {path}")
+    out, seen = [], False
+    for l in lines[start + 1:]:
+        if l.startswith("|") or l.startswith("target "):
+            out.append(l if l.startswith("|") else f"({l})")
+            seen = True
+        elif seen and not l.strip():
+            break
+    return "\n".join(o for o in out if o.startswith("|")) + "\n" + "".join(f"\n{o}" for o in out if not o.startswith("|")) \
+        + ("\n" if any(not o.startswith("|") for o in out) else "")
+
+
+RENDERERS = {"attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table}
+
+
+def files():
+    return [p for p in [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "bench", "RESULTS.md")]
+            + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) if os.path.exists(p)]
+
+
+def render_text(text, where):
+    def one(m):
+        kind, path = m.group(2), m.group(3)
+        if kind not in RENDERERS:
+            raise SystemExit(f"error: {where}: unknown block kind {kind!r} (known: {', '.join(RENDERERS)})")
+        if not os.path.exists(os.path.join(ROOT, path.split("::")[0])):
+            raise SystemExit(f"error: {where}: the block's result file {path} does not exist")
+        return m.group(1) + RENDERERS[kind](path) + m.group(5)
+    return BLOCK.sub(one, text)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs from its file")
+    a = p.parse_args(argv)
+    stale = []
+    for path in files():
+        with open(path) as f:
+            text = f.read()
+        new = render_text(text, os.path.relpath(path, ROOT))
+        if new != text:
+            stale.append(os.path.relpath(path, ROOT))
+            if not a.check:
+                with open(path, "w") as f:
+                    f.write(new)
+    if a.check and stale:
+        print(f"error: generated blocks out of date in {', '.join(stale)}: run python -m tools.render_docs", file=sys.stderr)
+        return 1
+    print(("checked " if a.check else "rendered ") + f"{len(files())} files" + (f"; rewrote {', '.join(stale)}" if stale and not a.check else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
