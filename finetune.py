@@ -194,10 +194,13 @@ def run(args, d):
     valid = load_split(args.task, "valid", valid_path, *fields).shuffled()  # [:k] samples the whole split
     if state is not None:
         source = state
+        init_step = state.get("init_step")  # the pretraining step this run started from, kept across resumes
     elif args.init == "none":
         source = scratch(args, d, train)
     else:
         source = checkpoint.load(args.init, kinds=("pretrain/",))
+    if state is None:  # which checkpoint of its pretraining this run starts from (bench/reproduce.py reads it)
+        init_step = source.get("step") if args.init != "none" else None
     arch = arch_of(source, args.init)
     tok = Tokenizer.from_tensor(source["tokenizer"])
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
@@ -283,7 +286,7 @@ def run(args, d):
             return
         checkpoint.save(path, dict(
             kind=f"finetune/{args.task}", arch=arch, model=model.state_dict(), model_config=cfg.to_dict(),
-            args=vars(args), step=step, best=best, labels=labels.names if labels else None,
+            args=vars(args), step=step, best=best, labels=labels.names if labels else None, init_step=init_step,
             optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
             tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=vars(args)))
 

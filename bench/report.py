@@ -10,6 +10,7 @@ import sys
 
 import significance
 from plan import BY_NAME, ORDERINGS, TABLES, parse_chain
+from runstate import init_step_of, stale_reason
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
 
@@ -137,14 +138,21 @@ def write(args, fields, state, resolved):
     lines += table(["run", "what", "step", "held-out loss", "unigram entropy", "below it", "", "time"], rows) + [""]
 
     # the papers' tables
-    metrics = {}
+    metrics, stale_names = {}, set()
     for title, names in TABLES:
         rows, cols = [], None
         for name in names.split():
             got = results(state, "eval-" + name)
             pre, gap = gap_of(out, resolved, name)
+            started = init_step_of(out, name)[0] if pre else None
+            at = f" step {started}" if started is not None else ""
             note = ("none" if pre is None else f"{pre}: not run" if gap is None else
-                    f"{pre} ({gap:.2f} under)" if gap >= PLATEAU else f"PLATEAU ({pre}: {gap:.2f})")
+                    f"{pre}{at} ({gap:.2f} under)" if gap >= PLATEAU else f"PLATEAU ({pre}{at}: {gap:.2f})")
+            stale = stale_reason(BY_NAME[name], resolved, out) if name in BY_NAME else None
+            if got and stale:
+                rows.append([name, BY_NAME[name].label, f"STALE: {stale}; the same command runs it again"])
+                stale_names.add(name)
+                continue
             if not got or name in unavailable or "eval-" + name in unavailable:
                 rows.append([name, BY_NAME[name].label, unavailable.get(name) or unavailable.get("eval-" + name) or
                              {"done": "trained, not evaluated"}.get(state["runs"].get(name, {}).get("status"), "not run")])
@@ -214,7 +222,7 @@ def write(args, fields, state, resolved):
         if "reversed" in pairs:  # one reversed pair is enough, whatever is still to run
             verdict = "does not hold" + (f" (not measured: {', '.join(missing)})" if missing else "")
         elif missing:
-            verdict = "not measured (" + ", ".join(missing) + ")"
+            verdict = "not measured (" + ", ".join(n + (" is stale" if n in stale_names else "") for n in missing) + ")"
         else:
             verdict = "within noise" if "within noise" in pairs else "holds"
         plateau = [p for p in {gap_of(out, resolved, n)[0] for n in names if n not in missing}

@@ -7,8 +7,12 @@ run of bench/plan.py, resumable over several sittings, and one markdown file of 
     python bench/reproduce.py --budget gpu             # 20,000 pretraining steps, 10 epochs, small preset
 
 A run whose result exists is skipped (train: last.pt at the final step; finetune: last.pt at its
-final step; eval: its result files, newer than the checkpoint); one that stopped is continued
-with --resume. Ctrl-C stops the run in progress the way the scripts do (the step finishes, last.pt
+final step, started from its pretraining's checkpoint as it is now; eval: its result files, newer
+than the checkpoint); one that stopped is continued with --resume. When a pretraining changes
+after the runs built on it finished (a later sitting with more --steps), those runs are stale:
+the listing says so, they run again from the pretraining as it is now (the fine-tuning with
+--overwrite, then its evaluation), and until they have, RESULTS.md shows them as STALE, never as
+current. Every fine-tuned row names the pretraining step it came from. Ctrl-C stops the run in progress the way the scripts do (the step finishes, last.pt
 is saved) and ends the sitting; the same command continues. Runs execute in this process, one
 after another (the scripts' main(argv)); each one's output also goes to OUT/logs/NAME.log.
 OUT/state.json keeps the measured time of every run (the estimates) and which eval files are
@@ -34,9 +38,15 @@ import json
 import os
 import re
 import shlex
+import signal
 import sys
 import time
 import traceback
+
+if __name__ == "__main__":
+    # Ctrl-C (or a supervisor passing it on to a worker of --jobs) while the runner is still importing:
+    # nothing has started, nothing to save; it leaves quietly, not with a KeyboardInterrupt traceback
+    _EARLY = {s: signal.signal(s, lambda signum, frame: os._exit(128 + signum)) for s in (signal.SIGINT, signal.SIGTERM)}
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
@@ -44,7 +54,7 @@ sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
 from plan import BUDGETS, BY_NAME, PLAN, fill, steps_of  # noqa: E402
 import report  # noqa: E402
 from runstate import (claim, command, estimate, kind_of, load_state, locked_state, progress_of,  # noqa: E402,F401
-                      ran_otherwise)
+                      ran_otherwise, stale_reason)
 
 STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
 
@@ -71,8 +81,23 @@ def get_args(argv=None):
     args = p.parse_args(argv)
     if args.stop_after_runs is not None and args.stop_after_runs < 1:
         p.error("--stop-after-runs must be at least 1")
-    if args.jobs < 1:
-        p.error("--jobs must be at least 1")
+    most = max(1, os.cpu_count() or 1)
+    if not 1 <= args.jobs <= most:
+        p.error(f"--jobs {args.jobs}: between 1 and this machine's {most} cores (each runner holds a model and "
+                f"its data, about 650 MB)")
+    for flag in ("steps", "epochs", "limit", "permutations"):
+        v = getattr(args, flag)
+        if v is not None and not v > 0:
+            p.error(f"--{flag} {v:g}: must be above 0")
+    for flag in ("only", "skip"):
+        if getattr(args, flag) is not None:
+            try:
+                re.compile(getattr(args, flag))
+            except re.error as e:
+                p.error(f"--{flag} {getattr(args, flag)!r} is not a regular expression ({e})")
+    from core.training import DTYPES
+    if args.dtype is not None and args.dtype not in DTYPES:
+        p.error(f"--dtype {args.dtype!r}: one of {', '.join(DTYPES)} (what the scripts accept)")
     if args.jobs > 1 and args.stop_after_runs is not None:
         p.error("--stop-after-runs counts one runner's runs: use it without --jobs")
     args.out = args.out or os.path.join("checkpoints", f"reproduce-{args.budget}")
@@ -92,6 +117,8 @@ def budget_fields(args):
         b[script] = fill(b[script], b)
     if b["limit"] is None:  # eval on the whole split
         b["eval"] = re.sub(r"--limit \S+", "", b["eval"]).strip()
+    elif "--limit" not in b["eval"]:  # a budget that evaluates the whole split, told to sample
+        b["eval"] = f"{b['eval']} --limit {b['limit']}".strip()
     return b
 
 
@@ -212,11 +239,35 @@ def select(plan, resolved, only, skip):
 
 # -----------------------------------------------------------------------------
 
+def check_out(out, create):
+    """None if OUT can hold the runs (created here unless `create` is False), else why not."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        return f"--out {out} is a file, not a directory"
+    if os.path.isdir(out):
+        return None if os.access(out, os.W_OK | os.X_OK) else f"--out {out} is not writable"
+    parent = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        return f"--out {out} cannot be created ({parent} is not a writable directory)"
+    if create:
+        os.makedirs(out, exist_ok=True)
+    return None
+
+
 def main(argv=None):
+    from runstate import StateError
     args = get_args(argv)
     fields = dict(budget_fields(args), budget=args.budget)
-    os.makedirs(args.out, exist_ok=True)
-    state = load_state(args.out)
+    problem = check_out(args.out, create=not args.dry_run)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        state = load_state(args.out)
+    except StateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     mods = scripts()
     resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in PLAN}
     runs = select(PLAN, resolved, args.only, args.skip)
@@ -245,7 +296,7 @@ def main(argv=None):
         return 0
 
     state["unavailable"] = unavailable
-    if BUDGETS[args.budget]["data"] == "subset":
+    if BUDGETS[args.budget]["data"] == "subset" and not args.dry_run:
         write_subset(fields["data"])
     left, total = [], 0.0
     say = print if args.worker is None else lambda msg="", **kw: print(f"[{args.worker}] {msg.strip()}", flush=True)
@@ -253,16 +304,20 @@ def main(argv=None):
         print(f"reproduce: budget {args.budget}, {len(runs)} runs in {args.out}")
     for r in runs:
         argv_, _ = resolved[r.name]
-        done, resume = progress_of(r, argv_, fields, args.out, state)
+        done, resume = progress_of(r, argv_, fields, args.out, state, resolved)
         if done < 1 and r.name not in unavailable:
             left.append(r)
         if args.worker is not None:
             continue
-        free = claim(args.out, r.name) if done < 1 else None  # None: another runner is running it
+        # None: another runner is running it (a dry run takes no lock: it creates nothing under OUT)
+        free = (claim(args.out, r.name) if not args.dry_run else open(os.devnull)) if done < 1 else None
         if free:
             free.close()
+        stale = stale_reason(r, resolved, args.out)
         mark = unavailable.get(r.name) or "done" if done >= 1 else unavailable.get(r.name) or ("" if free else "running in another runner, ") + (
-            f"resume ({100 * done:.0f}%)" if resume else "to run")
+            f"resume ({100 * done:.0f}%)" if resume else f"stale ({stale}): to run again" if stale else "to run")
+        if done >= 1 and stale and r.name not in unavailable:  # an evaluation of a stale fine-tuning
+            mark = f"stale ({stale}): runs again after it"
         secs = 0.0 if done >= 1 or r.name in unavailable else estimate(r, fields, state) * (1 - done)
         total += secs
         print(f"  {r.name:<24} {mark}" + (f" ~{report.fmt_secs(secs)}" if secs else "") +
@@ -274,6 +329,9 @@ def main(argv=None):
               + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs)) else ""))
     if args.dry_run:
         return 0
+    if "_EARLY" in globals():  # everything imported: from here on Ctrl-C stops a sitting the usual way
+        for sig, handler in _EARLY.items():
+            signal.signal(sig, handler)
     if args.jobs > 1:
         from workers import supervise
         code = supervise(sys.argv[1:] if argv is None else argv, args.jobs, max(1, (os.cpu_count() or 1) // args.jobs))
@@ -309,7 +367,7 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say):
                 argv_, needs = resolved[r.name]
                 if os.path.exists(os.path.join(args.out, "state.json")):  # what another runner recorded meanwhile
                     state = dict(load_state(args.out), unavailable=unavailable)
-                missing = [d for d in needs if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state)[0] < 1]
+                missing = [d for d in needs if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state, resolved)[0] < 1]
                 if missing:
                     mine = {p.name for p in pending}
                     if args.worker is not None and all(may_still_finish(d, args.out, state, mine) for d in missing):
@@ -322,7 +380,7 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say):
                     say(f"skip {r.name}: another runner is running it")
                     continue
                 with held:
-                    frac, resume = progress_of(r, argv_, fields, args.out, state)
+                    frac, resume = progress_of(r, argv_, fields, args.out, state, resolved)
                     if frac >= 1:  # another runner finished it since this one started
                         continue
                     if r.script != "eval":

@@ -10,6 +10,9 @@ import shlex
 from plan import BY_NAME, steps_of
 
 VARYING = ("--steps", "--epochs", "--dtype")  # a run continues, or is extended, under other values of these
+# flags that change how often a run logs, evaluates on held-out text or saves, not what it computes
+# (train.py's and finetune.py's RESUMABLE): a budget ties --eval-every to --steps, for one
+UNCHANGING = ("--log-every", "--eval-every", "--save-every")
 
 
 def command(run, argv):
@@ -17,15 +20,18 @@ def command(run, argv):
 
 
 def what_it_ran(cmd):
-    """A command less the flags a run may change between sittings (VARYING, --resume, --overwrite)."""
+    """A command less what does not change its result: the flags a run may change between sittings
+    (VARYING), how often it logs, evaluates or saves (UNCHANGING), --resume, --overwrite; and its
+    paths written one way (`./x/../x/y` and an absolute path to it are `x/y`)."""
     words, kept = shlex.split(cmd), []
     i = 0
     while i < len(words):
-        if words[i] in VARYING:
+        if words[i] in VARYING + UNCHANGING:
             i += 2
             continue
         if words[i] not in ("--resume", "--overwrite"):
-            kept.append(words[i])
+            w = words[i]
+            kept.append(os.path.relpath(os.path.realpath(w)) if "/" in w and not w.startswith("-") else w)
         i += 1
     return kept
 
@@ -40,13 +46,92 @@ def ran_otherwise(run, argv, out, state):
     return None if what_it_ran(rec["command"]) == what_it_ran(command(run, argv)) else rec["command"]
 
 
+# -----------------------------------------------------------------------------
+# lineage: which checkpoint of its pretraining a result came from
+
+def _ckpt(path):
+    import torch
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001  (a checkpoint being rewritten, or not one: no lineage to read)
+        return None
+
+
+def pretraining_step(out, pre):
+    """The step of pretraining run PRE's last.pt now, or None."""
+    ck = _ckpt(os.path.join(out, pre, "last.pt")) if os.path.exists(os.path.join(out, pre, "last.pt")) else None
+    return None if ck is None else ck.get("step")
+
+
+def init_step_of(out, name):
+    """(the pretraining step fine-tuning NAME started from, as its last.pt records it, or None; its
+    last.pt's modification time, or None)."""
+    path = os.path.join(out, name, "last.pt")
+    if not os.path.exists(path):
+        return None, None
+    ck = _ckpt(path)
+    return (None if ck is None else ck.get("init_step")), os.path.getmtime(path)
+
+
+def stale_reason(run, resolved, out):
+    """Why a fine-tuning's result is not that of its pretraining as it is now, else None: it started
+    from another step of it (a pretraining extended by a later sitting), or, for a run older than
+    that record, the pretraining's checkpoint was written after the fine-tuning's. An evaluation is
+    stale when the fine-tuning it reads is."""
+    if run.script == "eval":
+        ft = next((d for d in resolved[run.name][1] if not d.startswith("pre-")), None)
+        return stale_reason(BY_NAME[ft], resolved, out) if ft in BY_NAME else None
+    if run.script != "finetune":
+        return None
+    pre = next((d for d in resolved[run.name][1] if d.startswith("pre-")), None)
+    if pre is None:
+        return None
+    started, mtime = init_step_of(out, run.name)
+    if mtime is None:
+        return None
+    now = pretraining_step(out, pre)
+    if started is not None:
+        return None if started == now else f"fine-tuned from {pre} at step {started}, which is now at step {now}"
+    pre_path = os.path.join(out, pre, "last.pt")
+    if os.path.exists(pre_path) and os.path.getmtime(pre_path) > mtime:
+        return f"{pre} was written after this fine-tuning (step {now} now); which step it started from is not recorded"
+    return None
+
+
+class StateError(Exception):
+    """OUT/state.json cannot be read as the runner wrote it (garbage, empty, hand-edited)."""
+
 
 def load_state(out):
+    """OUT/state.json, checked: a file that is not what the runner writes is refused with its path
+    and what is wrong, and left as it is (nothing the runs saved depends on it but the time
+    estimates and which eval files are whose)."""
     path = os.path.join(out, "state.json")
-    if os.path.exists(path):
+    if not os.path.exists(path):
+        return dict(runs={})
+    try:
         with open(path) as f:
-            return json.load(f)
-    return dict(runs={})
+            state = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StateError(f"{path} is not readable JSON ({e}); move it aside (the runs' checkpoints and results "
+                         f"stay; the next sitting rebuilds it, losing only the measured times)") from None
+    bad = None
+    if not isinstance(state, dict) or not isinstance(state.get("runs", {}), dict):
+        bad = "not an object with a 'runs' object"
+    else:
+        state.setdefault("runs", {})
+        for name, rec in state["runs"].items():
+            if not isinstance(rec, dict):
+                bad = f"run {name!r} is not an object"
+            elif not isinstance(rec.get("seconds", 0.0), (int, float)) or not isinstance(rec.get("files", []), list) \
+                    or not isinstance(rec.get("status", ""), str) or not isinstance(rec.get("command", ""), str):
+                bad = f"run {name!r} has a field of the wrong type"
+            if bad:
+                break
+    if bad:
+        raise StateError(f"{path}: {bad}; move it aside (the runs' checkpoints and results stay; the next "
+                         f"sitting rebuilds it, losing only the measured times)")
+    return state
 
 
 def save_state(out, state):
@@ -80,11 +165,14 @@ def claim(out, name):
     return f
 
 
-def progress_of(run, argv, fields, out, state):
+def progress_of(run, argv, fields, out, state, resolved=None):
     """(fraction done in [0, 1], a last.pt to resume from or None). Train: the checkpoint's step
     against the budget's; finetune: its step against its steps and its epochs against the
-    budget's; eval: the files recorded for this exact command, newer than the checkpoint."""
+    budget's, 0 when its pretraining has changed since (stale_reason, given `resolved`); eval: the
+    files recorded for this exact command, newer than the checkpoint."""
     import torch
+    if run.script == "finetune" and resolved is not None and stale_reason(run, resolved, out):
+        return 0.0, None  # its pretraining changed since: run it again from that pretraining as it is
     if run.script == "eval":
         rec = state["runs"].get(run.name, {})
         ckpt = argv[0]

@@ -18,8 +18,44 @@ CACHE = {}  # (path, mtime, metric) -> per-example scores
 
 
 def read_rows(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The rows of one of eval.py's outputs-*.jsonl files, or ValueError saying why it is not one."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it ({e.strerror})") from None
+    rows = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError(f"{path} line {i} is not a JSON record: give eval.py's outputs-*.jsonl file, not its "
+                             f"eval-*.json summary") from None
+        if not isinstance(row, dict) or not {"source", "prediction", "reference"} <= set(row):
+            raise ValueError(f"{path} line {i} has no source / prediction / reference: not one of eval.py's outputs "
+                             f"files (outputs-*.jsonl)")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path} holds no outputs")
+    return rows
+
+
+def kind_of(path):
+    """'classify' or 'summarize': what an outputs file holds."""
+    return "classify" if read_rows(path)[0].get("task") == "classify" else "summarize"
+
+
+def check_pair(path_a, path_b):
+    """ValueError, in one line, unless both files hold outputs of one task on the same examples."""
+    ka, kb = kind_of(path_a), kind_of(path_b)
+    if ka != kb:
+        raise ValueError(f"{path_a} holds {ka} outputs and {path_b} {kb} outputs: compare files of one task")
+    ra, rb = read_rows(path_a), read_rows(path_b)
+    if len(ra) != len(rb) or [r["source"] for r in ra] != [r["source"] for r in rb]:
+        raise ValueError(f"{path_a} ({len(ra)} examples) and {path_b} ({len(rb)}) were not scored on the same "
+                         f"examples (another --limit, split or data): compare runs evaluated on one sample")
 
 
 def metrics_of(path):
@@ -56,10 +92,10 @@ def paired_bootstrap(a, b, samples=2000, seed=0):
 
 
 def compare(path_a, path_b, metric="rougeL"):
-    """paired_bootstrap of two outputs files, which must hold the same sources in the same order."""
-    (a, src_a), (b, src_b) = per_example(path_a, metric), per_example(path_b, metric)
-    if src_a != src_b:
-        raise ValueError(f"{path_a} and {path_b} were not scored on the same examples")
+    """paired_bootstrap of two outputs files, which must hold outputs of one task on the same
+    sources in the same order (check_pair)."""
+    check_pair(path_a, path_b)
+    (a, _), (b, _) = per_example(path_a, metric), per_example(path_b, metric)
     return paired_bootstrap(a, b)
 
 
@@ -73,9 +109,21 @@ def verdict(op, low, high):
     return "within noise"
 
 
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or any(a.startswith("-") for a in argv):
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        check_pair(*argv)
+        for m in metrics_of(argv[0]):
+            mean, low, high = compare(argv[0], argv[1], m)
+            print(f"{m}: A - B = {mean:+.2f}, 95% interval [{low:+.2f}, {high:+.2f}]: A > B {verdict('>', low, high)}")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    for m in metrics_of(sys.argv[1]):
-        mean, low, high = compare(sys.argv[1], sys.argv[2], m)
-        print(f"{m}: A - B = {mean:+.2f}, 95% interval [{low:+.2f}, {high:+.2f}]: A > B {verdict('>', low, high)}")
+    sys.exit(main())

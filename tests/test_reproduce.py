@@ -100,7 +100,8 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
 
     with open(os.path.join(out, "RESULTS.md")) as f:
         md = f.read()
-    assert "PLATEAU (pre-pmlm: " in md  # 4 tiny steps leave no model off the unigram plateau
+    # 4 tiny steps leave no model off the unigram plateau; a fine-tuned row names its pretraining's step
+    assert re.search(r"PLATEAU \(pre-pmlm step 4: ", md)
     assert re.search(r"^\| sum-unilm-scratch \| [^|]+ \| none \|", md, re.M)  # a row says what it was pretrained on
     assert re.search(r"\| UniLMv2 \| PMLM > MLM > no pretraining \| rougeL \| sum-pmlm [\d.]+ > sum-mlm [\d.]+ > "
                      r"sum-unilm-scratch [\d.]+ \| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\]; "
