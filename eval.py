@@ -88,9 +88,19 @@ def get_args(argv=None):
     return parse_args(p, argv)
 
 
-def progress_line(what):
+def progress_line(what, stream=None):
+    """A progress report: one line rewritten in place on a terminal; in a log file (not a terminal)
+    a line at every tenth of the work, so that the file does not hold one endless line."""
+    stream = stream or sys.stderr
+    tty = stream.isatty()
+    shown = [-1]
+
     def show(done, total):
-        print(f"\r  {what}: {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+        if tty:
+            print(f"\r  {what}: {done}/{total}", end="" if done < total else "\n", file=stream, flush=True)
+        elif 10 * done // max(1, total) > shown[0] or done == total:
+            shown[0] = 10 * done // max(1, total)
+            print(f"  {what}: {done}/{total}", file=stream, flush=True)
     return show
 
 
@@ -125,7 +135,7 @@ def pick_checkpoints(paths):
 
 def examples(task, args):
     """The examples to evaluate: the split, or with --limit N a sample of N fixed by seed 0."""
-    data = load_split(task, args.split, args.data, args.src_field, args.tgt_field)
+    data = load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=lambda msg: None)
     if args.limit:
         data = data.shuffled(seed=0)
         data.sources, data.targets = data.sources[:args.limit], data.targets[:args.limit]
@@ -207,7 +217,8 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
     fa = state["args"]
     data = examples(task, args)
     sources, targets = data.sources, data.targets
-    row = dict(model=path, arch=arch, task=task, params_M=round(count_parameters(model) / 1e6, 2), n=len(sources))
+    row = dict(model=path, arch=arch, task=task, params_M=round(count_parameters(model) / 1e6, 2), n=len(sources),
+               skipped=data.skipped)
     out_dir = os.path.dirname(os.path.abspath(path))
     outputs = None
 
@@ -278,7 +289,11 @@ def majority_row(targets):
 def write_results(path, row, outputs, args):
     """Atomically, the row (with the settings) and the outputs, named by result_names."""
     json_path, outputs_path = result_names(path, args)
-    files = [(json_path, json.dumps(dict(row, generation=vars(args)), indent=2))]
+    settings = dict(vars(args))
+    settings["dtype"] = getattr(args, "dtype_run", settings.get("dtype"))  # what --dtype auto resolved to
+    if args.data is not None:  # a user's file: there is no split
+        settings["split"] = None
+    files = [(json_path, json.dumps(dict(row, generation=settings), indent=2))]
     if outputs is not None:
         files.append((outputs_path, "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in outputs)))
     for name, text in files:
@@ -352,9 +367,12 @@ def main(argv=None):
                         "is a NAR one (finetune.py --nar)")
     args.exits = exit_settings(args, [arch_of(s, p) for p, s in states.items()])
     for task in sorted({state["kind"].split("/")[1] for state in states.values()}):
-        load_split(task, args.split, args.data, args.src_field, args.tgt_field)
+        load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=lambda msg: None)
     check_settings(args, paths, states)
+    for task in sorted({state["kind"].split("/")[1] for state in states.values()}):  # said once, not per checkpoint
+        load_split(task, args.split, args.data, args.src_field, args.tgt_field)
     dtype = resolve_dtype(args.dtype, device)
+    args.dtype_run = str(dtype).split(".")[-1]
     rows = []
     for path in paths:  # each row's files on disk at once: a later failure loses none of them
         for setting in (args.exits if arch_of(states[path], path) == "elmer" else [None]):  # a sweep: one row each

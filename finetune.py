@@ -119,6 +119,14 @@ def main(argv=None):
         compute_cleanup()
 
 
+# the flags every run uses; every other flag enters unused_flags' table (or CHECKED_ELSEWHERE's
+# checks), which says which runs it applies to (tests/test_trust.py walks the parser against them)
+ALWAYS_APPLIES = ("help", "init", "task", "train_data", "valid_data", "max_src", "epochs", "batch", "warmup_frac",
+                  "label_smoothing", "valid_examples", "micro_batch", "lr", "weight_decay", "clip", "dropout",
+                  "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed", "device", "dtype")
+CHECKED_ELSEWHERE = ("enc_layers", "dec_layers", "adaptive_stop")  # check_nar_flags
+
+
 def unused_flags(args, arch, summ):
     """guards.refuse_unused's table: each option's flags, and whether this run (a checkpoint of
     `arch`, before it is turned into its fine-tuning architecture) uses them."""
@@ -129,6 +137,12 @@ def unused_flags(args, arch, summ):
         vocab_size=(scratch_run, "with --init none (a checkpoint brings its own tokenizer)"),
         exit=(elmer, "to an elmer checkpoint (or --init none --arch elmer)"),
         exit_entropy=(elmer and args.exit == "hard", "to an elmer checkpoint with --exit hard"),
+        exit_train=(elmer and args.exit == "hard", "to an elmer checkpoint with --exit hard (under soft exit no "
+                                                    "token leaves in training)"),
+        exit_measure=(elmer, "to an elmer checkpoint (or --init none --arch elmer)"),
+        # soft exit with the entropy measure decodes every layer (threshold 0): another would be recorded unused
+        exit_threshold=(elmer and (args.exit == "hard" or args.exit_measure not in (None, "entropy")),
+                        "to an elmer checkpoint with --exit hard, or soft with a cheap --exit-measure"),
         dec_len=(elmer, "to an elmer checkpoint (or --init none --arch elmer)"),
         nar=(summ, "to --task summarize"),
         length_beam=(nar, "with --nar"),

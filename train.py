@@ -51,6 +51,14 @@ RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", 
 ENC_DEC = ("t5", "t5-nar", "mlae", "elmer")  # the objectives with an encoder and a decoder: depth flags apply
 
 
+# the flags every run uses; every other flag must enter get_args' refuse_unused table, which says
+# which objectives it applies to (tests/test_trust.py walks the parser against both)
+ALWAYS_APPLIES = ("help", "objective", "model", "rel_pos", "data", "valid_data", "text_field", "tokenizer", "seq_len",
+                  "batch_tokens", "steps", "warmup", "eval_every", "eval_examples", "micro_batch", "lr", "weight_decay",
+                  "clip", "dropout", "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed",
+                  "device", "dtype")
+
+
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--objective", default="pmlm", choices=["pmlm", "mlm", "t5", "t5-nar", "mlae", "elmer"])
@@ -102,6 +110,9 @@ def get_args(argv=None):
             permutations=(o == "elmer", "to --objective elmer"),
             dec_len=(o == "elmer", "to --objective elmer"),
             separate_offramps=(o == "elmer", "to --objective elmer"),
+            cross_rel_pos=(o == "mlae" and args.decoder == "b" or o == "t5-nar",
+                           "to --objective mlae --decoder b or t5-nar (the objectives with a cross-attention bias)"),
+            length_grad=(o == "t5-nar", "to --objective t5-nar (the objective with a length predictor)"),
             vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)", True)))
     if args.objective == "mlm":
         args.losses = "ae"
@@ -232,6 +243,7 @@ def run(args, d):
     stats = {}
     end = min(args.steps, args.stop_after or args.steps)
     stop = StopSignals()
+    last_eval = None
     for step in range(start, end):
         micro = batches_of(train, step * examples_per_step + d.rank * per_rank, per_rank)
         stats = train_step(ddp_model, model, optimizer, micro, loss_sums, d, args, step)
@@ -242,21 +254,40 @@ def run(args, d):
         if done % args.log_every == 0 or done == end:
             rate = speed.rate()
             parts = per_token(stats)
-            print0(d, progress.line(done, loss, stats["lr"], rate, " ".join(f"{k} {v:.3f}" for k, v in parts.items() if k != "loss")))
+            # the batch's own losses (what the step trained on), named so; the held-out ones are the eval lines
+            print0(d, progress.line(done, loss, stats["lr"], rate, "this batch: " + " ".join(
+                f"{k} {v:.3f}" for k, v in parts.items() if k != "loss")))
             if d.master:
                 progress.log({**parts, **dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate,
                                               grad_norm=stats["grad_norm"])})
         if done % args.eval_every == 0 or done == end:
             ev = evaluate(model, eval_batches, loss_sums, d)
             rec = dict(step=done, unigram_entropy=entropy, **{f"valid_{k}": v for k, v in per_token(ev).items()})
-            print0(d, "  eval | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items() if k.startswith("valid_")))
+            last_eval = rec
+            print0(d, f"  held-out, step {done} | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items()
+                                                                if k.startswith("valid_")) + " | " + under_entropy(rec))
             if d.master:
                 progress.log(rec)
         if done % args.save_every == 0 or done == end:
             save(done)
         stop.check(d, done, save, ckpt_path)
-    print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; checkpoint {ckpt_path}")
+    print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; checkpoint {ckpt_path}"
+              + (f"; held-out {under_entropy(last_eval)}" if last_eval else ""))
     return stats
+
+
+# the held-out loss a pretraining is judged by against the unigram entropy (bench/report.py reads the same)
+HELD_OUT_KEYS = ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_hidden_loss",
+                 "valid_par_loss")
+
+
+def under_entropy(rec):
+    """'<loss> X, D nats under the unigram entropy E' of a held-out record (negative D: above it)."""
+    key = next((k for k in HELD_OUT_KEYS if k in rec), None)
+    if key is None:
+        return ""
+    gap = rec["unigram_entropy"] - rec[key]
+    return f"{key[6:]} {rec[key]:.4f}, {gap:.2f} nats under the unigram entropy {rec['unigram_entropy']:.3f}"
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from core import checkpoint  # noqa: E402
+from core.errors import main_guard  # noqa: E402
 from core.config import ModelConfig  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
 from core.finetuning import pretraining_window  # noqa: E402
@@ -63,12 +64,15 @@ def probe(path, n, batch):
     return f"{path} ({state['kind']}, step {state['step']})", out
 
 
-def main():
+@main_guard
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoints", nargs="+")
-    p.add_argument("--windows", type=int, default=512, help="held-out windows")
-    p.add_argument("--batch", type=int, default=64)
-    args = p.parse_args()
+    p.add_argument("--windows", type=int, default=512, help="held-out windows (at least 1)")
+    p.add_argument("--batch", type=int, default=64, help="windows per forward pass (at least 1)")
+    args = p.parse_args(argv)
+    if args.windows < 1 or args.batch < 1:
+        p.error("--windows and --batch must be at least 1")
     print("| checkpoint | corruption | AE loss, every target | [MASK]ed | random | kept | targets ([MASK] / random / kept) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for path in args.checkpoints:

@@ -1,6 +1,9 @@
 """RESULTS.md of bench/reproduce.py: the setting (hardware, versions, date), each pretraining's
 held-out loss against the unigram entropy of the held-out text, the papers' tables, whether each of
-their orderings holds here, and every run's command."""
+their orderings holds here, and every run's command; and results.json beside it, the same as data
+(per run its pretraining, the step it came from and the distance under the entropy, its metrics;
+per ordering each pair's difference, interval and verdict), which the docs are rendered from
+(tools/render_docs.py) once a snapshot of it is committed under results/."""
 import datetime
 import json
 import os
@@ -119,6 +122,8 @@ def write(args, fields, state, resolved):
              f"(`{fields['train']}`); fine-tuning `{fields['finetune']}`; evaluation `{fields['eval'] or 'the whole test split'}`.",
              "", f"Hardware and versions: {environment(args.dtype)}.", ""]
     unavailable = state.get("unavailable", {})
+    data = dict(budget=args.budget, written=f"{datetime.datetime.now():%Y-%m-%d %H:%M}", environment=environment(args.dtype),
+                steps=fields["steps"], pretraining={}, runs={}, orderings=[])
 
     # pretraining against the unigram plateau
     lines += ["## Pretraining: held-out loss against the unigram entropy", "",
@@ -133,6 +138,9 @@ def write(args, fields, state, resolved):
             rows.append([name, BY_NAME[name].label, unavailable.get(name, "not run"), "", "", "", "", ""])
             continue
         step, loss, key, ent = p
+        data["pretraining"][name] = dict(label=BY_NAME[name].label, step=step, held_out_loss=loss, loss=key,
+                                         unigram_entropy=ent, under=ent - loss, plateau=ent - loss < PLATEAU,
+                                         seconds=rec.get("seconds"))
         rows.append([name, BY_NAME[name].label, step, f"{loss:.3f} ({key})", f"{ent:.3f}", f"{ent - loss:.3f}",
                      "PLATEAU" if ent - loss < PLATEAU else "left it", fmt_secs(rec.get("seconds"))])
     lines += table(["run", "what", "step", "held-out loss", "unigram entropy", "below it", "", "time"], rows) + [""]
@@ -158,6 +166,8 @@ def write(args, fields, state, resolved):
                              {"done": "trained, not evaluated"}.get(state["runs"].get(name, {}).get("status"), "not run")])
                 continue
             r = metrics[name] = got[0]
+            data["runs"][name] = dict(label=BY_NAME[name].label, table=title, pretraining=pre, pretraining_step=started,
+                                      under=gap, metrics={k: v for k, v in r.items() if k != "generation"})
             cls = "accuracy" in r
             cols = cols or (["accuracy", "macro_f1"] if cls else ["rouge1", "rouge2", "rougeL", "decoding", "iterations",
                                                                   "mean_exit"])
@@ -207,7 +217,7 @@ def write(args, fields, state, resolved):
     for paper, claim, metric, chain in ORDERINGS:
         names, ops = parse_chain(chain)
         vals = [metrics.get(n, {}).get(metric) for n in names]
-        intervals, pairs = [], []
+        intervals, pairs, pair_data = [], [], []
         missing = [n for n, v in zip(names, vals) if v is None]
         for a, b, op, va, vb in zip(names, names[1:], ops, vals, vals[1:]):
             if va is None or vb is None:  # the pairs that exist are read all the same
@@ -218,6 +228,7 @@ def write(args, fields, state, resolved):
                 continue
             mean, low, high = diff
             pairs.append(significance.verdict(op, low, high))
+            pair_data.append(dict(a=a, b=b, op=op, difference=mean, low=low, high=high, verdict=pairs[-1]))
             intervals.append(f"{a} - {b}: {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
         if "reversed" in pairs:  # one reversed pair is enough, whatever is still to run
             verdict = "does not hold" + (f" (not measured: {', '.join(missing)})" if missing else "")
@@ -231,6 +242,8 @@ def write(args, fields, state, resolved):
         shown = " ".join(f"{n} {fmt(v)}" if i == len(names) - 1 else f"{n} {fmt(v)} {ops[i]}"
                          for i, (n, v) in enumerate(zip(names, vals)))
         rows.append([paper, claim, metric, shown, "; ".join(intervals), verdict])
+        data["orderings"].append(dict(paper=paper, claim=claim, metric=metric, chain=chain,
+                                      values=dict(zip(names, vals)), pairs=pair_data, verdict=verdict))
     lines += table(["paper", "ordering", "metric", "here", "difference, 95% interval", "verdict"], rows) + [""]
 
     # every run
@@ -243,10 +256,11 @@ def write(args, fields, state, resolved):
                      f"`{rec.get('command') or ''}`"])
     lines += table(["run", "status", "time", "command"], rows) + [""]
     path = os.path.join(out, "RESULTS.md")
-    tmp = f"{path}.{os.getpid()}.tmp"  # two runners may write at once: each its own, then one rename
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, path)
+    for name, text in ((path, "\n".join(lines)), (os.path.join(out, "results.json"), json.dumps(data, indent=1))):
+        tmp = f"{name}.{os.getpid()}.tmp"  # two runners may write at once: each its own, then one rename
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, name)
     return path
 
 

@@ -26,6 +26,11 @@ def save(path, state, config_json=None):
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save(dict(state, format=FORMAT), tmp)
     os.replace(tmp, path)
+    # a save killed half-way (by a second Ctrl-C, say) leaves its .tmpPID: gone once a save succeeds
+    import glob
+    for stale in glob.glob(glob.escape(path) + ".tmp*"):
+        with contextlib.suppress(OSError):
+            os.remove(stale)
     if config_json is not None:
         cfg = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
         with open(cfg + ".tmp", "w") as f:

@@ -23,6 +23,7 @@ class Examples:
     sources: list
     targets: list
     origin: str
+    skipped: int = 0  # examples of the file left out: an empty source or target
 
     def __len__(self):
         return len(self.sources)
@@ -32,11 +33,14 @@ class Examples:
         whole split: the embedded corpus is sorted by package, and its first 200 validation
         examples would all be packages from "2to3" to "dibbler"."""
         order = np.random.default_rng([seed, len(self)]).permutation(len(self))
-        return Examples(self.split, [self.sources[i] for i in order], [self.targets[i] for i in order], self.origin)
+        return Examples(self.split, [self.sources[i] for i in order], [self.targets[i] for i in order], self.origin,
+                        self.skipped)
 
 
-def load_split(task, split, path=None, src_field=None, tgt_field=None):
-    """The examples of one split. path None: the embedded corpus. Fields default to the task's."""
+def load_split(task, split, path=None, src_field=None, tgt_field=None, note=None):
+    """The examples of one split. path None: the embedded corpus. Fields default to the task's.
+    Examples whose source or target is empty are left out, counted in `skipped`, and said through
+    `note` (print to stderr by default)."""
     default_src, default_tgt = ("document", "summary") if task == "summarize" else ("document", "section")
     src_field, tgt_field = src_field or default_src, tgt_field or default_tgt
     if path is None:
@@ -47,7 +51,13 @@ def load_split(task, split, path=None, src_field=None, tgt_field=None):
     keep = [i for i, (s, t) in enumerate(zip(sources, targets)) if s.strip() and t.strip()]
     if not keep:
         raise UserError(f"{origin}: the {split} split has no example with a non-empty {src_field!r} and {tgt_field!r}")
-    return Examples(split, [sources[i] for i in keep], [targets[i] for i in keep], origin)
+    skipped = len(sources) - len(keep)
+    if skipped:
+        import sys
+        (note or (lambda msg: print(msg, file=sys.stderr)))(
+            f"note: {origin}: {skipped} of {len(sources)} examples left out, their {src_field!r} or {tgt_field!r} "
+            f"empty ({len(keep)} kept)")
+    return Examples(split, [sources[i] for i in keep], [targets[i] for i in keep], origin, skipped)
 
 
 def lead(text, words=None):

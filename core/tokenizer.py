@@ -123,15 +123,23 @@ def training_sentences(texts, longest=4096):
             yield t
 
 
-def cached_tokenizer(texts, vocab_size, cache_dir):
-    """Train once per (text, vocab size); later runs load the file. Written atomically."""
+def tokenizer_path(texts, vocab_size, cache_dir):
+    """Where the tokenizer of (texts, vocab size) is cached."""
     h = hashlib.sha1(f"{vocab_size}|{N_SENTINELS}|{FORMAT}".encode())
     for t in texts:
         h.update(t.encode())
-    key = h.hexdigest()[:12]
-    path = os.path.join(cache_dir, f"spm-{vocab_size}-{key}.model")
+    return os.path.join(cache_dir, f"spm-{vocab_size}-{h.hexdigest()[:12]}.model")
+
+
+def cached_tokenizer(texts, vocab_size, cache_dir, say=None):
+    """Train once per (text, vocab size); later runs load the file. Written atomically. say: told
+    before a training starts (it takes about a minute on the embedded corpus)."""
+    path = tokenizer_path(texts, vocab_size, cache_dir)
     if os.path.exists(path):
         return Tokenizer.load(path), path
+    if say:
+        say(f"tokenizer: training a {vocab_size}-piece SentencePiece model on {len(texts)} texts (about a minute "
+            f"for the embedded corpus; cached in {cache_dir} for later runs)")
     tok = Tokenizer.train(texts, vocab_size)
     os.makedirs(cache_dir, exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"

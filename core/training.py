@@ -56,7 +56,7 @@ def corpus_tokenizer(texts, vocab_size, d):
     the other processes load the cached file after a barrier."""
     if d.master:
         t0 = time.time()
-        tok, path = cached_tokenizer(texts, vocab_size, TOKENIZER_CACHE)
+        tok, path = cached_tokenizer(texts, vocab_size, TOKENIZER_CACHE, say=lambda msg: print0(d, msg))
         print0(d, f"tokenizer: {path} ({tok.vocab_size} pieces, {time.time() - t0:.1f}s)")
     barrier(d)
     if not d.master:

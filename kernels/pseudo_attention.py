@@ -495,8 +495,10 @@ def aot_cases():
     cross-attention with its relative bias. Nothing runs: kernels/aot.py records the launches, so
     the codes and the map are the readable versions' and the lists empty tensors of their shapes."""
     cases = []
+    # bf16 only: fp16 compiles to the same registers, spills and loop sizes (kernels/aot.py on both,
+    # 2026-11-26), and CI's suite has a time budget
     for variant in ("norel", "rel", "seq", "dense", "dense_grad", "decode", "cross"):
-        for dtype in (torch.bfloat16, torch.float16):
+        for dtype in (torch.bfloat16,):
             for D in (64, 128):
                 cases.append((f"{variant}-{str(dtype)[6:]}-d{D}",
                               lambda variant=variant, dtype=dtype, D=D: _aot_launch(variant, dtype, D)))

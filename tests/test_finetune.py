@@ -54,6 +54,11 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     assert os.path.basename(eval_json).startswith("eval-best-test-")  # named for the checkpoint and the file
     saved = json.load(open(eval_json))
     assert saved["rougeL"] == row["rougeL"]
+    # the dtype it ran in, not "auto"; no split with --data; none of the file's examples left out
+    assert saved["generation"]["dtype"] in ("float32", "bfloat16") and saved["generation"]["split"] is None
+    assert saved["skipped"] == 0
+    # the fine-tuning names the pretraining step it started from (bench/reproduce.py's staleness)
+    assert torch.load(os.path.join(out, "last.pt"), weights_only=True)["init_step"] == 4
     outputs = [json.loads(l) for l in open(outputs_jsonl)]
     assert len(outputs) == 12 and {"prediction", "reference", "source"} <= set(outputs[0])
 

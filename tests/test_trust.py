@@ -76,20 +76,6 @@ def test_the_listing_says_what_is_stale(tmp_path, capsys):
     assert "sum-pmlm" in text and "stale (fine-tuned from pre-pmlm at step 4, which is now at step 8)" in text
 
 
-def test_finetune_records_the_step_it_started_from(tmp_path, text_file):
-    import finetune
-    import train
-    from conftest import TINY, write_task_files
-    pre = str(tmp_path / "pre")
-    train.main(TINY + ["--steps", "3", "--data", text_file, "--out", pre, "--eval-every", "100"])
-    paths = write_task_files(tmp_path, dict(train=16, valid=4))
-    ft = str(tmp_path / "ft")
-    finetune.main(["--init", os.path.join(pre, "last.pt"), "--train-data", paths["train"], "--valid-data", paths["valid"],
-                   "--out", ft, "--epochs", "1", "--batch", "8", "--micro-batch", "8", "--rouge-examples", "0",
-                   "--max-src", "24", "--max-tgt", "8", "--dtype", "float32"])
-    assert torch.load(os.path.join(ft, "last.pt"), weights_only=True)["init_step"] == 3
-
-
 # -----------------------------------------------------------------------------
 # 2. what changes a result is compared, normalised
 
@@ -175,3 +161,134 @@ def test_significance_refuses_files_it_cannot_pair(tmp_path, capsys):
         assert significance.main(list(pair)) == 2, pair
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
+
+
+# -----------------------------------------------------------------------------
+# 7, 8, 9: data left out is said; small ones; what a long run tells its user
+
+def test_empty_examples_are_counted_and_said(tmp_path, capsys):
+    from core.tasks import load_split
+    path = tmp_path / "d.jsonl"
+    rows = [dict(document=f"text {i}" if i % 4 else " ", summary="s") for i in range(40)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = load_split("summarize", "test", str(path))
+    assert len(data) == 30 and data.skipped == 10 and data.shuffled().skipped == 10
+    err = capsys.readouterr().err
+    assert "10 of 40 examples left out" in err and "'document'" in err
+
+
+def test_a_save_cleans_what_a_killed_save_left(tmp_path):
+    from core import checkpoint
+    path = str(tmp_path / "last.pt")
+    (tmp_path / "last.pt.tmp999999").write_bytes(b"half")
+    checkpoint.save(path, dict(step=1))
+    assert os.path.exists(path) and not any(".tmp" in p for p in os.listdir(tmp_path))
+
+
+def test_ae_probe_bad_input_is_one_line(tmp_path):
+    bad = tmp_path / "x.pt"
+    bad.write_text("not a checkpoint")
+    for argv in ([str(bad)], [str(bad), "--windows", "0"]):
+        r = subprocess.run([sys.executable, "bench/ae_probe.py"] + argv, cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        assert r.returncode == 2 and "Traceback" not in r.stderr and lines[-1].split(":")[0] in ("error", "ae_probe.py"), r.stderr
+
+
+def test_the_tokenizer_says_it_is_training(tmp_path, text_file):
+    from core.data import read_texts
+    from core.tokenizer import cached_tokenizer
+    said = []
+    texts = read_texts(text_file)[:300]
+    cached_tokenizer(texts, 600, str(tmp_path), say=said.append)
+    cached_tokenizer(texts, 600, str(tmp_path), say=said.append)  # cached: nothing to say
+    assert len(said) == 1 and "training a 600-piece" in said[0]
+
+
+def test_progress_in_a_log_file_is_lines_not_one_carriage_returned_line(tmp_path):
+    import io
+    import eval as evaluate_script
+    buf = io.StringIO()  # not a terminal
+    show = evaluate_script.progress_line("generating", buf)
+    for i in range(1, 101):
+        show(i, 100)
+    text = buf.getvalue()
+    assert "\r" not in text and 10 <= text.count("\n") <= 12 and text.rstrip().endswith("100/100")
+
+
+def test_train_says_held_out_with_its_step_and_the_distance_under_the_entropy(text_file, tmp_path, capsys):
+    import train
+    from conftest import TINY
+    train.main(TINY + ["--steps", "3", "--data", text_file, "--out", str(tmp_path / "p")])
+    out = capsys.readouterr().out
+    assert "held-out, step 3 |" in out and "this batch: " in out
+    last = [l for l in out.splitlines() if l.startswith("done:")][-1]
+    assert "nats under the unigram entropy" in last
+
+
+# -----------------------------------------------------------------------------
+# 6. one table of which runs a flag applies to, walked
+
+def parser_and_table(module, argv, table):
+    captured = {}
+    real = module.parse_args
+
+    def capture(p, a=None):
+        captured["p"] = p
+        return real(p, a)
+    module.parse_args = capture
+    try:
+        args = module.get_args(argv)
+    finally:
+        module.parse_args = real
+    return captured["p"], table(args)
+
+
+@pytest.mark.parametrize("script", ["train", "finetune"])
+def test_every_flag_is_in_the_table_or_applies_always(script, monkeypatch):
+    """A new flag must say which runs it applies to: the walk fails until it enters the table."""
+    import finetune
+    import train
+    if script == "train":
+        tables = {}
+        monkeypatch.setattr(train, "refuse_unused", lambda args, applies, notes_to=None: tables.update(applies))
+        p, table = parser_and_table(train, [], lambda args: tables)
+        known = set(table) | set(train.ALWAYS_APPLIES)
+    else:
+        p, table = parser_and_table(finetune, [], lambda args: finetune.unused_flags(args, "unilm", True))
+        known = set(table) | set(finetune.ALWAYS_APPLIES) | set(finetune.CHECKED_ELSEWHERE) | {"mask_init"}
+    missing = sorted(a.dest for a in p._actions if a.dest not in known)
+    assert not missing, f"{script}.py flags in no table: {missing}"
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--objective", "pmlm", "--no-cross-rel-pos"], "--cross-rel-pos applies only to --objective mlae --decoder b"),
+    (["--objective", "mlae", "--decoder", "a", "--no-cross-rel-pos"], "--cross-rel-pos applies only"),
+    (["--objective", "mlae", "--length-grad"], "--length-grad applies only to --objective t5-nar")])
+def test_train_refuses_flags_of_another_objective(argv, words):
+    import train
+    from core.errors import UserError
+    with pytest.raises(UserError, match=words):
+        train.get_args(argv)
+
+
+def test_finetune_table_refuses_exit_flags_where_they_do_nothing():
+    import finetune
+    args = finetune.get_args(["--exit", "soft", "--exit-threshold", "0.5", "--exit-train", "all"])
+    table = finetune.unused_flags(args, "elmer", True)
+    assert not table["exit_threshold"][0] and not table["exit_train"][0]
+    args = finetune.get_args(["--exit-train", "all", "--exit-measure", "state"])
+    table = finetune.unused_flags(args, "unilm", True)
+    assert not table["exit_train"][0] and not table["exit_measure"][0]
+
+
+def test_the_report_writes_its_results_as_data(tmp_path):
+    out = str(tmp_path / "r")
+    args, fields, resolved = resolved_for(out)
+    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=4, args={})
+    with open(os.path.join(out, "pre-pmlm", "log.jsonl"), "w") as f:
+        f.write(json.dumps(dict(step=4, valid_ae_loss=5.0, unigram_entropy=6.0)) + "\n")
+    report.write(args, fields, dict(runs={}, unavailable={}), resolved)
+    data = json.load(open(os.path.join(out, "results.json")))
+    assert data["budget"] == "tiny" and data["pretraining"]["pre-pmlm"]["under"] == 1.0
+    assert {"paper", "claim", "metric", "verdict", "pairs"} <= set(data["orderings"][0])
