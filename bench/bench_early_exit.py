@@ -240,6 +240,14 @@ def nar_vs_ar(args, device):
 # -----------------------------------------------------------------------------
 # 4. the static-shape pass and its graphs against today's decoder_loop
 
+def precision(args, device):
+    """bf16 autocast on CUDA (what eval.py's --dtype auto runs there) unless --dtype float32."""
+    import contextlib
+    if device.type == "cuda" and args.dtype == "bfloat16":
+        return torch.autocast("cuda", torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def graphs_rows(args, device):
     from core.exit_pass import MASKED_MAX_TOKENS, masked_pass
     cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0)
@@ -249,17 +257,18 @@ def graphs_rows(args, device):
     g = torch.Generator().manual_seed(0)
     out = dict(rows=[], targets=[])
     print(f"\n## The static-shape pass ({device.type}, {args.model} {L}L-{L}L, vocab {args.vocab}, T {T}, source "
-          f"{args.src}): decoder time per pass, ms (median of {args.repeats})\n")
+          f"{args.src}, {args.dtype if device.type == 'cuda' else 'float32'}): decoder time per pass, ms (median of "
+          f"{args.repeats})\n")
     print("| batch | what | ms | / reference | reference |")
     print("|---|---|---|---|---|")
     for B in [args.batch] + [b for b in args.big_batches if b != args.batch]:
         src = torch.randint(6, args.vocab, (B, args.src), generator=g).to(device)
         valid = torch.ones(B, args.src, dtype=torch.bool, device=device)
-        with torch.no_grad():
+        with torch.no_grad(), precision(args, device):
             memory = model.encode_source(src, valid)
 
         def timed(fn):
-            with torch.no_grad():
+            with torch.no_grad(), precision(args, device):
                 fn(), fn()
                 return statistics.median(clock(device, fn) for _ in range(args.repeats))
 
@@ -335,6 +344,8 @@ def main():
     p.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.9])
     p.add_argument("--graphs", action="store_true", help="the static-shape pass and its CUDA graphs vs today's loop")
     p.add_argument("--big-batches", type=int, nargs="+", default=[64, 256], help="--graphs: the larger batches")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                   help="--graphs on CUDA: bf16 autocast (eval.py's --dtype auto there) or float32 (the 2026-11-26 rows)")
     p.add_argument("--json", default=None, help="--graphs: write its rows and targets to this file")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = p.parse_args()

@@ -17,3 +17,75 @@ def test_a_stale_block_is_caught(tmp_path):
     text = "<!-- render: exit results/h200-2026-11-26/exit.json -->\nedited by hand\n<!-- /render -->\n"
     assert render_docs.render_text(text, "x") != text
     assert render_docs.render_text(render_docs.render_text(text, "x"), "x") == render_docs.render_text(text, "x")
+
+
+# -----------------------------------------------------------------------------
+# commands and paths of README.md and docs/ agree with the code
+
+import glob  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shlex  # noqa: E402
+
+import pytest  # noqa: E402
+
+DOCS = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+CHECKED = [d for d in DOCS if not d.endswith("LOG.md")]  # the notebook records commands of its day
+FILLERS = {"CKPT": "checkpoints/x/best.pt", "$C": "checkpoints/x/best.pt", "HOST": "localhost", "A": "a", "B": "b"}
+
+
+def commands(path):
+    """(script, argv) of every `python X.py ...` line in the file's bash blocks."""
+    text = open(path).read()
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = line.split("#")[0].strip()
+            for part in re.split(r"&&|\|\||;", line):
+                words = part.split()
+                words = [w for w in words if "=" not in w or w.startswith("-")]  # VAR=value prefixes
+                if len(words) >= 2 and words[0] in ("python", "python3") and words[1].endswith(".py"):
+                    out.append((words[1], [FILLERS.get(w, w) for w in shlex.split(" ".join(words[2:]))
+                                           if w not in ("&",)]))
+    return out
+
+
+@pytest.mark.parametrize("path", CHECKED, ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_command_names_a_script_that_parses_it(path):
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import eval as evaluate_script
+    import finetune
+    import train
+    import plan
+    import reproduce
+    from core.errors import UserError
+    parsers = {"train.py": train.get_args, "finetune.py": finetune.get_args, "eval.py": evaluate_script.get_args,
+               "bench/reproduce.py": reproduce.get_args}
+    names = {r.name for r in plan.PLAN}
+    for script, argv in commands(path):
+        assert os.path.exists(os.path.join(ROOT, script)), f"{os.path.relpath(path, ROOT)}: {script} does not exist"
+        if script in parsers:
+            try:
+                parsers[script](argv)
+            except UserError:
+                pass  # a value judged against data or a checkpoint, not the flags
+            except SystemExit as e:
+                pytest.fail(f"{os.path.relpath(path, ROOT)}: `{script} {' '.join(argv)}` is refused by its parser ({e})")
+        if script == "bench/reproduce.py" and "--only" in argv:
+            pattern = argv[argv.index("--only") + 1]
+            assert any(re.search(pattern, n) for n in names), f"--only {pattern!r} matches no run of the plan"
+
+
+@pytest.mark.parametrize("path", CHECKED, ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_path_named_exists(path):
+    text = open(path).read()
+    for name in set(re.findall(r"`([\w./-]+/[\w./-]*\w|[\w-]+\.(?:py|md|json|jsonl|xz))`", text)):
+        if name.startswith(("checkpoints", "OUT", "gpu", "/")) or any(c.isupper() for c in name.split("/")[0]):
+            continue  # what a run writes, a placeholder
+        if re.search(r"(NAME|DATA|BUDGET|eval-|outputs-|state\.json|RESULTS\.md|results\.json|last\.pt|best\.pt|"
+                     r"config\.json|log\.jsonl|locks/|logs/)", name):
+            continue
+        candidates = [os.path.join(ROOT, name), os.path.join(ROOT, "docs", name), os.path.join(ROOT, "bench", name),
+                      os.path.join(ROOT, "core", name), os.path.join(ROOT, "kernels", name), os.path.join(ROOT, "tests", name)]
+        assert any(os.path.exists(c) for c in candidates), f"{os.path.relpath(path, ROOT)} names `{name}`, which does not exist"

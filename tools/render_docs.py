@@ -120,7 +120,75 @@ def table(spec):
         + ("\n" if any(not o.startswith("|") for o in out) else "")
 
 
-RENDERERS = {"attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table}
+def loops(path):
+    """kernels/aot.py --loops --json: the SASS per loop iteration of each tile class of the attention
+    kernels, against the plain FlashAttention loop compiled with the forward's blocks."""
+    sys.path.insert(0, ROOT)
+    from kernels.aot import LOOP_NAMES
+    rows = _load(path)
+    version = os.path.basename(path)[:-5].split("triton-")[-1]
+    plain = {c[-3:]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r.get("loops") for c in r["cases"]}
+    names = LOOP_NAMES[True]
+    out = [f"Triton {version}, sm_90a. SASS instructions per thread per iteration of each loop; the forward's "
+           f"against the plain loop (x plain). Plain loop: " + ", ".join(f"{d} {n}" for d, n in sorted(plain.items())) + ".", "",
+           "| kernel | case | registers | spills | " + " | ".join(names) + " |", "|" + "---|" * (4 + len(names))]
+    for r in rows:
+        if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
+            continue
+        case = r["cases"][0]
+        rel = case.split("-")[0] in ("rel", "seq", "decode", "cross")
+        if len(r["loops"]) != len(LOOP_NAMES[rel]):
+            continue
+        cells = dict(zip(LOOP_NAMES[rel], r["loops"]))
+        base = plain.get(case[-3:]) if r["kernel"] == "_fwd_kernel" else None
+        show = lambda n: "-" if n not in cells else f"{cells[n]}" + (f" ({cells[n] / base:.2f})" if base else "")  # noqa: E731
+        out.append(f"| {r['kernel']} | {case} | {r['registers']} | {r['spill_stores']}/{r['spill_loads']} | "
+                   + " | ".join(show(n) for n in names) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _jsonl(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def _run_note(path):
+    """The run.json beside a log, if any: how long it took, where, with what command."""
+    run = os.path.join(os.path.dirname(os.path.join(ROOT, path)), "run.json")
+    if not os.path.exists(run):
+        return ""
+    with open(run) as f:
+        r = json.load(f)
+    part = r.get(os.path.basename(path))
+    if not part:
+        return ""
+    return f"`{part['command']}` took {part['seconds'] // 60:.0f} min {part['seconds'] % 60:.0f} s ({r['machine']})."
+
+
+def default_pretraining(path):
+    """train.py's log.jsonl: the held-out records against the unigram entropy, and the run's time."""
+    evals = [r for r in _jsonl(path) if "unigram_entropy" in r]
+    key = next(k for k in ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss") if k in evals[-1])
+    ent = evals[-1]["unigram_entropy"]
+    out = [f"| step | " + " | ".join(str(r["step"]) for r in evals) + " |", "|---|" + "---|" * len(evals),
+           f"| held-out {key[6:]} | " + " | ".join(f"{r[key]:.3f}" for r in evals) + " |",
+           f"| under the unigram entropy {ent:.3f} | " + " | ".join(f"{ent - r[key]:.2f}" for r in evals) + " |"]
+    note = _run_note(path)
+    return "\n".join(out) + ("\n\n" + note if note else "") + "\n"
+
+
+def default_finetuning(path):
+    """finetune.py's log.jsonl: the validation records (loss, ROUGE on its sample) and the run's time."""
+    evals = [r for r in _jsonl(path) if "valid_loss" in r]
+    cols = [c for c in ("valid_loss", "valid_acc", "valid_rouge1", "valid_rouge2", "valid_rougeL") if c in evals[-1]]
+    out = ["| step | " + " | ".join(c[6:] for c in cols) + " |", "|---|" + "---|" * len(cols)]
+    out += [f"| {r['step']} | " + " | ".join(f"{r[c]:.3f}" if c in ("valid_loss", "valid_acc") else f"{r[c]:.2f}"
+                                           for c in cols) + " |" for r in evals]
+    note = _run_note(path)
+    return "\n".join(out) + ("\n\n" + note if note else "") + "\n"
+
+
+RENDERERS = {"default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops, "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table}
 
 
 def files():
