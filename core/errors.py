@@ -50,9 +50,14 @@ def main_guard(fn):
                 print("interrupted; nothing more was saved", file=sys.stderr, flush=True)
             sys.exit(130)
         except UserError as e:
-            if int(os.environ.get("RANK", 0)) > 0:
+            rank = int(os.environ.get("RANK", 0))
+            if rank > 0:
                 time.sleep(10.0)
-            print(f"error: {e}", file=sys.stderr, flush=True)
+                # the other processes may have printed progress meanwhile: this line says it is the reason
+                print(f"error: {e} (process {rank} of {os.environ.get('WORLD_SIZE', '?')}: this stopped the run)",
+                      file=sys.stderr, flush=True)
+            else:
+                print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
         except RuntimeError as e:
             if not lost_peer(e):

@@ -93,6 +93,7 @@ def test_torchrun_one_rank_error_reaches_the_user(text_file, tmp_path):
     assert r.returncode != 0
     lines = r.stderr.splitlines()
     errors = [i for i, l in enumerate(lines) if l.startswith("error: ")]
-    assert [lines[i] for i in errors] == ["error: data file unreadable on process 1 only"], r.stderr[-3000:]
+    assert [lines[i] for i in errors] == ["error: data file unreadable on process 1 only (process 1 of 2: this stopped "
+                                          "the run)"], r.stderr[-3000:]
     lost = [i for i, l in enumerate(lines) if "Connection closed by peer" in l or l.startswith("stopped: ")]
     assert all(i > errors[0] for i in lost), r.stderr[-3000:]

@@ -292,3 +292,18 @@ def test_the_report_writes_its_results_as_data(tmp_path):
     data = json.load(open(os.path.join(out, "results.json")))
     assert data["budget"] == "tiny" and data["pretraining"]["pre-pmlm"]["under"] == 1.0
     assert {"paper", "claim", "metric", "verdict", "pairs"} <= set(data["orderings"][0])
+
+
+def test_an_error_of_another_process_says_it_stopped_the_run(monkeypatch, capsys):
+    from core import errors
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(errors.time, "sleep", lambda s: None)
+
+    @errors.main_guard
+    def main():
+        raise errors.UserError("bad.jsonl line 3 is not JSON")
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == ["error: bad.jsonl line 3 is not JSON (process 1 of 2: this stopped the run)"]
