@@ -53,11 +53,12 @@ def test_attention_matmuls_use_wgmma(rows):
 
 
 # SASS per loop iteration of the forward's loops against a plain FlashAttention loop compiled with the
-# same blocks, warps and stages (kernels/aot.py --loops). The attention issue's bounds are FAR 1.15,
-# FULL 1.35, PARTIAL 2.0; with the relative bias, FULL tiles also read a window of the bias table
-# (about 3 instructions a pair) and PARTIAL ones gather it pair by pair (about 7), which these
-# looser bounds hold (the figures: python -m kernels.aot --loops, docs/kernels.md).
-LOOP_BOUNDS = {False: dict(FULL=1.35, PARTIAL=2.0), True: dict(FAR=1.15, FULL=1.5, GATHER=2.0, PARTIAL=2.5)}
+# same blocks, warps and stages (kernels/aot.py --loops; docs/kernels.md renders the table). The
+# attention issue's bounds are FAR 1.15, FULL 1.35, PARTIAL 2.0. With the relative bias, FULL tiles
+# also read a window of the bias table (measured 1.31 at D 64 and 1.35 at D 128 under Triton 3.9)
+# and PARTIAL ones gather it pair by pair (2.05 and 1.82): bounds with a little room, so that a
+# compiler release moving a few instructions does not fail CI while a real regression does.
+LOOP_BOUNDS = {False: dict(FULL=1.35, PARTIAL=2.0), True: dict(FAR=1.15, FULL=1.4, GATHER=2.0, PARTIAL=2.2)}
 
 
 def test_forward_loops_against_plain_flash_attention(rows):

@@ -35,18 +35,24 @@ FILLERS = {"CKPT": "checkpoints/x/best.pt", "$C": "checkpoints/x/best.pt", "HOST
 
 
 def commands(path):
-    """(script, argv) of every `python X.py ...` line in the file's bash blocks."""
+    """(script, argv) of every `python X.py ...` command in the file's bash blocks."""
     text = open(path).read()
     out = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-        for line in block.splitlines():
-            line = line.split("#")[0].strip()
-            for part in re.split(r"&&|\|\||;", line):
-                words = part.split()
-                words = [w for w in words if "=" not in w or w.startswith("-")]  # VAR=value prefixes
-                if len(words) >= 2 and words[0] in ("python", "python3") and words[1].endswith(".py"):
-                    out.append((words[1], [FILLERS.get(w, w) for w in shlex.split(" ".join(words[2:]))
-                                           if w not in ("&",)]))
+        for line in block.replace("\\\n", " ").splitlines():
+            try:
+                words = shlex.split(line, comments=True)
+            except ValueError:
+                continue  # not a command (a fragment of prose in a block)
+            part = []
+            for w in words + ["&&"]:
+                if w in ("&&", "||", ";", "&", "|"):
+                    cmd = [x for x in part if not re.match(r"^[A-Z_]+=", x)]  # VAR=value prefixes
+                    if len(cmd) >= 2 and cmd[0] in ("python", "python3") and cmd[1].endswith(".py"):
+                        out.append((cmd[1], [FILLERS.get(x, x) for x in cmd[2:]]))
+                    part = []
+                else:
+                    part.append(w)
     return out
 
 
@@ -83,6 +89,9 @@ def test_every_path_named_exists(path):
     for name in set(re.findall(r"`([\w./-]+/[\w./-]*\w|[\w-]+\.(?:py|md|json|jsonl|xz))`", text)):
         if name.startswith(("checkpoints", "OUT", "gpu", "/")) or any(c.isupper() for c in name.split("/")[0]):
             continue  # what a run writes, a placeholder
+        last = name.rstrip("/").split("/")[-1]
+        if "." in last and last.rsplit(".", 1)[1] not in ("py", "md", "json", "jsonl", "xz", "txt", "log", "sh", "model"):
+            continue  # module.attribute, not a file
         if re.search(r"(NAME|DATA|BUDGET|eval-|outputs-|state\.json|RESULTS\.md|results\.json|last\.pt|best\.pt|"
                      r"config\.json|log\.jsonl|locks/|logs/)", name):
             continue

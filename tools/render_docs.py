@@ -127,7 +127,8 @@ def loops(path):
     from kernels.aot import LOOP_NAMES
     rows = _load(path)
     version = os.path.basename(path)[:-5].split("triton-")[-1]
-    plain = {c[-3:]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r.get("loops") for c in r["cases"]}
+    plain = {c.rsplit("-", 1)[1]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r.get("loops")
+             for c in r["cases"]}
     names = LOOP_NAMES[True]
     out = [f"Triton {version}, sm_90a. SASS instructions per thread per iteration of each loop; the forward's "
            f"against the plain loop (x plain). Plain loop: " + ", ".join(f"{d} {n}" for d, n in sorted(plain.items())) + ".", "",
@@ -140,7 +141,7 @@ def loops(path):
         if len(r["loops"]) != len(LOOP_NAMES[rel]):
             continue
         cells = dict(zip(LOOP_NAMES[rel], r["loops"]))
-        base = plain.get(case[-3:]) if r["kernel"] == "_fwd_kernel" else None
+        base = plain.get(case.rsplit("-", 1)[1]) if r["kernel"] == "_fwd_kernel" else None
         show = lambda n: "-" if n not in cells else f"{cells[n]}" + (f" ({cells[n] / base:.2f})" if base else "")  # noqa: E731
         out.append(f"| {r['kernel']} | {case} | {r['registers']} | {r['spill_stores']}/{r['spill_loads']} | "
                    + " | ".join(show(n) for n in names) + " |")
