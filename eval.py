@@ -267,7 +267,7 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
             pred = run(ids)
         row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
         row["macro_f1"] = 100 * macro_f1(pred, gold, len(labels))
-        # per example, as summarization's: bench/significance.py pairs two models' accuracies on them
+        # per example, as summarization's: reproduce/significance.py pairs two models' accuracies on them
         outputs = [dict(prediction=labels.names[p], reference=t, source=s, task="classify")
                    for s, t, p in zip(sources, targets, pred)]
         sources = ids

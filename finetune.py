@@ -213,7 +213,7 @@ def run(args, d):
         source = scratch(args, d, train)
     else:
         source = checkpoint.load(args.init, kinds=("pretrain/",))
-    if state is None:  # which checkpoint of its pretraining this run starts from (bench/reproduce.py reads it)
+    if state is None:  # which checkpoint of its pretraining this run starts from (reproduce/runner.py reads it)
         init_step = source.get("step") if args.init != "none" else None
     arch = arch_of(source, args.init)
     tok = Tokenizer.from_tensor(source["tokenizer"])

@@ -276,7 +276,7 @@ def run(args, d):
     return stats
 
 
-# the held-out loss a pretraining is judged by against the unigram entropy (bench/report.py reads the same)
+# the held-out loss a pretraining is judged by against the unigram entropy (reproduce/report.py reads the same)
 HELD_OUT_KEYS = ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_hidden_loss",
                  "valid_par_loss")
 

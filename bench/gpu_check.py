@@ -4,7 +4,7 @@
     python bench/gpu_check.py --part tests-kernels --out gpu # the Triton kernel tests on CUDA (bf16 included)
     python bench/gpu_check.py --part tests-rest --out gpu    # the rest of the suite on CUDA
     python bench/gpu_check.py --part bench --out gpu         # every bench/bench_*.py, with its target (latency:
-                                                             # after reproduce.py --budget gpu made its checkpoints)
+                                                             # after python -m reproduce --budget gpu made its checkpoints)
     python bench/gpu_check.py --part profile --out gpu       # a profiled `base` PMLM and ELMER training step
     python bench/gpu_check.py --part pmlm --out gpu          # `small` PMLM, Triton vs reference, 200 steps
     python bench/gpu_check.py --part speed --out gpu         # the attention issue's check: kernel tests on CUDA,
@@ -55,7 +55,7 @@ BENCHES = [
     # default 32 x 128 an H100 run took 0.02 s and bf16 gave 0.78x float32 (2026-11-25)
     ("bench/bench_dtype.py", ["--repeats", "6", "--micro-batch", "64"], "bf16 autocast >= 1.5x the tokens/s of float32, losses equal to 2 digits"),
     ("bench/bench_mlae_encoder.py", ["--model", "base"], "encoder on unmasked tokens faster than on all (no set ratio)"),
-    # trained summarizers: the runner's (python bench/reproduce.py --budget gpu) checkpoints, AR first
+    # trained summarizers: the runner's (python -m reproduce --budget gpu) checkpoints, AR first
     ("bench/bench_latency.py", [f"checkpoints/reproduce-gpu/{r}/best.pt" for r in ("sum-t5", "elmer-hard", "nar-mlae-b")],
      "ELMER one pass and Mask-Predict faster than AR beam 5 at batch 1, one pass faster than Mask-Predict"),
 ]
@@ -167,7 +167,7 @@ def part_bench(rep):
         absent = [a for a in extra if a.endswith(".pt") and not os.path.exists(os.path.join(ROOT, a))]
         if absent:  # a benchmark of trained models, before the runner made them
             rows.append([os.path.basename(script), target, "not run", "0", f"{absent[0]} missing: run "
-                         "python bench/reproduce.py --budget gpu first, then this part again"])
+                         "python -m reproduce --budget gpu first, then this part again"])
             continue
         status, out, secs = rep.run([sys.executable, script] + extra)
         tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]

@@ -24,7 +24,7 @@ The default is (b), the paper's choice for NAR generation (Table 6), with a rela
 bias in its cross-attention between a [MASK]'s position id and each latent's original position id
 (MLAE.cross_rel_pos). Without that bias a [MASK] finds its neighbours only from absolute position
 embeddings, which is slow to learn: on a word-cycle text at `tiny` (300 steps, README,
-bench/mlae_decoders.py) (b) without it stayed at the unigram entropy, while with it (b) went
+studies/mlae_decoders.py) (b) without it stayed at the unigram entropy, while with it (b) went
 below (a), whose self-attention has always had the bias.
 
 Loss: cross-entropy on the masked tokens only. The model reuses the T5 baseline's

@@ -30,7 +30,7 @@ span each [MASK] belongs to, as MLAE's decoder knows each [MASK]'s position in t
 [MASK] at the sentinels too, the decoder cannot tell a sentinel's position from a text token's
 once a span's length is unknown; measured (README, "The papers' comparisons"), its text tokens
 stayed above the unigram entropy after 800 steps. Two more choices of ours make it learn at all
-(README, "T5-NAR"; bench/mlae_decoders.py measures each, on the word-cycle text):
+(README, "T5-NAR"; studies/mlae_decoders.py measures each, on the word-cycle text):
 
   * the cross-attention's relative position bias (NARModel.cross_rel_pos): each target token's
     anchor is the source position of its span's sentinel ("x1 <s0> x4": the [MASK]s of <s0>'s span

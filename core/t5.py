@@ -154,7 +154,7 @@ def text_sums(logits, target):
     [EOS]): keys text_loss, text_hit, text_n. A span-corruption target is one sentinel per span
     plus [EOS], about 1 token in 5, and those are easy (the sentinels come in order): its loss
     over every token falls under the unigram entropy of the text while the text tokens are still
-    predicted from their frequencies. The plateau test reads text_loss (bench/report.py)."""
+    predicted from their frequencies. The plateau test reads text_loss (reproduce/report.py)."""
     text = target >= N_SPECIAL
     nll = F.cross_entropy(logits.detach()[text], target[text], reduction="sum")
     hit = (logits.detach()[text].argmax(-1) == target[text]).float().sum()

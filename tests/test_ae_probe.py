@@ -1,11 +1,11 @@
-"""bench/ae_probe.py: the AE loss of a PMLM or MLM checkpoint, split by what each target's input shows."""
+"""studies/ae_probe.py: the AE loss of a PMLM or MLM checkpoint, split by what each target's input shows."""
 import os
 import sys
 
 import train
 from conftest import ROOT, TINY
 
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "studies"))
 import ae_probe  # noqa: E402
 
 

@@ -1,7 +1,13 @@
 """The docs' generated blocks match the committed result files they are rendered from
 (python -m tools.render_docs --check)."""
+import glob
+import os
+import re
+import shlex
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -19,19 +25,32 @@ def test_a_stale_block_is_caught(tmp_path):
     assert render_docs.render_text(render_docs.render_text(text, "x"), "x") == render_docs.render_text(text, "x")
 
 
+def test_a_missing_figure_is_caught(monkeypatch):
+    """--check draws nothing (CI has no matplotlib) but fails where a figure's file is missing."""
+    from tools import render_docs
+    monkeypatch.setitem(render_docs.DRAW, "on", False)
+    text = "<!-- render: plot-attention results/h200-2026-11-26/attention-flex.json -->\n<!-- /render -->\n"
+    assert "figures/attention-h200-2026-11-26.svg" in render_docs.render_text(text, "docs/x.md")
+    monkeypatch.setattr(render_docs, "FIGURES", "docs/no-such-folder")
+    with pytest.raises(SystemExit, match="is missing"):
+        render_docs.render_text(text, "docs/x.md")
+
+
 # -----------------------------------------------------------------------------
 # commands and paths of README.md and docs/ agree with the code
-
-import glob  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-
-import pytest  # noqa: E402
 
 DOCS = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 CHECKED = [d for d in DOCS if not d.endswith("LOG.md")]  # the notebook records commands of its day
 FILLERS = {"CKPT": "checkpoints/x/best.pt", "$C": "checkpoints/x/best.pt", "HOST": "localhost", "A": "a", "B": "b"}
+
+
+def module_path(name):
+    """The file `python -m NAME` runs: NAME.py, or NAME/__main__.py for a package; None for a module
+    that is not this project's (pytest, torch.utils.collect_env)."""
+    base, top = name.replace(".", "/"), name.split(".")[0]
+    if not (os.path.isdir(os.path.join(ROOT, top)) or os.path.exists(os.path.join(ROOT, top + ".py"))):
+        return None
+    return base + "/__main__.py" if os.path.isdir(os.path.join(ROOT, base)) else base + ".py"
 
 
 def commands(path):
@@ -48,6 +67,8 @@ def commands(path):
             for w in words + ["&&"]:
                 if w in ("&&", "||", ";", "&", "|"):
                     cmd = [x for x in part if not re.match(r"^[A-Z_]+=", x)]  # VAR=value prefixes
+                    if len(cmd) >= 3 and cmd[0] in ("python", "python3") and cmd[1] == "-m":  # a module
+                        cmd = [cmd[0], module_path(cmd[2]) or "-m"] + cmd[3:]
                     if len(cmd) >= 2 and cmd[0] in ("python", "python3") and cmd[1].endswith(".py"):
                         out.append((cmd[1], [FILLERS.get(x, x) for x in cmd[2:]]))
                     part = []
@@ -58,16 +79,13 @@ def commands(path):
 
 @pytest.mark.parametrize("path", CHECKED, ids=lambda p: os.path.relpath(p, ROOT))
 def test_every_command_names_a_script_that_parses_it(path):
-    import sys
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
     import eval as evaluate_script
     import finetune
     import train
-    import plan
-    import reproduce
     from core.errors import UserError
+    from reproduce import plan, runner
     parsers = {"train.py": train.get_args, "finetune.py": finetune.get_args, "eval.py": evaluate_script.get_args,
-               "bench/reproduce.py": reproduce.get_args}
+               "reproduce/__main__.py": runner.get_args, "bench/reproduce.py": runner.get_args}
     names = {r.name for r in plan.PLAN}
     for script, argv in commands(path):
         assert os.path.exists(os.path.join(ROOT, script)), f"{os.path.relpath(path, ROOT)}: {script} does not exist"
@@ -78,7 +96,7 @@ def test_every_command_names_a_script_that_parses_it(path):
                 pass  # a value judged against data or a checkpoint, not the flags
             except SystemExit as e:
                 pytest.fail(f"{os.path.relpath(path, ROOT)}: `{script} {' '.join(argv)}` is refused by its parser ({e})")
-        if script == "bench/reproduce.py" and "--only" in argv:
+        if script in ("reproduce/__main__.py", "bench/reproduce.py") and "--only" in argv:
             pattern = argv[argv.index("--only") + 1]
             assert any(re.search(pattern, n) for n in names), f"--only {pattern!r} matches no run of the plan"
 
@@ -90,11 +108,12 @@ def test_every_path_named_exists(path):
         if name.startswith(("checkpoints", "OUT", "gpu", "/")) or any(c.isupper() for c in name.split("/")[0]):
             continue  # what a run writes, a placeholder
         last = name.rstrip("/").split("/")[-1]
-        if "." in last and last.rsplit(".", 1)[1] not in ("py", "md", "json", "jsonl", "xz", "txt", "log", "sh", "model"):
+        if "." in last and last.rsplit(".", 1)[1] not in ("py", "md", "json", "jsonl", "xz", "txt", "log", "sh", "model", "svg"):
             continue  # module.attribute, not a file
         if re.search(r"(NAME|DATA|BUDGET|eval-|outputs-|state\.json|RESULTS\.md|results\.json|last\.pt|best\.pt|"
                      r"config\.json|log\.jsonl|locks/|logs/)", name):
             continue
         candidates = [os.path.join(ROOT, name), os.path.join(ROOT, "docs", name), os.path.join(ROOT, "bench", name),
+                      os.path.join(ROOT, "reproduce", name), os.path.join(ROOT, "studies", name),
                       os.path.join(ROOT, "core", name), os.path.join(ROOT, "kernels", name), os.path.join(ROOT, "tests", name)]
         assert any(os.path.exists(c) for c in candidates), f"{os.path.relpath(path, ROOT)} names `{name}`, which does not exist"

@@ -57,7 +57,7 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     # the dtype it ran in, not "auto"; no split with --data; none of the file's examples left out
     assert saved["generation"]["dtype"] in ("float32", "bfloat16") and saved["generation"]["split"] is None
     assert saved["skipped"] == 0
-    # the fine-tuning names the pretraining step it started from (bench/reproduce.py's staleness)
+    # the fine-tuning names the pretraining step it started from (reproduce/runner.py's staleness)
     assert torch.load(os.path.join(out, "last.pt"), weights_only=True)["init_step"] == 4
     outputs = [json.loads(l) for l in open(outputs_jsonl)]
     assert len(outputs) == 12 and {"prediction", "reference", "source"} <= set(outputs[0])
@@ -106,8 +106,7 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     assert rows[0]["arch"] == ("unilm" if objective == "pmlm" else objective)
     assert "accuracy" in capsys.readouterr().out
     # per-example outputs beside the row, from which the bootstrap reads the same accuracy
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import significance
+    from reproduce import significance
     ckpt = os.path.join(out, "best.pt")
     outputs = evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, "--data", task_files["test"]]))[1]
     assert significance.metrics_of(outputs) == ("accuracy",)

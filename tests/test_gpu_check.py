@@ -41,7 +41,7 @@ def test_a_benchmark_of_trained_models_waits_for_them(monkeypatch, tmp_path):
     rep = gpu_check.Report(str(tmp_path))
     gpu_check.part_bench(rep)
     text = open(rep.rows_path).read()
-    assert "not run" in text and "checkpoints/no-such-run/best.pt missing" in text and "reproduce.py --budget gpu" in text
+    assert "not run" in text and "checkpoints/no-such-run/best.pt missing" in text and "reproduce --budget gpu" in text
 
 
 def test_wheel_list(monkeypatch, capsys):

@@ -1,4 +1,4 @@
-"""bench/reproduce.py: the plan's invariants, the whole tiny budget end to end, and a sitting
+"""reproduce/runner.py: the plan's invariants, the whole tiny budget end to end, and a sitting
 that stops and one that continues with only what is left (a half-trained run resumed, finished
 runs untouched)."""
 import os
@@ -11,9 +11,8 @@ import time
 
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import plan  # noqa: E402
-import reproduce  # noqa: E402
+from reproduce import plan  # noqa: E402
+from reproduce import runner as reproduce  # noqa: E402
 
 
 def commands(out):
@@ -143,7 +142,7 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
 def test_flags_a_run_may_change_between_sittings():
     """More --steps or --epochs extend a run, --dtype may differ per sitting, --resume and --overwrite
     are the runner's: none of them makes a recorded run another run; any other flag does."""
-    import runstate
+    from reproduce import runstate
     base = "python finetune.py --init x/last.pt --epochs 2 --out o/sum"
     assert runstate.what_it_ran(base) == runstate.what_it_ran(
         "python finetune.py --init x/last.pt --epochs 4 --out o/sum --dtype bfloat16 --resume")
@@ -176,7 +175,7 @@ def test_two_runners_share_out(tmp_path, capsys):
 
 
 def runner(out, *flags):
-    """bench/reproduce.py at the tiny budget as its own process (a worker or a --jobs supervisor)."""
+    """reproduce/runner.py at the tiny budget as its own process (a worker or a --jobs supervisor)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, os.path.join(ROOT, "bench", "reproduce.py"), "--budget", "tiny",
                              "--out", out, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -259,7 +258,7 @@ def test_jobs_stop_and_continue(tmp_path):
 def test_paired_bootstrap():
     """An ordering holds only beyond the noise of the sample: identical scores are within noise, a
     margin on every example holds, a wide spread around a small margin does not."""
-    import significance
+    from reproduce import significance
     a = [float(i % 7) for i in range(300)]
     mean, low, high = significance.paired_bootstrap(a, a)
     assert (mean, low, high) == (0.0, 0.0, 0.0) and significance.verdict(">", low, high) == "within noise"

@@ -11,12 +11,8 @@ import torch
 
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import plan  # noqa: E402
-import report  # noqa: E402
-import reproduce  # noqa: E402
-import runstate  # noqa: E402
-import significance  # noqa: E402
+from reproduce import plan, report, runstate, significance  # noqa: E402
+from reproduce import runner as reproduce  # noqa: E402
 
 
 def resolved_for(out):
@@ -129,7 +125,7 @@ def test_ctrl_c_while_workers_start_leaves_no_traceback(tmp_path):
     """SIGINT right after --jobs 2 started: every process ends quietly."""
     import signal
     import time
-    p = subprocess.Popen([sys.executable, "bench/reproduce.py", "--budget", "tiny", "--out", str(tmp_path / "r"),
+    p = subprocess.Popen([sys.executable, "-m", "reproduce", "--budget", "tiny", "--out", str(tmp_path / "r"),
                           "--jobs", "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(1.0)
@@ -189,7 +185,7 @@ def test_ae_probe_bad_input_is_one_line(tmp_path):
     bad = tmp_path / "x.pt"
     bad.write_text("not a checkpoint")
     for argv in ([str(bad)], [str(bad), "--windows", "0"]):
-        r = subprocess.run([sys.executable, "bench/ae_probe.py"] + argv, cwd=ROOT, capture_output=True, text=True,
+        r = subprocess.run([sys.executable, "studies/ae_probe.py"] + argv, cwd=ROOT, capture_output=True, text=True,
                            timeout=120)
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         assert r.returncode == 2 and "Traceback" not in r.stderr and lines[-1].split(":")[0] in ("error", "ae_probe.py"), r.stderr

@@ -5,9 +5,9 @@ cross-attention bias and the length predictor's gradient into the encoder (core/
 held-out masked-token loss of each against the unigram entropy of the held-out text, the loss of a
 model that ignores context.
 
-    OMP_NUM_THREADS=1 python bench/mlae_decoders.py                   # word-cycle text, tiny, 300 steps
-    OMP_NUM_THREADS=1 python bench/mlae_decoders.py --variants t5-nar,t5-nar-bias,t5-nar+length-grad,t5-nar-bias+length-grad
-    OMP_NUM_THREADS=1 python bench/mlae_decoders.py --text corpus --model small --steps 120
+    OMP_NUM_THREADS=1 python studies/mlae_decoders.py                   # word-cycle text, tiny, 300 steps
+    OMP_NUM_THREADS=1 python studies/mlae_decoders.py --variants t5-nar,t5-nar-bias,t5-nar+length-grad,t5-nar-bias+length-grad
+    OMP_NUM_THREADS=1 python studies/mlae_decoders.py --text corpus --model small --steps 120
 
 --text cycle is the text of tests/test_train.py (a fixed cycle of 20 words, every document
 starting anywhere in it: a masked word follows from its neighbours), with its tokenizer (856 pieces

@@ -7,7 +7,7 @@ under each corruption, and the loss is reported over every AE target and over th
 random and kept ones apart. The AE part alone is fed (losses "ae"): the appended part of a PMLM
 batch changes no AE prediction, since context attends to context only.
 
-    OMP_NUM_THREADS=1 python bench/ae_probe.py checkpoints/reproduce-cpu/pre-pmlm/last.pt \\
+    OMP_NUM_THREADS=1 python studies/ae_probe.py checkpoints/reproduce-cpu/pre-pmlm/last.pt \\
         checkpoints/reproduce-cpu/pre-mlm/last.pt
 """
 import argparse

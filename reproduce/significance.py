@@ -2,10 +2,10 @@
 bootstrap over the examples both were scored on (Koehn 2004's method): resample the examples with
 replacement, and read the 95% interval of the mean per-example difference.
 
-    python bench/significance.py A/outputs-best-test-sample1000.jsonl B/outputs-best-test-sample1000.jsonl
+    python reproduce/significance.py A/outputs-best-test-sample1000.jsonl B/outputs-best-test-sample1000.jsonl
 
 Summarization outputs are compared on ROUGE-1/2/L, classification outputs on accuracy. The report
-of bench/reproduce.py reads every ordering of either through it: "holds" only where the interval
+of reproduce/runner.py reads every ordering of either through it: "holds" only where the interval
 lies above zero.
 """
 import json

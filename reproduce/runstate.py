@@ -1,4 +1,4 @@
-"""What bench/reproduce.py knows of its runs: OUT/state.json (each run's command, measured time and
+"""What reproduce/runner.py knows of its runs: OUT/state.json (each run's command, measured time and
 status, shared by runners under a lock), the per-run locks, and how far each run has got from
 its own files."""
 import contextlib
@@ -7,7 +7,7 @@ import json
 import os
 import shlex
 
-from plan import BY_NAME, steps_of
+from reproduce.plan import BY_NAME, steps_of
 
 VARYING = ("--steps", "--epochs", "--dtype")  # a run continues, or is extended, under other values of these
 # flags that change how often a run logs, evaluates on held-out text or saves, not what it computes

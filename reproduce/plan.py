@@ -1,4 +1,4 @@
-"""The runs behind the three papers' comparisons, and the budgets they run at (bench/reproduce.py).
+"""The runs behind the three papers' comparisons, and the budgets they run at (reproduce/runner.py).
 
 Every pretraining reads the same tokens (the budget's --steps x --batch-tokens of --seq-len
 windows); every fine-tuning of one task the same epochs of the same pairs; every evaluation the

@@ -1,4 +1,4 @@
-"""RESULTS.md of bench/reproduce.py: the setting (hardware, versions, date), each pretraining's
+"""RESULTS.md of reproduce/runner.py: the setting (hardware, versions, date), each pretraining's
 held-out loss against the unigram entropy of the held-out text, the papers' tables, whether each of
 their orderings holds here, and every run's command; and results.json beside it, the same as data
 (per run its pretraining, the step it came from and the distance under the entropy, its metrics;
@@ -11,9 +11,9 @@ import platform
 import subprocess
 import sys
 
-import significance
-from plan import BY_NAME, ORDERINGS, TABLES, parse_chain
-from runstate import init_step_of, stale_reason
+from reproduce import significance
+from reproduce.plan import BY_NAME, ORDERINGS, TABLES, parse_chain
+from reproduce.runstate import init_step_of, stale_reason
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
 
@@ -117,7 +117,7 @@ def gap_of(out, resolved, name):
 def write(args, fields, state, resolved):
     out = args.out
     lines = [f"# The papers' comparisons at the `{args.budget}` budget", "",
-             f"Written by `python bench/reproduce.py --budget {args.budget}` on {datetime.date.today()} "
+             f"Written by `python -m reproduce --budget {args.budget}` on {datetime.date.today()} "
              f"({datetime.datetime.now():%H:%M}). Pretraining: {fields['steps']} steps "
              f"(`{fields['train']}`); fine-tuning `{fields['finetune']}`; evaluation `{fields['eval'] or 'the whole test split'}`.",
              "", f"Hardware and versions: {environment(args.dtype)}.", ""]
@@ -210,7 +210,7 @@ def write(args, fields, state, resolved):
     # the orderings
     lines += ["## The papers' orderings here", "",
               "A ROUGE or accuracy ordering is read pair by pair from a paired bootstrap over the test examples "
-              "both models were scored on (bench/significance.py): a pair holds where the 95% interval of the "
+              "both models were scored on (reproduce/significance.py): a pair holds where the 95% interval of the "
               "difference lies above zero, is reversed where it lies below, and is within noise otherwise (`>=` "
               "holds unless reversed). Other metrics (latency) compare the point values.", ""]
     rows = []
@@ -277,4 +277,4 @@ def fmt_secs(s):
 
 
 if __name__ == "__main__":
-    sys.exit("run bench/reproduce.py --report-only")
+    sys.exit("run python -m reproduce --report-only")

@@ -1,4 +1,4 @@
-"""bench/reproduce.py --jobs N: N runners on one OUT, started and stopped as one command.
+"""reproduce/runner.py --jobs N: N runners on one OUT, started and stopped as one command.
 
 The runner already shares OUT safely (a lock per run, state.json updated under a lock); what one
 command adds is starting the N runners, waiting in each for a run another holds (a fine-tuning
@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))  # reproduce/
 
 
 def worker_argv(argv, k):
@@ -27,7 +27,7 @@ def worker_argv(argv, k):
             skip = True
         elif not a.startswith("--jobs="):
             out.append(a)
-    return [sys.executable, os.path.join(HERE, "reproduce.py"), *out, "--quiet", "--worker", str(k)]
+    return [sys.executable, os.path.join(HERE, "__main__.py"), *out, "--quiet", "--worker", str(k)]
 
 
 def supervise(argv, jobs, threads=None):

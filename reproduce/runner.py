@@ -1,0 +1,439 @@
+"""One command for the three papers' comparisons: every pretraining, fine-tuning and evaluation
+run of reproduce/plan.py, resumable over several sittings, and one markdown file of their tables.
+
+    python -m reproduce --budget tiny            # CI: the tiny preset, a few minutes on 2 cores
+    python -m reproduce --budget cpu --dry-run   # the plan's commands, what is left, the time it takes
+    python -m reproduce --budget cpu --steps 1500 --epochs 2 --only 'pmlm|mlm'
+    python -m reproduce --budget gpu             # 20,000 pretraining steps, 10 epochs, small preset
+
+A run whose result exists is skipped (train: last.pt at the final step; finetune: last.pt at its
+final step, started from its pretraining's checkpoint as it is now; eval: its result files, newer
+than the checkpoint); one that stopped is continued with --resume. When a pretraining changes
+after the runs built on it finished (a later sitting with more --steps), those runs are stale:
+the listing says so, they run again from the pretraining as it is now (the fine-tuning with
+--overwrite, then its evaluation), and until they have, RESULTS.md shows them as STALE, never as
+current. Every fine-tuned row names the pretraining step it came from. Ctrl-C stops the run in progress the way the scripts do (the step finishes, last.pt
+is saved) and ends the sitting; the same command continues. Runs execute in this process, one
+after another (the scripts' main(argv)); each one's output also goes to OUT/logs/NAME.log.
+OUT/state.json keeps the measured time of every run (the estimates) and which eval files are
+whose; OUT/RESULTS.md is rewritten after every run.
+
+Several runners share OUT (two 1-thread jobs use 2 cores better than one 2-thread job; small
+models leave a GPU idle between launches), either as one command or started by hand:
+
+    python -m reproduce --budget cpu --jobs 2     # two workers, OMP_NUM_THREADS=1 each
+    OMP_NUM_THREADS=1 python -m reproduce --budget cpu --only '^pre-(pmlm|mlm)$' &
+    OMP_NUM_THREADS=1 python -m reproduce --budget cpu --only '^pre-elmer$' &
+
+A runner holds a lock on every run it executes (OUT/locks/NAME.lock, released when its process
+ends, however it ends): another runner skips that run, and a runner started by hand skips what
+needs it too, where a worker of --jobs waits for it (reproduce/workers.py). state.json is re-read
+and updated under its own lock after every run, so neither runner loses the other's.
+"""
+import argparse
+import contextlib
+import glob
+import io
+import json
+import os
+import re
+import shlex
+import signal
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from reproduce import report  # noqa: E402
+from reproduce.plan import BUDGETS, BY_NAME, PLAN, fill, steps_of  # noqa: E402
+from reproduce.runstate import (claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
+                                progress_of, ran_otherwise, stale_reason)
+
+STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m reproduce", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--budget", default="cpu", choices=sorted(BUDGETS))
+    p.add_argument("--out", default=None, help="where every run goes (default: checkpoints/reproduce-BUDGET)")
+    p.add_argument("--steps", type=int, default=None, help="pretraining steps (default: the budget's)")
+    p.add_argument("--epochs", type=float, default=None, help="fine-tuning epochs (default: the budget's)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate on a sample of N test examples")
+    p.add_argument("--permutations", type=int, default=None, help="ELMER's LPLM k (default: the budget's)")
+    p.add_argument("--dtype", default=None, help="passed to every script as --dtype (default: the scripts' own)")
+    p.add_argument("--only", default=None, help="a regex: the runs whose names match (and what they need)")
+    p.add_argument("--skip", default=None, help="a regex: leave out the runs whose names match (and what needs them)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan's commands and what is left; run nothing")
+    p.add_argument("--stop-after-runs", type=int, default=None, help="end the sitting after N runs")
+    p.add_argument("--report-only", action="store_true", help="rewrite OUT/RESULTS.md from what exists")
+    p.add_argument("--quiet", action="store_true", help="the runs' output to their log files only")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="N runners at once on OUT, each waiting for the runs it needs that another holds "
+                        "(each gets OMP_NUM_THREADS = cores / N unless set); see reproduce/workers.py")
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # set by --jobs
+    args = p.parse_args(argv)
+    if args.stop_after_runs is not None and args.stop_after_runs < 1:
+        p.error("--stop-after-runs must be at least 1")
+    most = max(1, os.cpu_count() or 1)
+    if not 1 <= args.jobs <= most:
+        p.error(f"--jobs {args.jobs}: between 1 and this machine's {most} cores (each runner holds a model and "
+                f"its data, about 650 MB)")
+    for flag in ("steps", "epochs", "limit", "permutations"):
+        v = getattr(args, flag)
+        if v is not None and not v > 0:
+            p.error(f"--{flag} {v:g}: must be above 0")
+    for flag in ("only", "skip"):
+        if getattr(args, flag) is not None:
+            try:
+                re.compile(getattr(args, flag))
+            except re.error as e:
+                p.error(f"--{flag} {getattr(args, flag)!r} is not a regular expression ({e})")
+    from core.training import DTYPES
+    if args.dtype is not None and args.dtype not in DTYPES:
+        p.error(f"--dtype {args.dtype!r}: one of {', '.join(DTYPES)} (what the scripts accept)")
+    if args.jobs > 1 and args.stop_after_runs is not None:
+        p.error("--stop-after-runs counts one runner's runs: use it without --jobs")
+    args.out = args.out or os.path.join("checkpoints", f"reproduce-{args.budget}")
+    return args
+
+
+# -----------------------------------------------------------------------------
+# the plan, resolved for a budget
+
+def budget_fields(args):
+    b = dict(BUDGETS[args.budget])
+    for k in ("steps", "epochs", "limit", "permutations"):
+        if getattr(args, k) is not None:
+            b[k] = getattr(args, k)
+    b["data"] = os.path.join(args.out, "data")
+    for script in ("train", "finetune", "eval", "elmer", "elmer_ft"):
+        b[script] = fill(b[script], b)
+    if b["limit"] is None:  # eval on the whole split
+        b["eval"] = re.sub(r"--limit \S+", "", b["eval"]).strip()
+    elif "--limit" not in b["eval"]:  # a budget that evaluates the whole split, told to sample
+        b["eval"] = f"{b['eval']} --limit {b['limit']}".strip()
+    return b
+
+
+def resolve(run, fields, out, dtype=None):
+    """(argv of the script, names of the runs it needs). {pre-X} is OUT/pre-X/last.pt, {ft-X} is
+    OUT/X/best.pt."""
+    needs = []
+
+    def path(m):
+        name = m.group(1)
+        needs.append(name if name.startswith("pre-") else name[3:])
+        return os.path.join(out, name, "last.pt") if name.startswith("pre-") else os.path.join(out, name[3:], "best.pt")
+    flags = re.sub(r"\{((?:pre|ft)-[\w-]+)\}", path, fill(run.flags, fields))
+    budget = fields[run.script]
+    if run.steps_x != 1:
+        budget = re.sub(r"--steps \d+", f"--steps {steps_of(run, fields)}", budget)
+    argv = shlex.split(flags) + shlex.split(budget)
+    if run.script != "eval":
+        argv += ["--out", os.path.join(out, run.name)]
+    if dtype:
+        argv += ["--dtype", dtype]
+    return argv, needs
+
+
+def scripts():
+    """The three scripts' modules, imported once (in-process runs skip a 6 s import each)."""
+    import eval as evaluate_script
+    import finetune
+    import train
+    return dict(train=train, finetune=finetune, eval=evaluate_script)
+
+
+def rejected(module, argv):
+    """None if the script's own argument parser accepts argv, else its one-line reason (a flag or
+    a choice this checkout does not have yet)."""
+    from core.errors import UserError
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            module.get_args(argv)
+    except SystemExit:
+        lines = [l for l in err.getvalue().splitlines() if l.strip()]
+        return re.sub(r"^\S+: error: ", "", lines[-1]) if lines else "rejected"
+    except UserError as e:
+        return str(e)
+    return None
+
+
+# -----------------------------------------------------------------------------
+# running one
+
+class Tee(io.TextIOBase):
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, s):
+        for st in self.streams:
+            st.write(s)
+        return len(s)
+
+    def flush(self):
+        for st in self.streams:
+            st.flush()
+
+
+def execute(module, run, argv, log_path, quiet):
+    """Run a script's main(argv) here, its output to the console and its log. Returns (exit
+    status, what main returned, the error line or None)."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "a") as log:
+        log.write(f"\n$ {command(run, argv)}\n")
+        out = Tee(log) if quiet else Tee(sys.stdout, log)
+        err = Tee(log) if quiet else Tee(sys.stderr, log)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                return 0, module.main(argv), None
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                return code, None, (None if code == 0 else f"exit status {code}")
+            except Exception as e:  # a bug in a script: logged, and the runner goes on with the rest
+                traceback.print_exc()
+                return 1, None, f"{type(e).__name__}: {e}"
+
+
+def write_subset(data_dir):
+    """The tiny budget's data: a few hundred records of the embedded corpus."""
+    from core.data import embedded_records
+    if os.path.exists(os.path.join(data_dir, "test.jsonl")):
+        return
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, "pretrain.txt"), "w") as f:
+        f.write("\n".join(r["document"] for r in embedded_records("train")[:1500]) + "\n")
+    for split, n in (("train", 96), ("valid", 16), ("test", 8)):
+        with open(os.path.join(data_dir, f"{split}.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in embedded_records(split)[:n])
+
+
+def select(plan, resolved, only, skip):
+    """The runs --only picks (with the runs they need), less those --skip drops (and what needs them)."""
+    names = {r.name for r in plan}
+    keep = {n for n in names if not only or re.search(only, n)}
+    todo = list(keep)
+    while todo:
+        for dep in resolved[todo.pop()][1]:
+            if dep in names and dep not in keep:
+                keep.add(dep)
+                todo.append(dep)
+    if skip:
+        dropped = {n for n in keep if re.search(skip, n)}
+        changed = True
+        while changed:
+            new = {n for n in keep - dropped if any(d in dropped for d in resolved[n][1])}
+            changed = bool(new)
+            dropped |= new
+        keep -= dropped
+    return [r for r in plan if r.name in keep]
+
+
+# -----------------------------------------------------------------------------
+
+def check_out(out, create):
+    """None if OUT can hold the runs (created here unless `create` is False), else why not."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        return f"--out {out} is a file, not a directory"
+    if os.path.isdir(out):
+        return None if os.access(out, os.W_OK | os.X_OK) else f"--out {out} is not writable"
+    parent = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        return f"--out {out} cannot be created ({parent} is not a writable directory)"
+    if create:
+        os.makedirs(out, exist_ok=True)
+    return None
+
+
+def main(argv=None, early=None):
+    """EARLY: the signal handlers to restore once everything is imported (python -m reproduce sets
+    them first, so that a Ctrl-C while importing leaves quietly)."""
+    from reproduce.runstate import StateError
+    args = get_args(argv)
+    fields = dict(budget_fields(args), budget=args.budget)
+    problem = check_out(args.out, create=not args.dry_run)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        state = load_state(args.out)
+    except StateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    mods = scripts()
+    resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in PLAN}
+    runs = select(PLAN, resolved, args.only, args.skip)
+
+    # what each run of the plan needs before it can start (every run, whatever --only picks, so that
+    # runners sharing OUT record the same): a flag this checkout has, no TODO note, and no result
+    # of other flags in its directory
+    unavailable = {}
+    for r in PLAN:
+        why = r.todo or rejected(mods[r.script], resolved[r.name][0])
+        if why:
+            unavailable[r.name] = ("TODO: " if r.todo else "not on this branch: ") + why
+        elif recorded := ran_otherwise(r, resolved[r.name][0], args.out, state):
+            unavailable[r.name] = (f"ran with other flags than the plan's (`{recorded}`): "
+                                   f"move {os.path.join(args.out, r.name)} aside to run it again")
+    changed = True
+    while changed:
+        changed = False
+        for r in PLAN:
+            bad = [d for d in resolved[r.name][1] if d in unavailable]
+            if r.name not in unavailable and bad:
+                unavailable[r.name], changed = f"needs {bad[0]}", True
+    if args.report_only:
+        state["unavailable"] = unavailable
+        print(f"wrote {report.write(args, fields, state, resolved)}")
+        return 0
+
+    state["unavailable"] = unavailable
+    if BUDGETS[args.budget]["data"] == "subset" and not args.dry_run:
+        write_subset(fields["data"])
+    left, total = [], 0.0
+    say = print if args.worker is None else lambda msg="", **kw: print(f"[{args.worker}] {msg.strip()}", flush=True)
+    if args.worker is None:
+        print(f"reproduce: budget {args.budget}, {len(runs)} runs in {args.out}")
+    for r in runs:
+        argv_, _ = resolved[r.name]
+        done, resume = progress_of(r, argv_, fields, args.out, state, resolved)
+        if done < 1 and r.name not in unavailable:
+            left.append(r)
+        if args.worker is not None:
+            continue
+        # None: another runner is running it (a dry run takes no lock: it creates nothing under OUT)
+        free = (claim(args.out, r.name) if not args.dry_run else open(os.devnull)) if done < 1 else None
+        if free:
+            free.close()
+        stale = stale_reason(r, resolved, args.out)
+        mark = unavailable.get(r.name) or "done" if done >= 1 else unavailable.get(r.name) or ("" if free else "running in another runner, ") + (
+            f"resume ({100 * done:.0f}%)" if resume else f"stale ({stale}): to run again" if stale else "to run")
+        if done >= 1 and stale and r.name not in unavailable:  # an evaluation of a stale fine-tuning
+            mark = f"stale ({stale}): runs again after it"
+        secs = 0.0 if done >= 1 or r.name in unavailable else estimate(r, fields, state) * (1 - done)
+        total += secs
+        print(f"  {r.name:<24} {mark}" + (f" ~{report.fmt_secs(secs)}" if secs else "") +
+              (f"\n      {command(r, argv_)}" if args.dry_run else ""))
+    if args.worker is None:
+        print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
+              + (f" on one runner (at least {report.fmt_secs(total / args.jobs)} with --jobs {args.jobs})"
+                 if args.jobs > 1 else "")
+              + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs)) else ""))
+    if args.dry_run:
+        return 0
+    if early:  # everything imported: from here on Ctrl-C stops a sitting the usual way
+        for sig, handler in early.items():
+            signal.signal(sig, handler)
+    if args.jobs > 1:
+        from reproduce.workers import supervise
+        code = supervise(sys.argv[1:] if argv is None else argv, args.jobs, max(1, (os.cpu_count() or 1) // args.jobs))
+        state = dict(load_state(args.out), unavailable=unavailable)
+        print(f"\nresults: {report.write(args, fields, state, resolved)}")
+        return code
+    return run_left(args, fields, state, resolved, mods, left, unavailable, say)
+
+
+def may_still_finish(name, out, state, mine):
+    """Whether run NAME, not finished, may yet finish in this sitting: another runner holds it, or
+    it is among MINE, the runs this one has still to run, and has not failed. A run another runner
+    let go of unfinished (stopped, failed, killed) does not finish in this sitting."""
+    held = claim(out, name)
+    if held is None:
+        return True
+    held.close()
+    return name in mine and state["runs"].get(name, {}).get("status") != "failed"
+
+
+def run_left(args, fields, state, resolved, mods, left, unavailable, say):
+    """Run what is left, in the plan's order. A run whose needs are unfinished is skipped, or, in a
+    worker of --jobs, waited for while another runner may still finish them."""
+    status, ran, pending = 0, 0, list(left)
+    try:
+        while pending:
+            waiting, progressed = [], False
+            for r in pending:
+                if args.stop_after_runs is not None and ran >= args.stop_after_runs:
+                    say(f"stopped after {ran} runs (--stop-after-runs); the same command continues")
+                    waiting = []
+                    break
+                argv_, needs = resolved[r.name]
+                if os.path.exists(os.path.join(args.out, "state.json")):  # what another runner recorded meanwhile
+                    state = dict(load_state(args.out), unavailable=unavailable)
+                missing = [d for d in needs if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state, resolved)[0] < 1]
+                if missing:
+                    mine = {p.name for p in pending}
+                    if args.worker is not None and all(may_still_finish(d, args.out, state, mine) for d in missing):
+                        waiting.append(r)
+                    else:
+                        say(f"skip {r.name}: {missing[0]} did not finish")
+                    continue
+                held = claim(args.out, r.name)
+                if held is None:
+                    say(f"skip {r.name}: another runner is running it")
+                    continue
+                with held:
+                    frac, resume = progress_of(r, argv_, fields, args.out, state, resolved)
+                    if frac >= 1:  # another runner finished it since this one started
+                        continue
+                    if r.script != "eval":
+                        fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f)) for f in ("log.jsonl", "best.pt"))
+                        argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
+                    say(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
+                    t0 = time.time()
+                    code, returned, err = execute(mods[r.script], r, argv_, os.path.join(args.out, "logs", r.name + ".log"),
+                                                  args.quiet)
+                    secs = time.time() - t0
+                    rec = record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_)
+                ran, progressed = ran + 1, True
+                report.write(args, fields, state, resolved)
+                say(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""), flush=True)
+                if code in STOPPED:
+                    say("stopped; the same command continues where it left off")
+                    return code
+                status = status or (1 if code else 0)
+            if waiting and not progressed:
+                time.sleep(WAIT_SECONDS)
+            pending = waiting
+    except KeyboardInterrupt:  # between runs
+        say("\nstopped; the same command continues where it left off")
+        return 130
+    if args.worker is None:
+        print(f"\nresults: {report.write(args, fields, state, resolved)}")
+    failed = [n for n, r in state["runs"].items() if r.get("status") == "failed"]
+    if failed:
+        say(f"failed: {', '.join(failed)} (see {os.path.join(args.out, 'logs')})")
+    return status
+
+
+WAIT_SECONDS = 2  # a worker's pause between looks at the runs it waits for
+
+
+def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_):
+    """Write run R's outcome into state.json (under its lock) and into STATE; returns its record."""
+    with locked_state(args.out) as shared:
+        shared["unavailable"] = unavailable
+        rec = shared["runs"].setdefault(r.name, {})
+        rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
+                   seconds=rec.get("seconds", 0.0) * (rec.get("status") != "done") + secs,
+                   finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
+                   "stopped" if code in STOPPED else "failed", error=err)
+        if args.worker is not None:
+            rec["runner"] = args.worker
+        if r.script == "eval" and code == 0:
+            ckdir = os.path.dirname(argv_[0])
+            rec["files"] = sorted(f for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
+                                  if os.path.getmtime(f) >= t0 - 1)
+            shared["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] \
+                or shared.get("lead")
+            shared["majority"] = next((row for row in returned or [] if row.get("model") == "majority class"),
+                                      shared.get("majority"))
+    state.clear()
+    state.update(shared)
+    return rec
