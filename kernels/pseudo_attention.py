@@ -85,13 +85,13 @@ def _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale,
 
 
 @triton.jit
-def _fwd_tile(code, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-              qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
-              CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
-              DENSE: tl.constexpr, PRECISION: tl.constexpr):
-    """One key tile of the forward, compiled for one class (PARTIAL, FULL, FAR, GATHER or EDGE)."""
+def _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+                 qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+                 CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
+                 DENSE: tl.constexpr, PRECISION: tl.constexpr):
+    """(scores, K, V) of one key tile against the program's query tile, compiled for one class
+    (PARTIAL, FULL, FAR, GATHER or EDGE): the forward's and the dQ kernel's common part."""
     MASKED: tl.constexpr = CLASS == 5  # EDGE: the PARTIAL tile that straddles Lk, loaded with bounds checks
-    RULE: tl.constexpr = CLASS % 4 == 1  # PARTIAL or EDGE
     if CLASS == 3:
         kt = code // 2
     else:
@@ -103,9 +103,21 @@ def _fwd_tile(code, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, 
     s = _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION, CLASS, BN, REL)
     if DENSE:
         s += _dense(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
-    if RULE:
+    if CLASS % 4 == 1:  # PARTIAL or EDGE: the rule, pair by pair
         s = tl.where(_see(qa, qb, qq, ka, kb, kq, HAS_SEQ), s, float("-inf"))
-    return _softmax_step(s, v, m_i, l_i, acc, RULE, PRECISION)
+    return s, k, v
+
+
+@triton.jit
+def _fwd_tile(code, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+              qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+              CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
+              DENSE: tl.constexpr, PRECISION: tl.constexpr):
+    """One key tile of the forward, compiled for one class."""
+    s, k, v = _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+                           qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+                           CLASS, BN, HAS_SEQ, REL, DENSE, PRECISION)
+    return _softmax_step(s, v, m_i, l_i, acc, CLASS % 4 == 1, PRECISION)
 
 
 @triton.jit(do_not_specialize=_LENGTHS)
@@ -292,21 +304,9 @@ def _q_tile(code, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, 
             CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
             DENSE: tl.constexpr, PRECISION: tl.constexpr):
     """One key tile of the dQ kernel, compiled for one class."""
-    MASKED: tl.constexpr = CLASS == 5
-    RULE: tl.constexpr = CLASS % 4 == 1
-    if CLASS == 3:
-        kt = code // 2
-    else:
-        kt = code
-    cols = kt * BN + offs_n
-    k = _rows(Kb, cols, offs_d, skn, Lk, MASKED)
-    v = _rows(Vb, cols, offs_d, svn, Lk, MASKED)
-    ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, MASKED)
-    s = _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION, CLASS, BN, REL)
-    if DENSE:
-        s += _dense(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
-    if RULE:
-        s = tl.where(_see(qa, qb, qq, ka, kb, kq, HAS_SEQ), s, float("-inf"))
+    s, k, v = _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+                           qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+                           CLASS, BN, HAS_SEQ, REL, DENSE, PRECISION)
     return _dq_step(s, do, k, v, lse, delta, dq, PRECISION)
 
 
