@@ -101,7 +101,8 @@ def exit_rows(path):
 
 def table(spec):
     """PATH::MARKER: the markdown tables (and their target lines) that follow the first line holding
-    MARKER in a text result file (a benchmark's log), up to the next blank line after them."""
+    MARKER in a text result file (a benchmark's log), up to the next blank line after them, and the
+    run's time where a run.json beside the file names it."""
     path, marker = spec.split("::", 1)
     nth = 1
     if re.search(r"#\d+$", marker):  # MARKER#N: the N-th line holding it
@@ -121,8 +122,9 @@ def table(spec):
             seen = True
         elif seen and not l.strip():
             break
+    note = _run_note(path)  # the run.json beside the file, if it names it
     return "\n".join(o for o in out if o.startswith("|")) + "\n" + "".join(f"\n{o}" for o in out if not o.startswith("|")) \
-        + ("\n" if any(not o.startswith("|") for o in out) else "")
+        + ("\n" if any(not o.startswith("|") for o in out) else "") + (f"\n{note}\n" if note else "")
 
 
 def loops(path):
@@ -168,7 +170,9 @@ def _run_note(path):
     part = r.get(os.path.basename(path))
     if not part:
         return ""
-    return f"`{part['command']}` took {part['seconds'] // 60:.0f} min {part['seconds'] % 60:.0f} s ({r['machine']})."
+    secs = part["seconds"]
+    took = f"{secs // 60:.0f} min {secs % 60:.0f} s" if secs >= 60 else f"{secs:.0f} s"
+    return f"`{part['command']}` took {took} ({r['machine']})."
 
 
 def default_pretraining(path):
