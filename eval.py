@@ -45,6 +45,12 @@ from core.tokenizer import Tokenizer
 from core.training import add_dtype_flag, autocast
 
 
+# the decoding flags that name a result file when given away from their default (result_names)
+DECODING_DEFAULTS = dict(beam=5, min_len=1, length_penalty=0.6, length_norm="wu", no_repeat_ngram=3)
+DECODING_TAGS = dict(beam="beam", max_len="max", min_len="min", length_penalty="lp", length_norm="",
+                     no_repeat_ngram="nr", length_beam="lb", iterations="it")
+
+
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoints", nargs="*", default=["checkpoints"],
@@ -56,17 +62,17 @@ def get_args(argv=None):
     p.add_argument("--tgt-field", default=None)
     p.add_argument("--limit", type=int, default=None, help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
                    "checkpoint (the embedded corpus is sorted by package, so its head is not a sample)")
-    p.add_argument("--beam", type=int, default=5, help="beam size (UniLMv2 Table 10, XSum: 5)")
+    p.add_argument("--beam", type=int, default=DECODING_DEFAULTS["beam"], help="beam size (UniLMv2 Table 10, XSum: 5)")
     p.add_argument("--max-len", type=int, default=None,
                    help="generated tokens at most, [EOS] included (default: the fine-tuning's --max-tgt, the "
                    "longest target it trained)")
-    p.add_argument("--min-len", type=int, default=1)
-    p.add_argument("--length-penalty", type=float, default=0.6,
+    p.add_argument("--min-len", type=int, default=DECODING_DEFAULTS["min_len"])
+    p.add_argument("--length-penalty", type=float, default=DECODING_DEFAULTS["length_penalty"],
                    help="alpha: a beam's score is its log-probability / lp(len) (UniLMv2 Table 10, XSum: 0.6)")
-    p.add_argument("--length-norm", default="wu", choices=LENGTH_NORMS,
+    p.add_argument("--length-norm", default=DECODING_DEFAULTS["length_norm"], choices=LENGTH_NORMS,
                    help="lp(len): wu = ((5 + len) / 6) ** alpha (Wu et al. 2016, UniLMv2's decoding), "
                         "pow = len ** alpha (fairseq)")
-    p.add_argument("--no-repeat-ngram", type=int, default=3)
+    p.add_argument("--no-repeat-ngram", type=int, default=DECODING_DEFAULTS["no_repeat_ngram"])
     p.add_argument("--length-beam", type=int, default=None, help="NAR: length candidates (default: the fine-tuning's)")
     p.add_argument("--iterations", type=int, default=None, help="NAR: Mask-Predict iterations (default: the fine-tuning's)")
     p.add_argument("--adaptive-stop", action=argparse.BooleanOptionalAction, default=None,
@@ -153,6 +159,10 @@ def result_names(path, args):
     if setting:  # a threshold sweep keeps each
         tag += f"-exit-{setting[0]}{setting[1]:g}"
     tag += {None: "", True: "-adaptive", False: "-allpasses"}[args.adaptive_stop]
+    # a decoding flag away from its default: beam 1 and beam 5 of one checkpoint are two results
+    tag += "".join(f"-{short}{getattr(args, name):g}" if isinstance(getattr(args, name), (int, float))
+                   else f"-{getattr(args, name)}" for name, short in DECODING_TAGS.items()
+                   if getattr(args, name, None) not in (None, DECODING_DEFAULTS.get(name)))
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
 

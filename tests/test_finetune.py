@@ -50,8 +50,9 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     row = rows[0]
     assert row["arch"] == ("t5" if objective == "t5" else "unilm")
     assert 0 <= row["rougeL"] <= 100 and row["latency_ms"] > 0 and row["samples_per_s"] > 0
-    eval_json, outputs_jsonl = evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, "--data", task_files["test"]]))
-    assert os.path.basename(eval_json).startswith("eval-best-test-")  # named for the checkpoint and the file
+    eval_json, outputs_jsonl = evaluate_script.result_names(ckpt, evaluate_script.get_args(
+        [ckpt, "--data", task_files["test"], "--beam", "2"]))
+    assert os.path.basename(eval_json).startswith("eval-best-test-")  # named for the checkpoint, the file, the beam
     saved = json.load(open(eval_json))
     assert saved["rougeL"] == row["rougeL"]
     # the dtype it ran in, not "auto"; no split with --data; none of the file's examples left out
@@ -83,7 +84,7 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         assert len(sample) == 5 and sample.sources != heads[:5] and set(sample.sources) <= set(heads)
         assert sample.sources == evaluate_script.examples("summarize", args).sources
         _, limited_outputs = evaluate_script.result_names(ckpt, args)
-        assert limited_outputs.endswith("-sample5.jsonl") and limited_outputs != outputs_jsonl
+        assert limited_outputs.endswith("-sample5-beam1.jsonl") and limited_outputs != outputs_jsonl
         assert [json.loads(l)["source"] for l in open(limited_outputs)] == sample.sources
         assert len(open(outputs_jsonl).readlines()) == 12  # the full evaluation's files are untouched
         swept = evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, "--exit-entropy", "0"]))[0]
@@ -91,6 +92,11 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         swept = evaluate_script.result_names(ckpt, evaluate_script.get_args(
             [ckpt, "--exit-measure", "state", "--exit-threshold", "0.99"]))[0]
         assert swept.endswith("-exit-state0.99.json")
+        # a decoding setting away from its default keeps its own files; the defaults' names stay as they were
+        named = lambda *flags: evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, *flags]))[0]  # noqa: E731
+        assert named("--beam", "5") == named() and named("--beam", "1") != named()
+        assert named("--iterations", "4", "--length-beam", "2").endswith("-lb2-it4.json")
+        assert named("--length-penalty", "1.0", "--length-norm", "pow").endswith("-lp1-pow.json")
 
 
 @pytest.mark.parametrize("objective", ["pmlm", "t5", "t5-nar"])

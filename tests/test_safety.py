@@ -204,7 +204,7 @@ def test_eval_names_results_and_reads_directories(world, tmp_path, capsys):
     names = sorted(os.listdir(run))
     evals = [n for n in names if n.startswith("eval-")]
     assert len(evals) == 2 and any(n.startswith("eval-other-valid-") for n in evals), names
-    assert all(n.endswith("-sample3.json") for n in evals)
+    assert all(n.endswith("-sample3-beam1.json") for n in evals)
     assert len([n for n in names if n.startswith("outputs-")]) == 2
 
 
