@@ -51,6 +51,8 @@ BENCHES = [
     ("bench/bench_early_exit.py", ["--model", "base", "--forced", "--ar"],
      "forced exits: every time ratio between its FLOP ratio and 1.1x it (below it: a measurement bug); "
      "NAR one pass >= 10x lower latency than AR beam 4"),
+    ("bench/bench_decoders.py", ["--model", "base"], "Mask-Predict at batch 1 under CUDA graphs >= 2x its eager "
+                                                     "decoding, the same tokens"),
     # at --budget gpu's micro-batch (64 x 128 tokens), the step whose dtype `auto` picks there; at the
     # default 32 x 128 an H100 run took 0.02 s and bf16 gave 0.78x float32 (2026-11-25)
     ("bench/bench_dtype.py", ["--repeats", "6", "--micro-batch", "64"], "bf16 autocast >= 1.5x the tokens/s of float32, losses equal to 2 digits"),
@@ -291,13 +293,15 @@ def part_speed(rep, args):
 
 def part_decode(rep, args):
     """The warm machine's second call: ours and FlexAttention in one run with the sweep's blocks, ELMER's
-    static-shape pass and its graphs, forced exits at large batch, the fused off-ramp loss, gather and
+    static-shape pass and its graphs, Mask-Predict's graphs beside ELMER and AR beam search, forced exits at large batch, the fused off-ramp loss, gather and
     scatter, and the bf16 training-step profile; each within the budget."""
     py = sys.executable
     out = os.path.abspath(args.out)
     configs = ["--configs", SWEPT] if os.path.exists(os.path.join(ROOT, SWEPT)) else []
     steps = [("bench_early_exit.py --graphs (base)", [py, "bench/bench_early_exit.py", "--graphs", "--model", "base",
                                                      "--json", os.path.join(out, "exit.json"), "--repeats", "10"], 70),
+             ("bench_decoders.py (base): Mask-Predict eager / static / graphs, ELMER, AR beam",
+              [py, "bench/bench_decoders.py", "--model", "base", "--json", os.path.join(out, "decoders.json")], 40),
              ("bench_offramp.py (V 8000, 50000)", [py, "bench/bench_offramp.py", "--vocab", "8000", "50000",
                                                   "--tokens", "4096", "16384"], 45),
              ("bench_gather.py (16k x 768)", [py, "bench/bench_gather.py", "--tokens", "16384"], 25),

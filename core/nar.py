@@ -55,8 +55,16 @@ generator unless --iter-decode-force-max-iter): a candidate stops when the maske
 would feed the next iteration equals the one it fed this one, for that iteration would only
 repeat this one. The candidate with the best mean log-probability wins; consecutive duplicate
 tokens are then merged (Mask-Predict section 3.3; the typical NAR repetition).
+
+Without adaptive_stop a decoding makes no host sync after its first call (the longest candidate's
+length), and every call has the shape of the first. NARDecoder(static=True) fixes that shape
+across decodings too (candidates padded to max_len, sources to a multiple of 64), and
+NARDecoder(graphs=True) replays each call as a CUDA graph (StaticStep): at batch 1 a GPU runs a
+small decoder faster than the host can launch its ~100 kernels a layer. bench/bench_decoders.py
+times both against the eager path.
 """
 import hashlib
+import weakref
 
 import numpy as np
 import torch
@@ -247,11 +255,19 @@ class NARDecoder:
         predict(rows, tokens, valid)     rows (N,) long: the source of each candidate; tokens,
                                          valid (N, T): the decoder input. Returns (N, T, V)
                                          log-probabilities.
-    The sources are encoded once; put the model in eval mode first."""
+    and, optionally, predict_max(rows, tokens, valid), the (confidence, token) pair of predict's
+    max, and `static` (take every candidate at max_len positions). The sources are encoded once;
+    put the model in eval mode first."""
 
     @torch.no_grad()
-    def __init__(self, model, src_ids_list, tok):
+    def __init__(self, model, src_ids_list, tok, static=False, graphs=False):
+        """static: every model call at fixed shapes (the candidates padded to mask_predict's max_len,
+        the sources to a multiple of SOURCE_BUCKET), through a StaticStep; graphs: and on CUDA each
+        call one replay of a CUDA graph captured once per shape (implies static). The tokens are
+        the same either way (tests/test_nar.py)."""
         self.model, self.tok = model, tok
+        self.graphs = graphs
+        self.static = static or graphs
         dev = next(model.parameters()).device
         limit = model.cfg.max_positions - 1
         sources = [np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids_list]
@@ -269,6 +285,94 @@ class NARDecoder:
     def predict(self, rows, tokens, valid):
         h = self.model.decode_nar(tokens, valid, self.memory[rows], self.src_valid[rows])
         return F.log_softmax(self.model.head(h).float(), -1)
+
+    @torch.no_grad()
+    def predict_max(self, rows, tokens, valid):
+        """(confidence, token) of every position: the max of predict's log-probabilities."""
+        if not self.static:
+            return self.predict(rows, tokens, valid).max(-1)
+        memory, src_valid = self.memory[rows], self.src_valid[rows]
+        S = -(-src_valid.shape[1] // SOURCE_BUCKET) * SOURCE_BUCKET
+        step = static_step(self.model, tokens.shape[0], tokens.shape[1], S, memory.dtype, self.graphs)
+        return step.run(memory, src_valid, tokens, valid)
+
+
+SOURCE_BUCKET = 64  # a static decoder pads its sources to a multiple of this: a few shapes, a few graphs
+
+
+class StaticStep:
+    """One Mask-Predict model call (decoder, LM head, log-softmax, max over the vocabulary) for N
+    candidates of T positions against S source positions, on buffers of fixed shape: run() copies
+    its inputs in (a shorter source padded, its padding invalid) and computes, on CUDA with
+    graphs by replaying a CUDA graph captured at the first run (the attention's codes and tile maps
+    are built inside it, from the buffers). Kept per (model, shapes) by static_step and captured
+    again when the model's parameters change."""
+
+    def __init__(self, model, N, T, S, dtype, graphs):
+        p = next(model.parameters())
+        self.model, self.S = model, S
+        self.graphs = graphs and p.is_cuda
+        self.memory = torch.zeros(N, S, model.cfg.d_model, dtype=dtype, device=p.device)
+        self.src_valid = torch.zeros(N, S, dtype=torch.bool, device=p.device)
+        self.tokens = torch.zeros(N, T, dtype=torch.long, device=p.device)
+        self.valid = torch.zeros(N, T, dtype=torch.bool, device=p.device)
+        self.conf = torch.zeros(N, T, device=p.device)
+        self.best = torch.zeros(N, T, dtype=torch.long, device=p.device)
+        self.graph, self.version = None, None
+
+    def _step(self):
+        h = self.model.decode_nar(self.tokens, self.valid, self.memory, self.src_valid)
+        conf, best = F.log_softmax(self.model.head(h).float(), -1).max(-1)
+        self.conf.copy_(conf)
+        self.best.copy_(best)
+
+    def _capture(self):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # once eagerly: the Triton kernels compile outside the capture
+            self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._step()
+        return graph
+
+    @torch.no_grad()
+    def run(self, memory, src_valid, tokens, valid):
+        S = src_valid.shape[1]
+        self.memory[:, S:].zero_()
+        self.memory[:, :S].copy_(memory)
+        self.src_valid[:, S:].fill_(False)
+        self.src_valid[:, :S].copy_(src_valid)
+        self.tokens.copy_(tokens)
+        self.valid.copy_(valid)
+        if self.graphs:
+            version = tuple(t._version for t in self.model.parameters())
+            if self.graph is None or version != self.version:
+                self.graph, self.version = self._capture(), version
+            self.graph.replay()
+        else:
+            self._step()
+        return self.conf.clone(), self.best.clone()
+
+
+_STEPS = weakref.WeakKeyDictionary()  # model -> {(N, T, S, dtype, graphs, autocast): StaticStep}
+
+
+def static_step(model, N, T, S, dtype, graphs):
+    """The StaticStep of these shapes, made once and kept (with its graph)."""
+    dev = next(model.parameters()).device.type
+    key = (N, T, S, dtype, graphs, torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev))
+    steps = _STEPS.setdefault(model, {})
+    if key not in steps:
+        steps[key] = StaticStep(model, N, T, S, dtype, graphs)
+    return steps[key]
+
+
+def _predict_max(decoder, rows, tokens, valid):
+    if hasattr(decoder, "predict_max"):
+        return decoder.predict_max(rows, tokens, valid)
+    return decoder.predict(rows, tokens, valid).max(-1)
 
 
 def merge_repeats(ids):
@@ -293,11 +397,11 @@ def mask_predict(decoder, mask_id, length_beam=3, iterations=10, max_len=32, pad
     K = min(length_beam, max(1, min(P - 1, max_len)))
     lengths = lp.topk(K, dim=1).indices.reshape(-1)  # (N,) N = B*K, source-major
     rows = torch.arange(B, device=dev).repeat_interleave(K)
-    T = int(lengths.max())
+    # a static decoder takes every candidate at max_len positions, the rest padding: one shape
+    T = min(max_len, P - 1) if getattr(decoder, "static", False) else int(lengths.max())
     valid = torch.arange(T, device=dev)[None] < lengths[:, None]  # (N, T)
     inp = torch.full((B * K, T), mask_id, dtype=torch.long, device=dev).masked_fill(~valid, pad_id)
-    logp = decoder.predict(rows, inp, valid)  # (N, T, V)
-    conf, tokens = logp.max(-1)
+    conf, tokens = _predict_max(decoder, rows, inp, valid)
     tokens = tokens.masked_fill(~valid, pad_id)
     conf = conf.masked_fill(~valid, float("inf"))  # padding is never re-masked
     used = torch.ones(B * K, dtype=torch.long, device=dev)
@@ -307,13 +411,19 @@ def mask_predict(decoder, mask_id, length_beam=3, iterations=10, max_len=32, pad
         rank = conf.argsort(dim=1, stable=True).argsort(dim=1)  # 0 = least confident
         remask = rank < n[:, None]  # (N, T)
         nxt = tokens.masked_fill(remask, mask_id)  # the masked state fed to iteration t
-        if adaptive_stop:  # the state repeats: iteration t would repeat iteration t - 1
-            live &= (nxt != inp).any(1)
-            if not live.any():
-                break
+        if not adaptive_stop:  # every candidate runs: no host sync, every call at one shape
+            inp = nxt
+            new_conf, new_tok = _predict_max(decoder, rows, inp, valid)
+            tokens = torch.where(remask, new_tok, tokens)
+            conf = torch.where(remask, new_conf, conf)
+            used += 1
+            continue
+        live &= (nxt != inp).any(1)  # the state repeats: iteration t would repeat iteration t - 1
+        if not live.any():
+            break
         act = live.nonzero()[:, 0]
         inp = nxt
-        new_conf, new_tok = decoder.predict(rows[act], inp[act], valid[act]).max(-1)
+        new_conf, new_tok = _predict_max(decoder, rows[act], inp[act], valid[act])
         hit = remask[act]
         tokens[act] = torch.where(hit, new_tok, tokens[act])
         conf[act] = torch.where(hit, new_conf, conf[act])

@@ -135,6 +135,30 @@ def test_batched_equals_one_by_one():
         assert d1["length"].item() == det["length"][b].item()
 
 
+def test_static_and_graphed_decoding_equal_the_eager_one_with_no_sync_per_iteration():
+    """NARDecoder(static=True) pads candidates to max_len and sources to SOURCE_BUCKET, and
+    graphs=True (on the CPU: the same static calls, eagerly) gives the same tokens; a decoding
+    without adaptive stop syncs with the host as often at 2 iterations as at 6."""
+    from test_exit_pass import Count
+    model = tiny_nar(1)
+    with torch.no_grad():
+        model.length.bias.copy_(torch.randn(64) * 3)
+    rng = np.random.default_rng(1)
+    sources = [rng.integers(10, V, n).tolist() for n in (5, 30, 12)]
+    eager, de = mask_predict(NARDecoder(model, sources, Tok), MASK, 3, 6, max_len=12, return_details=True)
+    for flags in (dict(static=True), dict(graphs=True)):
+        out, d = mask_predict(NARDecoder(model, sources, Tok, **flags), MASK, 3, 6, max_len=12, return_details=True)
+        assert out == eager, flags
+        assert torch.equal(d["length"], de["length"]) and torch.allclose(d["score"], de["score"], atol=1e-5)
+
+    def syncs(iterations):
+        dec = NARDecoder(model, sources, Tok, static=True)
+        with Count() as c:
+            mask_predict(dec, MASK, 3, iterations, max_len=12)
+        return c.syncs
+    assert syncs(2) == syncs(6)
+
+
 def test_cmlm_batch_and_loss():
     pairs = [(list(range(10, 20)), [11, 12, 13, 14, 15]), (list(range(10, 15)), [16, 17])]
     a, b = nar_batch(pairs, Tok, 16, 8), nar_batch(pairs, Tok, 16, 8)
