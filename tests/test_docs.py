@@ -27,11 +27,11 @@ def test_a_stale_block_is_caught(tmp_path):
 
 def test_a_missing_figure_is_caught(monkeypatch):
     """--check draws nothing (CI has no matplotlib) but fails where a figure's file is missing."""
-    from tools import render_docs
-    monkeypatch.setitem(render_docs.DRAW, "on", False)
+    from tools import figures, render_docs
+    monkeypatch.setitem(figures.DRAW, "on", False)
     text = "<!-- render: plot-attention results/h200-2026-11-26/attention-flex.json -->\n<!-- /render -->\n"
     assert "figures/attention-h200-2026-11-26.svg" in render_docs.render_text(text, "docs/x.md")
-    monkeypatch.setattr(render_docs, "FIGURES", "docs/no-such-folder")
+    monkeypatch.setattr(figures, "FIGURES", "docs/no-such-folder")
     with pytest.raises(SystemExit, match="is missing"):
         render_docs.render_text(text, "docs/x.md")
 

@@ -13,8 +13,8 @@ KIND names a renderer below and PATH a result file (relative to the repository r
 reads (for `table`, PATH::MARKER or PATH::MARKER#N, "~" standing for a space in the marker): no number in a
 block is typed by hand. Files scanned: README.md, docs/*.md, bench/RESULTS.md.
 
-The `plot-*` kinds draw a figure into docs/figures/ (SVG, byte-identical for the same data) and
-write the line that shows it; drawing needs matplotlib (`pip install -r requirements-docs.txt`),
+The `plot-*` kinds draw a figure into docs/figures/ (tools/figures.py: SVG, byte-identical for the
+same data) and write the line that shows it; drawing needs matplotlib (`pip install -r requirements-docs.txt`),
 the one dependency of this command that the project does not have. --check draws nothing: it
 checks the lines and that each figure exists.
 """
@@ -25,13 +25,11 @@ import os
 import re
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tools import figures
+from tools.figures import ROOT, _jsonl, _load
+
 BLOCK = re.compile(r"(<!-- render: (\S+) (\S+) -->\n)(.*?)(<!-- /render -->)", re.S)
 
-
-def _load(path):
-    with open(os.path.join(ROOT, path)) as f:
-        return json.load(f)
 
 
 def attention(path):
@@ -155,10 +153,6 @@ def loops(path):
     return "\n".join(out) + "\n"
 
 
-def _jsonl(path):
-    with open(os.path.join(ROOT, path)) as f:
-        return [json.loads(l) for l in f if l.strip()]
-
 
 def _run_note(path):
     """The run.json beside a log, if any: how long it took, where, with what command."""
@@ -180,7 +174,7 @@ def default_pretraining(path):
     evals = [r for r in _jsonl(path) if "unigram_entropy" in r]
     key = next(k for k in ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss") if k in evals[-1])
     ent = evals[-1]["unigram_entropy"]
-    out = [f"| step | " + " | ".join(str(r["step"]) for r in evals) + " |", "|---|" + "---|" * len(evals),
+    out = ["| step | " + " | ".join(str(r["step"]) for r in evals) + " |", "|---|" + "---|" * len(evals),
            f"| held-out {key[6:]} | " + " | ".join(f"{r[key]:.3f}" for r in evals) + " |",
            f"| under the unigram entropy {ent:.3f} | " + " | ".join(f"{ent - r[key]:.2f}" for r in evals) + " |"]
     note = _run_note(path)
@@ -198,95 +192,23 @@ def default_finetuning(path):
     return "\n".join(out) + ("\n\n" + note if note else "") + "\n"
 
 
-# -----------------------------------------------------------------------------
-# figures: drawn with matplotlib (needed by this command only, not by the project) into docs/figures/,
-# deterministic SVG so that a redraw of the same data changes no byte
-
-FIGURES = "docs/figures"
-DRAW = {"on": True}  # --check draws nothing: it checks that each figure exists
-
-
-def _figure(path, where, name, draw):
-    """Draw figure NAME from the result file PATH (draw(plt, data_path) -> fig) unless checking, and
-    return its markdown line, relative to the doc WHERE."""
-    out = os.path.join(ROOT, FIGURES, name + ".svg")
-    if DRAW["on"]:
-        try:
-            import matplotlib
-        except ImportError:
-            raise SystemExit("error: drawing the figures needs matplotlib (pip install matplotlib); "
-                             "--check does not") from None
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        plt.rcParams.update({"svg.hashsalt": "textgen", "svg.fonttype": "none", "font.size": 9})
-        fig = draw(plt, path)
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight")
-        plt.close(fig)
-    elif not os.path.exists(out):
-        raise SystemExit(f"error: {where}: figure {FIGURES}/{name}.svg is missing: run python -m tools.render_docs")
-    rel = os.path.relpath(out, os.path.dirname(os.path.join(ROOT, where)))
-    return f"![{name}]({rel})\n\n(`{FIGURES}/{name}.svg`, drawn from `{path}`.)\n"
+def decoders(folder):
+    """A folder of eval.py result files: quality, work and batch-1 latency of each decoder and setting."""
+    out = ["| run | decoding | setting | ROUGE-1 | ROUGE-2 | ROUGE-L | decoder multiply-adds | mean exit layer | "
+           "batch-1 ms | samples/s at batch 64 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in figures.decoder_rows(folder):
+        flops = f"{r['dec_flops']:.2f}" if "dec_flops" in r else "-"
+        exit_layer = f"{r['mean_exit']:.2f}" if "mean_exit" in r else "-"
+        out.append(f"| {r['run']} | {r['family']} | {r['shown']} | {r['rouge1']:.2f} | {r['rouge2']:.2f} | {r['rougeL']:.2f} | "
+                   f"{flops} | {exit_layer} | {r['latency_ms']:.1f} | {r['samples_per_s']:.0f} |")
+    return "\n".join(out) + "\n"
 
 
-def _draw_pretraining(plt, path):
-    rows = _jsonl(path)
-    evals = [r for r in rows if "unigram_entropy" in r]
-    key = next(k for k in ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss") if k in evals[-1])
-    train_key = key[6:]  # the same loss on the training batches
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    train = [r for r in rows if train_key in r and "unigram_entropy" not in r]
-    if train:
-        ax.plot([r["step"] for r in train], [r[train_key] for r in train], color="0.65", lw=1,
-                label=f"training batches ({train_key})")
-    ax.plot([r["step"] for r in evals], [r[key] for r in evals], "o-", color="C0", label=f"held-out ({train_key})")
-    ax.axhline(evals[-1]["unigram_entropy"], ls="--", color="C3",
-               label=f"unigram entropy {evals[-1]['unigram_entropy']:.3f}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats per token)")
-    ax.legend(frameon=False)
-    ax.grid(alpha=0.3)
-    return fig
-
-
-def plot_pretraining(path, where):
-    """A pretraining's loss against step: its training batches, its held-out loss and the unigram entropy."""
-    name = os.path.basename(os.path.dirname(path)) + "-" + os.path.basename(path).split(".")[0]
-    return _figure(path, where, name, _draw_pretraining)
-
-
-def _draw_attention(plt, path):
-    d = _load(path)
-    dims = sorted({r["D"] for r in d["records"]})
-    fig, axes = plt.subplots(1, len(dims), figsize=(3.6 * len(dims) + 0.6, 3.4), squeeze=False)
-    labels = {"ours": "ours (codes)", "sdpa-mask": "SDPA, dense mask", "flex": "Flex, block mask (fused)",
-              "sdpa-nomask": "SDPA, no mask (the floor)"}
-    for ax, dim in zip(axes[0], dims):
-        recs = sorted((r for r in d["records"] if r["D"] == dim and r["layout"].startswith("s2s")), key=lambda r: r["L"])
-        for k, (method, label) in enumerate(labels.items()):
-            pts = [(r["L"], r["methods"][method]["fwdbwd_ms"]) for r in recs if method in r["methods"]]
-            if pts:
-                ax.plot(*zip(*pts), "o-", color=f"C{k}", label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([r["L"] for r in recs], [str(r["L"]) for r in recs])
-        ax.set_ylim(bottom=0)
-        ax.set_title(f"seq2seq layout, head dim {dim}", fontsize=9)
-        ax.set_xlabel("sequence length L (B*L fixed)")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("forward + backward, ms")
-    axes[0][-1].legend(frameon=False, fontsize=7)
-    fig.suptitle(f"{d['device']}, torch {d['torch']}, {d['date']}", fontsize=8)
-    return fig
-
-
-def plot_attention(path, where):
-    """Attention forward+backward time against sequence length, ours beside its baselines."""
-    return _figure(path, where, "attention-" + os.path.basename(os.path.dirname(path)), _draw_attention)
-
-
-RENDERERS = {"default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops, "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
-             "plot-pretraining": plot_pretraining, "plot-attention": plot_attention}
-NEEDS_WHERE = {"plot-pretraining", "plot-attention"}
+RENDERERS = {"default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
+             "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
+             "decoders": decoders, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
+             "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits}
+NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
 
 def files():
@@ -310,7 +232,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs from its file")
     a = p.parse_args(argv)
-    DRAW["on"] = not a.check
+    figures.DRAW["on"] = not a.check
     stale = []
     for path in files():
         with open(path) as f:

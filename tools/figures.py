@@ -1,0 +1,181 @@
+"""The figures of the docs, drawn from committed result files by `python -m tools.render_docs`.
+
+matplotlib is needed by this command only, not by the project (`pip install -r requirements-docs.txt`);
+each figure is a deterministic SVG in docs/figures/, so that a redraw of the same data changes no
+byte. With DRAW off (`render_docs --check`) nothing is drawn: a block's line is checked and its
+figure must exist.
+"""
+import glob
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return json.load(f)
+
+
+def _jsonl(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+
+FIGURES = "docs/figures"
+DRAW = {"on": True}  # --check draws nothing: it checks that each figure exists
+
+
+def _figure(path, where, name, draw):
+    """Draw figure NAME from the result file PATH (draw(plt, data_path) -> fig) unless checking, and
+    return its markdown line, relative to the doc WHERE."""
+    out = os.path.join(ROOT, FIGURES, name + ".svg")
+    if DRAW["on"]:
+        try:
+            import matplotlib
+        except ImportError:
+            raise SystemExit("error: drawing the figures needs matplotlib (pip install matplotlib); "
+                             "--check does not") from None
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        plt.rcParams.update({"svg.hashsalt": "textgen", "svg.fonttype": "none", "font.size": 9})
+        fig = draw(plt, path)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight")
+        plt.close(fig)
+    elif not os.path.exists(out):
+        raise SystemExit(f"error: {where}: figure {FIGURES}/{name}.svg is missing: run python -m tools.render_docs")
+    rel = os.path.relpath(out, os.path.dirname(os.path.join(ROOT, where)))
+    return f"![{name}]({rel})\n\n(`{FIGURES}/{name}.svg`, drawn from `{path}`.)\n"
+
+
+def _draw_pretraining(plt, path):
+    rows = _jsonl(path)
+    evals = [r for r in rows if "unigram_entropy" in r]
+    key = next(k for k in ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss") if k in evals[-1])
+    train_key = key[6:]  # the same loss on the training batches
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    train = [r for r in rows if train_key in r and "unigram_entropy" not in r]
+    if train:
+        ax.plot([r["step"] for r in train], [r[train_key] for r in train], color="0.65", lw=1,
+                label=f"training batches ({train_key})")
+    ax.plot([r["step"] for r in evals], [r[key] for r in evals], "o-", color="C0", label=f"held-out ({train_key})")
+    ax.axhline(evals[-1]["unigram_entropy"], ls="--", color="C3",
+               label=f"unigram entropy {evals[-1]['unigram_entropy']:.3f}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per token)")
+    ax.legend(frameon=False)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_pretraining(path, where):
+    """A pretraining's loss against step: its training batches, its held-out loss and the unigram entropy."""
+    name = os.path.basename(os.path.dirname(path)) + "-" + os.path.basename(path).split(".")[0]
+    return _figure(path, where, name, _draw_pretraining)
+
+
+def _draw_attention(plt, path):
+    d = _load(path)
+    dims = sorted({r["D"] for r in d["records"]})
+    fig, axes = plt.subplots(1, len(dims), figsize=(3.6 * len(dims) + 0.6, 3.4), squeeze=False)
+    labels = {"ours": "ours (codes)", "sdpa-mask": "SDPA, dense mask", "flex": "Flex, block mask (fused)",
+              "sdpa-nomask": "SDPA, no mask (the floor)"}
+    for ax, dim in zip(axes[0], dims):
+        recs = sorted((r for r in d["records"] if r["D"] == dim and r["layout"].startswith("s2s")), key=lambda r: r["L"])
+        for k, (method, label) in enumerate(labels.items()):
+            pts = [(r["L"], r["methods"][method]["fwdbwd_ms"]) for r in recs if method in r["methods"]]
+            if pts:
+                ax.plot(*zip(*pts), "o-", color=f"C{k}", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([r["L"] for r in recs], [str(r["L"]) for r in recs])
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"seq2seq layout, head dim {dim}", fontsize=9)
+        ax.set_xlabel("sequence length L (B*L fixed)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("forward + backward, ms")
+    axes[0][-1].legend(frameon=False, fontsize=7)
+    fig.suptitle(f"{d['device']}, torch {d['torch']}, {d['date']}", fontsize=8)
+    return fig
+
+
+def plot_attention(path, where):
+    """Attention forward+backward time against sequence length, ours beside its baselines."""
+    return _figure(path, where, "attention-" + os.path.basename(os.path.dirname(path)), _draw_attention)
+
+
+# -----------------------------------------------------------------------------
+# decoders: a folder of eval.py result files (eval-*.json), one per checkpoint and setting
+
+def decoder_rows(folder):
+    """The eval.py rows of a folder, each with its family (AR greedy/beam, Mask-Predict, ELMER per exit
+    measure), the setting that varies within the family, and the run it came from; sorted."""
+    rows = []
+    for p in sorted(glob.glob(os.path.join(ROOT, folder, "*.json"))):
+        r = _load(os.path.relpath(p, ROOT))
+        if "rougeL" not in r:
+            continue
+        g = r["generation"]
+        r["run"] = os.path.basename(os.path.dirname(r["model"]))
+        if r["arch"] == "elmer":
+            measure = r.get("exit_measure") or "none"
+            r["family"], r["setting"] = f"ELMER, exit by {measure}", r.get("exit_threshold")
+            r["shown"] = f"{measure} < {r['exit_threshold']:g}" if measure == "entropy" else f"{measure} > {r['exit_threshold']:g}"
+        elif r["arch"] == "nar":
+            r["family"], r["setting"] = "Mask-Predict", g["iterations"]
+            r["shown"] = f"{g['iterations']} iterations, {g.get('length_beam') or 3} lengths"
+        else:
+            r["family"], r["setting"] = f"AR ({r['arch']})", g["beam"]
+            r["shown"] = r["decoding"]
+        rows.append(r)
+    return sorted(rows, key=lambda r: (r["family"], r["run"], r["setting"] if r["setting"] is not None else 0))
+
+
+def _families(rows):
+    out = {}
+    for r in rows:
+        out.setdefault((r["family"], r["run"]), []).append(r)
+    return out
+
+
+def _draw_decoders(plt, folder):
+    rows = decoder_rows(folder)
+    fig, ax = plt.subplots(figsize=(5.8, 3.6))
+    markers = {"AR": "s", "Mask-Predict": "^", "ELMER": "o"}
+    for k, ((family, run), rs) in enumerate(_families(rows).items()):
+        rs = sorted(rs, key=lambda r: r["latency_ms"])
+        ax.plot([r["latency_ms"] for r in rs], [r["rougeL"] for r in rs], marker=markers[family.split(" ")[0].rstrip(",")],
+                color=f"C{k}", label=f"{family}: {run}")
+    ax.set_xscale("log")
+    ax.set_xlabel("latency per summary at batch 1, ms (log)")
+    ax.set_ylabel("ROUGE-L")
+    ax.legend(frameon=False, fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+    return fig
+
+
+def plot_decoders(folder, where):
+    """ROUGE-L against batch-1 latency: AR beam search, Mask-Predict's iterations, ELMER's exits."""
+    return _figure(folder, where, "decoders-" + os.path.basename(folder.rstrip("/")), _draw_decoders)
+
+
+def _draw_exits(plt, folder):
+    rows = [r for r in decoder_rows(folder) if r["arch"] == "elmer"]
+    fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.3), sharey=True)
+    for k, ((family, run), rs) in enumerate(_families(rows).items()):
+        for ax, x in zip(axes, ("dec_flops", "latency_ms")):
+            rs = sorted(rs, key=lambda r: r[x])
+            ax.plot([r[x] for r in rs], [r["rougeL"] for r in rs], "o-", color=f"C{k}", label=family[6:])
+    axes[0].set_xlabel("decoder multiply-adds / exit disabled")
+    axes[1].set_xlabel("latency per summary at batch 1, ms")
+    axes[0].set_ylabel("ROUGE-L")
+    axes[0].legend(frameon=False, fontsize=7)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_exits(folder, where):
+    """ELMER's Figure 2: ROUGE-L against the decoder's work and time, one line per exit measure."""
+    return _figure(folder, where, "exits-" + os.path.basename(folder.rstrip("/")), _draw_exits)
