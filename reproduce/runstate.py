@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import shlex
+import time
 
 from reproduce.plan import BY_NAME, steps_of
 
@@ -49,12 +50,28 @@ def ran_otherwise(run, argv, out, state):
 # -----------------------------------------------------------------------------
 # lineage: which checkpoint of its pretraining a result came from
 
+_LINEAGE = {}  # (path, mtime_ns, size) -> {"step", "init_step"}: a report reads each checkpoint once
+
+
 def _ckpt(path):
-    import torch
+    """The lineage fields of a checkpoint ({"step": .., "init_step": ..}), or None where it cannot be
+    read; read once per version of the file (the report is written after every run, and loading
+    every checkpoint for it each time was most of a tiny sitting's time)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # noqa: BLE001  (a checkpoint being rewritten, or not one: no lineage to read)
+        st = os.stat(path)
+    except OSError:
         return None
+    key = (path, st.st_ino, st.st_mtime_ns, st.st_size)
+    # a file written within the last second is read again: a filesystem's clock may be too coarse
+    # to tell two quick writes of one size apart
+    if key not in _LINEAGE or time.time() - st.st_mtime < 1.0:
+        import torch
+        try:
+            ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # noqa: BLE001  (a checkpoint being rewritten, or not one: no lineage to read)
+            return None
+        _LINEAGE[key] = {k: ck.get(k) for k in ("step", "init_step")} if isinstance(ck, dict) else {}
+    return _LINEAGE[key]
 
 
 def pretraining_step(out, pre):

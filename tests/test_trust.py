@@ -62,6 +62,21 @@ def test_an_extended_pretraining_makes_its_fine_tuning_and_evaluation_stale(tmp_
     assert "not recorded" in runstate.stale_reason(ft, resolved, out)
 
 
+def test_a_checkpoint_is_read_once_until_it_changes(tmp_path, monkeypatch):
+    """The report, written after every run, reads each checkpoint's lineage once per version of the
+    file (loading all of them every time was most of a sitting's time at the tiny budget)."""
+    path = str(tmp_path / "pre" / "last.pt")
+    fake_ckpt(path, step=4, args={})
+    os.utime(path, (1000, 1000))
+    loads = []
+    real = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a[0]) or real(*a, **k))
+    assert [runstate.pretraining_step(str(tmp_path), "pre") for _ in range(3)] == [4, 4, 4]
+    assert len(loads) == 1
+    fake_ckpt(path, step=6, args={})  # rewritten now: read again, and again while it is this recent
+    assert runstate.pretraining_step(str(tmp_path), "pre") == 6 and len(loads) == 2
+
+
 def test_the_listing_says_what_is_stale(tmp_path, capsys):
     out = str(tmp_path / "r")
     _, _, resolved = resolved_for(out)
