@@ -13,8 +13,9 @@ stands for every fine-tuned run under it (the best.pt of each). The table goes t
 markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its generated outputs
 to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
 name and a hash of its path, with -sampleN under --limit, -exit-MEASUREX under an exit threshold
-X (e.g. -exit-entropy0.5), -adaptive or -allpasses under --adaptive-stop or --no-adaptive-stop), so
-that no evaluation overwrites another. ELMER rows add the mean exit layer, the fraction exiting
+X (e.g. -exit-entropy0.5), -adaptive or -allpasses under --adaptive-stop or --no-adaptive-stop, and
+a decoding flag away from its default, e.g. -beam1, -it4, -lb2), so that no evaluation overwrites
+another. ELMER rows add the mean exit layer, the fraction exiting
 per layer and the decoder's multiply-adds relative to exit disabled (dec_flops).
 Every checkpoint, data file and flag is checked before the first is evaluated (a flag that
 applies to none of the checkpoints is named in a note); each checkpoint's files are written as soon as
