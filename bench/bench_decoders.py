@@ -22,7 +22,6 @@ target (graphs >= 2x eager at batch 1), met or not.
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 

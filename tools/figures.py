@@ -122,14 +122,16 @@ def decoder_rows(folder):
             measure = r.get("exit_measure") or "none"
             r["family"], r["setting"] = f"ELMER, exit by {measure}", r.get("exit_threshold")
             r["shown"] = f"{measure} < {r['exit_threshold']:g}" if measure == "entropy" else f"{measure} > {r['exit_threshold']:g}"
+            if r.get("mean_exit") == len(r["exit_frac"].split("/")) and r.get("dec_flops") == 1.0:
+                r["shown"] += " (exit disabled)"
         elif r["arch"] == "nar":
             r["family"], r["setting"] = "Mask-Predict", g["iterations"]
-            r["shown"] = f"{g['iterations']} iterations, {g.get('length_beam') or 3} lengths"
+            r["shown"] = f"{g['iterations']} iteration{'s' * (g['iterations'] != 1)}, {g.get('length_beam') or 3} lengths"
         else:
             r["family"], r["setting"] = f"AR ({r['arch']})", g["beam"]
             r["shown"] = r["decoding"]
         rows.append(r)
-    return sorted(rows, key=lambda r: (r["family"], r["run"], r["setting"] if r["setting"] is not None else 0))
+    return sorted(rows, key=lambda r: (r["family"], r["run"], _order(r)))
 
 
 def _families(rows):
@@ -139,15 +141,26 @@ def _families(rows):
     return out
 
 
+def _order(r):
+    """A family's points in the order of their setting: AR by beam, Mask-Predict by iterations, ELMER
+    from exit disabled to every token leaving first (mean exit layer falling)."""
+    return -r["mean_exit"] if "mean_exit" in r else r["setting"]
+
+
 def _draw_decoders(plt, folder):
     rows = decoder_rows(folder)
     fig, ax = plt.subplots(figsize=(5.8, 3.6))
     markers = {"AR": "s", "Mask-Predict": "^", "ELMER": "o"}
     for k, ((family, run), rs) in enumerate(_families(rows).items()):
-        rs = sorted(rs, key=lambda r: r["latency_ms"])
+        rs = sorted(rs, key=_order)
         ax.plot([r["latency_ms"] for r in rs], [r["rougeL"] for r in rs], marker=markers[family.split(" ")[0].rstrip(",")],
                 color=f"C{k}", label=f"{family}: {run}")
     ax.set_xscale("log")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    lo, hi = min(r["latency_ms"] for r in rows), max(r["latency_ms"] for r in rows)
+    ax.set_xticks([t for t in (10, 20, 30, 50, 100, 200, 300, 500, 1000) if lo / 1.5 <= t <= hi * 1.5])
     ax.set_xlabel("latency per summary at batch 1, ms (log)")
     ax.set_ylabel("ROUGE-L")
     ax.legend(frameon=False, fontsize=7)
@@ -164,9 +177,12 @@ def _draw_exits(plt, folder):
     rows = [r for r in decoder_rows(folder) if r["arch"] == "elmer"]
     fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.3), sharey=True)
     for k, ((family, run), rs) in enumerate(_families(rows).items()):
+        rs = sorted(rs, key=_order)
         for ax, x in zip(axes, ("dec_flops", "latency_ms")):
-            rs = sorted(rs, key=lambda r: r[x])
             ax.plot([r[x] for r in rs], [r["rougeL"] for r in rs], "o-", color=f"C{k}", label=family[6:])
+    off = [r for r in rows if r["shown"].endswith("(exit disabled)")][:1]
+    for ax, x in zip(axes, ("dec_flops", "latency_ms")):
+        ax.plot([r[x] for r in off], [r["rougeL"] for r in off], "k*", ms=10, label="exit disabled" if x == "dec_flops" else None)
     axes[0].set_xlabel("decoder multiply-adds / exit disabled")
     axes[1].set_xlabel("latency per summary at batch 1, ms")
     axes[0].set_ylabel("ROUGE-L")
