@@ -478,38 +478,8 @@ def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, tile=2048,
 
 
 # -----------------------------------------------------------------------------
-# ahead-of-time compile cases (kernels/aot.py): the launchers on CPU tensors shaped like an H100
-# launch of the base model (C = 768, the 8000-token vocabulary, 4096 active tokens)
+# ahead-of-time compile cases (kernels/aot.py): kernels/aot_cases.py
 
 def aot_cases():
-    M, N, C, V = 8192, 4096, 768, 8000
-
-    def compact():
-        flat = torch.zeros(M, dtype=torch.uint8)
-        _compact_launch(flat, torch.empty(M, dtype=torch.long), torch.zeros(1, dtype=torch.int32),
-                        _compact_config("cuda"))
-
-    def copy(dtype, kind):
-        def thunk():
-            x, rows = torch.empty((M, C), dtype=dtype), torch.empty((N, C), dtype=dtype)
-            index, cfg = torch.arange(N), _copy_config("cuda", C)
-            if kind == "gather":
-                _gather_launch(x, index, rows, cfg)
-            else:
-                _scatter_launch(None if kind == "zero" else rows, index, x, cfg)
-        return thunk
-
-    def ramp(dtype, with_bias):
-        def thunk():
-            bias = torch.empty(V, dtype=torch.float32) if with_bias else None
-            _offramp_launch(torch.empty((N, C), dtype=dtype), torch.empty((V, C), dtype=dtype), bias,
-                            _offramp_config("cuda", N, V, C, dtype))
-        return thunk
-
-    cases = [("compact_index", compact)]
-    for dtype in (torch.bfloat16, torch.float16):
-        name = str(dtype).split(".")[1]
-        cases += [(f"gather_rows_{name}", copy(dtype, "gather")), (f"scatter_rows_{name}", copy(dtype, "scatter")),
-                  (f"scatter_zero_{name}", copy(dtype, "zero")),
-                  (f"offramp_{name}", ramp(dtype, False)), (f"offramp_bias_{name}", ramp(dtype, True))]
-    return cases
+    from .aot_cases import early_exit
+    return early_exit()

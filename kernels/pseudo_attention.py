@@ -46,7 +46,7 @@ from .attention_tiles import (WINDOW_PAD, _dense, _dense_t, _dkdv_step, _dq_step
                               _rows, _rows_t, _see, _see_t, _softmax_step, _vec, _window, _window_t)
 from .attention_plan import (DTYPES, HEAD_DIMS, LOG2E, Config, config, extended_table, fold_table_grad,  # noqa: F401
                              prepare)
-from .reference import RelPosBias, rel_pos_bias
+from .reference import RelPosBias
 
 POISON = False  # tests set this: outputs and gradients start as NaN, so an unwritten element fails
 # lengths change with every batch: without this Triton would compile a variant per "== 1" and
@@ -485,86 +485,8 @@ def pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_se
 
 
 # -----------------------------------------------------------------------------
-# ahead-of-time compile cases (kernels/aot.py): the launchers on CPU tensors shaped like the model's
+# ahead-of-time compile cases (kernels/aot.py): kernels/aot_cases.py
 
 def aot_cases():
-    """[(case name, thunk)]: each thunk runs the forward and backward launchers with the CUDA
-    configuration on CPU tensors like a base-size layer's (B=2, H=12, L=768, PMLM layout). Variants:
-    no bias, relative bias (the model's self-attention), packed sequences, a dense bias without and
-    with its gradient, decoding (one query against 768 cached keys), and MLAE decoder (b)'s
-    cross-attention with its relative bias. Nothing runs: kernels/aot.py records the launches, so
-    the codes and the map are the readable versions' and the lists empty tensors of their shapes."""
-    cases = []
-    # bf16 only: fp16 compiles to the same registers, spills and loop sizes (kernels/aot.py on both,
-    # 2026-11-26), and CI's suite has a time budget
-    for variant in ("norel", "rel", "seq", "dense", "dense_grad", "decode", "cross"):
-        for dtype in (torch.bfloat16,):
-            for D in (64, 128):
-                cases.append((f"{variant}-{str(dtype)[6:]}-d{D}",
-                              lambda variant=variant, dtype=dtype, D=D: _aot_launch(variant, dtype, D)))
-    return cases
-
-
-def _aot_meta(q, kind_q, step_q, kind_k, step_k, valid, seq_q, seq_k, bias, dense, D):
-    from .attention_plan import table_width
-    from .tilemap import TileMap, codes
-    cfg = config(torch.device("cuda"), D)
-    B, H, Lq, _ = q.shape
-    Lk = kind_k.shape[1]
-    rel = isinstance(bias, RelPosBias)
-    pad = lambda c: torch.nn.functional.pad(c, (0, -c.shape[2] % 16))  # noqa: E731  (as code_tensor's rows)
-    qc = pad(codes(kind_q, step_q, None, seq_q, bias.q_pos if rel else None))
-    kc = pad(codes(kind_k, step_k, valid, seq_k, bias.k_pos if rel else None))
-    n_qt, n_kt, n_qs, n_ks = (-(-L // blk) for L, blk in ((Lq, cfg.BM), (Lk, cfg.BN), (Lq, cfg.BMK), (Lk, cfg.BNK)))
-    tiles = TileMap((cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK), torch.empty(B, n_qt, 4, n_kt, dtype=torch.int32),
-                    torch.empty(B, n_qt, 4, dtype=torch.int32), torch.empty(B, n_ks, 4, n_qs, dtype=torch.int32),
-                    torch.empty(B, n_ks, 4, dtype=torch.int32))
-    meta = dict(precision="tf32", rel=rel, has_seq=seq_q is not None, qc=qc, kc=kc, tiles=tiles, cfg=cfg, scale=D ** -0.5,
-                max_dist=bias.max_distance if rel else 0, dense=None if dense is None else dense.expand(B, H, Lq, Lk))
-    meta["table"] = torch.empty(H, 4, table_width(meta["max_dist"])) if rel else qc
-    return meta
-
-
-def _aot_launch(variant, dtype, D, B=2, H=12, L=768):
-    g = torch.Generator().manual_seed(0)
-    if variant == "cross":
-        return _aot_cross(dtype, D, B, H, L, g)
-    Lq = 1 if variant == "decode" else L
-    q = torch.randn(B, Lq, H, D, generator=g).to(dtype).transpose(1, 2)  # the model's (B, L, H, D) view
-    k, v = (torch.randn(B, L, H, D, generator=g).to(dtype).transpose(1, 2) for _ in range(2))
-    kind = torch.zeros(B, L, dtype=torch.long)
-    kind[:, 512:], kind[:, 640:] = 1, 2
-    step = torch.zeros(B, L, dtype=torch.long)
-    step[:, 512:640] = step[:, 640:] = torch.arange(128) // 8 + 1
-    pos = torch.arange(L).expand(B, L)
-    q_kind, q_step, q_pos = (x[:, -Lq:] for x in (kind, step, pos))
-    seq = (torch.arange(L) // 384).expand(B, L) if variant == "seq" else None
-    bias = rel_pos_bias(torch.randn(H, 32, generator=g), q_pos, pos, 128)
-    dense = None
-    if variant == "norel":
-        bias = None
-    elif variant.startswith("dense"):
-        bias = dense = torch.randn(1, H, Lq, L, generator=g).to(dtype)
-    meta = _aot_meta(q, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias, dense, D)
-    o, lse = _forward(q, k, v, meta, D ** -0.5)
-    _backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, D ** -0.5,
-              dense_grad=variant == "dense_grad")
-
-
-def _aot_cross(dtype, D, B, H, L, g):
-    masked = torch.stack([torch.randperm(L, generator=g) < round(0.15 * L) for _ in range(B)])  # (B, L)
-    q_pos = torch.stack([m.nonzero()[:, 0] for m in masked])  # every row masks as many
-    keep = [(~m).nonzero()[:, 0] for m in masked]
-    Lk = len(keep[0])
-    k_pos = torch.stack([keep[0], torch.cat([keep[1][:-9], keep[1].new_zeros(9)])])  # the second row 9 shorter
-    k_valid = torch.arange(Lk)[None] < torch.tensor([Lk, Lk - 9])[:, None]
-    Lq = q_pos.shape[1]
-    q = torch.randn(B, Lq, H, D, generator=g).to(dtype).transpose(1, 2)
-    k, v = (torch.randn(B, Lk, H, D, generator=g).to(dtype).transpose(1, 2) for _ in range(2))
-    q_kind, k_kind = torch.zeros(B, Lq, dtype=torch.long), torch.zeros(B, Lk, dtype=torch.long)
-    bias = rel_pos_bias(torch.randn(H, 32, generator=g), q_pos, k_pos, 128)
-    meta = _aot_meta(q, q_kind, q_kind, k_kind, k_kind, k_valid, None, None, bias, None, D)
-    _forward(q, k, v, meta, D ** -0.5)
-    _backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, D ** -0.5,
-              dense_grad=False)
-
+    from .aot_cases import attention
+    return attention()
