@@ -26,6 +26,7 @@ import weakref
 
 import torch
 
+from .graphs import capture, weights_version
 from .model import Meta
 from .tokenizer import MASK
 
@@ -74,7 +75,7 @@ class MaskedExitPass:
         self._graphs = None
 
     def _version(self):
-        return tuple(t._version for t in self.model.parameters())
+        return weights_version(self.model)
 
     # -- the steps ------------------------------------------------------------------------------
     def _start(self):
@@ -146,22 +147,7 @@ class MaskedExitPass:
         """One CUDA graph for the start, one per layer, one for the end; each step run once eagerly
         first (the Triton kernels compile, the attention's codes and maps are built into the Metas'
         caches, which the captured layers then only read)."""
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        steps = [self._start] + [lambda l=l: self._layer(l) for l in range(self.L)] + [self._finish]
-        graphs = []
-        with torch.cuda.stream(stream):
-            for step in steps:
-                step()
-        torch.cuda.current_stream().wait_stream(stream)
-        pool = None
-        for step in steps:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=pool):
-                step()
-            pool = g.pool()
-            graphs.append(g)
-        return graphs
+        return capture([self._start] + [lambda l=l: self._layer(l) for l in range(self.L)] + [self._finish])
 
     @torch.no_grad()
     def run(self, memory, src_valid, plan=None, lag=None):

@@ -72,6 +72,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .batch import Batch, pad_stack
+from .graphs import capture, weights_version
 from .model import EncoderDecoder, Meta, local_rel_table, positions
 from .t5 import IGNORE, N_SPECIAL, span_corruption
 from .tokenizer import FIRST_SENTINEL
@@ -310,7 +311,7 @@ class StaticStep:
 
     def __init__(self, model, N, T, S, dtype, graphs):
         p = next(model.parameters())
-        self.model, self.S = model, S
+        self.model = model
         self.graphs = graphs and p.is_cuda
         self.memory = torch.zeros(N, S, model.cfg.d_model, dtype=dtype, device=p.device)
         self.src_valid = torch.zeros(N, S, dtype=torch.bool, device=p.device)
@@ -326,17 +327,6 @@ class StaticStep:
         self.conf.copy_(conf)
         self.best.copy_(best)
 
-    def _capture(self):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # once eagerly: the Triton kernels compile outside the capture
-            self._step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._step()
-        return graph
-
     @torch.no_grad()
     def run(self, memory, src_valid, tokens, valid):
         S = src_valid.shape[1]
@@ -347,9 +337,9 @@ class StaticStep:
         self.tokens.copy_(tokens)
         self.valid.copy_(valid)
         if self.graphs:
-            version = tuple(t._version for t in self.model.parameters())
+            version = weights_version(self.model)
             if self.graph is None or version != self.version:
-                self.graph, self.version = self._capture(), version
+                self.graph, self.version = capture([self._step])[0], version
             self.graph.replay()
         else:
             self._step()
