@@ -100,7 +100,7 @@ def real_decode(args, device):
 
     def decode(measure, thr, works=None):
         def run():
-            with torch.no_grad():
+            with torch.no_grad(), precision(args, device):
                 for memory, valid in batches:
                     w = {}
                     tokens, layers = decode_exit(model, memory, valid, T, thr, measure=measure, work=w)
@@ -108,7 +108,8 @@ def real_decode(args, device):
                         works.append((memory.shape[1], w, output_layers(tokens, layers, tok.eos_id)))
         return run
 
-    print(f"\n## The decode path of {args.ckpt} ({device.type}, {L} decoder layers, width {cfg.d_model}, "
+    dtype = args.dtype if device.type == "cuda" else "float32"
+    print(f"\n## The decode path of {args.ckpt} ({device.type}, {dtype}, {L} decoder layers, width {cfg.d_model}, "
           f"vocab {cfg.vocab_size}, {args.n} test sources in batches of {args.batch}, T {T})\n")
     print("Exit layers: of the output tokens (up to each row's first [EOS], as eval.py counts them); FLOPs and "
           "time: the whole decoder, every position.\n")
@@ -131,8 +132,15 @@ def real_decode(args, device):
             flag = "  <- below its FLOP ratio" if ratio < flops * 0.97 else ""
             print(f"| {measure} | {thr:g} | {mean:.2f} | {'/'.join(f'{f:.2f}' for f in frac.tolist())} | {flops:.3f} | "
                   f"{ratio:.3f}{flag} | {1000 * t_exit:.1f} | {1000 * t_off:.1f} |", flush=True)
-            rows.append(dict(measure=measure, threshold=thr, mean_exit=mean, flops=flops, time=ratio))
-    return rows
+            rows.append(dict(measure=measure, threshold=thr, mean_exit=mean, flops=flops, time=ratio,
+                             exit_ms=1000 * t_exit, off_ms=1000 * t_off))
+    default = DEFAULT_THRESHOLD["classifier"]
+    targets = [dict(target=f"trained, classifier at {r['threshold']:g}: decoder time / exit disabled",
+                    measured=r["time"], wanted=0.7, met=r["time"] <= 0.7)
+               for r in rows if r["measure"] == "classifier" and r["threshold"] == default]
+    for t in targets:
+        print(f"(target {t['target']}: {t['measured']:.3f} (<= 0.7): {'met' if t['met'] else 'not met'})", flush=True)
+    return dict(checkpoint=args.ckpt, dtype=dtype, n=args.n, batch=args.batch, ckpt_rows=rows, ckpt_targets=targets)
 
 
 # -----------------------------------------------------------------------------
@@ -345,8 +353,8 @@ def main():
     p.add_argument("--graphs", action="store_true", help="the static-shape pass and its CUDA graphs vs today's loop")
     p.add_argument("--big-batches", type=int, nargs="+", default=[64, 256], help="--graphs: the larger batches")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                   help="--graphs on CUDA: bf16 autocast (eval.py's --dtype auto there) or float32 (the 2026-11-26 rows)")
-    p.add_argument("--json", default=None, help="--graphs: write its rows and targets to this file")
+                   help="--ckpt, --graphs on CUDA: bf16 autocast (eval.py's --dtype auto there) or float32 (the 2026-11-26 rows)")
+    p.add_argument("--json", default=None, help="--ckpt, --graphs: write their rows and targets to this file")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = p.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -354,20 +362,21 @@ def main():
     print(f"torch {torch.__version__}, {device.type}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
              f", {torch.get_num_threads()} threads") + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    result = {}
     if args.ckpt:
-        real_decode(args, device)
+        result.update(real_decode(args, device))
     if args.forced:
         forced(args, device)
     if args.ar:
         nar_vs_ar(args, device)
     if args.graphs:
-        result = graphs_rows(args, device)
-        if args.json:
-            import json
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-            with open(args.json, "w") as f:
-                json.dump(dict(device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                               torch=torch.__version__, date=time.strftime("%Y-%m-%d"), **result), f, indent=1)
+        result.update(graphs_rows(args, device))
+    if args.json and result:
+        import json
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                           torch=torch.__version__, date=time.strftime("%Y-%m-%d"), **result), f, indent=1)
     if not (args.ckpt or args.forced or args.ar or args.graphs):
         p.error("nothing to time: give --ckpt CKPT, --forced, --ar and / or --graphs")
 
