@@ -15,7 +15,10 @@ Rows are padded to a multiple of 128 with invalid keys (FlexAttention's block), 
 Methods, forward and forward+backward, every one on the same q, k, v:
   ours            kernels/pseudo_attention.py end to end: codes and tile map built in the call;
   ours kernel     with the codes and map prebuilt (as the model runs: once per step), timed by CUDA
-                  graph replay where the call can be captured;
+                  graph replay where the call can be captured; two more rows of it: the bias
+                  gradient of FULL tiles added pair by pair instead of by diagonals
+                  (pseudo_attention.DIAGONAL_BIAS_GRAD), and the bias table frozen (no gradient:
+                  the baselines' work);
   sdpa-mask       F.scaled_dot_product_attention with the dense (B, H, L, L) bias + -inf mask built
                   from the metadata in the call; "kernel": prebuilt;
   flex            FlexAttention, torch.compile'd, with a mask_mod and a score_mod reading the
@@ -311,15 +314,22 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
 
     methods = [("ours", lambda: make_ours(meta, table, False), False),
                ("ours kernel", lambda: make_ours(meta, table, True), True),
+               ("ours kernel, bias gradient pair by pair", lambda: make_ours(meta, table, True), True),
+               ("ours kernel, bias table frozen", lambda: make_ours(meta, table.detach(), True), True),
                ("sdpa-mask", lambda: make_sdpa_mask(meta, table, False, dtype), False),
                ("sdpa-mask kernel", lambda: make_sdpa_mask(meta, table, True, dtype), False),
                ("sdpa-nomask", lambda: (lambda q, k, v: F.scaled_dot_product_attention(q, k, v)), False)]
+    from kernels import pseudo_attention as pa
     for label, make, graph in methods:
+        diagonals = pa.DIAGONAL_BIAS_GRAD
+        pa.DIAGONAL_BIAS_GRAD = diagonals and not label.endswith("pair by pair")
         try:
             f, b = timed(make(), graph)
             rec["methods"][label] = dict(fwd_ms=f, fwdbwd_ms=b)
         except Exception as e:  # noqa: BLE001  (a baseline that cannot run is reported, not fatal)
             print(f"  {label}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
+        finally:
+            pa.DIAGONAL_BIAS_GRAD = diagonals
     if not args.smoke and not args.no_flex and not getattr(args, "skip_flex", False):
         try:
             with_build, kernel_only, build = make_flex(meta, table)
@@ -338,7 +348,7 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
     print("  | method | fwd ms | fwd+bwd ms | fwd TFLOP/s (visible) | fwd+bwd TFLOP/s | ours fwd speed-up | ours fwd+bwd speed-up |")
     print("  | --- | --- | --- | --- | --- | --- | --- |")
     for label, m in rec["methods"].items():
-        mine = rec["methods"].get("ours kernel" if label.endswith("kernel") else "ours")
+        mine = rec["methods"].get("ours kernel" if "kernel" in label else "ours")
         m["fwd_tflops"] = fwd_flops / m["fwd_ms"] * 1e-9
         m["fwdbwd_tflops"] = 3.5 * fwd_flops / m["fwdbwd_ms"] * 1e-9
         up = (f"{m['fwd_ms'] / mine['fwd_ms']:.2f}x | {m['fwdbwd_ms'] / mine['fwdbwd_ms']:.2f}x" if mine else "- | -")

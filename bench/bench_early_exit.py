@@ -7,7 +7,9 @@
 1. --ckpt: a fine-tuned ELMER on --n test sources of the embedded corpus (batch --batch), the
    encoder run once beforehand; the decoder is core.exit_measures.decode_exit, exactly what
    generate runs, for each exit measure and threshold (--measures, --thresholds), against the
-   same call with exit disabled (only the top off-ramp).
+   same call with exit disabled (only the top off-ramp). Each batch's tokens are read back to the
+   host before the next starts, as eval.py does: a latency, so that a pass without host syncs does
+   not hide its launches behind the next one's work.
 2. --forced: random weights, exits forced by a plan (a fraction f exits after layer 1, or after
    every layer), with the off-ramp work the decode path does for that plan: "cheap" (state /
    classifier: the vocabulary projection once per token, at its exit layer) or "entropy" (the
@@ -104,8 +106,9 @@ def real_decode(args, device):
                 for memory, valid in batches:
                     w = {}
                     tokens, layers = decode_exit(model, memory, valid, T, thr, measure=measure, work=w)
+                    tokens = tokens.cpu()  # each batch's tokens read back, as eval.py does: a latency, not a queue
                     if works is not None:
-                        works.append((memory.shape[1], w, output_layers(tokens, layers, tok.eos_id)))
+                        works.append((memory.shape[1], w, output_layers(tokens, layers.cpu(), tok.eos_id)))
         return run
 
     dtype = args.dtype if device.type == "cuda" else "float32"

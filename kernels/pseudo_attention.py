@@ -43,12 +43,16 @@ import triton
 import triton.language as tl
 
 from .attention_tiles import (WINDOW_PAD, _dense, _dense_t, _dkdv_step, _dq_step, _far, _k0, _k_codes, _near, _near_t, _q_codes,
-                              _rows, _rows_t, _see, _see_t, _softmax_step, _vec, _window, _window_t)
+                              _rows, _rows_t, _see, _see_t, _softmax_step, _vec, _window, _window_grad,
+                              _window_t)
 from .attention_plan import (DTYPES, HEAD_DIMS, LOG2E, Config, config, extended_table, fold_table_grad,  # noqa: F401
                              prepare)
 from .reference import RelPosBias
 
 POISON = False  # tests set this: outputs and gradients start as NaN, so an unwritten element fails
+# the dK/dV kernel adds the bias gradient of FULL tiles by diagonals (attention_tiles._window_grad);
+# False: pair by pair, as every other tile (bench/bench_attention.py times both)
+DIAGONAL_BIAS_GRAD = True
 # lengths change with every batch: without this Triton would compile a variant per "== 1" and
 # "divisible by 16" pattern of each of them
 _LENGTHS = ["Lq", "Lk", "n_qt", "n_kt"]
@@ -192,9 +196,11 @@ def _delta_kernel(O, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, Lq, D: tl.co
 def _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h, offs_m, offs_n, offs_d,
              sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64,
              CLASS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
-             DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr, PRECISION: tl.constexpr):
+             REL_GRAD: tl.constexpr, DIAGONALS: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr,
+             PRECISION: tl.constexpr):
     """One query tile of the dK/dV kernel (keys along dim 0), compiled for one class; EDGE is the
-    PARTIAL query tile that straddles Lq."""
+    PARTIAL query tile that straddles Lq. REL_GRAD: add the tile's share of the bias table's gradient,
+    by diagonals in FULL tiles if DIAGONALS (_window_grad), else pair by pair."""
     MASKED: tl.constexpr = CLASS == 5
     RULE: tl.constexpr = CLASS % 4 == 1
     if CLASS == 3:
@@ -223,9 +229,11 @@ def _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, 
     if RULE:
         s_t = tl.where(_see_t(qa, qb, qq, ka, kb, kq, HAS_SEQ), s_t, float("-inf"))
     dk, dv, ds_t = _dkdv_step(s_t, q_t, do, k, v, lse, delta, dk, dv, PRECISION)
-    if REL:
+    if REL_GRAD:
         if CLASS == 3:
             tl.atomic_add(drow + (code % 2) * 2 * max_dist - max_dist, tl.sum(tl.sum(ds_t, 1), 0), sem="relaxed")
+        elif CLASS == 2 and DIAGONALS:
+            _window_grad(drow, ds_t, qp, k0, max_dist, offs_m, BM, BN)
         else:
             tl.atomic_add(drow + d, ds_t, sem="relaxed")
     if DENSE_GRAD:
@@ -240,9 +248,11 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
                    QC, KC, sq, sk, rq, rk, TABLE, DTABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS,
                    LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, TW: tl.constexpr,
                    D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
-                   REL: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr, PRECISION: tl.constexpr):
+                   REL: tl.constexpr, REL_GRAD: tl.constexpr, DIAGONALS: tl.constexpr, DENSE: tl.constexpr,
+                   DENSE_GRAD: tl.constexpr, PRECISION: tl.constexpr):
     """Grid (n_kt, B * H), blocks BN keys x BM queries; LIST / COUNT: the k-major lists (n_qt query
-    tiles of BM rows per list)."""
+    tiles of BM rows per list). REL_GRAD: the bias table's gradient (REL and the table requires it)."""
+    tl.static_assert(BM <= BN)  # _window_grad's skew
     pid_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     bh64 = bh.to(tl.int64)
@@ -261,7 +271,7 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
     drow = DTABLE + (entry * H + h) * TW + max_dist + WINDOW_PAD
     W = TABLE + h * 4 * TW + max_dist + WINDOW_PAD
     plane = TW
-    if REL:  # the program zeroes its own row first (no zeroing launch), then adds to it
+    if REL_GRAD:  # the program zeroes its own row first (no zeroing launch), then adds to it
         for c in tl.static_range(0, TW, 16):  # TW: a multiple of 16
             tl.store(DTABLE + (entry * H + h) * TW + c + tl.arange(0, 16), tl.zeros((16,), tl.float32))
         tl.debug_barrier()
@@ -270,28 +280,28 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
         for t in range(0, tl.load(cnt + 2)):
             dk, dv = _kv_tile(tl.load(lst + 2 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
                               sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
-                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _FAR, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD,
+                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _FAR, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD,
                               PRECISION)
     for t in range(0, tl.load(cnt + 1)):
         dk, dv = _kv_tile(tl.load(lst + n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b,
                           h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, _FULL, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD, PRECISION)
+                          sbh, sbm, sbn, DBIAS, bh64, _FULL, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD, PRECISION)
     if REL:
         for t in range(0, tl.load(cnt + 3)):
             dk, dv = _kv_tile(tl.load(lst + 3 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
                               sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
-                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _GATHER, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD,
+                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _GATHER, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD,
                               PRECISION)
     n_part = tl.load(cnt)
     edge = _edge(lst, n_part, n_qt, Lq, BM)
     for t in range(0, n_part - edge):
         dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
                           offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, _PARTIAL, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD, PRECISION)
+                          sbh, sbm, sbn, DBIAS, bh64, _PARTIAL, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD, PRECISION)
     for t in range(n_part - edge, n_part):
         dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
                           offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, _EDGE, BM, BN, HAS_SEQ, REL, DENSE, DENSE_GRAD, PRECISION)
+                          sbh, sbm, sbn, DBIAS, bh64, _EDGE, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD, PRECISION)
     mask = cols[:, None] < Lk
     tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=mask)
@@ -402,7 +412,7 @@ def _forward(q, k, v, meta, scale):
     return o, lse
 
 
-def _backward(q, k, v, o, lse, do, meta, scale, dense_grad):
+def _backward(q, k, v, o, lse, do, meta, scale, dense_grad, table_grad=True):
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
     cfg, tiles = meta["cfg"], meta["tiles"]
@@ -413,9 +423,10 @@ def _backward(q, k, v, o, lse, do, meta, scale, dense_grad):
                                  num_warps=cfg.dq_warps)
     dq, dk, dv = _new(q), _new(k), _new(v)
     rel = meta["rel"]
+    rel_grad = rel and table_grad
     width = _width(meta)
     # each dK/dV program zeroes its own row before adding to it
-    dtable = torch.empty((B * n_ks, H, width), dtype=torch.float32, device=q.device) if rel else delta
+    dtable = torch.empty((B * n_ks, H, width), dtype=torch.float32, device=q.device) if rel_grad else delta
     dbias = torch.zeros((B, H, Lq, Lk), dtype=torch.float32, device=q.device) if dense_grad else delta  # never written
     qk_scale = scale * LOG2E
     flags = dict(D=D, HAS_SEQ=meta["has_seq"], REL=rel, DENSE=meta["dense"] is not None, PRECISION=meta["precision"],
@@ -425,13 +436,13 @@ def _backward(q, k, v, o, lse, do, meta, scale, dense_grad):
         *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], *_code_args(meta),
         meta["table"], dtable, meta["max_dist"], *_bias_args(meta), dbias,
         tiles.k_list, tiles.k_count, H, Lq, Lk, n_qs, n_ks, qk_scale, scale, BM=cfg.BMK, BN=cfg.BNK,
-        DENSE_GRAD=dense_grad, num_warps=cfg.kv_warps, num_stages=cfg.kv_stages, **flags)
+        REL_GRAD=rel_grad, DIAGONALS=DIAGONAL_BIAS_GRAD, DENSE_GRAD=dense_grad, num_warps=cfg.kv_warps, num_stages=cfg.kv_stages, **flags)
     _bwd_q_kernel[(n_qt, B * H)](
         q, k, v, do, lse, delta, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *do.stride()[:3], *dq.stride()[:3], *_code_args(meta), meta["table"], meta["max_dist"],
         *_bias_args(meta), tiles.q_list, tiles.q_count, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, BM=cfg.BM, BN=cfg.BN,
         num_warps=cfg.dq_warps, num_stages=cfg.dq_stages, **flags)
-    return dq, dk, dv, (fold_table_grad(dtable, meta["max_dist"]) if rel else None), (dbias if dense_grad else None)
+    return dq, dk, dv, (fold_table_grad(dtable, meta["max_dist"]) if rel_grad else None), (dbias if dense_grad else None)
 
 
 def _sum_to(grad, shape):
@@ -457,8 +468,9 @@ class _PseudoAttention(torch.autograd.Function):
         if do.stride(-1) != 1:
             do = do.contiguous()
         dense_grad = ctx.needs_input_grad[4]
-        dq, dk, dv, dtable, dbias = _backward(q, k, v, o, lse, do, ctx.meta, ctx.scale, dense_grad)
-        dtable = dtable.to(ctx.meta["table_dtype"]) if dtable is not None and ctx.needs_input_grad[3] else None
+        dq, dk, dv, dtable, dbias = _backward(q, k, v, o, lse, do, ctx.meta, ctx.scale, dense_grad,
+                                              table_grad=ctx.needs_input_grad[3])
+        dtable = dtable.to(ctx.meta["table_dtype"]) if dtable is not None else None
         if dbias is not None:
             dbias = _sum_to(dbias, ctx.dense_shape).view(ctx.dense_shape).to(ctx.meta["dense_dtype"])
         return dq, dk, dv, dtable, dbias, None, None
