@@ -318,9 +318,49 @@ def graphs_rows(args, device):
                      met=rows["masked, every token leaves at layer 1, graphs"] / disabled <= 0.35)]
         print(f"| {B} | (decode_exit picks {'masked' if B * T <= MASKED_MAX_TOKENS else 'gathered'} here: "
               f"MASKED_MAX_TOKENS {MASKED_MAX_TOKENS}) | | | |")
+        if B == args.batch and device.type == "cuda":
+            try:
+                with torch.no_grad(), precision(args, device):
+                    out["steps"] = step_times(masked_pass(model, B, args.src, T, "plan", 0.0, True), memory, valid,
+                                              args.repeats)
+            except Exception as e:  # noqa: BLE001  (a breakdown that fails is reported; the rows above stand)
+                print(f"step times: failed ({type(e).__name__}: {str(e)[:200]})", flush=True)
+    if out.get("steps"):
+        print(f"\nbatch {args.batch}, the exit path's pass (graphs): each captured step replayed alone (GPU ms, CUDA "
+              "events), and one host read of the stop flag (wall ms)\n\n| step | ms |\n|---|---|")
+        for name, ms in out["steps"].items():
+            print(f"| {name} | {ms:.3f} |")
     print("\n| target | measured | wanted | met |\n|---|---|---|---|")
     for t in out["targets"]:
         print(f"| {t['target']} | {t['measured']:.3f} | <= {t['wanted']} | {'yes' if t['met'] else 'no'} |")
+    return out
+
+
+def step_times(p, memory, valid, repeats):
+    """Where a graphed masked pass spends its time: the GPU time of each captured step (start, every
+    layer, finish) replayed alone between two CUDA events, and the wall time of one host read of
+    the stop flag (the sync the exit path adds after a layer), each the median of `repeats`."""
+    p.run(memory, valid, torch.full((p.B * p.T,), p.L, dtype=torch.long, device=memory.device))  # captures
+    names = ["start"] + [f"layer {l + 1}" for l in range(p.L)] + ["finish"]
+    out = {}
+    for name, g in zip(names, p._graphs):
+        times = []
+        for _ in range(repeats):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        out[name] = statistics.median(times)
+    syncs = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        bool(p.active.any())
+        syncs.append(1000 * (time.perf_counter() - t0))
+    out["host read of the stop flag"] = statistics.median(syncs)
     return out
 
 
