@@ -15,10 +15,9 @@ Rows are padded to a multiple of 128 with invalid keys (FlexAttention's block), 
 Methods, forward and forward+backward, every one on the same q, k, v:
   ours            kernels/pseudo_attention.py end to end: codes and tile map built in the call;
   ours kernel     with the codes and map prebuilt (as the model runs: once per step), timed by CUDA
-                  graph replay where the call can be captured; two more rows of it: the bias
-                  gradient of FULL tiles added pair by pair instead of by diagonals
-                  (pseudo_attention.DIAGONAL_BIAS_GRAD), and the bias table frozen (no gradient:
-                  the baselines' work);
+                  graph replay where the call can be captured; "bias table frozen": the same
+                  with a table that requires no gradient (the kernel then skips it: the work the
+                  baselines do);
   sdpa-mask       F.scaled_dot_product_attention with the dense (B, H, L, L) bias + -inf mask built
                   from the metadata in the call; "kernel": prebuilt;
   flex            FlexAttention, torch.compile'd, with a mask_mod and a score_mod reading the
@@ -314,22 +313,16 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
 
     methods = [("ours", lambda: make_ours(meta, table, False), False),
                ("ours kernel", lambda: make_ours(meta, table, True), True),
-               ("ours kernel, bias gradient pair by pair", lambda: make_ours(meta, table, True), True),
                ("ours kernel, bias table frozen", lambda: make_ours(meta, table.detach(), True), True),
                ("sdpa-mask", lambda: make_sdpa_mask(meta, table, False, dtype), False),
                ("sdpa-mask kernel", lambda: make_sdpa_mask(meta, table, True, dtype), False),
                ("sdpa-nomask", lambda: (lambda q, k, v: F.scaled_dot_product_attention(q, k, v)), False)]
-    from kernels import pseudo_attention as pa
     for label, make, graph in methods:
-        diagonals = pa.DIAGONAL_BIAS_GRAD
-        pa.DIAGONAL_BIAS_GRAD = diagonals and not label.endswith("pair by pair")
         try:
             f, b = timed(make(), graph)
             rec["methods"][label] = dict(fwd_ms=f, fwdbwd_ms=b)
         except Exception as e:  # noqa: BLE001  (a baseline that cannot run is reported, not fatal)
             print(f"  {label}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
-        finally:
-            pa.DIAGONAL_BIAS_GRAD = diagonals
     if not args.smoke and not args.no_flex and not getattr(args, "skip_flex", False):
         try:
             with_build, kernel_only, build = make_flex(meta, table)

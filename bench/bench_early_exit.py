@@ -341,7 +341,7 @@ def step_times(p, memory, valid, repeats):
     layer, finish) replayed alone between two CUDA events, and the wall time of one host read of
     the stop flag (the sync the exit path adds after a layer), each the median of `repeats`."""
     p.run(memory, valid, torch.full((p.B * p.T,), p.L, dtype=torch.long, device=memory.device))  # captures
-    names = ["start"] + [f"layer {l + 1}" for l in range(p.L)] + ["finish"]
+    names = ["start and layer 1"] + [f"layer {l + 1}" for l in range(1, p.L)] + ["finish"]  # MaskedExitPass._steps
     out = {}
     for name, g in zip(names, p._graphs):
         times = []

@@ -17,7 +17,8 @@ every shape fixed instead ("masked" layout):
   * the only host sync is the one that ends the loop: whether any token is still active, read
     after each layer but the last (none at all when exits are disabled).
 On CUDA each layer is captured once as a CUDA graph over static buffers and replayed (one launch a
-layer instead of ~100); the graphs are kept per (model, batch, source length, measure, threshold)
+layer instead of ~100; the start joins layer 1's graph), and with exits disabled the whole pass is
+one graph, one launch; the graphs are kept per (model, batch, source length, measure, threshold)
 and rebuilt when the model's parameters change. The results equal decoder_loop's (the tests check
 it on the CPU, where the same pass runs eagerly); work counts are those of this layout: every
 query row of every layer that ran.
@@ -143,11 +144,19 @@ class MaskedExitPass:
         self.entropies.scatter_(1, (self.layer_of - 1).clamp_min(0)[:, None], entropy.float()[:, None])
 
     # -- running ----------------------------------------------------------------------------------
+    def _steps(self):
+        """The pass as steps between which the host may stop it: the start with layer 1, each layer
+        above, the finish; with exits disabled (nobody can stop it) one step."""
+        layers = [lambda: (self._start(), self._layer(0))] + [lambda l=l: self._layer(l) for l in range(1, self.L)]
+        if self.off:
+            return [lambda: [step() for step in layers + [self._finish]]]
+        return layers + [self._finish]
+
     def _capture(self):
-        """One CUDA graph for the start, one per layer, one for the end; each step run once eagerly
-        first (the Triton kernels compile, the attention's codes and maps are built into the Metas'
-        caches, which the captured layers then only read)."""
-        return capture([self._start] + [lambda l=l: self._layer(l) for l in range(self.L)] + [self._finish])
+        """One CUDA graph per step (_steps), each step run once eagerly first (the Triton kernels
+        compile, the attention's codes and maps are built into the Metas' caches, which the
+        captured layers then only read)."""
+        return capture(self._steps())
 
     @torch.no_grad()
     def run(self, memory, src_valid, plan=None, lag=None):
@@ -168,21 +177,22 @@ class MaskedExitPass:
                 self.version, self._graphs = self._version(), self._capture()
             steps = [g.replay for g in self._graphs]
         else:
-            steps = [self._start] + [lambda l=l: self._layer(l) for l in range(self.L)] + [self._finish]
-        steps[0]()
-        run, flags = 0, []
-        for l in range(self.L):
-            steps[1 + l]()
-            run += 1
-            if self.off or l == self.L - 1:
-                continue  # nobody can leave before the top, or this was the top
-            if lag and cuda:
-                if len(flags) >= lag and not self._read(flags[-lag]):
+            steps = self._steps()
+        run, flags = self.L, []
+        if not self.off:  # steps: layers 1..L (the start with layer 1), then the finish
+            for l in range(self.L - 1):
+                steps[l]()
+                if lag and cuda:
+                    if len(flags) >= lag and not self._read(flags[-lag]):
+                        run = l + 1
+                        break
+                    flags.append(self._flag())
+                elif not bool(self.active.any()):  # the one host sync of a layer
+                    run = l + 1
                     break
-                flags.append(self._flag())
-            elif not bool(self.active.any()):  # the one host sync of a layer
-                break
-        steps[-1]()
+            else:
+                steps[self.L - 1]()  # the top: everyone still here leaves
+        steps[-1]()  # exits disabled: the whole pass
         B, T = self.B, self.T
         return (self.tokens.view(B, T).clone(), self.layer_of.view(B, T).clone(),
                 self.entropies.view(B, T, self.L).clone(), run)

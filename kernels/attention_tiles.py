@@ -153,25 +153,6 @@ def _window_t(TROW, plane, qp, k0, max_dist, offs_n, BN: tl.constexpr):
 
 
 @triton.jit
-def _window_grad(drow, ds_t, qp, k0, max_dist, offs_m, BM: tl.constexpr, BN: tl.constexpr):
-    """Add a FULL tile's dS^T (BN, BM) to the bias gradient row `drow` (distance 0 of this
-    program's row of the extended table). In the k-major lists a FULL tile's keys sit at k0 + j and
-    its queries at p0 + i (kernels/tilemap.py), so pair (j, i) is at distance k0 - p0 + j - i: the
-    tile's gradient is BN + BM - 1 diagonal sums, added at the clamped distances, that many atomic
-    adds instead of BN * BM onto a few hundred addresses. The diagonals come from one skew of the
-    tile: row j of the skewed tile holds diagonal j and diagonal j - BN (needs BM <= BN)."""
-    j = tl.arange(0, BN)
-    wraps = (j[:, None] + offs_m[None, :]) >= BN
-    skewed = tl.gather(ds_t, (j[:, None] + offs_m[None, :]) % BN, 0)  # [j, i] = ds_t[(j + i) % BN, i]
-    up = tl.sum(tl.where(wraps, 0.0, skewed), 1)  # diagonal j - i = j
-    down = tl.sum(tl.where(wraps, skewed, 0.0), 1)  # diagonal j - BN
-    base = k0 - tl.min(qp, 0)
-    tl.atomic_add(drow + tl.minimum(tl.maximum(base + j, -max_dist), max_dist), up, sem="relaxed")
-    tl.atomic_add(drow + tl.minimum(tl.maximum(base + j - BN, -max_dist), max_dist), down, mask=j > BN - BM,
-                  sem="relaxed")
-
-
-@triton.jit
 def _far(W, code, max_dist):
     """The one bias value of a FAR tile: distance +M if the entry's bit is set, else -M."""
     return tl.load(W + (code % 2) * 2 * max_dist - max_dist)

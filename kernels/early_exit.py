@@ -379,10 +379,14 @@ def offramp(h, weight, bias=None):
     softmax(h @ weight.T + bias), h (N, C), weight (V, C), bias (V,) or None; no gradient.
 
     When h and weight differ in dtype (a bf16 hidden state under autocast against the fp32 tied
-    embedding) both are cast to the narrower one, as autocast's F.linear would; logits are
-    accumulated in float32."""
+    embedding) both are cast to the narrower one, as autocast's F.linear would; under CUDA autocast
+    both are cast to its dtype, as F.linear would (an fp32 LayerNorm output against the fp32
+    embedding would otherwise take the fp32 product off the tensor cores: a third of a `base`
+    decoder pass at batch 1 on an H200, bench/RESULTS.md). Logits are accumulated in float32."""
     _check_device(h, "offramp")
     dt = h.dtype if h.element_size() <= weight.element_size() else weight.dtype
+    if h.is_cuda and torch.is_autocast_enabled("cuda"):
+        dt = torch.get_autocast_dtype("cuda")
     h, weight = h.to(dt).contiguous(), weight.to(dt).contiguous()
     bias = None if bias is None else bias.contiguous()
     return _offramp_launch(h, weight, bias, _offramp_config(h.device.type, h.shape[0], weight.shape[0], h.shape[1], dt))

@@ -43,16 +43,12 @@ import triton
 import triton.language as tl
 
 from .attention_tiles import (WINDOW_PAD, _dense, _dense_t, _dkdv_step, _dq_step, _far, _k0, _k_codes, _near, _near_t, _q_codes,
-                              _rows, _rows_t, _see, _see_t, _softmax_step, _vec, _window, _window_grad,
-                              _window_t)
+                              _rows, _rows_t, _see, _see_t, _softmax_step, _vec, _window, _window_t)
 from .attention_plan import (DTYPES, HEAD_DIMS, LOG2E, Config, config, extended_table, fold_table_grad,  # noqa: F401
                              prepare)
 from .reference import RelPosBias
 
 POISON = False  # tests set this: outputs and gradients start as NaN, so an unwritten element fails
-# the dK/dV kernel adds the bias gradient of FULL tiles by diagonals (attention_tiles._window_grad);
-# False: pair by pair, as every other tile (bench/bench_attention.py times both)
-DIAGONAL_BIAS_GRAD = True
 # lengths change with every batch: without this Triton would compile a variant per "== 1" and
 # "divisible by 16" pattern of each of them
 _LENGTHS = ["Lq", "Lk", "n_qt", "n_kt"]
@@ -196,11 +192,9 @@ def _delta_kernel(O, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, Lq, D: tl.co
 def _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h, offs_m, offs_n, offs_d,
              sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64,
              CLASS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
-             REL_GRAD: tl.constexpr, DIAGONALS: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr,
-             PRECISION: tl.constexpr):
+             REL_GRAD: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr, PRECISION: tl.constexpr):
     """One query tile of the dK/dV kernel (keys along dim 0), compiled for one class; EDGE is the
-    PARTIAL query tile that straddles Lq. REL_GRAD: add the tile's share of the bias table's gradient,
-    by diagonals in FULL tiles if DIAGONALS (_window_grad), else pair by pair."""
+    PARTIAL query tile that straddles Lq. REL_GRAD: add the tile's share of the bias table's gradient."""
     MASKED: tl.constexpr = CLASS == 5
     RULE: tl.constexpr = CLASS % 4 == 1
     if CLASS == 3:
@@ -232,8 +226,6 @@ def _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, 
     if REL_GRAD:
         if CLASS == 3:
             tl.atomic_add(drow + (code % 2) * 2 * max_dist - max_dist, tl.sum(tl.sum(ds_t, 1), 0), sem="relaxed")
-        elif CLASS == 2 and DIAGONALS:
-            _window_grad(drow, ds_t, qp, k0, max_dist, offs_m, BM, BN)
         else:
             tl.atomic_add(drow + d, ds_t, sem="relaxed")
     if DENSE_GRAD:
@@ -248,11 +240,10 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
                    QC, KC, sq, sk, rq, rk, TABLE, DTABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS,
                    LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, TW: tl.constexpr,
                    D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
-                   REL: tl.constexpr, REL_GRAD: tl.constexpr, DIAGONALS: tl.constexpr, DENSE: tl.constexpr,
-                   DENSE_GRAD: tl.constexpr, PRECISION: tl.constexpr):
+                   REL: tl.constexpr, REL_GRAD: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr,
+                   PRECISION: tl.constexpr):
     """Grid (n_kt, B * H), blocks BN keys x BM queries; LIST / COUNT: the k-major lists (n_qt query
     tiles of BM rows per list). REL_GRAD: the bias table's gradient (REL and the table requires it)."""
-    tl.static_assert(BM <= BN)  # _window_grad's skew
     pid_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     bh64 = bh.to(tl.int64)
@@ -280,28 +271,28 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
         for t in range(0, tl.load(cnt + 2)):
             dk, dv = _kv_tile(tl.load(lst + 2 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
                               sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
-                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _FAR, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD,
+                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _FAR, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD,
                               PRECISION)
     for t in range(0, tl.load(cnt + 1)):
         dk, dv = _kv_tile(tl.load(lst + n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b,
                           h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, _FULL, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD, PRECISION)
+                          sbh, sbm, sbn, DBIAS, bh64, _FULL, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD, PRECISION)
     if REL:
         for t in range(0, tl.load(cnt + 3)):
             dk, dv = _kv_tile(tl.load(lst + 3 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
                               sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
-                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _GATHER, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD,
+                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _GATHER, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD,
                               PRECISION)
     n_part = tl.load(cnt)
     edge = _edge(lst, n_part, n_qt, Lq, BM)
     for t in range(0, n_part - edge):
         dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
                           offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, _PARTIAL, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD, PRECISION)
+                          sbh, sbm, sbn, DBIAS, bh64, _PARTIAL, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD, PRECISION)
     for t in range(n_part - edge, n_part):
         dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
                           offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, _EDGE, BM, BN, HAS_SEQ, REL, REL_GRAD, DIAGONALS, DENSE, DENSE_GRAD, PRECISION)
+                          sbh, sbm, sbn, DBIAS, bh64, _EDGE, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD, PRECISION)
     mask = cols[:, None] < Lk
     tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=mask)
@@ -436,7 +427,7 @@ def _backward(q, k, v, o, lse, do, meta, scale, dense_grad, table_grad=True):
         *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], *_code_args(meta),
         meta["table"], dtable, meta["max_dist"], *_bias_args(meta), dbias,
         tiles.k_list, tiles.k_count, H, Lq, Lk, n_qs, n_ks, qk_scale, scale, BM=cfg.BMK, BN=cfg.BNK,
-        REL_GRAD=rel_grad, DIAGONALS=DIAGONAL_BIAS_GRAD, DENSE_GRAD=dense_grad, num_warps=cfg.kv_warps, num_stages=cfg.kv_stages, **flags)
+        REL_GRAD=rel_grad, DENSE_GRAD=dense_grad, num_warps=cfg.kv_warps, num_stages=cfg.kv_stages, **flags)
     _bwd_q_kernel[(n_qt, B * H)](
         q, k, v, do, lse, delta, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *do.stride()[:3], *dq.stride()[:3], *_code_args(meta), meta["table"], meta["max_dist"],

@@ -27,9 +27,7 @@ ka == BIG and kb == NONE_K is dead (padding): no query sees it. `codes` is the r
           pair with a constant offset, no clamp (kernels/attention_tiles.py `_window`);
   FAR     FULL, and under a relative position bias of max distance M every pair clamps to the same
           distance, +M or -M: one bias value for the whole tile (plain FlashAttention plus a scalar);
-  GATHER  FULL, but its key positions are not consecutive: the bias gathered pair by pair. In the
-          k-major lists also a FULL tile whose query positions are not consecutive: the dK/dV
-          kernel adds a FULL tile's bias gradient by diagonals, which needs both runs.
+  GATHER  FULL, but its key positions are not consecutive: the bias gathered pair by pair.
 The classes are exact: `_map_kernel` evaluates the rule on every pair of the tile (B * Lq * Lk
 comparisons, microseconds on a GPU), instead of reasoning from per-tile summaries.
 
@@ -87,10 +85,9 @@ def see_from_codes(qc, kc, has_seq=False):
     return see
 
 
-def reference_classes(see, BM, BN, q_pos=None, k_pos=None, max_dist=None, k_major=False):
+def reference_classes(see, BM, BN, q_pos=None, k_pos=None, max_dist=None):
     """(B, n_qt, n_kt) int8 classes of a dense (B, Lq, Lk) visibility, and the FAR signs (bool,
-    True for +M). max_dist None: no relative bias, so neither FAR nor GATHER. k_major: the classes
-    of the k-major lists, where a FULL tile also needs consecutive query positions."""
+    True for +M). max_dist None: no relative bias, so neither FAR nor GATHER."""
     B, Lq, Lk = see.shape
     n_qt, n_kt = -(-Lq // BM), -(-Lk // BN)
     pad = torch.zeros(B, n_qt * BM, n_kt * BN, dtype=torch.bool, device=see.device)
@@ -109,9 +106,6 @@ def reference_classes(see, BM, BN, q_pos=None, k_pos=None, max_dist=None, k_majo
         far = (cls == FULL) & (ahead | behind)
         run = kt - torch.arange(BN, device=see.device)  # k_pos - slot: constant over a consecutive tile
         consecutive = (run.amax(2) == run.amin(2))[:, None, :]
-        if k_major:
-            q_run = qt - torch.arange(BM, device=see.device)
-            consecutive = consecutive & (q_run.amax(2) == q_run.amin(2))[:, :, None]
         cls = torch.where(far, FAR, torch.where((cls == FULL) & ~consecutive, GATHER, cls)).to(torch.int8)
     return cls, ahead
 
@@ -207,7 +201,7 @@ def _classify(qa, qb, qq, qp, q_in, ka, kb, kq, kp, consecutive, max_dist, HAS_S
 
 @triton.jit
 def _consecutive(kp, offs):
-    """1 if the positions of a tile run p0, p0 + 1, ... (keys: its bias rows are table windows)."""
+    """1 if the key positions of a tile run k0, k0 + 1, ... (its bias rows are table windows)."""
     run = kp - offs
     return (tl.max(run, 0) == tl.min(run, 0)).to(tl.int32)
 
@@ -256,8 +250,7 @@ def _map_kernel(QC, KC, sq, sk, rq, rk, QLIST, QCOUNT, KLIST, KCOUNT, Lq, Lk, n_
         for it in range(0, n_qs):
             rows = it * BMK + tl.arange(0, BMK)
             qa, qb, qq, qp = _tile_codes(QC, sq, rq, b, rows, Lq, True)
-            both = consecutive & _consecutive(qp, tl.arange(0, BMK))  # FULL: bias gradient by diagonals
-            cls, ahead = _classify(qa, qb, qq, qp, rows < Lq, ka, kb, kq, kp, both, max_dist, HAS_SEQ, REL)
+            cls, ahead = _classify(qa, qb, qq, qp, rows < Lq, ka, kb, kq, kp, consecutive, max_dist, HAS_SEQ, REL)
             n_part, n_full, n_far, n_gather = _append(lst, n_qs, n_part, n_full, n_far, n_gather, it, cls, ahead)
         counts = KCOUNT + entry * 4
     tl.store(counts, n_part)

@@ -105,3 +105,20 @@ def test_a_layer_makes_no_host_sync_and_the_exit_adds_at_most_30_percent_of_its_
     assert off.syncs == 0 and clf.syncs == 0
     print(f"device ops of a layer: exit disabled {len(off.ops)}, classifier exit {len(clf.ops)}")
     assert len(clf.ops) <= 1.3 * len(off.ops), (len(off.ops), len(clf.ops), sorted(set(clf.ops) - set(off.ops)))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("measure,thr", [("entropy", 0.0), ("classifier", 0.5), ("state", 0.9), ("entropy", 5.0)])
+def test_graphed_pass_equals_the_eager_one_on_cuda(measure, thr):
+    """The captured pass (the start with layer 1, each layer, the finish; exits disabled: one graph)
+    gives what the same pass gives eagerly, replayed twice (the second replay reads fresh buffers)."""
+    model = tiny()
+    memory, valid = (x.detach().cuda() for x in memory_of(model))
+    model.cuda()
+    eager = masked_pass(model, memory.shape[0], memory.shape[1], 12, measure, thr, graphs=False)
+    graphed = masked_pass(model, memory.shape[0], memory.shape[1], 12, measure, thr, graphs=True)
+    want = eager.run(memory, valid)
+    for _ in range(2):
+        got = graphed.run(memory, valid)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[3] == want[3], (measure, thr)
+        assert same(got[2], want[2])

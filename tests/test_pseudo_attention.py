@@ -246,29 +246,6 @@ def test_cross_attention_with_relative_bias_and_any_positions():
     run_case(cross_layout(2, 37, 70), bias="rel", seed=3)
 
 
-@pytest.mark.parametrize("M", [24, 128])
-def test_the_bias_gradient_by_diagonals_and_pair_by_pair(M):
-    """The dK/dV kernel adds a FULL tile's bias gradient as diagonal sums at clamped distances (its
-    keys at k0 + j, its queries at p0 + i); a tile of scattered queries is GATHER in the k-major
-    lists, added pair by pair. Bidirectional, 96 tokens, query positions 0..95 but for one reversed
-    16-row tile and, in the second row, one shifted by 5; M 24 clamps diagonals inside a tile."""
-    from kernels.tilemap import build_map, codes
-    L = 96
-    kind, step = torch.zeros(2, L, dtype=torch.long), torch.zeros(2, L, dtype=torch.long)
-    lay = (kind, step, kind.clone(), step.clone(), None, None, None)
-    pos_k = torch.arange(L).expand(2, L)
-    pos_q = torch.arange(L).repeat(2, 1)
-    pos_q[:, 16:32] = pos_q[:, 16:32].flip(1)
-    pos_q[1, 48:64] += 5
-    run_case(lay, bias="rel", M=M, pos=(pos_q, pos_k))
-    if not CUDA:  # the interpreter's blocks (16-row query tiles); the CUDA blocks: the next test
-        cfg = kernels.attention_plan.INTERPRET_CONFIG
-        tiles = build_map(codes(kind, step, None, None, pos_q), codes(kind, step, None, None, pos_k),
-                          (cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK), False, M)
-        k_counts = tiles.k_count.sum((0, 1)).tolist()  # PARTIAL, FULL, FAR, GATHER
-        assert k_counts[1] > 0 and k_counts[3] > 0, k_counts
-
-
 def test_a_bias_table_without_gradient():
     """A relative bias table that requires no gradient (frozen): the dK/dV kernel compiles without
     the table's gradient, and q, k, v get the reference's gradients."""

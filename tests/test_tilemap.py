@@ -77,7 +77,7 @@ def test_map_kernel_lists_the_dense_mask_tiles(case, q_blocks, k_blocks, max_dis
     for lst, count, blocks, dense in ((tiles.q_list, tiles.q_count, q_blocks, see),
                                       (tiles.k_list, tiles.k_count, k_blocks, None)):
         if dense is None:  # k-major: the transposed problem, positions swapped
-            cls, ahead = reference_classes(see, *k_blocks, qp, kp, max_dist, k_major=True)
+            cls, ahead = reference_classes(see, *k_blocks, qp, kp, max_dist)
             cls, ahead = cls.transpose(1, 2), ahead.transpose(1, 2)
         else:
             cls, ahead = reference_classes(see, *blocks, qp, kp, max_dist)
