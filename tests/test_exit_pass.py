@@ -122,3 +122,24 @@ def test_graphed_pass_equals_the_eager_one_on_cuda(measure, thr):
         got = graphed.run(memory, valid)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[3] == want[3], (measure, thr)
         assert same(got[2], want[2])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_a_pass_captured_under_autocast_replays_in_a_later_autocast_region():
+    """Captured in one bf16 autocast region, replayed in another after the allocator's cache was
+    emptied and refilled: the same tokens as the eager pass (the capture must not read autocast's
+    cached weight casts, which the first region's end frees)."""
+    model = tiny()
+    memory, valid = (x.detach().cuda() for x in memory_of(model))
+    model.cuda()
+    eager = masked_pass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5, graphs=False)
+    graphed = masked_pass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5, graphs=True)
+    with torch.autocast("cuda", torch.bfloat16):
+        want = eager.run(memory, valid)
+        graphed.run(memory, valid)  # captures
+    torch.cuda.empty_cache()
+    junk = [torch.full((1 << 20,), float("nan"), device="cuda") for _ in range(8)]  # reuse freed blocks
+    with torch.autocast("cuda", torch.bfloat16):
+        got = graphed.run(memory, valid)
+    del junk
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
