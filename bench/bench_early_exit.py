@@ -327,7 +327,8 @@ def graphs_rows(args, device):
                 print(f"step times: failed ({type(e).__name__}: {str(e)[:200]})", flush=True)
     if out.get("steps"):
         print(f"\nbatch {args.batch}, the exit path's pass (graphs): each captured step replayed alone (GPU ms, CUDA "
-              "events), and one host read of the stop flag (wall ms)\n\n| step | ms |\n|---|---|")
+              "events; and the host time of its replay call), one host read of the stop flag, a whole run with every "
+              "token leaving at layer 1 and its host-side pieces (wall ms)\n\n| step | ms |\n|---|---|")
         for name, ms in out["steps"].items():
             print(f"| {name} | {ms:.3f} |")
     print("\n| target | measured | wanted | met |\n|---|---|---|---|")
@@ -344,16 +345,19 @@ def step_times(p, memory, valid, repeats):
     names = ["start and layer 1"] + [f"layer {l + 1}" for l in range(1, p.L)] + ["finish"]  # MaskedExitPass._steps
     out = {}
     for name, g in zip(names, p._graphs):
-        times = []
+        times, host = [], []
         for _ in range(repeats):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             a.record()
+            t0 = time.perf_counter()
             g.replay()
+            host.append(1000 * (time.perf_counter() - t0))
             b.record()
             b.synchronize()
             times.append(a.elapsed_time(b))
         out[name] = statistics.median(times)
+        out[f"{name}: host time of the replay call"] = statistics.median(host)
     syncs = []
     for _ in range(repeats):
         torch.cuda.synchronize()
@@ -361,6 +365,19 @@ def step_times(p, memory, valid, repeats):
         bool(p.active.any())
         syncs.append(1000 * (time.perf_counter() - t0))
     out["host read of the stop flag"] = statistics.median(syncs)
+    plan = torch.ones(p.B * p.T, dtype=torch.long, device=memory.device)
+    for what, fn in (("run() with every token leaving at layer 1, wall", lambda: p.run(memory, valid, plan)),
+                     ("its copies of the inputs, host", lambda: (p.memory.copy_(memory), p.src_valid.copy_(valid),
+                                                                p.plan.copy_(plan))),
+                     ("its clones of the outputs, host", lambda: (p.tokens.clone(), p.layer_of.clone(),
+                                                                  p.entropies.clone()))):
+        walls = []
+        for _ in range(repeats):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            walls.append(1000 * (time.perf_counter() - t0))
+        out[what] = statistics.median(walls)
     return out
 
 
