@@ -143,3 +143,22 @@ def test_a_pass_captured_under_autocast_replays_in_a_later_autocast_region():
         got = graphed.run(memory, valid)
     del junk
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_the_weights_version_follows_in_place_writes_and_new_storage():
+    """What tells a captured pass (or Mask-Predict's step) that its graphs are stale, read from a
+    parameter list made once per model."""
+    from core.graphs import weights_version
+    model = tiny()
+    v0 = weights_version(model)
+    assert weights_version(model) == v0
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)  # an optimizer step
+    v1 = weights_version(model)
+    assert v1 != v0
+    model.load_state_dict(model.state_dict())  # copies in place
+    v2 = weights_version(model)
+    assert v2 != v1
+    p = next(model.parameters())
+    p.data = p.data.clone()  # new storage
+    assert weights_version(model) != v2
