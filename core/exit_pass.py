@@ -63,6 +63,7 @@ class MaskedExitPass:
         self.src_valid = torch.zeros(B, S, dtype=torch.bool, device=dev)
         self.x = torch.zeros(B * T, C, dtype=p.dtype, device=dev)
         self.active = torch.ones(B * T, dtype=torch.bool, device=dev)
+        self.anyone = torch.ones((), dtype=torch.bool, device=dev)  # whether anybody is active: the stop flag
         self.tokens = torch.zeros(B * T, dtype=torch.long, device=dev)
         self.layer_of = torch.zeros(B * T, dtype=torch.long, device=dev)
         self.entropies = torch.full((B * T, L), float("nan"), device=dev)
@@ -133,6 +134,8 @@ class MaskedExitPass:
             fed = torch.where(exit_[:, None], h, m.soft(torch.cat([m.emb.tok(argmax), h], -1)))
         self.x.copy_(torch.where(active[:, None], fed, self.x))
         self.active.copy_(active & ~exit_)
+        if not self.off and l < self.L - 1:  # the stop flag, inside the layer's graph: the host only reads it
+            self.anyone.copy_(self.active.any())
 
     def _finish(self):
         """Under a cheap measure or exit disabled: one vocabulary projection of every token's state at
@@ -187,7 +190,7 @@ class MaskedExitPass:
                         run = l + 1
                         break
                     flags.append(self._flag())
-                elif not bool(self.active.any()):  # the one host sync of a layer
+                elif not bool(self.anyone):  # the one host sync of a layer
                     run = l + 1
                     break
             else:
@@ -200,7 +203,7 @@ class MaskedExitPass:
     def _flag(self):
         """Whether anybody is active, copied to pinned host memory behind an event (no wait)."""
         host = torch.empty((), dtype=torch.bool, pin_memory=True)
-        host.copy_(self.active.any(), non_blocking=True)
+        host.copy_(self.anyone, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
         return host, event
