@@ -10,7 +10,8 @@
     python bench/gpu_check.py --part speed --out gpu         # the attention issue's check: kernel tests on CUDA,
                                                              # then every layout against SDPA with a block sweep
     python bench/gpu_check.py --part decode --out gpu        # the next call on the warm machine: Flex beside ours
-                                                             # (the sweep's blocks), early exit, off-ramp, gather,
+                                                             # (the sweep's blocks), early exit (and a carried
+                                                             # --elmer-ckpt's learnt exit), off-ramp, gather,
                                                              # the bf16 training-step profile
 
 Each part appends markdown rows for bench/RESULTS.md to OUT/results.md and everything it ran,
@@ -74,6 +75,8 @@ def get_args(argv=None):
                                                 "to skip training its tokenizer there)")
     p.add_argument("--loss-tolerance", type=float, default=0.05,
                    help="pmlm: largest |loss difference| between the backends at any step (bf16 autocast)")
+    p.add_argument("--elmer-ckpt", default="checkpoints/reproduce-cpu/elmer-hard-scratch/best.pt",
+                   help="decode: a fine-tuned ELMER to time its learnt exit (carry it: it is ignored by git)")
     p.add_argument("--budget", type=float, default=540,
                    help="speed, decode: seconds the part may take in all; a step that would start too late is skipped")
     args = p.parse_args(argv)
@@ -302,6 +305,11 @@ def part_decode(rep, args):
                                                      "--json", os.path.join(out, "exit.json"), "--repeats", "10"], 70),
              ("bench_decoders.py (base): Mask-Predict eager / static / graphs, ELMER, AR beam",
               [py, "bench/bench_decoders.py", "--model", "base", "--json", os.path.join(out, "decoders.json")], 40),
+             ("bench_early_exit.py --ckpt (a trained ELMER's exit)",
+              [py, "bench/bench_early_exit.py", "--ckpt", args.elmer_ckpt, "--n", "16", "--repeats", "5", "--measures",
+               "classifier", "state", "--thresholds", "classifier=0.6,0.9;state=0.99", "--json",
+               os.path.join(out, "ckpt.json")], 50) if os.path.exists(args.elmer_ckpt) else
+             ("bench_early_exit.py --ckpt (no checkpoint carried)", [py, "-c", f"print('no {args.elmer_ckpt}')"], 5),
              ("bench_offramp.py (V 8000, 50000)", [py, "bench/bench_offramp.py", "--vocab", "8000", "50000",
                                                   "--tokens", "4096", "16384"], 45),
              ("bench_gather.py (16k x 768)", [py, "bench/bench_gather.py", "--tokens", "16384"], 25),
