@@ -44,7 +44,8 @@ def attention(path):
         out += [f"**{r['layout']}, D {r['D']}** (B {r['B']}, L {r['L']}; blocks {r['config'][:2]}; visible "
                 f"{100 * r['visible'] / (r['B'] * r['L'] ** 2):.1f}% of L*L, computed {100 * r['computed'] / (r['B'] * r['L'] ** 2):.1f}%: "
                 f"PARTIAL {t['partial']}, FULL {t['full']}, FAR {t['far']}, GATHER {t['gather']} tiles; codes + map + "
-                f"table {r['map_ms']:.3f} ms)", "",
+                f"table {r['map_ms']:.3f} ms" + (f" eager, {r['map_graph_ms']:.3f} ms as a graph" if "map_graph_ms" in r
+                                                   else "") + ")", "",
                 "| method | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s | ours fwd speed-up | ours fwd+bwd speed-up |",
                 "|---|---|---|---|---|---|---|"]
         ms = r["methods"]
