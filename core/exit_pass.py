@@ -159,7 +159,7 @@ class MaskedExitPass:
         """One CUDA graph per step (_steps), each step run once eagerly first (the Triton kernels
         compile, the attention's codes and maps are built into the Metas' caches, which the
         captured layers then only read)."""
-        return capture(self._steps())
+        return capture(self._steps(), self.model)
 
     @torch.no_grad()
     def run(self, memory, src_valid, plan=None, lag=None):

@@ -7,26 +7,62 @@ import weakref
 import torch
 
 
-def capture(steps):
+def capture(steps, model=None):
     """One CUDA graph per callable of `steps`, each step first run once, in order, outside any capture.
     Under autocast the steps run with its weight-cast cache off: a graph captured with the cache on
     would read the cached casts, which the cache frees when the caller's autocast region ends, so a
     later replay reads freed memory (on an H200 a replay in a new region ended in an illegal memory
-    access). Each replay then casts the weights it uses."""
+    access). So that a replay need not cast the weights it uses either, the nn.Linear weights and
+    biases of `model` hold their casts while the steps are captured (`cast_linears`): the graphs
+    read casts made once, which the returned list keeps alive (its `.keep`)."""
     stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), _no_cast_cache():
+    graphs, pool = Graphs(), None
+    with cast_linears(model, "cuda") as casts:
+        stream.wait_stream(torch.cuda.current_stream())  # the casts are made on the current stream
+        with torch.cuda.stream(stream), _no_cast_cache():
+            for step in steps:
+                step()
+        torch.cuda.current_stream().wait_stream(stream)
         for step in steps:
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graphs, pool = [], None
-    for step in steps:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=pool), _no_cast_cache():
-            step()
-        pool = g.pool()
-        graphs.append(g)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool), _no_cast_cache():
+                step()
+            pool = g.pool()
+            graphs.append(g)
+    graphs.keep = casts
     return graphs
+
+
+class Graphs(list):
+    """capture's graphs, and `keep`: the tensors they read that nothing else holds."""
+    keep = ()
+
+
+@contextlib.contextmanager
+def cast_linears(model, device_type):
+    """While inside, under autocast on `device_type`, every nn.Linear's float32 weight and bias hold
+    their cast to the autocast dtype (autocast then casts nothing, and a linear layer computes what
+    it computes with the cast done by autocast); restored on the way out, even on an error. A
+    parameter that another kind of module also uses (a weight tied to an embedding) is left alone.
+    Yields the casts (empty when autocast is off or model is None)."""
+    casts, saved = [], []
+    if model is None or not torch.is_autocast_enabled(device_type):
+        yield casts
+        return
+    dtype = torch.get_autocast_dtype(device_type)
+    shared = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear) for p in m.parameters(recurse=False)}
+    try:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                for p in (m.weight, m.bias):
+                    if p is not None and p.dtype == torch.float32 and id(p) not in shared:
+                        saved.append((p, p.data))
+                        p.data = p.data.to(dtype)
+                        casts.append(p.data)
+        yield casts
+    finally:
+        for p, data in saved:
+            p.data = data
 
 
 def _no_cast_cache():

@@ -339,8 +339,8 @@ class StaticStep:
         if self.graphs:
             version = weights_version(self.model)
             if self.graph is None or version != self.version:
-                self.graph, self.version = capture([self._step])[0], version
-            self.graph.replay()
+                self.graph, self.version = capture([self._step], self.model), version  # a list: it keeps the casts
+            self.graph[0].replay()
         else:
             self._step()
         return self.conf.clone(), self.best.clone()

@@ -162,3 +162,22 @@ def test_the_weights_version_follows_in_place_writes_and_new_storage():
     p = next(model.parameters())
     p.data = p.data.clone()  # new storage
     assert weights_version(model) != v2
+
+
+def test_linear_layers_holding_their_casts_compute_what_autocast_computes():
+    """core/graphs.cast_linears, which a capture under autocast runs inside (so that no replay casts
+    a weight again): the pass gives the same tokens, exit layers and entropies as under plain
+    autocast, and every parameter is back to its float32 storage afterwards."""
+    from core.graphs import cast_linears
+    model = tiny()
+    memory, valid = memory_of(model)
+    memory = memory.detach()
+    before = [(p.dtype, p.data_ptr()) for p in model.parameters()]
+    with torch.autocast("cpu", torch.bfloat16):
+        want = masked_pass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5, graphs=False).run(memory, valid)
+        with cast_linears(model, "cpu") as casts:
+            assert casts and all(c.dtype == torch.bfloat16 for c in casts)
+            got = MaskedExitPass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5, graphs=False).run(
+                memory, valid)
+    assert [(p.dtype, p.data_ptr()) for p in model.parameters()] == before
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and same(got[2], want[2])
