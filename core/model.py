@@ -89,18 +89,23 @@ class Attention(nn.Module):
     def keys_values(self, kv):  # (B, Lk, C) -> k, v, each (B, H, Lk, D)
         return self.split(self.k(kv)), self.split(self.v(kv))
 
-    def forward(self, x, q_meta, kv, k_meta, bias=None, past=None):
+    def forward(self, x, q_meta, kv, k_meta, bias=None, past=None, write_at=None):
         """x: (B, Lq, C) queries; kv: (B, Lk, C) the tokens providing keys and values.
         past: optional cached (k, v), each (B, H, Lp, D), placed before the new keys (k_meta must
         describe past + new keys). kv=None: no new keys, `past` holds them all (a cross-attention
-        against a memory projected once by keys_values). Returns (out (B, Lq, C), (k, v) of the
-        new keys only)."""
+        against a memory projected once by keys_values). write_at: a (Lk,) long tensor: the new
+        keys are written into `past` at those indices, which then holds every key (a static cache,
+        core/static_beam.py). Returns (out (B, Lq, C), (k, v) of the new keys only)."""
         q = self.split(self.q(x))
         if kv is None:
             k, v = new = past
         else:
             k, v = new = self.keys_values(kv)
-            if past is not None:
+            if write_at is not None:
+                past[0].index_copy_(2, write_at, k)
+                past[1].index_copy_(2, write_at, v)
+                k, v = past
+            elif past is not None:
                 k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
         y = kernels.attention(q, k, v, q_meta.kind, q_meta.step, k_meta.kind, k_meta.step,
                               k_valid=k_meta.valid, q_seq=q_meta.seq, k_seq=k_meta.seq, bias=bias,
@@ -131,16 +136,16 @@ class Layer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, meta, k_meta=None, bias=None, context=None, memory=None, mem_meta=None, past=None,
-                mem_kv=None, cross_bias=None):
+                mem_kv=None, cross_bias=None, write_at=None):
         """x: (B, Lq, C). context: (B, Lk, C) hidden states that serve as keys/values when the
         queries are a subset of the tokens (default: x itself); memory: (B, Lm, C) encoder output
         for cross-attention, or instead mem_kv: its (k, v) from self.cross.keys_values(memory),
         computed once per source when decoding. cross_bias: the cross-attention's bias (None: none,
-        as in T5; MLAE's decoder (b) gives a RelPosBias). Returns (x, (k, v) of this call's
-        self-attention keys)."""
+        as in T5; MLAE's decoder (b) gives a RelPosBias). write_at: see Attention.forward. Returns
+        (x, (k, v) of this call's self-attention keys)."""
         h = self.ln1(x)
         hk = h if context is None else self.ln1(context)
-        a, kv = self.attn(h, meta, hk, k_meta or meta, bias, past)
+        a, kv = self.attn(h, meta, hk, k_meta or meta, bias, past, write_at)
         x = x + self.drop(a)
         if self.cross is not None:
             mem = memory if mem_kv is None else None
@@ -362,6 +367,18 @@ class EncoderDecoder(nn.Module):
                 k, v = torch.cat([p[0], k], 2), torch.cat([p[1], v], 2)
             new_past.append((k, v))
         return self.head(self.ln_dec(x[:, 0])), new_past
+
+
+    def decode_step_into(self, tokens, pos, at, cache, mem_kv, meta, k_meta, k_pos, mem_meta):
+        """decode_step at fixed shapes: tokens (N,) at positions pos (N, 1); the new self-attention
+        keys and values are written into `cache` (per decoder layer (k, v), each (N, H, M, D)) at
+        index `at` ((1,) long), and the queries attend to all M slots: k_meta gives slot j step j, so
+        the causal rule hides the slots past the step. Returns the logits (N, V)."""
+        bias = self.rel_bias(self.dec_rel_table, pos, k_pos)
+        x = self.emb(tokens[:, None], pos)
+        for i, layer in enumerate(self.dec_layers):
+            x, _ = layer(x, meta, k_meta, bias, past=cache[i], mem_kv=mem_kv[i], mem_meta=mem_meta, write_at=at)
+        return self.head(self.ln_dec(x[:, 0]))
 
 
 def positions(tokens):  # (B, L) -> (B, L) position ids 0..L-1
