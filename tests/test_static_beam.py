@@ -12,20 +12,25 @@ from core.t5 import T5Decoder
 from test_t5 import random_ids, tiny_model
 
 
-@pytest.mark.parametrize("beam,max_len,min_len,lp,norm,ngram,eos", [
-    (4, 12, 1, 0.6, "wu", 3, 0.6), (4, 12, 1, 0.6, "wu", 3, 0.9), (4, 12, 1, 0.6, "wu", 3, 0.0),
-    (2, 8, 3, 1.0, "pow", 0, 0.6), (5, 9, 0, 0.0, "wu", 2, 0.75), (3, 10, 1, 0.6, "wu", 0, 0.9),
-    (1, 10, 1, 0.6, "wu", 0, 0.6)])
-def test_static_beam_search_equals_beam_search(tokenizer, beam, max_len, min_len, lp, norm, ngram, eos):
+def search_model(tok, eos):
     """The token embedding scaled up (outputs that depend on the source) and [EOS]'s output bias
     raised by `eos`: hypotheses of different lengths, some ending early, some cut at max_len."""
-    tok = tokenizer
-    g = torch.Generator().manual_seed(5)
     model = tiny_model(tok.vocab_size)
     with torch.no_grad():
         model.emb.tok.weight.mul_(4.0)
         model.head.bias.zero_()
         model.head.bias[tok.eos_id] += eos
+    return model
+
+
+@pytest.mark.parametrize("beam,max_len,min_len,lp,norm,ngram,eos", [
+    (4, 12, 1, 0.6, "wu", 3, 0.6), (4, 12, 1, 0.6, "wu", 3, 0.9), (4, 12, 1, 0.6, "wu", 3, 0.0),
+    (2, 8, 3, 1.0, "pow", 0, 0.6), (5, 9, 0, 0.0, "wu", 2, 0.75), (3, 10, 1, 0.6, "wu", 0, 0.9),
+    (1, 10, 1, 0.6, "wu", 0, 0.6)])
+def test_static_beam_search_equals_beam_search(tokenizer, beam, max_len, min_len, lp, norm, ngram, eos):
+    tok = tokenizer
+    g = torch.Generator().manual_seed(5)
+    model = search_model(tok, eos)
     sources = [random_ids(g, tok, n).tolist() for n in (3, 11, 7)]
     want, want_scores = decoding.beam_search(T5Decoder(model, sources, tok), beam, max_len, min_len, lp, tok.eos_id,
                                              ngram, norm)
@@ -53,12 +58,7 @@ def test_the_graphed_static_beam_search_equals_beam_search_on_cuda(tokenizer):
     buffers): beam_search's tokens, on CUDA."""
     tok = tokenizer
     g = torch.Generator().manual_seed(5)
-    model = tiny_model(tok.vocab_size)
-    with torch.no_grad():
-        model.emb.tok.weight.mul_(4.0)
-        model.head.bias.zero_()
-        model.head.bias[tok.eos_id] += 0.6
-    model.cuda()
+    model = search_model(tok, 0.6).cuda()
     sources = [random_ids(g, tok, n).tolist() for n in (3, 11, 7)]
     want, _ = decoding.beam_search(T5Decoder(model, sources, tok), 4, 12, 1, 0.6, tok.eos_id, 3, "wu")
     for _ in range(2):
