@@ -15,8 +15,8 @@ Mask-Predict variants must return the same tokens, which the run checks.
 Rows, each the median of --repeats interleaved pairs against eager Mask-Predict (the ratio is the
 median of the per-pair ratios): static shapes (eager kernels), graphs (CUDA only: one replay per
 model call), ELMER's one pass (exit disabled: core/exit_measures.generate, graphs on CUDA) and AR
-beam search (T5 baseline, beam --beam, --dec-len tokens, the EOS banned by min_len so every beam
-runs every step) eager, at static shapes and (CUDA) as one graph replay per step; the static AR
+beam search (T5 and UniLMv2's PMLM decoder, beam --beam, --dec-len tokens, the EOS banned by min_len
+so every beam runs every step) eager, at static shapes and (CUDA) as one graph replay per step; the static AR
 searches must return the eager one's tokens, which the run checks. With both under graphs the
 ELMER / AR latency ratio is printed. --json writes the rows and the early-exit issue's targets
 (Mask-Predict and AR beam: graphs >= 2x eager at batch 1), met or not.
@@ -35,9 +35,10 @@ from bench.bench_early_exit import Tok, interleaved  # noqa: E402
 from core import decoding  # noqa: E402
 from core.config import preset  # noqa: E402
 from core.elmer import ELMER  # noqa: E402
-from core.model import EncoderDecoder  # noqa: E402
+from core.model import EncoderDecoder, UnifiedLM  # noqa: E402
 from core.nar import SOURCE_BUCKET, NARDecoder, NARModel, mask_predict  # noqa: E402
-from core.static_beam import static_beam_t5  # noqa: E402
+from core.seq2seq import PMLMDecoder  # noqa: E402
+from core.static_beam import static_beam_pmlm, static_beam_t5  # noqa: E402
 from core.t5 import T5Decoder  # noqa: E402
 
 MASK = 4
@@ -72,7 +73,7 @@ def main(argv=None):
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
     cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0,
-                 max_positions=max(args.src + 1, args.dec_len + 1, 64))
+                 max_positions=max(args.src + args.dec_len + 2, 64))  # PMLM: source and target share positions
     torch.manual_seed(0)
     nar = NARModel(cfg).to(device).eval()
     with torch.no_grad():  # the length predictor ranks dec_len, dec_len - 1, ... first: eager runs at dec_len too
@@ -80,6 +81,7 @@ def main(argv=None):
         nar.length.bias[:args.dec_len + 1] = torch.arange(args.dec_len + 1, device=device).float() * 10
     elmer = ELMER(cfg, dec_len=args.dec_len).to(device).eval()
     ar = EncoderDecoder(cfg).to(device).eval()
+    pmlm = UnifiedLM(cfg).to(device).eval()
     src = [list(np.random.default_rng(0).integers(6, args.vocab, args.src))]
     S = args.src + 1
     S_pad = -(-S // SOURCE_BUCKET) * SOURCE_BUCKET
@@ -92,20 +94,25 @@ def main(argv=None):
     variants = [("Mask-Predict, static shapes", mp(static=True), S_pad / S)]
     if device.type == "cuda":
         variants.append(("Mask-Predict, static shapes, CUDA graphs", mp(graphs=True), S_pad / S))
-    ar_eager = lambda: decoding.beam_search(T5Decoder(ar, src, Tok), args.beam, args.dec_len, args.dec_len, 1.0,  # noqa: E731
-                                            Tok.eos_id, 0)
-    ar_static = lambda graphs: lambda: static_beam_t5(ar, src, Tok, args.beam, args.dec_len, args.dec_len, 1.0,  # noqa: E731
-                                                      "pow", 0, graphs=graphs)
-    variants += [("ELMER one pass, exit disabled" + (", CUDA graphs" if device.type == "cuda" else ""),
-                  lambda: generate(elmer, src, Tok, delta=0.0), None),
-                 (f"AR beam {args.beam} (T5), eager", ar_eager, None),
-                 (f"AR beam {args.beam} (T5), static shapes", ar_static(False), None)]
-    if device.type == "cuda":
-        variants.append((f"AR beam {args.beam} (T5), static shapes, CUDA graphs", ar_static(True), None))
+    # AR beam search, eager and at fixed shapes: T5 and UniLMv2's PMLM decoder ([P] queries, one stack)
+    K, T = args.beam, args.dec_len
+    eager_ar = {"T5": lambda: decoding.beam_search(T5Decoder(ar, src, Tok), K, T, T, 1.0, Tok.eos_id, 0),
+                "PMLM": lambda: decoding.beam_search(PMLMDecoder(pmlm, src, Tok), K, T, T, 1.0, Tok.eos_id, 0)}
+    static_ar = {"T5": lambda g: lambda: static_beam_t5(ar, src, Tok, K, T, T, 1.0, "pow", 0, graphs=g),
+                 "PMLM": lambda g: lambda: static_beam_pmlm(pmlm, src, Tok, K, T, T, 1.0, "pow", 0, graphs=g)}
+    variants.append(("ELMER one pass, exit disabled" + (", CUDA graphs" if device.type == "cuda" else ""),
+                     lambda: generate(elmer, src, Tok, delta=0.0), None))
+    for arch in ("T5", "PMLM"):
+        variants += [(f"AR beam {K} ({arch}), eager", eager_ar[arch], None),
+                     (f"AR beam {K} ({arch}), static shapes", static_ar[arch](False), None)]
+        if device.type == "cuda":
+            variants.append((f"AR beam {K} ({arch}), static shapes, CUDA graphs", static_ar[arch](True), None))
     with torch.no_grad():
         same = {name: fn() == eager() for name, fn, _ in variants if name.startswith("Mask-Predict")}
-        want = ar_eager()[0]
-        same.update({name: fn()[0] == want for name, fn, _ in variants if name.startswith("AR beam") and "static" in name})
+        for arch in ("T5", "PMLM"):
+            want = eager_ar[arch]()[0]
+            same.update({name: fn()[0] == want for name, fn, _ in variants
+                         if name.startswith(f"AR beam {K} ({arch})") and "static" in name})
     env = (f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}, torch {torch.__version__}, "
            f"{args.model} {args.layers}L-{args.layers}L, V {args.vocab}, source {S} tokens, {args.dec_len} positions, "
            f"{args.iterations} iterations x {args.length_beam} lengths, batch 1")
@@ -124,17 +131,17 @@ def main(argv=None):
         print("error: a static decoder returned other tokens than its eager one", file=sys.stderr)
     by = {r["what"]: r for r in rows}
     graphed = next((r for r in rows if "CUDA graphs" in r["what"] and r["what"].startswith("Mask")), None)
-    ar_graphed = by.get(f"AR beam {args.beam} (T5), static shapes, CUDA graphs")
-    ar_eager_row = by[f"AR beam {args.beam} (T5), eager"]
     elmer_row = next(r for r in rows if r["what"].startswith("ELMER"))
     targets = [dict(target="Mask-Predict batch 1: eager / graphs (at least)", measured=None if graphed is None else 1 / graphed["ratio"],
-                    wanted=2.0, met="not measured (no GPU)" if graphed is None else bool(1 / graphed["ratio"] >= 2.0)),
-               dict(target=f"AR beam {args.beam} (T5) batch 1: eager / graphs (at least)",
-                    measured=None if ar_graphed is None else ar_eager_row["ratio"] / ar_graphed["ratio"], wanted=2.0,
-                    met="not measured (no GPU)" if ar_graphed is None else
-                    bool(ar_eager_row["ratio"] / ar_graphed["ratio"] >= 2.0))]
-    if ar_graphed is not None:  # both decoders under graphs: the NAR / AR latency ratio (a report, not a target)
-        print(f"ELMER one pass / AR beam {args.beam}, both under CUDA graphs: {elmer_row['ratio'] / ar_graphed['ratio']:.3f}")
+                    wanted=2.0, met="not measured (no GPU)" if graphed is None else bool(1 / graphed["ratio"] >= 2.0))]
+    for arch in ("T5", "PMLM"):
+        ar_graphed, ar_eager_row = by.get(f"AR beam {K} ({arch}), static shapes, CUDA graphs"), by[f"AR beam {K} ({arch}), eager"]
+        gain = None if ar_graphed is None else ar_eager_row["ratio"] / ar_graphed["ratio"]
+        targets.append(dict(target=f"AR beam {K} ({arch}) batch 1: eager / graphs (at least)", measured=gain, wanted=2.0,
+                            met="not measured (no GPU)" if gain is None else bool(gain >= 2.0)))
+        if ar_graphed is not None:  # both decoders under graphs: the NAR / AR latency ratio (a report, not a target)
+            print(f"ELMER one pass / AR beam {K} ({arch}), both under CUDA graphs: "
+                  f"{elmer_row['ratio'] / ar_graphed['ratio']:.3f}")
     for t in targets:
         shown = "-" if t["measured"] is None else f"{t['measured']:.2f}"
         print(f"target {t['target']}: {shown}, wanted >= {t['wanted']:g}: "

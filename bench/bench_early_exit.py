@@ -71,7 +71,7 @@ def interleaved(device, run, base, repeats):
 
 
 class Tok:  # what the decoders need of a tokenizer
-    pad_id, sos_id, eos_id, n_special = 0, 2, 3, 6
+    pad_id, sos_id, eos_id, pseudo_id, n_special = 0, 2, 3, 5, 6
 
 
 # -----------------------------------------------------------------------------

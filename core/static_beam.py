@@ -48,11 +48,14 @@ def ban_repeated_ngrams_static(logp, hyps, t, n):
     return logp.masked_fill(ban > 0, NEG_INF)
 
 
-class StaticBeamT5:
-    """Beam search of size K for B sources of S tokens (padded to this size, the padding invalid)
-    with at most M steps. run(memory, src_valid) -> (list of B token lists, (B,) scores)."""
+class StaticBeam:
+    """Beam search of size K for B sources with at most M steps, at fixed shapes. A subclass gives
+    the decoder: `_setup(...)` (eager, per run: the sources into the static buffers; allocates
+    `self.cache`, per layer (k, v) of N = B*K rows, reordered with the beams), `_clear()` (the
+    decoder's part of the start) and `_logits()` (one decoder step of every row, at self.t, fed
+    self.prev). run(...) -> (list of B token lists, (B,) scores)."""
 
-    def __init__(self, model, B, S, K, M, min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs):
+    def __init__(self, model, B, K, M, min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs):
         p = next(model.parameters())
         dev = p.device
         if K < 1 or M < 1:
@@ -60,13 +63,12 @@ class StaticBeamT5:
         if 2 * K > model.cfg.vocab_size:
             raise ValueError(f"the static beam search needs a vocabulary of at least 2 * beam tokens, got "
                              f"{model.cfg.vocab_size} for beam {K}")
-        self.model, self.B, self.S, self.K, self.M = model, B, S, K, M
+        self.model, self.B, self.K, self.M, self.tok = model, B, K, M, tok
         self.min_len, self.lp, self.n = min_len, length_norm_fn(length_norm, length_penalty), no_repeat_ngram
         self.eos, self.sos = tok.eos_id, tok.sos_id
         self.graphs = graphs and p.is_cuda
         N = B * K
         self.t = torch.zeros((), dtype=torch.long, device=dev)
-        self.pos = torch.zeros(N, 1, dtype=torch.long, device=dev)
         self.prev = torch.zeros(N, dtype=torch.long, device=dev)
         self.sums = torch.zeros(N, device=dev)
         # a source's first ranking sees its first row only (the others are the same row): as beam_search's
@@ -77,20 +79,12 @@ class StaticBeamT5:
         self.fin_score = torch.full((B, K), NEG_INF, device=dev)
         self.fin_tok = torch.zeros(B, K, M, dtype=torch.long, device=dev)
         self.fin_len = torch.zeros(B, K, dtype=torch.long, device=dev)
-        self.src_valid = torch.zeros(N, S, dtype=torch.bool, device=dev)
-        self.k_pos = torch.arange(M, device=dev).expand(N, M)
-        orig = torch.full((N, M), kernels.ORIGINAL, dtype=torch.long, device=dev)
-        self.k_meta = Meta(orig, self.k_pos)  # slot j: step j (causal: the slots past the step are hidden)
-        self.meta = Meta(orig[:, :1], self.pos)
-        zero = torch.zeros(N, S, dtype=torch.long, device=dev)
-        self.mem_meta = Meta(zero, zero, self.src_valid)
-        self.cache = self.mem_kv = None  # allocated at the first run, in the dtype the layers produce
+        self.cache = None
         self._graphs, self.version = None, None
 
     # -- the steps ------------------------------------------------------------------------------------
     def _start(self):
         self.t.zero_()
-        self.pos.zero_()
         self.prev.fill_(self.sos)
         self.sums.copy_(self.sums0)
         self.hyps.zero_()
@@ -99,17 +93,12 @@ class StaticBeamT5:
         self.fin_score.fill_(NEG_INF)
         self.fin_tok.zero_()
         self.fin_len.zero_()
-        for k, v in self.cache:
-            k.zero_()
-            v.zero_()
+        self._clear()
 
     def _step(self):
         B, K, M = self.B, self.K, self.M
         t, dev = self.t, self.t.device
-        self.meta.cache.clear()  # the queries' codes depend on the step: made anew inside the graph
-        logits = self.model.decode_step_into(self.prev, self.pos, t.view(1), self.cache, self.mem_kv, self.meta,
-                                             self.k_meta, self.k_pos, self.mem_meta)
-        logp = F.log_softmax(logits.float(), -1)
+        logp = F.log_softmax(self._logits().float(), -1)
         V = logp.shape[1]
         logp = torch.where((torch.arange(V, device=dev) == self.eos) & (t < self.min_len), NEG_INF, logp)
         logp = ban_repeated_ngrams_static(logp, self.hyps, t, self.n)
@@ -153,29 +142,11 @@ class StaticBeamT5:
         self.sums.copy_(live_sum.reshape(-1))
         self.prev.copy_(live_tok.reshape(-1))
         self.t.add_(1)
-        self.pos.add_(1)
 
     # -- running ------------------------------------------------------------------------------------
     @torch.no_grad()
-    def run(self, memory, src_valid):
-        """memory: (B, S', C) the encoder's output, src_valid (B, S') bool, S' <= S."""
-        K, S = self.K, memory.shape[1]
-        mem_kv = self.model.cross_kv(memory)  # per layer (B, H, S', D)
-        if self.cache is None:
-            N, H, D = self.B * K, mem_kv[0][0].shape[1], mem_kv[0][0].shape[3]
-            dt, dev = mem_kv[0][0].dtype, memory.device
-            self.cache = [(torch.zeros(N, H, self.M, D, dtype=dt, device=dev),
-                           torch.zeros(N, H, self.M, D, dtype=dt, device=dev)) for _ in mem_kv]
-            self.mem_kv = [(torch.zeros(N, H, self.S, D, dtype=dt, device=dev),
-                            torch.zeros(N, H, self.S, D, dtype=dt, device=dev)) for _ in mem_kv]
-        for (k, v), (mk, mv) in zip(mem_kv, self.mem_kv):
-            mk.zero_()
-            mv.zero_()
-            mk[:, :, :S].copy_(k.repeat_interleave(K, 0))
-            mv[:, :, :S].copy_(v.repeat_interleave(K, 0))
-        self.src_valid.zero_()
-        self.src_valid[:, :S].copy_(src_valid.repeat_interleave(K, 0))
-        self.mem_meta.cache.clear()  # the padding is new: the cross-attention's codes are made again
+    def run(self, *inputs):
+        self._setup(*inputs)
         if self.graphs:
             version = weights_version(self.model)
             if self._graphs is None or version != self.version:
@@ -190,6 +161,128 @@ class StaticBeamT5:
                 break
         lens, toks = self.fin_len[:, 0].tolist(), self.fin_tok[:, 0].tolist()
         return [toks[b][:lens[b]] for b in range(self.B)], self.fin_score[:, 0].cpu()
+
+
+def _pairs(n_layers, N, H, L, D, dtype, device):
+    return [(torch.zeros(N, H, L, D, dtype=dtype, device=device), torch.zeros(N, H, L, D, dtype=dtype, device=device))
+            for _ in range(n_layers)]
+
+
+class StaticBeamT5(StaticBeam):
+    """T5 (core/model.EncoderDecoder): sources of at most S tokens, the self-attention cache of M
+    slots written at the step's index (EncoderDecoder.decode_step_into)."""
+
+    def __init__(self, model, B, S, K, M, *settings):
+        super().__init__(model, B, K, M, *settings)
+        N, dev = B * K, self.t.device
+        self.S = S
+        self.pos = torch.zeros(N, 1, dtype=torch.long, device=dev)
+        self.src_valid = torch.zeros(N, S, dtype=torch.bool, device=dev)
+        self.k_pos = torch.arange(M, device=dev).expand(N, M)
+        orig = torch.full((N, M), kernels.ORIGINAL, dtype=torch.long, device=dev)
+        self.k_meta = Meta(orig, self.k_pos)  # slot j: step j (causal: the slots past the step are hidden)
+        self.meta = Meta(orig[:, :1], self.pos)
+        zero = torch.zeros(N, S, dtype=torch.long, device=dev)
+        self.mem_meta = Meta(zero, zero, self.src_valid)
+        self.mem_kv = None
+
+    def _setup(self, memory, src_valid):
+        """memory: (B, S', C) the encoder's output, src_valid (B, S') bool, S' <= S."""
+        K, S = self.K, memory.shape[1]
+        mem_kv = self.model.cross_kv(memory)  # per layer (B, H, S', D)
+        if self.cache is None:
+            _, H, _, D = mem_kv[0][0].shape
+            dt, dev, L = mem_kv[0][0].dtype, memory.device, len(mem_kv)
+            self.cache = _pairs(L, self.B * K, H, self.M, D, dt, dev)
+            self.mem_kv = _pairs(L, self.B * K, H, self.S, D, dt, dev)
+        for (k, v), (mk, mv) in zip(mem_kv, self.mem_kv):
+            mk.zero_()
+            mv.zero_()
+            mk[:, :, :S].copy_(k.repeat_interleave(K, 0))
+            mv[:, :, :S].copy_(v.repeat_interleave(K, 0))
+        self.src_valid.zero_()
+        self.src_valid[:, :S].copy_(src_valid.repeat_interleave(K, 0))
+        self.mem_meta.cache.clear()  # the padding is new: the cross-attention's codes are made again
+
+    def _clear(self):
+        self.pos.zero_()
+        for k, v in self.cache:
+            k.zero_()
+            v.zero_()
+
+    def _logits(self):
+        self.meta.cache.clear()  # the queries' codes depend on the step: made anew inside the graph
+        out = self.model.decode_step_into(self.prev, self.pos, self.t.view(1), self.cache, self.mem_kv, self.meta,
+                                          self.k_meta, self.k_pos, self.mem_meta)
+        self.pos.add_(1)
+        return out
+
+
+class StaticBeamPMLM(StaticBeam):
+    """UniLMv2's seq2seq decoder (core/seq2seq.PMLMDecoder) at fixed shapes. Keys: S source slots
+    (CONTEXT, step 0, the padding invalid), M target slots (slot j holds y_{j+1}: ORIGINAL, step j+1,
+    position S_b + j) and one [P] slot (PSEUDO, rewritten each step: step t+1, position S_b + t).
+    Queries at step t: y_t (ORIGINAL, step t) and [P] (PSEUDO, step t+1), as PMLMDecoder's; before
+    the first step y_t is a stand-in whose key goes to the last target slot, which no step reads."""
+
+    def __init__(self, model, B, S, K, M, *settings):
+        super().__init__(model, B, K, M, *settings)
+        N, dev = B * K, self.t.device
+        self.S = S
+        full = lambda n, v: torch.full((N, n), v, dtype=torch.long, device=dev)  # noqa: E731
+        self.k_kind = torch.cat([full(S, kernels.CONTEXT), full(M, kernels.ORIGINAL), full(1, kernels.PSEUDO)], 1)
+        self.k_step = torch.cat([full(S, 0), torch.arange(1, M + 1, device=dev).expand(N, M), full(1, 0)], 1)
+        self.k_pos = full(S + M + 1, 0)
+        self.k_valid = torch.ones(N, S + M + 1, dtype=torch.bool, device=dev)
+        self.k_meta = Meta(self.k_kind, self.k_step, self.k_valid)
+        self.q_step, self.q_pos, self.q_tok = full(2, 0), full(2, 0), full(2, 0)
+        self.meta = Meta(torch.tensor([kernels.ORIGINAL, kernels.PSEUDO], device=dev).expand(N, 2).contiguous(),
+                         self.q_step)
+        self.src_len = torch.zeros(N, dtype=torch.long, device=dev)
+        self.pseudo = full(1, self.tok.pseudo_id)[:, 0]
+
+    def _setup(self, src_ids, max_src):
+        """The sources encoded by PMLMDecoder itself (the same tokens, positions and cache)."""
+        from .seq2seq import PMLMDecoder
+        dec = PMLMDecoder(self.model, src_ids, self.tok, max_src=max_src)
+        K, S, M = self.K, dec.k_pos.shape[1], self.M
+        limit = self.model.cfg.max_positions
+        if int(dec.src_len.max()) + M - 1 >= limit:
+            raise ValueError(f"decoding {M} steps reaches position {int(dec.src_len.max()) + M - 1}, past the "
+                             f"model's max_positions {limit}: shorten the source or max_len")
+        if self.cache is None:
+            _, H, _, D = dec.cache[0][0].shape
+            self.cache = _pairs(len(dec.cache), self.B * K, H, self.S + M + 1, D, dec.cache[0][0].dtype, self.t.device)
+        for (k, v), (ck, cv) in zip(dec.cache, self.cache):
+            ck[:, :, :S].copy_(k.repeat_interleave(K, 0))
+            cv[:, :, :S].copy_(v.repeat_interleave(K, 0))
+        self.src_len.copy_(dec.src_len.repeat_interleave(K, 0))
+        self.k_valid[:, :self.S].zero_()
+        self.k_valid[:, :S].copy_(dec.k_valid.repeat_interleave(K, 0))
+        self.k_pos[:, :self.S].zero_()
+        self.k_pos[:, :S].copy_(dec.k_pos.repeat_interleave(K, 0))
+        self.k_pos[:, self.S:self.S + M].copy_(self.src_len[:, None] + torch.arange(M, device=self.t.device))
+
+    def _clear(self):
+        for k, v in self.cache:  # the target and [P] slots; the source's stay
+            k[:, :, self.S:].zero_()
+            v[:, :, self.S:].zero_()
+
+    def _logits(self):
+        m, S, M, t = self.model, self.S, self.M, self.t
+        p = self.src_len + t  # the [P]'s position
+        self.q_pos.copy_(torch.stack([p - 1, p], 1))
+        self.q_step.copy_(torch.stack([t, t + 1])[None].expand_as(self.q_step))
+        self.q_tok.copy_(torch.stack([self.prev, self.pseudo], 1))
+        self.k_step[:, -1] = t + 1
+        self.k_pos[:, -1] = p
+        at = torch.stack([torch.where(t == 0, S + M - 1, S + t - 1), torch.full_like(t, S + M)])
+        self.meta.cache.clear()  # the step's codes and tile maps: made anew inside the graph
+        bias = m.rel_bias(self.q_pos, self.k_pos)
+        x = m.emb(self.q_tok, self.q_pos, torch.ones_like(self.q_tok))
+        for i, layer in enumerate(m.layers):
+            x, _ = layer(x, self.meta, k_meta=self.k_meta, bias=bias, past=self.cache[i], write_at=at)
+        return m.head(m.ln_f(x[:, -1]))
 
 
 _BEAMS = weakref.WeakKeyDictionary()  # model -> {shapes and settings: StaticBeamT5}
@@ -214,3 +307,19 @@ def static_beam_t5(model, src_ids, tok, beam, max_len, min_len=1, length_penalty
     with torch.no_grad():
         memory = model.encode(src, positions(src), valid)
     return beams[key].run(memory, valid)
+
+
+def static_beam_pmlm(model, src_ids, tok, beam, max_len, min_len=1, length_penalty=0.6, length_norm="wu",
+                     no_repeat_ngram=0, max_src=None, graphs=True):
+    """Beam search of a UniLMv2 seq2seq model (core/model.UnifiedLM) over a batch of sources, at fixed
+    shapes (CUDA graphs on a GPU): the tokens and scores of decoding.beam_search over PMLMDecoder."""
+    longest = max(len(list(s)[:max_src]) for s in src_ids) + 2  # [SOS] ... [EOS]
+    S_pad = -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET
+    dev = next(model.parameters()).device.type
+    key = ("pmlm", len(src_ids), S_pad, beam, max_len, min_len, length_penalty, length_norm, no_repeat_ngram, graphs,
+           torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev))
+    beams = _BEAMS.setdefault(model, {})
+    if key not in beams:
+        beams[key] = StaticBeamPMLM(model, len(src_ids), S_pad, beam, max_len, min_len, length_penalty, length_norm,
+                                    no_repeat_ngram, tok, graphs)
+    return beams[key].run(src_ids, max_src)

@@ -64,3 +64,40 @@ def test_the_graphed_static_beam_search_equals_beam_search_on_cuda(tokenizer):
     for _ in range(2):
         got, _ = static_beam_t5(model, sources, tok, 4, 12, 1, 0.6, "wu", 3, graphs=True)
         assert got == want
+
+
+@pytest.mark.parametrize("beam,max_len,min_len,lp,ngram,eos", [(4, 10, 1, 0.6, 3, 0.0), (3, 8, 2, 1.0, 0, 3.0),
+                                                               (4, 10, 1, 0.6, 3, 4.0)])
+def test_static_pmlm_beam_search_equals_beam_search(tokenizer, beam, max_len, min_len, lp, ngram, eos):
+    """UniLMv2's decoder ([P] queries against a static cache of source, target and [P] slots)."""
+    from core.seq2seq import PMLMDecoder
+    from core.static_beam import static_beam_pmlm
+    from test_seq2seq import ids, tiny
+    import numpy as np
+    tok = tokenizer
+    model = tiny(tok, std=0.3)
+    with torch.no_grad():
+        model.head.bias[tok.eos_id] += eos
+    rng = np.random.default_rng(3)
+    sources = [ids(rng, n) for n in (4, 12, 7)]
+    want, want_scores = decoding.beam_search(PMLMDecoder(model, sources, tok), beam, max_len, min_len, lp, tok.eos_id,
+                                             ngram, "wu")
+    got, got_scores = static_beam_pmlm(model, sources, tok, beam, max_len, min_len, lp, "wu", ngram)
+    assert got == want
+    assert torch.allclose(got_scores, want_scores, atol=1e-5), (got_scores, want_scores)
+    print([len(o) for o in want])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_the_graphed_static_pmlm_beam_search_equals_beam_search_on_cuda(tokenizer):
+    from core.seq2seq import PMLMDecoder
+    from core.static_beam import static_beam_pmlm
+    from test_seq2seq import ids, tiny
+    import numpy as np
+    tok = tokenizer
+    model = tiny(tok, std=0.3).cuda()
+    sources = [ids(np.random.default_rng(3), n) for n in (4, 12, 7)]
+    want, _ = decoding.beam_search(PMLMDecoder(model, sources, tok), 4, 10, 1, 0.6, tok.eos_id, 3, "wu")
+    for _ in range(2):
+        got, _ = static_beam_pmlm(model, sources, tok, 4, 10, 1, 0.6, "wu", 3, graphs=True)
+        assert got == want
