@@ -303,8 +303,8 @@ def part_decode(rep, args):
     configs = ["--configs", SWEPT] if os.path.exists(os.path.join(ROOT, SWEPT)) else []
     steps = [("bench_early_exit.py --graphs (base)", [py, "bench/bench_early_exit.py", "--graphs", "--model", "base",
                                                      "--json", os.path.join(out, "exit.json"), "--repeats", "10"], 70),
-             ("bench_decoders.py (base): Mask-Predict eager / static / graphs, ELMER, AR beam",
-              [py, "bench/bench_decoders.py", "--model", "base", "--json", os.path.join(out, "decoders.json")], 40),
+             ("bench_decoders.py (base): Mask-Predict and AR beam (T5, PMLM) eager / static / graphs, ELMER",
+              [py, "bench/bench_decoders.py", "--model", "base", "--json", os.path.join(out, "decoders.json")], 90),
              ("bench_early_exit.py --ckpt (a trained ELMER's exit)",
               [py, "bench/bench_early_exit.py", "--ckpt", args.elmer_ckpt, "--n", "16", "--repeats", "5", "--measures",
                "classifier", "state", "--thresholds", "classifier=0.6,0.9;state=0.99", "--json",
