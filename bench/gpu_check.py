@@ -36,8 +36,8 @@ PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "de
 # where --part speed leaves the fastest blocks of its sweep for --part decode (an ignored folder: it
 # stays on a machine kept warm between the two calls)
 SWEPT = "checkpoints/gpu-swept-configs.json"
-KERNEL_TESTS = ["tests/test_pseudo_attention.py", "tests/test_attention_rule.py", "tests/test_early_exit.py",
-                "tests/test_compile.py"]
+KERNEL_TESTS = ["tests/test_pseudo_attention.py", "tests/test_attention_in_model.py", "tests/test_attention_rule.py",
+                "tests/test_early_exit.py", "tests/test_compile.py"]
 # module -> the distribution that provides it: what the code and the tests import beyond torch
 NEEDED = {"numpy": "numpy", "sentencepiece": "sentencepiece", "rouge_score": "rouge-score", "nltk": "nltk",
           "absl": "absl-py", "pytest": "pytest", "triton": "triton"}

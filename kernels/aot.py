@@ -250,6 +250,7 @@ def table(rows):
 
 
 LOOP_NAMES = {True: ("FAR", "FULL", "GATHER", "PARTIAL", "EDGE"), False: ("FULL", "PARTIAL", "EDGE")}
+REL_CASES = ("rel", "rel_frozen", "seq", "decode", "cross")  # the compile cases with a relative bias
 
 
 def loop_table(rows):
@@ -265,7 +266,7 @@ def loop_table(rows):
         if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
             continue
         case = r["cases"][0]
-        rel = case.split("-")[0] in ("rel", "seq", "decode", "cross")
+        rel = case.split("-")[0] in REL_CASES
         names = LOOP_NAMES[rel]
         if len(r["loops"]) != len(names):
             continue

@@ -15,14 +15,14 @@ from .reference import RelPosBias, rel_pos_bias
 def attention():
     """[(case name, thunk)]: each thunk runs the forward and backward launchers with the CUDA
     configuration on CPU tensors like a base-size layer's (B=2, H=12, L=768, PMLM layout). Variants:
-    no bias, relative bias (the model's self-attention), packed sequences, a dense bias without and
-    with its gradient, decoding (one query against 768 cached keys), and MLAE decoder (b)'s
-    cross-attention with its relative bias. Nothing runs: kernels/aot.py records the launches, so
+    no bias, relative bias (the model's self-attention) with and without the table's gradient,
+    packed sequences, a dense bias without and with its gradient, decoding (one query against 768
+    cached keys), and MLAE decoder (b)'s cross-attention with its relative bias. Nothing runs: kernels/aot.py records the launches, so
     the codes and the map are the readable versions' and the lists empty tensors of their shapes."""
     cases = []
     # bf16 only: fp16 compiles to the same registers, spills and loop sizes (kernels/aot.py on both,
     # 2026-11-26), and CI's suite has a time budget
-    for variant in ("norel", "rel", "seq", "dense", "dense_grad", "decode", "cross"):
+    for variant in ("norel", "rel", "rel_frozen", "seq", "dense", "dense_grad", "decode", "cross"):
         for dtype in (torch.bfloat16,):
             for D in (64, 128):
                 cases.append((f"{variant}-{str(dtype)[6:]}-d{D}",
@@ -73,7 +73,7 @@ def _attention_launch(variant, dtype, D, B=2, H=12, L=768):
     meta = _attention_meta(q, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias, dense, D)
     o, lse = pa._forward(q, k, v, meta, D ** -0.5)
     pa._backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, D ** -0.5,
-              dense_grad=variant == "dense_grad")
+                 dense_grad=variant == "dense_grad", table_grad=variant != "rel_frozen")
 
 
 def _attention_cross(dtype, D, B, H, L, g):

@@ -29,7 +29,7 @@ the map and the bias table, else 2-3 launches for the codes and map and 2 for th
 training step of an n-layer model with a relative bias therefore launches 4 + 7 n times for its
 attention: codes, map and table once (4), and per layer the forward (1) and the backward's delta,
 dK/dV and dQ kernels with the table gradient's sum and fold (3 + 3), with no host sync
-(tests/test_pseudo_attention.py counts them).
+(tests/test_attention_in_model.py counts them).
 
 Conventions inside the kernels: scores are kept in base 2 (multiplied by log2 e) so that exp2 does
 the softmax; a query row that sees no key has log-sum-exp +inf, which makes every probability of

@@ -130,7 +130,7 @@ def loops(path):
     """kernels/aot.py --loops --json: the SASS per loop iteration of each tile class of the attention
     kernels, against the plain FlashAttention loop compiled with the forward's blocks."""
     sys.path.insert(0, ROOT)
-    from kernels.aot import LOOP_NAMES
+    from kernels.aot import LOOP_NAMES, REL_CASES
     rows = _load(path)
     version = os.path.basename(path)[:-5].split("triton-")[-1]
     plain = {c.rsplit("-", 1)[1]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r.get("loops")
@@ -143,7 +143,7 @@ def loops(path):
         if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
             continue
         case = r["cases"][0]
-        rel = case.split("-")[0] in ("rel", "seq", "decode", "cross")
+        rel = case.split("-")[0] in REL_CASES
         if len(r["loops"]) != len(LOOP_NAMES[rel]):
             continue
         cells = dict(zip(LOOP_NAMES[rel], r["loops"]))
