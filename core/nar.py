@@ -319,7 +319,7 @@ class StaticStep:
         self.valid = torch.zeros(N, T, dtype=torch.bool, device=p.device)
         self.conf = torch.zeros(N, T, device=p.device)
         self.best = torch.zeros(N, T, dtype=torch.long, device=p.device)
-        self.graph, self.version = None, None
+        self.captured, self.version = None, None
 
     def _step(self):
         h = self.model.decode_nar(self.tokens, self.valid, self.memory, self.src_valid)
@@ -338,9 +338,9 @@ class StaticStep:
         self.valid.copy_(valid)
         if self.graphs:
             version = weights_version(self.model)
-            if self.graph is None or version != self.version:
-                self.graph, self.version = capture([self._step], self.model), version  # a list: it keeps the casts
-            self.graph[0].replay()
+            if self.captured is None or version != self.version:
+                self.captured, self.version = capture([self._step], self.model), version  # (its graph, and the casts)
+            self.captured[0].replay()
         else:
             self._step()
         return self.conf.clone(), self.best.clone()

@@ -1,4 +1,5 @@
-"""T5's beam search at fixed shapes, so that a GPU can replay each step as one CUDA graph.
+"""Beam search at fixed shapes (T5's decoder and UniLMv2's), so that a GPU can replay each step as
+one CUDA graph.
 
 core/decoding.beam_search drives any incremental decoder with host-side bookkeeping: the cache
 grows by one key a step, finished sources' rows are dropped, and the pool of finished hypotheses
@@ -6,9 +7,10 @@ is updated only when one finishes; every step then costs a few hundred launches 
 syncs, and at batch 1 a GPU spends its time on those. Here every shape is fixed for a batch of B
 sources, K beams and at most M steps:
 
-  * the decoder's self-attention cache is (B*K, H, M, D) per layer, the step's keys written at its
-    index (EncoderDecoder.decode_step_into); slot j carries step j, so the causal rule hides the
-    slots past the step and no mask changes shape;
+  * the decoder's key/value cache has a slot for every key a search can make, the step's keys
+    written at their index (T5: M target slots, EncoderDecoder.decode_step_into; UniLMv2: the
+    source's, M target slots and the [P]'s); a slot's step hides it from the queries until it is
+    written, so no mask changes shape;
   * all B*K rows run from the first step: before the first token every row of a source is the
     same, and beams 2..K start at a score of -inf, so the first ranking sees one row per source,
     as beam_search's does;
@@ -285,7 +287,18 @@ class StaticBeamPMLM(StaticBeam):
         return m.head(m.ln_f(x[:, -1]))
 
 
-_BEAMS = weakref.WeakKeyDictionary()  # model -> {shapes and settings: StaticBeamT5}
+_BEAMS = weakref.WeakKeyDictionary()  # model -> {shapes and settings: its StaticBeam}
+
+
+def _kept(model, key, make):
+    """The StaticBeam of these shapes and settings (under this autocast), made once and kept with
+    its graphs."""
+    dev = next(model.parameters()).device.type
+    key = key + (torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev),)
+    beams = _BEAMS.setdefault(model, {})
+    if key not in beams:
+        beams[key] = make()
+    return beams[key]
 
 
 def static_beam_t5(model, src_ids, tok, beam, max_len, min_len=1, length_penalty=0.6, length_norm="wu",
@@ -297,16 +310,12 @@ def static_beam_t5(model, src_ids, tok, beam, max_len, min_len=1, length_penalty
     src, valid = encoder_input(model, src_ids, tok)
     B, S = src.shape
     S_pad = -(-S // SOURCE_BUCKET) * SOURCE_BUCKET
-    dev = src.device.type
-    key = (B, S_pad, beam, max_len, min_len, length_penalty, length_norm, no_repeat_ngram, graphs,
-           torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev))
-    beams = _BEAMS.setdefault(model, {})
-    if key not in beams:
-        beams[key] = StaticBeamT5(model, B, S_pad, beam, max_len, min_len, length_penalty, length_norm,
-                                  no_repeat_ngram, tok, graphs)
+    settings = (min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs)
+    search = _kept(model, ("t5", B, S_pad, beam, max_len) + settings,
+                   lambda: StaticBeamT5(model, B, S_pad, beam, max_len, *settings))
     with torch.no_grad():
         memory = model.encode(src, positions(src), valid)
-    return beams[key].run(memory, valid)
+    return search.run(memory, valid)
 
 
 def static_beam_pmlm(model, src_ids, tok, beam, max_len, min_len=1, length_penalty=0.6, length_norm="wu",
@@ -315,11 +324,7 @@ def static_beam_pmlm(model, src_ids, tok, beam, max_len, min_len=1, length_penal
     shapes (CUDA graphs on a GPU): the tokens and scores of decoding.beam_search over PMLMDecoder."""
     longest = max(len(list(s)[:max_src]) for s in src_ids) + 2  # [SOS] ... [EOS]
     S_pad = -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET
-    dev = next(model.parameters()).device.type
-    key = ("pmlm", len(src_ids), S_pad, beam, max_len, min_len, length_penalty, length_norm, no_repeat_ngram, graphs,
-           torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev))
-    beams = _BEAMS.setdefault(model, {})
-    if key not in beams:
-        beams[key] = StaticBeamPMLM(model, len(src_ids), S_pad, beam, max_len, min_len, length_penalty, length_norm,
-                                    no_repeat_ngram, tok, graphs)
-    return beams[key].run(src_ids, max_src)
+    settings = (min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs)
+    search = _kept(model, ("pmlm", len(src_ids), S_pad, beam, max_len) + settings,
+                   lambda: StaticBeamPMLM(model, len(src_ids), S_pad, beam, max_len, *settings))
+    return search.run(src_ids, max_src)
