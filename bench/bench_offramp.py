@@ -10,11 +10,12 @@ the tied (V, C) embedding, V = 8000 (the embedded corpus's vocabulary), bf16 on 
          with the matmul in the input dtype as autocast would run it).
 Throughput: TFLOP/s = 2 * N * V * C / t (the matmul; the softmax's O(N V) work is not counted).
 A second table times the training loss, forward + backward:
-  ours   kernels.early_exit.offramp_cross_entropy (fused forward, backward recomputing the logits
-         one vocabulary tile at a time);
+  ours   kernels.offramp_loss.offramp_cross_entropy (the gradients computed in the forward, --chunk
+         token rows at a time: the chain's three products, one (chunk, V) block of logits);
   torch  F.cross_entropy(F.linear(h, W, b).float(), y)
-  TFLOP/s = 6 * N * V * C / t for both: the chain's three matmuls (logits, dh, dW). Ours does
-  a fourth, recomputing the logits in the backward (8 N V C in all), which is not counted.
+  TFLOP/s = 6 * N * V * C / t for both: the chain's three matmuls (logits, dh, dW), ours the
+  same three. Before timing, ours is checked against the chain in float32 (loss and the three
+  gradients, relative to their scale).
 Memory: on CUDA the peak allocated above the inputs during one call (torch.cuda.max_memory_allocated),
 against the (N, V) float32 logits' 4 N V bytes. Under a CPU the Triton kernel would run in the
 interpreter, whose timings mean nothing: only the torch chain is timed there (in float32).
@@ -55,6 +56,8 @@ def main():
     ap.add_argument("--vocab", type=int, nargs="+", default=[8000], help="V values (the issue's: 8000 50000)")
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions on CPU")
+    ap.add_argument("--chunk", type=int, default=None, help="token rows per chunk of the training loss "
+                    "(default: kernels.offramp_loss.CHUNK)")
     args = ap.parse_args()
     for V in args.vocab:
         run(args, V)
@@ -64,6 +67,7 @@ def run(args, V):
     C = args.width
     if CUDA:
         from kernels import early_exit as ee
+        from kernels import offramp_loss as ol
         dtype = torch.bfloat16
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, bf16")
     else:
@@ -108,8 +112,11 @@ def run(args, V):
         t_ref = bench(ref, args.reps)
         cells = [f"{t_ref:.3f}", f"{flops / t_ref / 1e9:.2f}", f"{peak_extra(ref) / 2**20:.1f}" if CUDA else "-"]
         if ee is not None:
+            chunk = args.chunk or ol.CHUNK
+
             def ours():
-                ee.offramp_cross_entropy(h, wl, bl, y).backward()
+                ol.offramp_cross_entropy(h, wl, bl, y, chunk=chunk).backward()
+            check_loss(ol, h, wl, bl, y, chunk)
             t = bench(ours, args.reps)
             peak_ref, peak = peak_extra(ref), peak_extra(ours)
             cells += [f"{t:.3f}", f"{flops / t / 1e9:.2f}", f"{peak / 2**20:.1f}", f"{t_ref / t:.2f}"]
@@ -120,6 +127,21 @@ def run(args, V):
         else:
             cells += ["-", "-", "-", "-"]
         print(f"| {N} | " + " | ".join(cells) + " |")
+
+
+def check_loss(ol, h, w, b, y, chunk):
+    """Ours against the chain in float32 on the same inputs: the loss and the gradients to h, W
+    and b, each within 2e-2 of its largest value (bf16 operands). Stops the run if not."""
+    got, want = [], []
+    for fn, out in ((lambda a, c, d: ol.offramp_cross_entropy(a, c, d, y, chunk=chunk), got),
+                    (lambda a, c, d: F.cross_entropy(F.linear(a.float(), c.float(), d.float()), y), want)):
+        hh, ww, bb = (t.detach().clone().requires_grad_() for t in (h, w, b))
+        loss = fn(hh, ww, bb)
+        loss.backward()
+        out += [loss.detach(), hh.grad, ww.grad, bb.grad]
+    for name, a, r in zip(("loss", "dh", "dW", "db"), got, want):
+        err = (a.float() - r.float()).abs().max().item()
+        assert err <= 2e-2 * r.float().abs().max().item() + 1e-6, f"training loss: {name} off by {err:.3g}"
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, backend="a
     h, weight and bias. The Triton path never materialises the (N, V) logits. stats: also return
     (argmax, entropy, per-row nll), each (N,), from the same pass, without gradient."""
     if resolve_backend(backend, h.device) == "triton":
-        from .early_exit import offramp_cross_entropy as kernel
+        from .offramp_loss import offramp_cross_entropy as kernel
         return kernel(h, weight, bias, target, ignore_index, stats=stats)
     return reference.offramp_cross_entropy(h, weight, bias, target, ignore_index, stats=stats)
 

@@ -10,6 +10,7 @@ import kernels
 from kernels import reference
 
 ee = pytest.importorskip("kernels.early_exit")
+ol = pytest.importorskip("kernels.offramp_loss")
 
 from conftest import DEVICE  # noqa: E402
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -119,7 +120,7 @@ def test_scatter_then_gather_roundtrip_keeps_exited_rows():
 def test_dispatch(monkeypatch):
     """use_backend picks the kernel or the reference for every early-exit entry point."""
     for name in ("active_index", "gather_rows", "scatter_rows", "offramp", "offramp_cross_entropy"):
-        monkeypatch.setattr(ee, name, lambda *a, **k: "kernel")
+        monkeypatch.setattr(ol if name == "offramp_cross_entropy" else ee, name, lambda *a, **k: "kernel")
     x, index = torch.randn(4, 8), torch.tensor([1, 3])
     calls = {"active_index": (x > 0,), "gather_rows": (x, index), "scatter_rows": (x, index, x[:2]),
              "offramp": (x, torch.randn(5, 8)), "offramp_cross_entropy": (x, torch.randn(5, 8), None, torch.zeros(4, dtype=torch.long))}
@@ -271,7 +272,7 @@ def test_offramp_cross_entropy(dtype, tol):
     for fn in ("kernel", "reference"):
         hh, ww, bb = (t.clone().requires_grad_() for t in (h, w, b))
         if fn == "kernel":
-            loss = ee.offramp_cross_entropy(hh, ww, bb, target, tile=300)  # 300 does not divide V
+            loss = ol.offramp_cross_entropy(hh, ww, bb, target, chunk=16)  # 16 does not divide N
         else:
             loss = reference.offramp_cross_entropy(hh, ww, bb, target)
         loss.backward()
@@ -283,15 +284,33 @@ def test_offramp_cross_entropy(dtype, tol):
             report(name, got, want)
 
 
-def test_offramp_cross_entropy_backward_works_in_tiles():
+def test_offramp_cross_entropy_works_in_chunks_of_tokens():
+    """No tensor of the loss's forward or backward is larger than a chunk's logits or the
+    weight's float32 gradient; the (N, V) logits never exist."""
     g = torch.Generator().manual_seed(10)
-    N, V, C, tile = 128, 1000, 16, 100
+    N, V, C, chunk = 128, 1000, 16, 24
     h = torch.randn(N, C, generator=g).to(DEVICE).requires_grad_()
     w = torch.randn(V, C, generator=g).to(DEVICE).requires_grad_()
-    loss = ee.offramp_cross_entropy(h, w, None, torch.randint(0, V, (N,), generator=g).to(DEVICE), tile=tile)
     with AllocationTrace() as trace:
+        loss = ol.offramp_cross_entropy(h, w, None, torch.randint(0, V, (N,), generator=g).to(DEVICE), chunk=chunk)
         loss.backward()
-    assert trace.largest <= max(V * C, N * tile) * 4, f"largest tensor {trace.largest} bytes, (N, V) logits {N * V * 4}"
+    assert trace.largest <= max(V * C, chunk * V) * 4 < N * V * 4, \
+        f"largest tensor {trace.largest} bytes, (N, V) logits {N * V * 4}"
+
+
+def test_offramp_cross_entropy_without_gradient_takes_the_fused_kernel():
+    """Under no_grad (evaluation) the loss and statistics come from the fused off-ramp kernel,
+    which writes no (N, chunk) block either; the same numbers as with gradient."""
+    g = torch.Generator().manual_seed(12)
+    N, V, C = 40, 500, 16
+    h, w = torch.randn(N, C, generator=g).to(DEVICE), torch.randn(V, C, generator=g).to(DEVICE)
+    b, target = torch.randn(V, generator=g).to(DEVICE), torch.randint(0, V, (N,), generator=g).to(DEVICE)
+    with torch.no_grad(), AllocationTrace() as trace:
+        plain = ol.offramp_cross_entropy(h, w, b, target, chunk=N, stats=True)
+    assert trace.largest <= V * C * 4
+    graded = ol.offramp_cross_entropy(h, w.clone().requires_grad_(), b, target, chunk=N, stats=True)
+    for x, y in zip(plain, graded):
+        assert torch.allclose(x.float(), y.detach().float(), atol=1e-4)
 
 
 def test_offramp_of_nobody_with_the_cuda_configuration(monkeypatch):
@@ -305,7 +324,7 @@ def test_offramp_of_nobody_with_the_cuda_configuration(monkeypatch):
     arg, ent, lse = ee._offramp_launch(h, w, None, cfg)
     assert arg.shape == ent.shape == lse.shape == (0,)
     hh = h.clone().requires_grad_()
-    loss = ee.offramp_cross_entropy(hh, w, None, torch.zeros(0, dtype=torch.long).to(DEVICE))
+    loss = ol.offramp_cross_entropy(hh, w, None, torch.zeros(0, dtype=torch.long).to(DEVICE))
     loss.backward()
     assert loss.item() == 0 and hh.grad.shape == (0, C)
 
@@ -332,8 +351,8 @@ def test_offramp_cross_entropy_returns_the_exit_statistics_of_its_own_pass():
     b = torch.randn(V, generator=g).to(DEVICE)
     target = torch.randint(0, V, (N,), generator=g).to(DEVICE)
     target[::4] = -100
-    loss, arg, ent, nll = ee.offramp_cross_entropy(h, w, b, target, stats=True)
+    loss, arg, ent, nll = ol.offramp_cross_entropy(h, w.clone().requires_grad_(), b, target, chunk=10, stats=True)
     r_loss, r_arg, r_ent, r_nll = reference.offramp_cross_entropy(h, w, b, target, stats=True)
-    assert torch.allclose(loss, r_loss, atol=1e-4) and torch.equal(arg.cpu(), r_arg.cpu())
+    assert torch.allclose(loss.detach(), r_loss, atol=1e-4) and torch.equal(arg.cpu(), r_arg.cpu())
     assert torch.allclose(ent, r_ent, atol=1e-4) and torch.allclose(nll, r_nll, atol=1e-4)
     assert (nll[::4] == 0).all() and torch.allclose(nll.sum() / (target != -100).sum(), loss, atol=1e-5)

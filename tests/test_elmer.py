@@ -323,10 +323,10 @@ def test_fused_offramp_loss_equals_the_logits_and_allocates_no_logits(monkeypatc
     import functools
 
     import kernels
-    import kernels.early_exit as ee
+    import kernels.offramp_loss as ol
     from test_early_exit import AllocationTrace
-    # backward tiles of 128 vocabulary rows, so that a whole (n, V) block would stand out
-    monkeypatch.setattr(ee, "offramp_cross_entropy", functools.partial(ee.offramp_cross_entropy, tile=128))
+    # chunks of 16 token rows, so that a whole (n, V) block would stand out
+    monkeypatch.setattr(ol, "offramp_cross_entropy", functools.partial(ol.offramp_cross_entropy, chunk=16))
     torch.manual_seed(0)
     Vbig = 512
     cfg = preset("tiny", vocab_size=Vbig, n_dec_layers=2, dropout=0.0)
