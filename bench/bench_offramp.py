@@ -23,6 +23,7 @@ interpreter, whose timings mean nothing: only the torch chain is timed there (in
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +57,8 @@ def main():
     ap.add_argument("--vocab", type=int, nargs="+", default=[8000], help="V values (the issue's: 8000 50000)")
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions on CPU")
+    ap.add_argument("--profile", action="store_true", help="CUDA: also profile the training loss of ours and "
+                    "the chain at each N (kernels' GPU time per call against the wall time per call)")
     ap.add_argument("--chunk", type=int, default=None, help="token rows per chunk of the training loss "
                     "(default: kernels.offramp_loss.CHUNK)")
     args = ap.parse_args()
@@ -120,6 +123,8 @@ def run(args, V):
             t = bench(ours, args.reps)
             peak_ref, peak = peak_extra(ref), peak_extra(ours)
             cells += [f"{t:.3f}", f"{flops / t / 1e9:.2f}", f"{peak / 2**20:.1f}", f"{t_ref / t:.2f}"]
+            if args.profile:
+                profile(f"V {V} N {N}, chunk {chunk}", {"ours": ours, "torch": ref})
             if N >= 4096:
                 met = t_ref / t >= 1.2 and peak <= peak_ref / 4
                 print(f"target V {V} N {N}: fwd+bwd {t_ref / t:.2f}x the chain (>= 1.2), peak memory {peak / peak_ref:.2f} "
@@ -127,6 +132,32 @@ def run(args, V):
         else:
             cells += ["-", "-", "-", "-"]
         print(f"| {N} | " + " | ".join(cells) + " |")
+
+
+def profile(title, fns, calls=5):
+    """Per call of each fn: the wall time, the GPU time of its kernels, and its kernels by GPU time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+    for name, fn in fns.items():
+        fn()
+        torch.cuda.synchronize()
+        with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) * 1e3 / calls
+        kernels = {}
+        for e in p.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                k = kernels.setdefault(e.name[:70], [0.0, 0])
+                k[0] += e.device_time / 1e3 / calls
+                k[1] += 1
+        gpu = sum(v[0] for v in kernels.values())
+        print(f"\nprofile, {title}, {name}: wall {wall:.3f} ms per call, its kernels {gpu:.3f} ms of GPU time, "
+              f"{sum(v[1] for v in kernels.values()) / calls:.0f} launches")
+        for k, (ms, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:8]:
+            print(f"  {ms:8.3f} ms  x{n // calls:<3d} {k}")
 
 
 def check_loss(ol, h, w, b, y, chunk):

@@ -6,14 +6,16 @@ logits, with the statistics ELMER's exit needs (argmax, entropy, per-row nll) fr
 The gradient is computed in the forward, a chunk of token rows at a time (the fused
 linear cross-entropy way): for rows n0:n1
 
-    z  = h[n0:n1] @ W^T                 (chunk, V) float32, tensor cores (16-bit operands)
+    z  = h[n0:n1] @ W^T                 (chunk, V) in h's dtype, tensor cores, float32 accumulation
     dz = (softmax(z + b) - onehot) / n  one Triton program per row: two passes over the row,
-                                        the first an online max / sum that also gives lse,
-                                        argmax, entropy and the target's logit; written in h's dtype
-    dh[n0:n1] = dz @ W,   dW += dz^T h[n0:n1],   db += dz.sum(0)
+                                        the first an online max / sum in float32 that also gives
+                                        lse, argmax, entropy and the target's logit; dz is
+                                        written over z
+    dh[n0:n1] = dz @ W,   dW += dz^T h[n0:n1] (float32),   db += dz.sum(0)
 
 so the three products are the PyTorch chain's three (logits, dh, dW) and no product is redone;
-at most one (chunk, V) block of logits exists. The backward only scales the saved dh, dW, db by
+at most one (chunk, V) block of logits exists. The logits are rounded to h's dtype as the
+chain's F.linear rounds them under autocast (float32 inputs stay float32). The backward only scales the saved dh, dW, db by
 the incoming gradient (a scalar). Where no gradient is wanted (evaluation), the loss comes from
 the fused off-ramp kernel of kernels/early_exit.py, which writes no logits at all.
 
@@ -28,7 +30,7 @@ import triton.language as tl
 
 from .early_exit import _check_device, _offramp_config, _offramp_launch
 
-CHUNK = 1024  # token rows per chunk: (1024, V) float32 logits plus their 16-bit gradient
+CHUNK = 2048  # token rows per chunk: (2048, V) logits in h's dtype, their gradient written over them
 
 
 @triton.jit
@@ -36,7 +38,9 @@ def _ce_rows_kernel(Z, BIAS, TARGET, COUNT, DZ, ARG, ENT, NLL, n0, V, sz, sd, ig
                     HAS_BIAS: tl.constexpr, BV: tl.constexpr):
     """Row r of a chunk (token n0 + r): z = Z[r] (+ bias). Pass 1, an online max m, s = sum exp(z - m) and
     u = sum exp(z - m) (z - m) (as the fused off-ramp kernel: entropy = log s - u / s) and the
-    argmax; pass 2 writes dz = (exp(z - lse) - onehot(target)) * valid / count."""
+    argmax; pass 2 writes dz = (exp(z - lse) - onehot(target)) * valid / count over the row
+    (DZ may be Z: a program reads and writes only its own row, pass 2 reads each block before
+    writing it)."""
     r = tl.program_id(0).to(tl.int64)
     row = n0 + r  # the token: its target and statistics
     t = tl.load(TARGET + row)
@@ -49,7 +53,7 @@ def _ce_rows_kernel(Z, BIAS, TARGET, COUNT, DZ, ARG, ENT, NLL, n0, V, sz, sd, ig
     for v0 in range(0, V, BV):
         cols = v0 + tl.arange(0, BV)
         col_in = cols < V
-        z = tl.load(Z + r * sz + cols, mask=col_in, other=float("-inf"))
+        z = tl.load(Z + r * sz + cols, mask=col_in, other=float("-inf")).to(tl.float32)
         if HAS_BIAS:
             z += tl.load(BIAS + cols, mask=col_in, other=0.0).to(tl.float32)
         z_max = tl.max(z, 0)
@@ -74,7 +78,7 @@ def _ce_rows_kernel(Z, BIAS, TARGET, COUNT, DZ, ARG, ENT, NLL, n0, V, sz, sd, ig
     for v0 in range(0, V, BV):
         cols = v0 + tl.arange(0, BV)
         col_in = cols < V
-        z = tl.load(Z + r * sz + cols, mask=col_in, other=float("-inf"))
+        z = tl.load(Z + r * sz + cols, mask=col_in, other=float("-inf")).to(tl.float32)
         if HAS_BIAS:
             z += tl.load(BIAS + cols, mask=col_in, other=0.0).to(tl.float32)
         dz = (tl.exp(z - lse) - tl.where(cols == t_safe, 1.0, 0.0)) * scale
@@ -133,25 +137,27 @@ def _loss_and_grads(h, weight, bias, target, ignore_index, chunk, want_w, want_b
     ent = torch.empty(N, dtype=torch.float32, device=dev)
     nll = torch.empty(N, dtype=torch.float32, device=dev)
     dh = torch.empty_like(h)
-    dw = torch.zeros(V, C, dtype=torch.float32, device=dev) if want_w else None
-    db = torch.zeros(V, dtype=torch.float32, device=dev) if want_b else None
+    dw = db = None
     BV, warps = _rows_config(dev.type, V)
     for n0 in range(0, N, chunk):
         hc = h[n0: n0 + chunk]
-        z = _mm_f32(hc, weight.t())  # (c, V) float32
-        dz = torch.empty(z.shape, dtype=h.dtype, device=dev)
+        z = hc @ weight.t()  # (c, V), float32 accumulation, rounded to h's dtype
         _ce_rows_kernel[(hc.shape[0],)](
-            z, z if bias is None else bias, target, count, dz, arg, ent, nll, n0, V,
-            z.stride(0), dz.stride(0), ignore_index, HAS_BIAS=bias is not None, BV=BV, num_warps=warps)
-        del z
-        if h.is_cuda:
-            torch.mm(dz, weight, out=dh[n0: n0 + chunk])
-        else:
-            dh[n0: n0 + chunk] = dz.float() @ weight.float()
-        if dw is not None:
-            _acc_mm_f32(dw, dz.t(), hc)
-        if db is not None:
-            db += dz.sum(0, dtype=torch.float32)
+            z, z if bias is None else bias, target, count, z, arg, ent, nll, n0, V,
+            z.stride(0), z.stride(0), ignore_index, HAS_BIAS=bias is not None, BV=BV, num_warps=warps)
+        dz = z  # written over the logits
+        torch.mm(dz, weight, out=dh[n0: n0 + chunk])
+        if want_w:
+            if dw is None:
+                dw = _mm_f32(dz.t(), hc)
+            else:
+                _acc_mm_f32(dw, dz.t(), hc)
+        if want_b:
+            part = dz.sum(0, dtype=torch.float32)
+            db = part if db is None else db.add_(part)
+    if N == 0:
+        dw = torch.zeros(V, C, dtype=torch.float32, device=dev) if want_w else None
+        db = torch.zeros(V, dtype=torch.float32, device=dev) if want_b else None
     loss = nll.sum() / count.clamp_min(1)
     return loss, arg, ent, nll, dh, dw, db
 
