@@ -11,7 +11,8 @@ the tied (V, C) embedding, V = 8000 (the embedded corpus's vocabulary), bf16 on 
 Throughput: TFLOP/s = 2 * N * V * C / t (the matmul; the softmax's O(N V) work is not counted).
 A second table times the training loss, forward + backward:
   ours   kernels.offramp_loss.offramp_cross_entropy (the gradients computed in the forward, --chunk
-         token rows at a time: the chain's three products, one (chunk, V) block of logits);
+         token rows at a time, by default default_chunk(V): the chain's three products, one
+         (chunk, V) block of logits);
   torch  F.cross_entropy(F.linear(h, W, b).float(), y)
   TFLOP/s = 6 * N * V * C / t for both: the chain's three matmuls (logits, dh, dW), ours the
   same three. Before timing, ours is checked against the chain in float32 (loss and the three
@@ -60,7 +61,7 @@ def main():
     ap.add_argument("--profile", action="store_true", help="CUDA: also profile the training loss of ours and "
                     "the chain at each N (kernels' GPU time per call against the wall time per call)")
     ap.add_argument("--chunk", type=int, default=None, help="token rows per chunk of the training loss "
-                    "(default: kernels.offramp_loss.CHUNK)")
+                    "(default: kernels.offramp_loss.default_chunk(V))")
     args = ap.parse_args()
     for V in args.vocab:
         run(args, V)
@@ -115,7 +116,7 @@ def run(args, V):
         t_ref = bench(ref, args.reps)
         cells = [f"{t_ref:.3f}", f"{flops / t_ref / 1e9:.2f}", f"{peak_extra(ref) / 2**20:.1f}" if CUDA else "-"]
         if ee is not None:
-            chunk = args.chunk or ol.CHUNK
+            chunk = args.chunk or ol.default_chunk(V)
 
             def ours():
                 ol.offramp_cross_entropy(h, wl, bl, y, chunk=chunk).backward()

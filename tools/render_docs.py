@@ -205,9 +205,40 @@ def decoders(folder):
     return "\n".join(out) + "\n"
 
 
+_PROFILE = re.compile(r"profile, V (\d+) N (\d+), chunk (\d+), (\w+): wall ([\d.]+) ms per call, "
+                      r"its kernels ([\d.]+) ms of GPU time, (\d+) launches")
+
+
+def loss_profile(path):
+    """bench/bench_offramp.py --profile's log: per (V, N) the training loss's GPU time (its kernels,
+    profiled) beside its timed time (do_bench, which a host-bound call stretches), ours and the
+    chain's, and the launches of each."""
+    with open(os.path.join(ROOT, path)) as f:
+        lines = f.read().splitlines()
+    prof, timed, V, in_loss = {}, {}, None, False
+    for line in lines:
+        m = _PROFILE.match(line)
+        if m:
+            prof[(int(m[1]), int(m[2]), m[4])] = (float(m[6]), int(m[7]), int(m[3]))
+        elif line.startswith("V = "):
+            V, in_loss = int(line.split()[2].rstrip(",")), False
+        elif line.startswith("training loss"):
+            in_loss = True
+        elif in_loss and re.match(r"\| \d", line):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            timed[(V, int(cells[0]))] = (float(cells[1]), float(cells[4]))
+    out = ["| V | N | chunk | chain GPU ms | ours GPU ms | chain / ours, GPU | chain timed ms | ours timed ms | "
+           "chain / ours, timed | launches, chain / ours |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (v, n), (t_ref, t) in timed.items():
+        (g_ref, l_ref, _), (g, l, chunk) = prof[(v, n, "torch")], prof[(v, n, "ours")]
+        out.append(f"| {v} | {n} | {chunk} | {g_ref:.3f} | {g:.3f} | {g_ref / g:.2f} | {t_ref:.3f} | {t:.3f} | "
+                   f"{t_ref / t:.2f} | {l_ref} / {l} |")
+    return "\n".join(out) + "\n"
+
+
 RENDERERS = {"default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
-             "decoders": decoders, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
+             "decoders": decoders, "loss-profile": loss_profile, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
              "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
