@@ -250,7 +250,7 @@ def table(rows):
 
 
 LOOP_NAMES = {True: ("FAR", "FULL", "GATHER", "PARTIAL", "EDGE"), False: ("FULL", "PARTIAL", "EDGE")}
-REL_CASES = ("rel", "rel_frozen", "seq", "decode", "cross")  # the compile cases with a relative bias
+REL_CASES = ("rel", "rel_frozen", "rel_fused", "seq", "decode", "cross")  # the compile cases with a relative bias
 
 
 def loop_table(rows):

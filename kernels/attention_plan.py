@@ -40,6 +40,13 @@ CUDA_CONFIGS = {
     64: Config(64, 64, 4, 3, 64, 64, 8, 3, 4, 3),
     128: Config(64, 64, 4, 3, 32, 64, 8, 2, 4, 3),
 }
+# The backward's structure: False, two kernels (dK/dV per key tile, dQ per query tile, each
+# recomputing the probabilities of its tiles); True, one at head dims up to 64 (the dK/dV kernel adds
+# each tile's dQ into a float32 buffer by atomics). At D 128 the fused kernel compiled for sm_90a
+# either spills (64-row query blocks: 148 stores, 564 loads under Triton 3.9) or takes mma.sync for
+# dS^T K (32-row blocks, too few rows for a warpgroup's wgmma), so D 128 keeps two kernels. A plan
+# records the choice it was made with (meta["fused"]). bench/bench_attention.py times both.
+FUSED_DQ = False
 # under the interpreter a tile costs Python time, and small tiles make the tests cross many tile
 # boundaries; the two orientations differ so that the tests check each list on its own
 INTERPRET_CONFIG = Config(16, 16, 1, 1, 16, 32, 1, 1, 1, 1)
@@ -137,7 +144,7 @@ def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k
     cfg = config(q.device, D)
     meta["qc"], meta["kc"], meta["tiles"] = plan(cache, cfg, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq,
                                                  q_pos, k_pos, M if meta["rel"] else None, backward)
-    meta["cfg"] = cfg
+    meta["cfg"], meta["fused"] = cfg, FUSED_DQ and D <= 64
     if not meta["rel"]:
         meta["table"] = meta["qc"]  # a pointer the kernels never read
     return meta, table, dense

@@ -16,6 +16,10 @@ import triton.language as tl
 from .tilemap import _BIG, _KA, _KB, _NONE_K, _NONE_Q, _POS, _QA, _QB, _SEQ
 
 LOG2E = tl.constexpr(1.4426950408889634)
+# lengths change with every batch: without this Triton would compile a variant per "== 1" and
+# "divisible by 16" pattern of each of them
+_LENGTHS = ["Lq", "Lk", "n_qt", "n_kt"]
+_PARTIAL, _FULL, _FAR, _GATHER, _EDGE = (tl.constexpr(c) for c in range(1, 6))  # a loop's tile class
 WINDOW_PAD = tl.constexpr(128)  # kernels/attention_plan.py WINDOW_PAD  # a global a @triton.jit function reads must be a tl.constexpr object
 
 
@@ -209,3 +213,56 @@ def _dkdv_step(s_t, q_t, do, k, v, lse, delta, dk, dv, PRECISION: tl.constexpr):
     ds_t = p_t * (dp_t - delta[None, :])
     dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), input_precision=PRECISION)
     return dk, dv, ds_t
+
+
+# -----------------------------------------------------------------------------
+# a tile's scores, shared by the forward and the dQ kernel
+
+@triton.jit
+def _edge(lst, n_part, n_tiles, L, BLOCK: tl.constexpr):
+    """1 if the last PARTIAL entry is the tile that straddles L (it is last: lists are in increasing
+    order), which is then run by a loop compiled with bounds checks (EDGE); the others need none."""
+    last = tl.load(lst + tl.maximum(n_part - 1, 0))
+    return ((n_part > 0) & (last == n_tiles - 1) & (L % BLOCK != 0)).to(tl.int32)
+
+
+@triton.jit
+def _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION: tl.constexpr,
+            CLASS: tl.constexpr, BN: tl.constexpr, REL: tl.constexpr):
+    """Base-2 scores of a (query, key) tile with its relative bias (the table is in base 2), read as
+    windows (FULL), pair by pair (PARTIAL, GATHER, EDGE) or as one scalar (FAR). The bias is added
+    after the product, not given as its accumulator: registers that non-wgmma instructions define
+    inside a wgmma's pipeline stage make ptxas serialise every wgmma of the kernel (C7515)."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    if REL:
+        if CLASS == 2:
+            s += _window(W - max_dist - WINDOW_PAD, plane, qp, _k0(KC, sk, rk, b, kt * BN), max_dist, offs_n, BN)
+        elif CLASS == 3:
+            s += _far(W, code, max_dist)
+        else:
+            s += _near(W, qp, kp, max_dist)
+    return s
+
+
+@triton.jit
+def _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+                 qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+                 CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
+                 DENSE: tl.constexpr, PRECISION: tl.constexpr):
+    """(scores, K, V) of one key tile against the program's query tile, compiled for one class
+    (PARTIAL, FULL, FAR, GATHER or EDGE): the forward's and the dQ kernel's common part."""
+    MASKED: tl.constexpr = CLASS == 5  # EDGE: the PARTIAL tile that straddles Lk, loaded with bounds checks
+    if CLASS == 3:
+        kt = code // 2
+    else:
+        kt = code
+    cols = kt * BN + offs_n
+    k = _rows(Kb, cols, offs_d, skn, Lk, MASKED)
+    v = _rows(Vb, cols, offs_d, svn, Lk, MASKED)
+    ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, MASKED)
+    s = _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION, CLASS, BN, REL)
+    if DENSE:
+        s += _dense(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
+    if CLASS % 4 == 1:  # PARTIAL or EDGE: the rule, pair by pair
+        s = tl.where(_see(qa, qb, qq, ka, kb, kq, HAS_SEQ), s, float("-inf"))
+    return s, k, v

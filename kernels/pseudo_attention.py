@@ -6,7 +6,9 @@ Same contract as kernels.attention and the same numbers as kernels/reference.py.
 FlashAttention-2 (Dao, 2023): the forward pass streams key tiles through an online softmax and
 saves only the log-sum-exp of each query row; the backward pass recomputes the probabilities tile
 by tile, one kernel for dK/dV (a program per key tile) and one for dQ (a program per query tile),
-so that no gradient of q, k or v needs an atomic add. What is added for the pseudo-masked LM
+so that no gradient of q, k or v needs an atomic add (kernels/attention_backward.py). With
+kernels/attention_plan.FUSED_DQ the dK/dV kernel also adds each tile's dQ by atomics and the dQ
+kernel does not run (head dims up to 64), as FlashAttention-2's own backward does. What is added for the pseudo-masked LM
 (UniLMv2, Bao et al. 2020, section 3.2):
 
   * the mask is never stored: each token carries two int32 codes from which the rule is two
@@ -42,71 +44,18 @@ import torch
 import triton
 import triton.language as tl
 
-from .attention_tiles import (WINDOW_PAD, _dense, _dense_t, _dkdv_step, _dq_step, _far, _k0, _k_codes, _near, _near_t, _q_codes,
-                              _rows, _rows_t, _see, _see_t, _softmax_step, _vec, _window, _window_t)
+from .attention_backward import _bwd_kv_kernel, _bwd_q_kernel, _delta_kernel
+from .attention_tiles import (_EDGE, _FAR, _FULL, _GATHER, _LENGTHS, _PARTIAL, WINDOW_PAD, _edge, _q_codes, _rows,
+                              _softmax_step, _tile_scores)
 from .attention_plan import (DTYPES, HEAD_DIMS, LOG2E, Config, config, extended_table, fold_table_grad,  # noqa: F401
                              prepare)
 from .reference import RelPosBias
 
 POISON = False  # tests set this: outputs and gradients start as NaN, so an unwritten element fails
-# lengths change with every batch: without this Triton would compile a variant per "== 1" and
-# "divisible by 16" pattern of each of them
-_LENGTHS = ["Lq", "Lk", "n_qt", "n_kt"]
-_PARTIAL, _FULL, _FAR, _GATHER, _EDGE = (tl.constexpr(c) for c in range(1, 6))
 
 
 # -----------------------------------------------------------------------------
 # forward: one program per (query tile, batch * head)
-
-@triton.jit
-def _edge(lst, n_part, n_tiles, L, BLOCK: tl.constexpr):
-    """1 if the last PARTIAL entry is the tile that straddles L (it is last: lists are in increasing
-    order), which is then run by a loop compiled with bounds checks (EDGE); the others need none."""
-    last = tl.load(lst + tl.maximum(n_part - 1, 0))
-    return ((n_part > 0) & (last == n_tiles - 1) & (L % BLOCK != 0)).to(tl.int32)
-
-
-@triton.jit
-def _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION: tl.constexpr,
-            CLASS: tl.constexpr, BN: tl.constexpr, REL: tl.constexpr):
-    """Base-2 scores of a (query, key) tile with its relative bias (the table is in base 2), read as
-    windows (FULL), pair by pair (PARTIAL, GATHER, EDGE) or as one scalar (FAR). The bias is added
-    after the product, not given as its accumulator: registers that non-wgmma instructions define
-    inside a wgmma's pipeline stage make ptxas serialise every wgmma of the kernel (C7515)."""
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-    if REL:
-        if CLASS == 2:
-            s += _window(W - max_dist - WINDOW_PAD, plane, qp, _k0(KC, sk, rk, b, kt * BN), max_dist, offs_n, BN)
-        elif CLASS == 3:
-            s += _far(W, code, max_dist)
-        else:
-            s += _near(W, qp, kp, max_dist)
-    return s
-
-
-@triton.jit
-def _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-                 qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
-                 CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
-                 DENSE: tl.constexpr, PRECISION: tl.constexpr):
-    """(scores, K, V) of one key tile against the program's query tile, compiled for one class
-    (PARTIAL, FULL, FAR, GATHER or EDGE): the forward's and the dQ kernel's common part."""
-    MASKED: tl.constexpr = CLASS == 5  # EDGE: the PARTIAL tile that straddles Lk, loaded with bounds checks
-    if CLASS == 3:
-        kt = code // 2
-    else:
-        kt = code
-    cols = kt * BN + offs_n
-    k = _rows(Kb, cols, offs_d, skn, Lk, MASKED)
-    v = _rows(Vb, cols, offs_d, svn, Lk, MASKED)
-    ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, MASKED)
-    s = _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION, CLASS, BN, REL)
-    if DENSE:
-        s += _dense(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
-    if CLASS % 4 == 1:  # PARTIAL or EDGE: the rule, pair by pair
-        s = tl.where(_see(qa, qb, qq, ka, kb, kq, HAS_SEQ), s, float("-inf"))
-    return s, k, v
-
 
 @triton.jit
 def _fwd_tile(code, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
@@ -175,193 +124,6 @@ def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, so
 
 
 # -----------------------------------------------------------------------------
-# backward: delta = rowsum(dO * O); dK, dV (and the bias gradients) per key tile; dQ per query tile
-
-@triton.jit(do_not_specialize=["Lq"])
-def _delta_kernel(O, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, Lq, D: tl.constexpr, BM: tl.constexpr):
-    pid_m, bh = tl.program_id(0), tl.program_id(1)
-    b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
-    rows = pid_m * BM + tl.arange(0, BM)
-    offs_d = tl.arange(0, D)
-    o = _rows(O + b * sob + h * soh, rows, offs_d, som, Lq, True)
-    do = _rows(DO + b * sdob + h * sdoh, rows, offs_d, sdom, Lq, True)
-    tl.store(DELTA + bh.to(tl.int64) * Lq + rows, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=rows < Lq)
-
-
-@triton.jit
-def _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h, offs_m, offs_n, offs_d,
-             sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64,
-             CLASS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
-             REL_GRAD: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr, PRECISION: tl.constexpr):
-    """One query tile of the dK/dV kernel (keys along dim 0), compiled for one class; EDGE is the
-    PARTIAL query tile that straddles Lq. REL_GRAD: add the tile's share of the bias table's gradient."""
-    MASKED: tl.constexpr = CLASS == 5
-    RULE: tl.constexpr = CLASS % 4 == 1
-    if CLASS == 3:
-        qt = code // 2
-    else:
-        qt = code
-    rows = qt * BM + offs_m
-    q_t = _rows_t(Qb, rows, offs_d, sqm, Lq, MASKED)
-    do = _rows(DOb, rows, offs_d, sdom, Lq, MASKED)
-    lse = _vec(LSEb, rows, Lq, float("inf"), MASKED)
-    delta = _vec(DELTAb, rows, Lq, 0.0, MASKED)
-    qa, qb, qq, qp = _q_codes(QC, sq, rq, b, rows, Lq, MASKED)
-    d = 0
-    s_t = tl.dot(k, q_t, input_precision=PRECISION) * qk_scale
-    if REL:
-        if CLASS == 2:
-            bias_t, d = _window_t(W - max_dist - WINDOW_PAD, plane, qp, k0, max_dist, offs_n, BN)
-            s_t += bias_t
-        elif CLASS == 3:
-            s_t += _far(W, code, max_dist)
-        else:
-            bias_t, d = _near_t(W, qp, kp, max_dist)
-            s_t += bias_t
-    if DENSE:
-        s_t += _dense_t(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
-    if RULE:
-        s_t = tl.where(_see_t(qa, qb, qq, ka, kb, kq, HAS_SEQ), s_t, float("-inf"))
-    dk, dv, ds_t = _dkdv_step(s_t, q_t, do, k, v, lse, delta, dk, dv, PRECISION)
-    if REL_GRAD:
-        if CLASS == 3:
-            tl.atomic_add(drow + (code % 2) * 2 * max_dist - max_dist, tl.sum(tl.sum(ds_t, 1), 0), sem="relaxed")
-        else:
-            tl.atomic_add(drow + d, ds_t, sem="relaxed")
-    if DENSE_GRAD:
-        tl.store(DBIAS + (bh64 * Lq + rows[None, :]) * Lk + cols[:, None], ds_t,
-                 mask=(rows < Lq)[None, :] & (cols < Lk)[:, None])
-    return dk, dv
-
-
-@triton.jit(do_not_specialize=_LENGTHS)
-def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn,
-                   sdob, sdoh, sdom, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
-                   QC, KC, sq, sk, rq, rk, TABLE, DTABLE, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS,
-                   LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, TW: tl.constexpr,
-                   D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
-                   REL: tl.constexpr, REL_GRAD: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr,
-                   PRECISION: tl.constexpr):
-    """Grid (n_kt, B * H), blocks BN keys x BM queries; LIST / COUNT: the k-major lists (n_qt query
-    tiles of BM rows per list). REL_GRAD: the bias table's gradient (REL and the table requires it)."""
-    pid_n, bh = tl.program_id(0), tl.program_id(1)
-    b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
-    bh64 = bh.to(tl.int64)
-    cols = pid_n * BN + tl.arange(0, BN)
-    offs_m, offs_n, offs_d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
-    k = _rows(K + b * skb + h * skh, cols, offs_d, skn, Lk, True)
-    v = _rows(V + b * svb + h * svh, cols, offs_d, svn, Lk, True)
-    ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, True)
-    k0 = _k0(KC, sk, rk, b, pid_n * BN)
-    dk = tl.zeros((BN, D), tl.float32)
-    dv = tl.zeros((BN, D), tl.float32)
-    Qb, DOb = Q + b * sqb + h * sqh, DO + b * sdob + h * sdoh
-    LSEb, DELTAb = LSE + bh64 * Lq, DELTA + bh64 * Lq
-    entry = b * n_kt + pid_n
-    # this program's own row of the extended table's gradient: atomics contend only within the program
-    drow = DTABLE + (entry * H + h) * TW + max_dist + WINDOW_PAD
-    W = TABLE + h * 4 * TW + max_dist + WINDOW_PAD
-    plane = TW
-    if REL_GRAD:  # the program zeroes its own row first (no zeroing launch), then adds to it
-        for c in tl.static_range(0, TW, 16):  # TW: a multiple of 16
-            tl.store(DTABLE + (entry * H + h) * TW + c + tl.arange(0, 16), tl.zeros((16,), tl.float32))
-        tl.debug_barrier()
-    lst, cnt = LIST + entry * 4 * n_qt, COUNT + entry * 4
-    if REL:
-        for t in range(0, tl.load(cnt + 2)):
-            dk, dv = _kv_tile(tl.load(lst + 2 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
-                              sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
-                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _FAR, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD,
-                              PRECISION)
-    for t in range(0, tl.load(cnt + 1)):
-        dk, dv = _kv_tile(tl.load(lst + n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b,
-                          h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, _FULL, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD, PRECISION)
-    if REL:
-        for t in range(0, tl.load(cnt + 3)):
-            dk, dv = _kv_tile(tl.load(lst + 3 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
-                              sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
-                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, _GATHER, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD,
-                              PRECISION)
-    n_part = tl.load(cnt)
-    edge = _edge(lst, n_part, n_qt, Lq, BM)
-    for t in range(0, n_part - edge):
-        dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
-                          offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, _PARTIAL, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD, PRECISION)
-    for t in range(n_part - edge, n_part):
-        dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
-                          offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, _EDGE, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD, PRECISION)
-    mask = cols[:, None] < Lk
-    tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=mask)
-    tl.store(DV + b * sdvb + h * sdvh + cols[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _q_tile(code, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-            qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
-            CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
-            DENSE: tl.constexpr, PRECISION: tl.constexpr):
-    """One key tile of the dQ kernel, compiled for one class."""
-    s, k, v = _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-                           qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
-                           CLASS, BN, HAS_SEQ, REL, DENSE, PRECISION)
-    return _dq_step(s, do, k, v, lse, delta, dq, PRECISION)
-
-
-@triton.jit(do_not_specialize=_LENGTHS)
-def _bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn,
-                  sdob, sdoh, sdom, sdqb, sdqh, sdqm, QC, KC, sq, sk, rq, rk, TABLE, max_dist, BIAS, sbb, sbh, sbm, sbn,
-                  LIST, COUNT, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, TW: tl.constexpr,
-                  D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr,
-                  REL: tl.constexpr, DENSE: tl.constexpr, PRECISION: tl.constexpr):
-    pid_m, bh = tl.program_id(0), tl.program_id(1)
-    b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
-    bh64 = bh.to(tl.int64)
-    rows = pid_m * BM + tl.arange(0, BM)
-    offs_n, offs_d = tl.arange(0, BN), tl.arange(0, D)
-    q = _rows(Q + b * sqb + h * sqh, rows, offs_d, sqm, Lq, True)
-    do = _rows(DO + b * sdob + h * sdoh, rows, offs_d, sdom, Lq, True)
-    lse = _vec(LSE + bh64 * Lq, rows, Lq, float("inf"), True)
-    delta = _vec(DELTA + bh64 * Lq, rows, Lq, 0.0, True)
-    qa, qb, qq, qp = _q_codes(QC, sq, rq, b, rows, Lq, True)
-    Kb, Vb = K + b * skb + h * skh, V + b * svb + h * svh
-    W = TABLE + h * 4 * TW + max_dist + WINDOW_PAD
-    plane = TW
-    dq = tl.zeros((BM, D), tl.float32)
-    entry = b * n_qt + pid_m
-    lst, cnt = LIST + entry * 4 * n_kt, COUNT + entry * 4
-    if REL:
-        for t in range(0, tl.load(cnt + 2)):
-            dq = _q_tile(tl.load(lst + 2 * n_kt + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h,
-                         offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
-                         _FAR, BN, HAS_SEQ, REL, DENSE, PRECISION)
-    for t in range(0, tl.load(cnt + 1)):
-        dq = _q_tile(tl.load(lst + n_kt + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n,
-                     offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _FULL, BN,
-                     HAS_SEQ, REL, DENSE, PRECISION)
-    if REL:
-        for t in range(0, tl.load(cnt + 3)):
-            dq = _q_tile(tl.load(lst + 3 * n_kt + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h,
-                         offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
-                         _GATHER, BN, HAS_SEQ, REL, DENSE, PRECISION)
-    n_part = tl.load(cnt)
-    edge = _edge(lst, n_part, n_kt, Lk, BN)
-    for t in range(0, n_part - edge):
-        dq = _q_tile(tl.load(lst + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk,
-                     skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _PARTIAL, BN, HAS_SEQ, REL,
-                     DENSE, PRECISION)
-    for t in range(n_part - edge, n_part):
-        dq = _q_tile(tl.load(lst + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk,
-                     skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _EDGE, BN, HAS_SEQ, REL,
-                     DENSE, PRECISION)
-    tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=rows[:, None] < Lq)
-
-
-# -----------------------------------------------------------------------------
 # launchers
 
 def _new(like, dtype=None):
@@ -412,7 +174,10 @@ def _backward(q, k, v, o, lse, do, meta, scale, dense_grad, table_grad=True):
     delta = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)  # rowsum(dO * O)
     _delta_kernel[(n_qt, B * H)](o, do, delta, *o.stride()[:3], *do.stride()[:3], H, Lq, D=D, BM=cfg.BM,
                                  num_warps=cfg.dq_warps)
-    dq, dk, dv = _new(q), _new(k), _new(v)
+    fused = meta["fused"]  # kernels/attention_plan.FUSED_DQ when the plan was made
+    dk, dv = _new(k), _new(v)
+    # fused: the dK/dV kernel adds every tile's dQ into a zeroed float32 buffer
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if fused else _new(q)
     rel = meta["rel"]
     rel_grad = rel and table_grad
     width = _width(meta)
@@ -426,13 +191,17 @@ def _backward(q, k, v, o, lse, do, meta, scale, dense_grad, table_grad=True):
         q, k, v, do, lse, delta, dk, dv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], *_code_args(meta),
         meta["table"], dtable, meta["max_dist"], *_bias_args(meta), dbias,
-        tiles.k_list, tiles.k_count, H, Lq, Lk, n_qs, n_ks, qk_scale, scale, BM=cfg.BMK, BN=cfg.BNK,
-        REL_GRAD=rel_grad, DENSE_GRAD=dense_grad, num_warps=cfg.kv_warps, num_stages=cfg.kv_stages, **flags)
-    _bwd_q_kernel[(n_qt, B * H)](
-        q, k, v, do, lse, delta, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-        *do.stride()[:3], *dq.stride()[:3], *_code_args(meta), meta["table"], meta["max_dist"],
-        *_bias_args(meta), tiles.q_list, tiles.q_count, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, BM=cfg.BM, BN=cfg.BN,
-        num_warps=cfg.dq_warps, num_stages=cfg.dq_stages, **flags)
+        tiles.k_list, tiles.k_count, H, Lq, Lk, n_qs, n_ks, qk_scale, scale, dq, *dq.stride()[:3], BM=cfg.BMK,
+        BN=cfg.BNK, REL_GRAD=rel_grad, DENSE_GRAD=dense_grad, FUSED_DQ=fused, num_warps=cfg.kv_warps,
+        num_stages=cfg.kv_stages, **flags)
+    if fused:
+        dq = dq.to(q.dtype)
+    else:
+        _bwd_q_kernel[(n_qt, B * H)](
+            q, k, v, do, lse, delta, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *do.stride()[:3], *dq.stride()[:3], *_code_args(meta), meta["table"], meta["max_dist"],
+            *_bias_args(meta), tiles.q_list, tiles.q_count, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, BM=cfg.BM,
+            BN=cfg.BN, num_warps=cfg.dq_warps, num_stages=cfg.dq_stages, **flags)
     return dq, dk, dv, (fold_table_grad(dtable, meta["max_dist"]) if rel_grad else None), (dbias if dense_grad else None)
 
 

@@ -34,7 +34,7 @@ def test_every_kernel_compiles_for_sm90(rows):
 
 def test_every_attention_variant_is_covered(rows):
     cases = {c for r in rows for c in r["cases"]}
-    for variant in ("norel", "rel", "rel_frozen", "seq", "dense", "dense_grad", "decode", "cross"):
+    for variant in ("norel", "rel", "rel_frozen", "rel_fused", "seq", "dense", "dense_grad", "decode", "cross"):
         for dtype in ("bfloat16",):
             for D in (64, 128):
                 assert f"{variant}-{dtype}-d{D}" in cases, f"no compile case {variant}-{dtype}-d{D}"

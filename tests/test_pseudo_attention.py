@@ -355,3 +355,39 @@ def test_launcher_rejects_bad_inputs():
         pa.pseudo_attention(q, q, q, kind[:, :5], kind, kind, kind)
     with pytest.raises(AssertionError, match="share one of"):
         pa.pseudo_attention(q, q.double(), q, kind, kind, kind, kind)
+
+
+# -----------------------------------------------------------------------------
+# the fused backward: dQ added by atomics from the dK/dV kernel (attention_plan.FUSED_DQ)
+
+@pytest.mark.parametrize("case", ["random", "pmlm-rel", "dense-grad", "packed", "blind", "decoding", "frozen-table",
+                                  "cuda-config"])
+def test_the_fused_backward(monkeypatch, case):
+    """Every flag of the dK/dV kernel with dQ fused (no bias, the relative bias and its table's
+    gradient, a dense bias with gradient, packed sequences, a row that sees nothing, a query tile
+    at Lq's edge, a frozen table) and the blocks CUDA uses: the reference's output and gradients."""
+    from kernels import attention_plan
+    monkeypatch.setattr(attention_plan, "FUSED_DQ", True)
+    q128 = torch.zeros(1, 1, 4, 128, device=DEVICE)
+    kind = torch.zeros(1, 4, dtype=torch.long, device=DEVICE)
+    assert not attention_plan.prepare(q128, q128, q128, kind, kind, kind, kind)[0]["fused"], "D 128 keeps two kernels"
+    if case == "random":
+        run_case(random_layout(2, 45, 70, gen(40)), seed=40)
+    elif case == "pmlm-rel":
+        run_case(pmlm_layout(2, 60, gen(41)), bias="rel", D=32)
+    elif case == "dense-grad":
+        run_case(random_layout(1, 30, 50, gen(42)), bias="broadcast", scale=0.3)
+    elif case == "packed":
+        run_case(packed_layout(2, 90, gen(43)), bias="rel")
+    elif case == "blind":
+        out, grads = run_case(blind_layout(2, 50), bias="rel")
+        assert (grads[0][:, :, :20] == 0).all()
+    elif case == "decoding":
+        run_case(decoding_layout(2, 1, 70), bias="rel", D=32)
+    elif case == "frozen-table":
+        test_a_bias_table_without_gradient()
+    else:
+        cfg = attention_plan.CUDA_CONFIGS[64]
+        monkeypatch.setattr(attention_plan, "config", lambda device, D: cfg)
+        layout, pos = mlae_cross_layout(2, 300, gen(44))
+        run_case(layout, bias="rel", M=128, pos=pos, D=64, H=1)
