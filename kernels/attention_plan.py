@@ -45,8 +45,12 @@ CUDA_CONFIGS = {
 # each tile's dQ into a float32 buffer by atomics). At D 128 the fused kernel compiled for sm_90a
 # either spills (64-row query blocks: 148 stores, 564 loads under Triton 3.9) or takes mma.sync for
 # dS^T K (32-row blocks, too few rows for a warpgroup's wgmma), so D 128 keeps two kernels. A plan
-# records the choice it was made with (meta["fused"]). bench/bench_attention.py times both.
-FUSED_DQ = False
+# records the choice it was made with (meta["fused"]). bench/bench_attention.py times both: on an
+# H200 (bench/RESULTS.md, 2026-11-27) fused was faster at every D 64 layout, forward+backward 2.42 ->
+# 2.27 ms (PMLM), 1.75 -> 1.65 (s2s-1k), 2.55 -> 2.49 (s2s-2k). The atomics make dQ's float32 sums
+# order-dependent on a GPU (as the bias table's gradient already was): equal to within rounding,
+# not bit for bit, from run to run.
+FUSED_DQ = True
 # under the interpreter a tile costs Python time, and small tiles make the tests cross many tile
 # boundaries; the two orientations differ so that the tests check each list on its own
 INTERPRET_CONFIG = Config(16, 16, 1, 1, 16, 32, 1, 1, 1, 1)

@@ -205,6 +205,27 @@ def decoders(folder):
     return "\n".join(out) + "\n"
 
 
+def fused_backward(path):
+    """bench/bench_attention.py --json: per layout, ours kernel-only with the backward's two
+    structures (dQ fused by atomics into the dK/dV kernel, or a dQ kernel apart), fwd+bwd and
+    backward / forward."""
+    d = _load(path)
+    out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}; kernel-only, ms (CUDA-graph replay).", "",
+           "| layout | dQ kernel apart: fwd+bwd | backward / forward | dQ fused: fwd+bwd | backward / forward | "
+           "fused / apart |", "|---|---|---|---|---|---|"]
+    for r in d["records"]:
+        m = r["methods"]
+        alt = r.get("alt_backward")
+        if not alt or alt not in m:
+            continue
+        fused, apart = (m["ours kernel"], m[alt]) if alt.endswith("apart") else (m[alt], m["ours kernel"])
+        fwd = m["ours kernel"]["fwd_ms"]
+        out.append(f"| {r['layout']} D{r['D']} | {apart['fwdbwd_ms']:.3f} | {(apart['fwdbwd_ms'] - apart['fwd_ms']) / fwd:.2f} | "
+                   f"{fused['fwdbwd_ms']:.3f} | {(fused['fwdbwd_ms'] - fused['fwd_ms']) / fwd:.2f} | "
+                   f"{fused['fwdbwd_ms'] / apart['fwdbwd_ms']:.3f} |")
+    return "\n".join(out) + "\n"
+
+
 _PROFILE = re.compile(r"profile, V (\d+) N (\d+), chunk (\d+), (\w+): wall ([\d.]+) ms per call, "
                       r"its kernels ([\d.]+) ms of GPU time, (\d+) launches")
 
@@ -238,7 +259,7 @@ def loss_profile(path):
 
 RENDERERS = {"default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
-             "decoders": decoders, "loss-profile": loss_profile, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
+             "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
              "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
