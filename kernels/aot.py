@@ -42,7 +42,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature  # no
 import triton.language as tl  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
-MODULES = ("pseudo_attention", "tilemap", "early_exit", "aot")  # "aot": the plain FlashAttention yardstick below
+MODULES = ("pseudo_attention", "tilemap", "early_exit", "offramp_loss", "aot")  # "aot": the plain FlashAttention yardstick below
 
 
 def _ptxas():

@@ -45,6 +45,15 @@ def default_chunk(V):
 
 
 @triton.jit
+def _logits(ZROW, BIAS, cols, col_in, HAS_BIAS: tl.constexpr):
+    """A row's logits at cols in float32, the bias added; -inf past the vocabulary."""
+    z = tl.load(ZROW + cols, mask=col_in, other=float("-inf")).to(tl.float32)
+    if HAS_BIAS:
+        z += tl.load(BIAS + cols, mask=col_in, other=0.0).to(tl.float32)
+    return z
+
+
+@triton.jit
 def _ce_rows_kernel(Z, BIAS, TARGET, COUNT, DZ, ARG, ENT, NLL, n0, V, sz, sd, ignore_index,
                     HAS_BIAS: tl.constexpr, BV: tl.constexpr):
     """Row r of a chunk (token n0 + r): z = Z[r] (+ bias). Pass 1, an online max m, s = sum exp(z - m) and
@@ -64,9 +73,7 @@ def _ce_rows_kernel(Z, BIAS, TARGET, COUNT, DZ, ARG, ENT, NLL, n0, V, sz, sd, ig
     for v0 in range(0, V, BV):
         cols = v0 + tl.arange(0, BV)
         col_in = cols < V
-        z = tl.load(Z + r * sz + cols, mask=col_in, other=float("-inf")).to(tl.float32)
-        if HAS_BIAS:
-            z += tl.load(BIAS + cols, mask=col_in, other=0.0).to(tl.float32)
+        z = _logits(Z + r * sz, BIAS, cols, col_in, HAS_BIAS)
         z_max = tl.max(z, 0)
         z_arg = tl.argmax(z, 0, tie_break_left=True) + v0
         m_new = tl.maximum(m, z_max)
@@ -79,9 +86,7 @@ def _ce_rows_kernel(Z, BIAS, TARGET, COUNT, DZ, ARG, ENT, NLL, n0, V, sz, sd, ig
         m = m_new
     log_s = tl.log(s)
     lse = m + log_s
-    z_t = tl.load(Z + r * sz + t_safe).to(tl.float32)
-    if HAS_BIAS:
-        z_t += tl.load(BIAS + t_safe).to(tl.float32)
+    z_t = _logits(Z + r * sz, BIAS, t_safe, True, HAS_BIAS)
     tl.store(ARG + row, arg.to(tl.int64))
     tl.store(ENT + row, log_s - u / s)
     tl.store(NLL + row, tl.where(valid, lse - z_t, 0.0))
@@ -89,9 +94,7 @@ def _ce_rows_kernel(Z, BIAS, TARGET, COUNT, DZ, ARG, ENT, NLL, n0, V, sz, sd, ig
     for v0 in range(0, V, BV):
         cols = v0 + tl.arange(0, BV)
         col_in = cols < V
-        z = tl.load(Z + r * sz + cols, mask=col_in, other=float("-inf")).to(tl.float32)
-        if HAS_BIAS:
-            z += tl.load(BIAS + cols, mask=col_in, other=0.0).to(tl.float32)
+        z = _logits(Z + r * sz, BIAS, cols, col_in, HAS_BIAS)
         dz = (tl.exp(z - lse) - tl.where(cols == t_safe, 1.0, 0.0)) * scale
         tl.store(DZ + r * sd + cols, dz.to(DZ.dtype.element_ty), mask=col_in)
 
@@ -102,6 +105,15 @@ def _rows_config(device_type, V):
     if device_type != "cuda":
         return 64, 1
     return min(2048, triton.next_power_of_2(V)), 4
+
+
+def _rows_launch(z, bias, target, count, arg, ent, nll, n0, ignore_index, cfg):
+    """One program per row of the chunk z (c, V): the statistics of tokens n0.. into arg, ent, nll,
+    and the row's gradient written over z."""
+    BV, warps = cfg
+    _ce_rows_kernel[(z.shape[0],)](
+        z, z if bias is None else bias, target, count, z, arg, ent, nll, n0, z.shape[1],
+        z.stride(0), z.stride(0), ignore_index, HAS_BIAS=bias is not None, BV=BV, num_warps=warps)
 
 
 _MM_F32, _ADDMM_F32 = [], []  # whether torch.mm / addmm(..., out_dtype=float32) run here: found out once
@@ -149,13 +161,11 @@ def _loss_and_grads(h, weight, bias, target, ignore_index, chunk, want_w, want_b
     nll = torch.empty(N, dtype=torch.float32, device=dev)
     dh = torch.empty_like(h)
     dw = db = None
-    BV, warps = _rows_config(dev.type, V)
+    cfg = _rows_config(dev.type, V)
     for n0 in range(0, N, chunk):
         hc = h[n0: n0 + chunk]
         z = hc @ weight.t()  # (c, V), float32 accumulation, rounded to h's dtype
-        _ce_rows_kernel[(hc.shape[0],)](
-            z, z if bias is None else bias, target, count, z, arg, ent, nll, n0, V,
-            z.stride(0), z.stride(0), ignore_index, HAS_BIAS=bias is not None, BV=BV, num_warps=warps)
+        _rows_launch(z, bias, target, count, arg, ent, nll, n0, ignore_index, cfg)
         dz = z  # written over the logits
         torch.mm(dz, weight, out=dh[n0: n0 + chunk])
         if want_w:
@@ -236,3 +246,22 @@ def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, chunk=None
         else:
             out = _loss_without_grad(h, weight, bias, target, ignore_index)
     return out if stats else out[0]
+
+
+# -----------------------------------------------------------------------------
+# ahead-of-time compile cases (kernels/aot.py)
+
+def aot_cases():
+    """The row kernel as a 4,096-row chunk at V 8,000 launches it on a GPU, bf16 and fp16 logits,
+    with and without a bias."""
+    N, V = 4096, 8000
+
+    def thunk(dtype, with_bias):
+        def run():
+            bias = torch.empty(V, dtype=torch.float32) if with_bias else None
+            _rows_launch(torch.empty((N, V), dtype=dtype), bias, torch.zeros(N, dtype=torch.long),
+                         torch.ones((), dtype=torch.long), torch.empty(N, dtype=torch.long), torch.empty(N),
+                         torch.empty(N), 0, -100, _rows_config("cuda", V))
+        return run
+    return [(f"ce_rows{'_bias' if b else ''}_{str(d)[6:]}", thunk(d, b))
+            for d in (torch.bfloat16, torch.float16) for b in (False, True)]
