@@ -2,6 +2,7 @@
 
     python bench/bench_early_exit.py --ckpt checkpoints/ft-elmer-small/best.pt     # the real decode path
     python bench/bench_early_exit.py --forced                                     # random weights, forced exits
+    python bench/bench_early_exit.py --forced --model base --forced-batches 64 256   # ... at throughput batches
     python bench/bench_early_exit.py --ar                                         # NAR one pass vs AR beam search
 
 1. --ckpt: a fine-tuned ELMER on --n test sources of the embedded corpus (batch --batch), the
@@ -190,36 +191,54 @@ def plan_of(kind, B, T, L, f, g, device):
 
 
 def forced(args, device):
+    """The forced-exit rows at each of --forced-batches; at a throughput batch (64 or more) the early-exit
+    issue's target: every row's time ratio at most 1.15x its FLOP ratio."""
     cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0)
     torch.manual_seed(0)
     model = ELMER(cfg, dec_len=args.dec_len).to(device).eval()
-    B, T, L = args.batch, args.dec_len, args.layers
+    T, L = args.dec_len, args.layers
     g = torch.Generator().manual_seed(0)
-    src = torch.randint(6, args.vocab, (B, args.src), generator=g).to(device)
-    valid = torch.ones(B, args.src, dtype=torch.bool, device=device)
-    with torch.no_grad():
-        memory = model.encode_source(src, valid)
-    print(f"\n## Forced exits, random weights ({device.type}, {args.model} width {cfg.d_model}, {L} decoder layers, "
-          f"vocab {args.vocab}, batch {B}, T {T}, source {args.src})\n")
-    print("| plan | f | mean exit layer | off-ramp work | decoder FLOPs / no exit | decoder time / no exit |")
-    print("|---|---|---|---|---|---|")
-    off_work = {}
-    with torch.no_grad():
-        forced_decode(model, memory, valid, T, None, "cheap", off_work)
-    for kind in ("after-1", "each"):
-        for f in args.fractions:
-            plan = plan_of(kind, B, T, L, f, g, device)
-            for ramps in ("cheap", "entropy"):
-                work = {}
-                with torch.no_grad():
-                    forced_decode(model, memory, valid, T, plan, ramps, work)
-                flops = decoder_macs(cfg, T, args.src, work) / decoder_macs(cfg, T, args.src, off_work)
-                with torch.no_grad():
-                    ratio, _, _ = interleaved(device, lambda: forced_decode(model, memory, valid, T, plan, ramps, {}),
-                                              lambda: forced_decode(model, memory, valid, T, None, ramps, {}), args.repeats)
-                flag = "  <- below its FLOP ratio" if ratio < flops * 0.97 else ""
-                print(f"| {kind} | {f:.2f} | {plan.float().mean().item():.2f} | {ramps} | {flops:.3f} | {ratio:.3f}{flag} |",
-                      flush=True)
+    out = dict(forced=[], forced_targets=[])
+    for B in args.forced_batches or [args.batch]:
+        src = torch.randint(6, args.vocab, (B, args.src), generator=g).to(device)
+        valid = torch.ones(B, args.src, dtype=torch.bool, device=device)
+        with torch.no_grad(), precision(args, device):
+            memory = model.encode_source(src, valid)
+        print(f"\n## Forced exits, random weights ({device.type}, {args.model} width {cfg.d_model}, {L} decoder layers, "
+              f"vocab {args.vocab}, batch {B}, T {T}, source {args.src}, "
+              f"{args.dtype if device.type == 'cuda' else 'float32'})\n")
+        print("| plan | f | mean exit layer | off-ramp work | decoder FLOPs / no exit | decoder time / no exit |")
+        print("|---|---|---|---|---|---|")
+        off_work, rows = {}, []
+        with torch.no_grad(), precision(args, device):
+            forced_decode(model, memory, valid, T, None, "cheap", off_work)
+        for kind in ("after-1", "each"):
+            for f in args.fractions:
+                plan = plan_of(kind, B, T, L, f, g, device)
+                for ramps in ("cheap", "entropy"):
+                    work = {}
+                    with torch.no_grad(), precision(args, device):
+                        forced_decode(model, memory, valid, T, plan, ramps, work)
+                        ratio, _, _ = interleaved(
+                            device, lambda: forced_decode(model, memory, valid, T, plan, ramps, {}),
+                            lambda: forced_decode(model, memory, valid, T, None, ramps, {}), args.repeats)
+                    flops = decoder_macs(cfg, T, args.src, work) / decoder_macs(cfg, T, args.src, off_work)
+                    flag = "  <- below its FLOP ratio" if ratio < flops * 0.97 else ""
+                    print(f"| {kind} | {f:.2f} | {plan.float().mean().item():.2f} | {ramps} | {flops:.3f} | "
+                          f"{ratio:.3f}{flag} |", flush=True)
+                    rows.append(dict(batch=B, plan=kind, f=f, ramps=ramps, mean_exit=plan.float().mean().item(),
+                                     flops=flops, ratio=ratio))
+        out["forced"] += rows
+        if B >= 64:
+            worst = max(rows, key=lambda r: r["ratio"] / r["flops"])
+            over = worst["ratio"] / worst["flops"]
+            out["forced_targets"].append(dict(
+                target=f"batch {B}: forced exits, the worst row's time ratio / its FLOP ratio ({worst['plan']} "
+                       f"f {worst['f']:.2f}, {worst['ramps']})", measured=over, wanted=1.15, met=over <= 1.15,
+                sense="<="))
+            print(f"\nbatch {B}: worst time ratio / FLOP ratio {over:.3f} (target <= 1.15: "
+                  f"{'met' if over <= 1.15 else 'not met'})", flush=True)
+    return out
 
 
 # -----------------------------------------------------------------------------
@@ -410,11 +429,14 @@ def main():
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--repeats", type=int, default=10, help="interleaved pairs per row")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.9])
+    p.add_argument("--forced-batches", type=int, nargs="+", default=None,
+                   help="--forced: the batches of its rows (default --batch); at 64 or more each prints the "
+                        "throughput target, time ratio <= 1.15x FLOP ratio")
     p.add_argument("--graphs", action="store_true", help="the static-shape pass and its CUDA graphs vs today's loop")
     p.add_argument("--big-batches", type=int, nargs="+", default=[64, 256], help="--graphs: the larger batches")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
                    help="--ckpt, --graphs on CUDA: bf16 autocast (eval.py's --dtype auto there) or float32 (the 2026-11-26 rows)")
-    p.add_argument("--json", default=None, help="--ckpt, --graphs: write their rows and targets to this file")
+    p.add_argument("--json", default=None, help="--ckpt, --forced, --graphs: write their rows and targets to this file")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = p.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -426,7 +448,7 @@ def main():
     if args.ckpt:
         result.update(real_decode(args, device))
     if args.forced:
-        forced(args, device)
+        result.update(forced(args, device))
     if args.ar:
         nar_vs_ar(args, device)
     if args.graphs:

@@ -310,6 +310,9 @@ def part_decode(rep, args):
                "classifier", "state", "--thresholds", "classifier=0.6,0.9;state=0.99", "--json",
                os.path.join(out, "ckpt.json")], 50) if os.path.exists(args.elmer_ckpt) else
              ("bench_early_exit.py --ckpt (no checkpoint carried)", [py, "-c", f"print('no {args.elmer_ckpt}')"], 5),
+             ("bench_early_exit.py --forced at batch 64 and 256 (base): time ratio against FLOP ratio",
+              [py, "bench/bench_early_exit.py", "--forced", "--model", "base", "--forced-batches", "64", "256",
+               "--repeats", "5", "--json", os.path.join(out, "forced.json")], 60),
              ("bench_offramp.py (V 8000, 50000)", [py, "bench/bench_offramp.py", "--vocab", "8000", "50000",
                                                   "--tokens", "4096", "16384"], 45),
              ("bench_gather.py (16k x 768)", [py, "bench/bench_gather.py", "--tokens", "16384"], 25),

@@ -65,7 +65,7 @@ def targets(path):
     """The targets a benchmark's --json lists, met or not."""
     d = _load(path)
     out = ["| target | measured | wanted | met |", "|---|---|---|---|"]
-    for t in d.get("targets", []) + d.get("ckpt_targets", []):
+    for t in d.get("targets", []) + d.get("forced_targets", []) + d.get("ckpt_targets", []):
         got, want = t["measured"], t["wanted"]
         # bench_attention.py writes an upper bound as a negative number; bench_early_exit.py's are all upper bounds
         at_most = want < 0 or t.get("sense") == "<=" or "exit" in os.path.basename(path) or "ckpt_targets" in d
