@@ -214,7 +214,7 @@ def write(args, fields, state, resolved):
               "difference lies above zero, is reversed where it lies below, and is within noise otherwise (`>=` "
               "holds unless reversed). Other metrics (latency) compare the point values.", ""]
     rows = []
-    for paper, claim, metric, chain in ORDERINGS:
+    for paper, claim, metric, chain, theirs in ORDERINGS:
         names, ops = parse_chain(chain)
         vals = [metrics.get(n, {}).get(metric) for n in names]
         intervals, pairs, pair_data = [], [], []
@@ -241,10 +241,11 @@ def write(args, fields, state, resolved):
         verdict += f" (on the plateau: {', '.join(sorted(plateau))})" if plateau else ""
         shown = " ".join(f"{n} {fmt(v)}" if i == len(names) - 1 else f"{n} {fmt(v)} {ops[i]}"
                          for i, (n, v) in enumerate(zip(names, vals)))
-        rows.append([paper, claim, metric, shown, "; ".join(intervals), verdict])
-        data["orderings"].append(dict(paper=paper, claim=claim, metric=metric, chain=chain,
+        rows.append([paper, claim, theirs, metric, shown, "; ".join(intervals), verdict])
+        data["orderings"].append(dict(paper=paper, claim=claim, theirs=theirs, metric=metric, chain=chain,
                                       values=dict(zip(names, vals)), pairs=pair_data, verdict=verdict))
-    lines += table(["paper", "ordering", "metric", "here", "difference, 95% interval", "verdict"], rows) + [""]
+    lines += table(["paper", "ordering", "the paper's figures", "metric", "here", "difference, 95% interval", "verdict"],
+                   rows) + [""]
 
     # every run
     lines += ["## Runs", ""]

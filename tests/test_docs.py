@@ -1,6 +1,7 @@
 """The docs' generated blocks match the committed result files they are rendered from
 (python -m tools.render_docs --check)."""
 import glob
+import json
 import os
 import re
 import shlex
@@ -117,3 +118,27 @@ def test_every_path_named_exists(path):
                       os.path.join(ROOT, "reproduce", name), os.path.join(ROOT, "studies", name),
                       os.path.join(ROOT, "core", name), os.path.join(ROOT, "kernels", name), os.path.join(ROOT, "tests", name)]
         assert any(os.path.exists(c) for c in candidates), f"{os.path.relpath(path, ROOT)} names `{name}`, which does not exist"
+
+
+def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distance(tmp_path, monkeypatch):
+    """A claim measured shows its values in the chain's order, each pair's interval, its verdict and
+    the pretrainings behind it against the unigram entropy; ::measured leaves out the rest."""
+    from tools import figures, render_docs
+    d = dict(budget="cpu", steps=800, written="2026-11-27 05:00", environment="CPU",
+             pretraining={"pre-a": dict(under=1.29, held_out_loss=5.485, unigram_entropy=6.774)},
+             runs={"sum-a": dict(pretraining="pre-a"), "sum-b": dict(pretraining=None)},
+             orderings=[dict(paper="P", claim="A > B", theirs="RG-L 36.08 > 31.15", metric="rougeL",
+                             chain="sum-a > sum-b", values={"sum-a": 27.5, "sum-b": 26.75},
+                             pairs=[dict(a="sum-a", b="sum-b", op=">", difference=0.75, low=0.1, high=1.4,
+                                         verdict="holds")], verdict="holds"),
+                        dict(paper="P", claim="C > D", theirs="x", metric="rougeL", chain="sum-c > sum-d",
+                             values={"sum-c": None, "sum-d": None}, pairs=[], verdict="not measured (sum-c, sum-d)")])
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    monkeypatch.setattr(figures, "ROOT", str(tmp_path))
+    monkeypatch.setattr(render_docs, "_load", lambda p: json.loads((tmp_path / p).read_text()))
+    full = render_docs.scorecard("results.json")
+    assert "| P | A > B (rougeL) | RG-L 36.08 > 31.15 | sum-a 27.50 > sum-b 26.75 | sum-a - sum-b: +0.75 [+0.10, +1.40] " \
+           "| holds |" in full
+    assert "| P | C > D (rougeL) | x | - | - | not measured (sum-c, sum-d) |" in full
+    assert "1 of 2 claims measured" in full and "pre-a 1.29 nats (5.485 against 6.774)" in full
+    assert "C > D" not in render_docs.scorecard("results.json::measured")

@@ -40,8 +40,9 @@ def test_plan(tmp_path, capsys):
                 assert argv[argv.index(flag) + 1] == budget[budget.index(flag) + 1], (name, flag)
             assert steps(name) == int(budget[budget.index("--steps") + 1]) * plan.BY_NAME[name].steps_x, name
     assert steps("pre-pmlm-norel") == steps("pre-pmlm-2x") == 2 * steps("pre-pmlm")
-    for _, _, _, chain in plan.ORDERINGS:
+    for paper, _, _, chain, theirs in plan.ORDERINGS:
         names = plan.parse_chain(chain)[0]
+        assert paper.split()[0] in ("UniLMv2", "MLAE", "ELMER") and theirs, chain  # the paper's own figures beside ours
         assert all(n in plan.BY_NAME for n in names), chain
         pre = {n: [d for d in resolved[n][1] if d.startswith("pre-")] for n in names}
         assert len({steps(d[0]) for d in pre.values() if d}) <= 1, chain
@@ -102,11 +103,11 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     # 4 tiny steps leave no model off the unigram plateau; a fine-tuned row names its pretraining's step
     assert re.search(r"PLATEAU \(pre-pmlm step 4: ", md)
     assert re.search(r"^\| sum-unilm-scratch \| [^|]+ \| none \|", md, re.M)  # a row says what it was pretrained on
-    assert re.search(r"\| UniLMv2 \| PMLM > MLM > no pretraining \| rougeL \| sum-pmlm [\d.]+ > sum-mlm [\d.]+ > "
+    assert re.search(r"\| UniLMv2 \| PMLM > MLM > no pretraining \| XSum RG-L 36.08 [^|]+ \| rougeL \| sum-pmlm [\d.]+ > sum-mlm [\d.]+ > "
                      r"sum-unilm-scratch [\d.]+ \| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\]; "
                      r"sum-mlm - sum-unilm-scratch: .* \| (holds|does not hold|within noise)", md)
     # classification orderings are read from the bootstrap too, over eval.py's per-example labels
-    assert re.search(r"\| AE\+PAR > AE only \| accuracy \| cls-pmlm [\d.]+ > cls-mlm [\d.]+ \| "
+    assert re.search(r"\| AE\+PAR > AE only \| MNLI-m [^|]+ \| accuracy \| cls-pmlm [\d.]+ > cls-mlm [\d.]+ \| "
                      r"cls-pmlm - cls-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (holds|does not hold|within noise)", md)
     assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
     assert re.search(r"Majority class on the same test examples .*: accuracy [\d.]+, macro-F1 [\d.]+", md)

@@ -302,7 +302,7 @@ def test_the_report_writes_its_results_as_data(tmp_path):
     report.write(args, fields, dict(runs={}, unavailable={}), resolved)
     data = json.load(open(os.path.join(out, "results.json")))
     assert data["budget"] == "tiny" and data["pretraining"]["pre-pmlm"]["under"] == 1.0
-    assert {"paper", "claim", "metric", "verdict", "pairs"} <= set(data["orderings"][0])
+    assert {"paper", "claim", "theirs", "metric", "verdict", "pairs"} <= set(data["orderings"][0])
 
 
 def test_an_error_of_another_process_says_it_stopped_the_run(monkeypatch, capsys):

@@ -195,3 +195,32 @@ def _draw_exits(plt, folder):
 def plot_exits(folder, where):
     """ELMER's Figure 2: ROUGE-L against the decoder's work and time, one line per exit measure."""
     return _figure(folder, where, "exits-" + os.path.basename(folder.rstrip("/")), _draw_exits)
+
+
+# -----------------------------------------------------------------------------
+# the papers' orderings: reproduce's results.json
+
+def _draw_scorecard(plt, path):
+    d = _load(path)
+    pairs = [(o, p) for o in d["orderings"] for p in o["pairs"]]
+    colors = {"holds": "C2", "within noise": "0.5", "reversed": "C3"}
+    fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.42 * max(len(pairs), 1)))
+    for i, (o, p) in enumerate(pairs):
+        y = len(pairs) - 1 - i
+        ax.errorbar(p["difference"], y, xerr=[[p["difference"] - p["low"]], [p["high"] - p["difference"]]], fmt="o",
+                    color=colors.get(p["verdict"], "C0"), capsize=3)
+    ax.set_yticks([len(pairs) - 1 - i for i in range(len(pairs))])
+    ax.set_yticklabels([f"{o['paper']}: {p['a']} {p['op']} {p['b']} ({o['metric']})" for o, p in pairs], fontsize=7)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel("difference, first minus second, with its 95% paired bootstrap interval")
+    ax.set_ylim(-0.7, max(len(pairs), 1) - 0.3)
+    for verdict, c in colors.items():
+        ax.plot([], [], "o", color=c, label=verdict)
+    ax.legend(frameon=False, fontsize=7, loc="best")
+    ax.grid(alpha=0.3, axis="x")
+    return fig
+
+
+def plot_scorecard(path, where):
+    """Every measured pair of the papers' orderings: its difference and 95% interval, by verdict."""
+    return _figure(path, where, "scorecard-" + os.path.basename(os.path.dirname(path)), _draw_scorecard)

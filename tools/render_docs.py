@@ -10,7 +10,8 @@ A block is written in a markdown file as
     <!-- /render -->
 
 KIND names a renderer below and PATH a result file (relative to the repository root) that it
-reads (for `table`, PATH::MARKER or PATH::MARKER#N, "~" standing for a space in the marker): no number in a
+reads (for `table`, PATH::MARKER or PATH::MARKER#N, "~" standing for a space in the marker; `targets`
+PATH::PREFIX keeps the targets so named; `scorecard` PATH::measured the claims measured): no number in a
 block is typed by hand. Files scanned: README.md, docs/*.md, bench/RESULTS.md.
 
 The `plot-*` kinds draw a figure into docs/figures/ (tools/figures.py: SVG, byte-identical for the
@@ -25,6 +26,7 @@ import os
 import re
 import sys
 
+from reproduce.plan import parse_chain
 from tools import figures
 from tools.figures import ROOT, _jsonl, _load
 
@@ -61,11 +63,15 @@ def attention(path):
     return "\n".join(out).rstrip() + "\n"
 
 
-def targets(path):
-    """The targets a benchmark's --json lists, met or not."""
+def targets(spec):
+    """The targets a benchmark's --json lists, met or not; PATH::PREFIX keeps those whose name starts
+    with PREFIX ("~" for a space)."""
+    path, _, prefix = spec.partition("::")
     d = _load(path)
     out = ["| target | measured | wanted | met |", "|---|---|---|---|"]
     for t in d.get("targets", []) + d.get("forced_targets", []) + d.get("ckpt_targets", []):
+        if not t["target"].startswith(prefix.replace("~", " ")):
+            continue
         got, want = t["measured"], t["wanted"]
         # bench_attention.py writes an upper bound as a negative number; bench_early_exit.py's are all upper bounds
         at_most = want < 0 or t.get("sense") == "<=" or "exit" in os.path.basename(path) or "ckpt_targets" in d
@@ -257,10 +263,46 @@ def loss_profile(path):
     return "\n".join(out) + "\n"
 
 
+def _value(v):
+    return "-" if v is None else f"{v:.2f}"
+
+
+def scorecard(spec):
+    """reproduce's results.json: each paper claim, the paper's figures, ours with the pretrainings' held-out
+    loss under the unigram entropy, each pair's difference with its 95% interval, and the verdict;
+    PATH::measured leaves out the claims not measured yet."""
+    path, _, only = spec.partition("::")
+    d = _load(path)
+    runs, pre = d["runs"], d["pretraining"]
+    out = ["| paper | claim | the paper's figures | here | difference, 95% interval | verdict |",
+           "|---|---|---|---|---|---|"]
+    for o in d["orderings"]:
+        if only == "measured" and o["verdict"].startswith("not measured"):
+            continue
+        names, ops = parse_chain(o["chain"])
+        here = " ".join(f"{n} {_value(o['values'][n])}" + (f" {op}" if op else "")
+                        for n, op in zip(names, ops + [None])) if any(v is not None for v in o["values"].values()) else "-"
+        pairs = "; ".join(f"{p['a']} - {p['b']}: {p['difference']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]"
+                          for p in o["pairs"]) or "-"
+        out.append(f"| {o['paper']} | {o['claim']} ({o['metric']}) | {o.get('theirs', '-')} | {here} | {pairs} | "
+                   f"{o['verdict']} |")
+    measured = [o for o in d["orderings"] if not o["verdict"].startswith("not measured")]
+    used = sorted({runs[n]["pretraining"] for o in measured for n in o["values"]
+                   if n in runs and runs[n].get("pretraining")})
+    out += ["", f"{len(measured)} of {len(d['orderings'])} claims measured at the `{d['budget']}` budget "
+                f"({d['steps']} pretraining steps; written {d['written']}; {d['environment']})."]
+    if used:
+        out.append("The pretrainings behind them, held-out loss under the unigram entropy at their last step: " +
+                   ", ".join(f"{p} {pre[p]['under']:.2f} nats ({pre[p]['held_out_loss']:.3f} against "
+                             f"{pre[p]['unigram_entropy']:.3f})" for p in used if p in pre) + ".")
+    return "\n".join(out) + "\n"
+
+
 RENDERERS = {"default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
              "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
-             "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits}
+             "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits, "scorecard": scorecard,
+             "plot-scorecard": figures.plot_scorecard}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
 
