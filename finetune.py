@@ -9,7 +9,7 @@ Summarization of a unified (PMLM / MLM) checkpoint uses UniLMv2's pseudo-mask fi
 (section 3.4): "[SOS] SRC [EOS] TGT [EOS]", one [P] per target token; of a T5 checkpoint, teacher
 forcing; of an MLAE checkpoint (core/mlae.py), seq2seq style with scheduled masking. --nar
 fine-tunes a t5, t5-nar or mlae checkpoint (or --init none --arch t5: CMLM) as a CMLM decoded by
-Mask-Predict (core/nar.py). Classification puts a fresh linear layer on the [SOS] vector (on
+Mask-Predict (core/mask_predict.py). Classification puts a fresh linear layer on the [SOS] vector (on
 [EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). Label smoothing 0.1 (ELMER: none),
 warmup then linear decay. After every epoch: the validation loss, a quick ROUGE (greedy) on a
 slice of the validation split or its accuracy; the best checkpoint is kept as best.pt.

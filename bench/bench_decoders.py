@@ -1,5 +1,5 @@
 """Mask-Predict and AR beam search at batch 1: today's eager decoding against static shapes and
-CUDA graphs (core/nar.py NARDecoder, core/static_beam.py), beside ELMER's one pass of the same size,
+CUDA graphs (core/mask_predict.py NARDecoder, core/static_beam.py), beside ELMER's one pass of the same size,
 in one run.
 
     python bench/bench_decoders.py                                   # small, 6L-6L, on this device
@@ -14,7 +14,7 @@ Mask-Predict variants must return the same tokens, which the run checks.
 
 Rows, each the median of --repeats interleaved pairs against eager Mask-Predict (the ratio is the
 median of the per-pair ratios): static shapes (eager kernels), graphs (CUDA only: one replay per
-model call), ELMER's one pass (exit disabled: core/exit_measures.generate, graphs on CUDA) and AR
+decoding, every iteration and the re-masking between them), ELMER's one pass (exit disabled: core/exit_measures.generate, graphs on CUDA) and AR
 beam search (T5 and UniLMv2's PMLM decoder, beam --beam, --dec-len tokens, the EOS banned by min_len
 so every beam runs every step) eager, at static shapes and (CUDA) as one graph replay per step; the static AR
 searches must return the eager one's tokens, which the run checks. With both under graphs the
@@ -36,7 +36,8 @@ from core import decoding  # noqa: E402
 from core.config import preset  # noqa: E402
 from core.elmer import ELMER  # noqa: E402
 from core.model import EncoderDecoder, UnifiedLM  # noqa: E402
-from core.nar import SOURCE_BUCKET, NARDecoder, NARModel, mask_predict  # noqa: E402
+from core.mask_predict import SOURCE_BUCKET, NARDecoder, mask_predict  # noqa: E402
+from core.nar import NARModel  # noqa: E402
 from core.seq2seq import PMLMDecoder  # noqa: E402
 from core.static_beam import static_beam_pmlm, static_beam_t5  # noqa: E402
 from core.t5 import T5Decoder  # noqa: E402

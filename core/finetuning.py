@@ -8,7 +8,7 @@ masks, UniLMv2 section 3.4), "t5" (encoder-decoder, span corruption, teacher for
 "mlae-s2s" (MLAE fine-tuned seq2seq-style: an encoder-decoder with the T5 operations),
 "mlae-unilm" (MLAE fine-tuned UniLM-style: latents + target in one decoder stack),
 "roberta-s2s" (an MLM/PMLM stack as encoder, a random decoder: the paper's RoBERTa baseline), "nar"
-(core/nar.py: T5-NAR, MLAE NAR or CMLM, decoded by Mask-Predict) and "elmer" (NAR encoder-decoder
+(core/nar.py: T5-NAR, MLAE NAR or CMLM, decoded by Mask-Predict, core/mask_predict.py) and "elmer" (NAR encoder-decoder
 with early exit, core/elmer.py; its options travel as the checkpoint's "elmer" dict).
 Checkpoint kinds: pretrain/{pmlm,mlm,t5,t5-nar,mlae,elmer}, finetune/summarize, finetune/classify; a
 fine-tuned checkpoint also records its "arch".
@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from . import decoding, elmer, exit_measures, nar, seq2seq, t5
+from . import decoding, elmer, exit_measures, mask_predict, nar, seq2seq, t5
 from .classify import Classifier, EncoderClassifier
 from .config import ModelConfig, decoder_depth
 from .errors import UserError
@@ -220,7 +220,7 @@ def seq2seq_ops(arch, dec_len=32):
         batch = lambda pairs, tok, max_src, max_tgt: elmer.elmer_seq2seq_batch(pairs, tok, max_src, max_tgt, dec_len)
         return Seq2SeqOps(batch, elmer.elmer_seq2seq_loss_sums, None, 1)
     if arch == "nar":
-        return Seq2SeqOps(nar.nar_batch, nar.nar_loss_sums, nar.NARDecoder, 1)
+        return Seq2SeqOps(nar.nar_batch, nar.nar_loss_sums, mask_predict.NARDecoder, 1)
     if arch == "mlae-unilm":
         return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, MLAEUniLMDecoder, 1)
     if arch in ("t5", "mlae-s2s", "roberta-s2s"):
@@ -251,7 +251,7 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
         return (out, torch.zeros(len(out))) if return_scores else out
     try:
         if arch == "nar":
-            out, det = nar.mask_predict(nar.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam, iterations,
+            out, det = mask_predict.mask_predict(mask_predict.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam, iterations,
                                         max(1, max_len - 1), tok.pad_id, tok.eos_id, return_details=True,
                                         adaptive_stop=adaptive_stop)
             scores = det["score"]

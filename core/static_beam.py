@@ -31,7 +31,7 @@ import kernels
 from .decoding import NEG_INF, length_norm_fn
 from .graphs import capture, weights_version
 from .model import Meta
-from .nar import SOURCE_BUCKET
+from .mask_predict import SOURCE_BUCKET
 
 
 def ban_repeated_ngrams_static(logp, hyps, t, n):

@@ -1,11 +1,12 @@
-"""Mask-Predict (core/nar.py) against toy models whose confidences are known, CMLM batches, and
+"""Mask-Predict (core/mask_predict.py) against toy models whose confidences are known, CMLM batches, and
 batched == one by one on a real tiny NARModel."""
 import numpy as np
 import pytest
 import torch
 
 from core.config import preset
-from core.nar import NARDecoder, NARModel, mask_predict, merge_repeats, nar_batch, nar_loss_sums
+from core.mask_predict import NARDecoder, mask_predict, merge_repeats
+from core.nar import NARModel, nar_batch, nar_loss_sums
 from core.t5 import IGNORE
 
 MASK, V = 4, 30
@@ -158,6 +159,26 @@ def test_static_and_graphed_decoding_equal_the_eager_one_with_no_sync_per_iterat
         return c.syncs
     assert syncs(2) == syncs(6)
 
+
+
+def test_a_static_decoding_is_one_call_whatever_the_iterations(monkeypatch):
+    """A static decoder runs the whole decoding (every iteration and the re-masking between them)
+    as one StaticDecode.run (on a GPU with graphs, one replay), kept per shape and iteration count
+    and reused across sources, with the tokens of the eager decoding each time."""
+    from core import mask_predict as mp
+    model = tiny_nar(2)
+    rng = np.random.default_rng(2)
+    calls = []
+    real = mp.StaticDecode.run
+    monkeypatch.setattr(mp.StaticDecode, "run", lambda self, *a, **k: calls.append(self.loop) or real(self, *a, **k))
+    for n in (7, 19, 7):  # the third reuses the first's StaticDecode
+        src = [rng.integers(10, V, n).tolist()]
+        for iterations in (1, 4):
+            calls.clear()
+            out = mask_predict(NARDecoder(model, src, Tok, static=True), MASK, 2, iterations, max_len=10)
+            assert calls == [(iterations, MASK, 0)]
+            assert out == mask_predict(NARDecoder(model, src, Tok), MASK, 2, iterations, max_len=10)
+    assert len(mp._STEPS[model]) == 2  # one per iteration count: same shapes (sources padded to 64)
 
 def test_cmlm_batch_and_loss():
     pairs = [(list(range(10, 20)), [11, 12, 13, 14, 15]), (list(range(10, 15)), [16, 17])]
