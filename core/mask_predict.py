@@ -177,10 +177,14 @@ def _predict_max(decoder, rows, tokens, valid):
 
 def _remask(conf, lengths, t, iterations):
     """(N, T) bool: the n = max(1, floor(L (I - t) / I)) least confident tokens of each candidate
-    (padding has confidence +inf: never re-masked)."""
+    (padding has confidence +inf: never re-masked), ties to the earlier position. A token's rank
+    (0 = least confident) is the number of tokens before it in that order: conf.argsort(stable)'s
+    inverse, by T x T comparisons instead of two sorts (T is a summary's length)."""
     n = ((lengths * (iterations - t)) // iterations).clamp_min(1)
-    rank = conf.argsort(dim=1, stable=True).argsort(dim=1)  # 0 = least confident
-    return rank < n[:, None]
+    other, this = conf[:, None, :], conf[:, :, None]  # (N, T, T): [n, i, j] compares token j with token i
+    pos = torch.arange(conf.shape[1], device=conf.device)
+    before = (other < this) | ((other == this) & (pos[None, :] < pos[:, None]))
+    return before.sum(-1) < n[:, None]
 
 
 def _iterate(call, inp, valid, lengths, iterations, mask_id, pad_id):

@@ -161,6 +161,18 @@ def test_static_and_graphed_decoding_equal_the_eager_one_with_no_sync_per_iterat
 
 
 
+def test_the_remask_takes_the_least_confident_ties_to_the_earlier_position():
+    """_remask's ranks by comparison are the inverse of a stable argsort, ties and +inf padding included."""
+    from core.mask_predict import _remask
+    g = torch.Generator().manual_seed(0)
+    conf = torch.randint(0, 4, (64, 9), generator=g).float().neg()  # many ties
+    conf[:, 7:] = float("inf")
+    lengths = torch.randint(1, 8, (64,), generator=g)
+    rank = conf.argsort(dim=1, stable=True).argsort(dim=1)
+    for t in range(1, 5):
+        n = ((lengths * (5 - t)) // 5).clamp_min(1)
+        assert torch.equal(_remask(conf, lengths, t, 5), rank < n[:, None])
+
 def test_a_static_decoding_is_one_call_whatever_the_iterations(monkeypatch):
     """A static decoder runs the whole decoding (every iteration and the re-masking between them)
     as one StaticDecode.run (on a GPU with graphs, one replay), kept per shape and iteration count
