@@ -173,8 +173,13 @@ def compile_launch(module_name, kernel, args, kwargs):
                spill_stores=int(spill.group(1)) if spill else None, spill_loads=int(spill.group(2)) if spill else None,
                shared=ck.metadata.shared, wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
                mma_sync=len(re.findall(r"\bmma\.sync", ptx)), wgmma_serialized=serialized,
-               loops=[l["instructions"] for l in sass_loops(ck.asm["cubin"])])
+               **_loops(ck.asm["cubin"]))
     return row
+
+
+def _loops(cubin):
+    found = sass_loops(cubin)
+    return dict(loops=[l["instructions"] for l in found], loop_waits=[l["min_wait"] for l in found])
 
 
 def sass_loops(cubin):
@@ -198,7 +203,11 @@ def sass_loops(cubin):
             target = at.group(1)
         start = int(target, 16)
         if start < here:
-            loops.append(dict(start=start, instructions=(here - start) // 16 + 1))
+            # cp.async waits in the loop: DEPBAR.LE SB0, N lets the N most recent copy groups stay in
+            # flight; N = 0 waits for every outstanding copy, the next tiles' included
+            waits = [int(w.group(2), 16) for w in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+DEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)
+                     if start <= int(w.group(1), 16) <= here]
+            loops.append(dict(start=start, instructions=(here - start) // 16 + 1, min_wait=min(waits, default=None)))
     return sorted(loops, key=lambda l: l["start"])
 
 

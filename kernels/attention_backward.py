@@ -7,8 +7,8 @@ import triton
 import triton.language as tl
 
 from .attention_tiles import (_EDGE, _FAR, _FULL, _GATHER, _LENGTHS, _PARTIAL, WINDOW_PAD, _dense_t, _dkdv_step,
-                              _dq_step, _edge, _far, _k0, _k_codes, _near_t, _q_codes, _rows, _rows_t, _see_t,
-                              _tile_scores, _vec, _window_t)
+                              _dq_step, _edge, _entry, _far, _far_pair, _k0, _k_codes, _near_t, _q_codes, _rows,
+                              _rows_t, _see_t, _tile_scores, _vec, _window_t)
 
 
 # -----------------------------------------------------------------------------
@@ -27,8 +27,8 @@ def _delta_kernel(O, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, Lq, D: tl.co
 
 @triton.jit
 def _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h, offs_m, offs_n, offs_d,
-             sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64,
-             DQb, sdqm, scale,
+             sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, far_lo, far_hi, drow, max_dist, BIAS, sbb, sbh, sbm, sbn,
+             DBIAS, bh64, DQb, sdqm, scale,
              CLASS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
              REL_GRAD: tl.constexpr, DENSE: tl.constexpr, DENSE_GRAD: tl.constexpr, FUSED_DQ: tl.constexpr,
              PRECISION: tl.constexpr):
@@ -54,7 +54,7 @@ def _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, 
             bias_t, d = _window_t(W - max_dist - WINDOW_PAD, plane, qp, k0, max_dist, offs_n, BN)
             s_t += bias_t
         elif CLASS == 3:
-            s_t += _far(W, code, max_dist)
+            s_t += _far(code, far_lo, far_hi)
         else:
             bias_t, d = _near_t(W, qp, kp, max_dist)
             s_t += bias_t
@@ -107,6 +107,7 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
     # this program's own row of the extended table's gradient: atomics contend only within the program
     drow = DTABLE + (entry * H + h) * TW + max_dist + WINDOW_PAD
     W = TABLE + h * 4 * TW + max_dist + WINDOW_PAD
+    far_lo, far_hi = _far_pair(W, max_dist, REL)
     plane = TW
     if REL_GRAD:  # the program zeroes its own row first (no zeroing launch), then adds to it
         for c in tl.static_range(0, TW, 16):  # TW: a multiple of 16
@@ -114,34 +115,46 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
         tl.debug_barrier()
     lst, cnt = LIST + entry * 4 * n_qt, COUNT + entry * 4
     if REL:
-        for t in range(0, tl.load(cnt + 2)):
-            dk, dv = _kv_tile(tl.load(lst + 2 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
-                              sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
-                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _FAR, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE,
-                              DENSE_GRAD, FUSED_DQ, PRECISION)
-    for t in range(0, tl.load(cnt + 1)):
-        dk, dv = _kv_tile(tl.load(lst + n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b,
-                          h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _FULL, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD,
-                          FUSED_DQ, PRECISION)
+        n = tl.load(cnt + 2)
+        nxt = _entry(lst + 2 * n_qt, 0, n)
+        for t in range(0, n):
+            code, nxt = nxt, _entry(lst + 2 * n_qt, t + 1, n)
+            dk, dv = _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h, offs_m,
+                              offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, far_lo, far_hi, drow,
+                              max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _FAR, BM, BN, HAS_SEQ,
+                              REL, REL_GRAD, DENSE, DENSE_GRAD, FUSED_DQ, PRECISION)
+    n = tl.load(cnt + 1)
+    nxt = _entry(lst + n_qt, 0, n)
+    for t in range(0, n):
+        code, nxt = nxt, _entry(lst + n_qt, t + 1, n)
+        dk, dv = _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h, offs_m,
+                          offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, far_lo, far_hi, drow, max_dist,
+                          BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _FULL, BM, BN, HAS_SEQ, REL,
+                          REL_GRAD, DENSE, DENSE_GRAD, FUSED_DQ, PRECISION)
     if REL:
-        for t in range(0, tl.load(cnt + 3)):
-            dk, dv = _kv_tile(tl.load(lst + 3 * n_qt + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC,
-                              sq, rq, b, h, offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist,
-                              BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _GATHER, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE,
-                              DENSE_GRAD, FUSED_DQ, PRECISION)
+        n = tl.load(cnt + 3)
+        nxt = _entry(lst + 3 * n_qt, 0, n)
+        for t in range(0, n):
+            code, nxt = nxt, _entry(lst + 3 * n_qt, t + 1, n)
+            dk, dv = _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h, offs_m,
+                              offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, far_lo, far_hi, drow,
+                              max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _GATHER, BM, BN,
+                              HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD, FUSED_DQ, PRECISION)
     n_part = tl.load(cnt)
     edge = _edge(lst, n_part, n_qt, Lq, BM)
-    for t in range(0, n_part - edge):
-        dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
-                          offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _PARTIAL, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD,
-                          FUSED_DQ, PRECISION)
+    n = n_part - edge
+    nxt = _entry(lst, 0, n)
+    for t in range(0, n):
+        code, nxt = nxt, _entry(lst, t + 1, n)
+        dk, dv = _kv_tile(code, k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h, offs_m,
+                          offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, far_lo, far_hi, drow, max_dist,
+                          BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _PARTIAL, BM, BN, HAS_SEQ, REL,
+                          REL_GRAD, DENSE, DENSE_GRAD, FUSED_DQ, PRECISION)
     for t in range(n_part - edge, n_part):
         dk, dv = _kv_tile(tl.load(lst + t), k, v, ka, kb, kq, kp, k0, dk, dv, Qb, DOb, LSEb, DELTAb, QC, sq, rq, b, h,
-                          offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, drow, max_dist, BIAS, sbb,
-                          sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _EDGE, BM, BN, HAS_SEQ, REL, REL_GRAD, DENSE, DENSE_GRAD,
-                          FUSED_DQ, PRECISION)
+                          offs_m, offs_n, offs_d, sqm, sdom, Lq, Lk, cols, qk_scale, W, plane, far_lo, far_hi, drow,
+                          max_dist, BIAS, sbb, sbh, sbm, sbn, DBIAS, bh64, DQb, sdqm, scale, _EDGE, BM, BN, HAS_SEQ,
+                          REL, REL_GRAD, DENSE, DENSE_GRAD, FUSED_DQ, PRECISION)
     mask = cols[:, None] < Lk
     tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=mask)
@@ -149,13 +162,13 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
 
 
 @triton.jit
-def _q_tile(code, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-            qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+def _q_tile(code, k0, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+            qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
             CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
             DENSE: tl.constexpr, PRECISION: tl.constexpr):
     """One key tile of the dQ kernel, compiled for one class."""
-    s, k, v = _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-                           qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+    s, k, v = _tile_scores(code, k0, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+                           qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
                            CLASS, BN, HAS_SEQ, REL, DENSE, PRECISION)
     return _dq_step(s, do, k, v, lse, delta, dq, PRECISION)
 
@@ -178,33 +191,48 @@ def _bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ, sqb, sqh, sqm, skb, skh, skn, svb
     qa, qb, qq, qp = _q_codes(QC, sq, rq, b, rows, Lq, True)
     Kb, Vb = K + b * skb + h * skh, V + b * svb + h * svh
     W = TABLE + h * 4 * TW + max_dist + WINDOW_PAD
+    far_lo, far_hi = _far_pair(W, max_dist, REL)
     plane = TW
     dq = tl.zeros((BM, D), tl.float32)
     entry = b * n_qt + pid_m
     lst, cnt = LIST + entry * 4 * n_kt, COUNT + entry * 4
     if REL:
-        for t in range(0, tl.load(cnt + 2)):
-            dq = _q_tile(tl.load(lst + 2 * n_kt + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h,
-                         offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+        n = tl.load(cnt + 2)
+        nxt = _entry(lst + 2 * n_kt, 0, n)
+        for t in range(0, n):
+            code, nxt = nxt, _entry(lst + 2 * n_kt, t + 1, n)
+            dq = _q_tile(code, 0, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk,
+                         skn, svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
                          _FAR, BN, HAS_SEQ, REL, DENSE, PRECISION)
-    for t in range(0, tl.load(cnt + 1)):
-        dq = _q_tile(tl.load(lst + n_kt + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n,
-                     offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _FULL, BN,
+    n = tl.load(cnt + 1)
+    nxt = _entry(lst + n_kt, 0, n)
+    k0n = _k0(KC, sk, rk, b, nxt * BN)
+    for t in range(0, n):
+        code, nxt = nxt, _entry(lst + n_kt, t + 1, n)
+        k0, k0n = k0n, _k0(KC, sk, rk, b, nxt * BN)
+        dq = _q_tile(code, k0, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn,
+                     svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _FULL, BN,
                      HAS_SEQ, REL, DENSE, PRECISION)
     if REL:
-        for t in range(0, tl.load(cnt + 3)):
-            dq = _q_tile(tl.load(lst + 3 * n_kt + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h,
-                         offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+        n = tl.load(cnt + 3)
+        nxt = _entry(lst + 3 * n_kt, 0, n)
+        for t in range(0, n):
+            code, nxt = nxt, _entry(lst + 3 * n_kt, t + 1, n)
+            dq = _q_tile(code, 0, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk,
+                         skn, svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
                          _GATHER, BN, HAS_SEQ, REL, DENSE, PRECISION)
     n_part = tl.load(cnt)
     edge = _edge(lst, n_part, n_kt, Lk, BN)
-    for t in range(0, n_part - edge):
-        dq = _q_tile(tl.load(lst + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk,
-                     skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _PARTIAL, BN, HAS_SEQ, REL,
-                     DENSE, PRECISION)
+    n = n_part - edge
+    nxt = _entry(lst, 0, n)
+    for t in range(0, n):
+        code, nxt = nxt, _entry(lst, t + 1, n)
+        dq = _q_tile(code, 0, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn,
+                     svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _PARTIAL,
+                     BN, HAS_SEQ, REL, DENSE, PRECISION)
     for t in range(n_part - edge, n_part):
-        dq = _q_tile(tl.load(lst + t), q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk,
-                     skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq, _EDGE, BN, HAS_SEQ, REL,
-                     DENSE, PRECISION)
+        dq = _q_tile(tl.load(lst + t), 0, q, do, lse, delta, qa, qb, qq, qp, dq, Kb, Vb, KC, sk, rk, b, h, offs_n,
+                     offs_d, Lk, skn, svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows,
+                     Lq, _EDGE, BN, HAS_SEQ, REL, DENSE, PRECISION)
     tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=rows[:, None] < Lq)

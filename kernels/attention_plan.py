@@ -38,8 +38,13 @@ class Config(NamedTuple):
 # fastest forward+backward of the candidates, on PMLM at D 64 and s2s-1k at D 128)
 CUDA_CONFIGS = {
     64: Config(64, 64, 4, 3, 64, 64, 8, 3, 4, 3),
-    128: Config(64, 64, 4, 3, 32, 64, 8, 2, 4, 3),
+    128: Config(64, 64, 4, 2, 32, 64, 8, 2, 4, 3),
 }
+# Since each loop reads its tile list a tile ahead (attention_tiles._entry), the pipeliner keeps K and
+# V two tiles ahead at 3 stages, and the forward's shared memory grew with the third buffer (sm_90a,
+# Triton 3.6): at D 64 from 58 to 90 KB, still two blocks an SM; at D 128 from 99 to 147 KB, one
+# block an SM. So the D 128 forward runs 2 stages (99 KB: the two blocks an SM it was measured
+# with) until a sweep on a GPU (bench_attention.py --sweep, which tries 3) says otherwise.
 # The backward's structure: False, two kernels (dK/dV per key tile, dQ per query tile, each
 # recomputing the probabilities of its tiles); True, one at head dims up to 64 (the dK/dV kernel adds
 # each tile's dQ into a float32 buffer by atomics). At D 128 the fused kernel compiled for sm_90a

@@ -157,9 +157,21 @@ def _window_t(TROW, plane, qp, k0, max_dist, offs_n, BN: tl.constexpr):
 
 
 @triton.jit
-def _far(W, code, max_dist):
+def _far_pair(W, max_dist, REL: tl.constexpr):
+    """The two bias values a FAR tile may have, distance -M and +M, read once per program. Read
+    inside the FAR loop (one load per tile), the scalar made the software pipeliner wait for every
+    outstanding copy at the top of each iteration (sm_90a SASS: DEPBAR.LE SB0, 0x0), so that no
+    tile's K and V were fetched while the one before computed."""
+    if REL:
+        return tl.load(W - max_dist), tl.load(W + max_dist)
+    else:
+        return 0.0, 0.0
+
+
+@triton.jit
+def _far(code, far_lo, far_hi):
     """The one bias value of a FAR tile: distance +M if the entry's bit is set, else -M."""
-    return tl.load(W + (code % 2) * 2 * max_dist - max_dist)
+    return tl.where(code % 2 == 1, far_hi, far_lo)
 
 
 @triton.jit
@@ -219,6 +231,17 @@ def _dkdv_step(s_t, q_t, do, k, v, lse, delta, dk, dv, PRECISION: tl.constexpr):
 # a tile's scores, shared by the forward and the dQ kernel
 
 @triton.jit
+def _entry(lst, t, n):
+    """Entry t of a tile list of n entries, 0 past its end. Each loop reads entry t + 1 during
+    iteration t into a register (`code, nxt = nxt, _entry(lst, t + 1, n)`): an entry read where it
+    is used was pipelined as an indirect load, one stage ahead of its tile's K and V, and the loop
+    then waited for every outstanding copy at the top of each iteration (sm_90a: DEPBAR.LE SB0, 0x0),
+    so that K and V were fetched one tile ahead at most; read a tile early, they are fetched two
+    ahead, as in a plain FlashAttention loop (DEPBAR.LE SB0, 0x2)."""
+    return tl.load(lst + t, mask=t < n, other=0)
+
+
+@triton.jit
 def _edge(lst, n_part, n_tiles, L, BLOCK: tl.constexpr):
     """1 if the last PARTIAL entry is the tile that straddles L (it is last: lists are in increasing
     order), which is then run by a loop compiled with bounds checks (EDGE); the others need none."""
@@ -227,8 +250,8 @@ def _edge(lst, n_part, n_tiles, L, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION: tl.constexpr,
-            CLASS: tl.constexpr, BN: tl.constexpr, REL: tl.constexpr):
+def _scores(q, k, code, k0, kt, qp, kp, KC, sk, rk, b, W, plane, far_lo, far_hi, max_dist, qk_scale, offs_n,
+            PRECISION: tl.constexpr, CLASS: tl.constexpr, BN: tl.constexpr, REL: tl.constexpr):
     """Base-2 scores of a (query, key) tile with its relative bias (the table is in base 2), read as
     windows (FULL), pair by pair (PARTIAL, GATHER, EDGE) or as one scalar (FAR). The bias is added
     after the product, not given as its accumulator: registers that non-wgmma instructions define
@@ -236,21 +259,22 @@ def _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale,
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
     if REL:
         if CLASS == 2:
-            s += _window(W - max_dist - WINDOW_PAD, plane, qp, _k0(KC, sk, rk, b, kt * BN), max_dist, offs_n, BN)
+            s += _window(W - max_dist - WINDOW_PAD, plane, qp, k0, max_dist, offs_n, BN)
         elif CLASS == 3:
-            s += _far(W, code, max_dist)
+            s += _far(code, far_lo, far_hi)
         else:
             s += _near(W, qp, kp, max_dist)
     return s
 
 
 @triton.jit
-def _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-                 qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+def _tile_scores(code, k0, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+                 qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
                  CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
                  DENSE: tl.constexpr, PRECISION: tl.constexpr):
     """(scores, K, V) of one key tile against the program's query tile, compiled for one class
-    (PARTIAL, FULL, FAR, GATHER or EDGE): the forward's and the dQ kernel's common part."""
+    (PARTIAL, FULL, FAR, GATHER or EDGE): the forward's and the dQ kernel's common part. k0: a FULL
+    tile's first key position (_k0, read by the loop a tile ahead, as the entry itself); unused otherwise."""
     MASKED: tl.constexpr = CLASS == 5  # EDGE: the PARTIAL tile that straddles Lk, loaded with bounds checks
     if CLASS == 3:
         kt = code // 2
@@ -260,7 +284,8 @@ def _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs
     k = _rows(Kb, cols, offs_d, skn, Lk, MASKED)
     v = _rows(Vb, cols, offs_d, svn, Lk, MASKED)
     ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, MASKED)
-    s = _scores(q, k, code, kt, qp, kp, KC, sk, rk, b, W, plane, max_dist, qk_scale, offs_n, PRECISION, CLASS, BN, REL)
+    s = _scores(q, k, code, k0, kt, qp, kp, KC, sk, rk, b, W, plane, far_lo, far_hi, max_dist, qk_scale, offs_n,
+                PRECISION, CLASS, BN, REL)
     if DENSE:
         s += _dense(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
     if CLASS % 4 == 1:  # PARTIAL or EDGE: the rule, pair by pair

@@ -46,8 +46,8 @@ import triton
 import triton.language as tl
 
 from .attention_backward import _bwd_kv_kernel, _bwd_q_kernel, _delta_kernel
-from .attention_tiles import (_EDGE, _FAR, _FULL, _GATHER, _LENGTHS, _PARTIAL, WINDOW_PAD, _edge, _q_codes, _rows,
-                              _softmax_step, _tile_scores)
+from .attention_tiles import (_EDGE, _FAR, _FULL, _GATHER, _LENGTHS, _PARTIAL, WINDOW_PAD, _edge, _entry, _far_pair,
+                              _k0, _q_codes, _rows, _softmax_step, _tile_scores)
 from .attention_plan import (DTYPES, HEAD_DIMS, LOG2E, Config, config, extended_table, fold_table_grad,  # noqa: F401
                              prepare)
 from .reference import RelPosBias
@@ -59,13 +59,13 @@ POISON = False  # tests set this: outputs and gradients start as NaN, so an unwr
 # forward: one program per (query tile, batch * head)
 
 @triton.jit
-def _fwd_tile(code, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-              qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+def _fwd_tile(code, k0, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+              qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
               CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
               DENSE: tl.constexpr, PRECISION: tl.constexpr):
     """One key tile of the forward, compiled for one class."""
-    s, k, v = _tile_scores(code, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-                           qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
+    s, k, v = _tile_scores(code, k0, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
+                           qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
                            CLASS, BN, HAS_SEQ, REL, DENSE, PRECISION)
     return _softmax_step(s, v, m_i, l_i, acc, CLASS % 4 == 1, PRECISION)
 
@@ -84,6 +84,7 @@ def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, so
     qa, qb, qq, qp = _q_codes(QC, sq, rq, b, rows, Lq, True)
     Kb, Vb = K + b * skb + h * skh, V + b * svb + h * svh
     W = TABLE + h * 4 * TW + max_dist + WINDOW_PAD  # distance 0 of this head's extended table (copy 0)
+    far_lo, far_hi = _far_pair(W, max_dist, REL)  # the bias of FAR tiles, read before their loop
     plane = TW  # from one shifted copy of the table to the next
     m_i = tl.full((BM,), float("-inf"), tl.float32)
     l_i = tl.zeros((BM,), tl.float32)
@@ -93,29 +94,43 @@ def _fwd_kernel(Q, K, V, O, LSE, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, so
     # FAR, FULL, GATHER, then PARTIAL tiles: the order only moves rounding, and it matters to the
     # compiler, which lays out a loop's softmax as the loop before it left its running max and sums
     if REL:
-        for t in range(0, tl.load(cnt + 2)):
-            m_i, l_i, acc = _fwd_tile(tl.load(lst + 2 * n_kt + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk,
-                                      b, h, offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh,
-                                      sbm, sbn, rows, Lq, _FAR, BN, HAS_SEQ, REL, DENSE, PRECISION)
-    for t in range(0, tl.load(cnt + 1)):
-        m_i, l_i, acc = _fwd_tile(tl.load(lst + n_kt + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h,
-                                  offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn,
+        n = tl.load(cnt + 2)
+        nxt = _entry(lst + 2 * n_kt, 0, n)
+        for t in range(0, n):
+            code, nxt = nxt, _entry(lst + 2 * n_kt, t + 1, n)
+            m_i, l_i, acc = _fwd_tile(code, 0, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n,
+                                      offs_d, Lk, skn, svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb,
+                                      sbh, sbm, sbn, rows, Lq, _FAR, BN, HAS_SEQ, REL, DENSE, PRECISION)
+    n = tl.load(cnt + 1)
+    nxt = _entry(lst + n_kt, 0, n)
+    k0n = _k0(KC, sk, rk, b, nxt * BN)  # a FULL tile's first key position, also read a tile ahead
+    for t in range(0, n):
+        code, nxt = nxt, _entry(lst + n_kt, t + 1, n)
+        k0, k0n = k0n, _k0(KC, sk, rk, b, nxt * BN)
+        m_i, l_i, acc = _fwd_tile(code, k0, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d,
+                                  Lk, skn, svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn,
                                   rows, Lq, _FULL, BN, HAS_SEQ, REL, DENSE, PRECISION)
     if REL:
-        for t in range(0, tl.load(cnt + 3)):
-            m_i, l_i, acc = _fwd_tile(tl.load(lst + 3 * n_kt + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk,
-                                      b, h, offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh,
-                                      sbm, sbn, rows, Lq, _GATHER, BN, HAS_SEQ, REL, DENSE, PRECISION)
+        n = tl.load(cnt + 3)
+        nxt = _entry(lst + 3 * n_kt, 0, n)
+        for t in range(0, n):
+            code, nxt = nxt, _entry(lst + 3 * n_kt, t + 1, n)
+            m_i, l_i, acc = _fwd_tile(code, 0, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n,
+                                      offs_d, Lk, skn, svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb,
+                                      sbh, sbm, sbn, rows, Lq, _GATHER, BN, HAS_SEQ, REL, DENSE, PRECISION)
     n_part = tl.load(cnt)
     edge = _edge(lst, n_part, n_kt, Lk, BN)
-    for t in range(0, n_part - edge):
-        m_i, l_i, acc = _fwd_tile(tl.load(lst + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n,
-                                  offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
-                                  _PARTIAL, BN, HAS_SEQ, REL, DENSE, PRECISION)
+    n = n_part - edge
+    nxt = _entry(lst, 0, n)
+    for t in range(0, n):
+        code, nxt = nxt, _entry(lst, t + 1, n)
+        m_i, l_i, acc = _fwd_tile(code, 0, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d,
+                                  Lk, skn, svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn,
+                                  rows, Lq, _PARTIAL, BN, HAS_SEQ, REL, DENSE, PRECISION)
     for t in range(n_part - edge, n_part):
-        m_i, l_i, acc = _fwd_tile(tl.load(lst + t), q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h, offs_n,
-                                  offs_d, Lk, skn, svn, qk_scale, W, plane, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
-                                  _EDGE, BN, HAS_SEQ, REL, DENSE, PRECISION)
+        m_i, l_i, acc = _fwd_tile(tl.load(lst + t), 0, q, qa, qb, qq, qp, m_i, l_i, acc, Kb, Vb, KC, sk, rk, b, h,
+                                  offs_n, offs_d, Lk, skn, svn, qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb,
+                                  sbh, sbm, sbn, rows, Lq, _EDGE, BN, HAS_SEQ, REL, DENSE, PRECISION)
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     tl.store(O + b * sob + h * soh + rows[:, None] * som + offs_d[None, :], out.to(O.dtype.element_ty),

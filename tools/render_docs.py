@@ -143,8 +143,10 @@ def loops(path):
              for c in r["cases"]}
     names = LOOP_NAMES[True]
     out = [f"Triton {version}, sm_90a. SASS instructions per thread per iteration of each loop; the forward's "
-           f"against the plain loop (x plain). Plain loop: " + ", ".join(f"{d} {n}" for d, n in sorted(plain.items())) + ".", "",
-           "| kernel | case | registers | spills | " + " | ".join(names) + " |", "|" + "---|" * (4 + len(names))]
+           f"against the plain loop (x plain); after the slash, the fewest cp.async groups its waits leave in flight "
+           f"(0: each iteration waits for every copy, the next tiles' too). Plain loop: "
+           + ", ".join(f"{d} {n}" for d, n in sorted(plain.items())) + ".", "",
+           "| kernel | case | registers | spills | shared KB | " + " | ".join(names) + " |", "|" + "---|" * (5 + len(names))]
     for r in rows:
         if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
             continue
@@ -153,9 +155,12 @@ def loops(path):
         if len(r["loops"]) != len(LOOP_NAMES[rel]):
             continue
         cells = dict(zip(LOOP_NAMES[rel], r["loops"]))
+        waits = dict(zip(LOOP_NAMES[rel], r.get("loop_waits") or [None] * len(r["loops"])))
         base = plain.get(case.rsplit("-", 1)[1]) if r["kernel"] == "_fwd_kernel" else None
-        show = lambda n: "-" if n not in cells else f"{cells[n]}" + (f" ({cells[n] / base:.2f})" if base else "")  # noqa: E731
+        show = lambda n: "-" if n not in cells else (f"{cells[n]}" + (f" ({cells[n] / base:.2f})" if base else "")  # noqa: E731
+                                                     + ("" if waits[n] is None else f" / {waits[n]}"))
         out.append(f"| {r['kernel']} | {case} | {r['registers']} | {r['spill_stores']}/{r['spill_loads']} | "
+                   f"{r['shared'] / 1024:.0f} | "
                    + " | ".join(show(n) for n in names) + " |")
     return "\n".join(out) + "\n"
 
