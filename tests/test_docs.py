@@ -137,7 +137,7 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     monkeypatch.setattr(render_docs, "_load", lambda p: json.loads((tmp_path / p).read_text()))
     full = render_docs.scorecard("results.json")
-    assert "| P | A > B (rougeL) | RG-L 36.08 > 31.15 | sum-a 27.50 > sum-b 26.75 | sum-a - sum-b: +0.75 [+0.10, +1.40] " \
+    assert "| P | A > B (rougeL) | RG-L 36.08 > 31.15 | sum-a 27.50 > sum-b 26.75 | sum-a - sum-b: +0.75 [+0.10, +1.40], holds " \
            "| holds |" in full
     assert "| P | C > D (rougeL) | x | - | - | not measured (sum-c, sum-d) |" in full
     assert "1 of 2 claims measured" in full and "pre-a 1.29 nats (5.485 against 6.774)" in full

@@ -287,7 +287,7 @@ def scorecard(spec):
         names, ops = parse_chain(o["chain"])
         here = " ".join(f"{n} {_value(o['values'][n])}" + (f" {op}" if op else "")
                         for n, op in zip(names, ops + [None])) if any(v is not None for v in o["values"].values()) else "-"
-        pairs = "; ".join(f"{p['a']} - {p['b']}: {p['difference']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]"
+        pairs = "; ".join(f"{p['a']} - {p['b']}: {p['difference']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], {p['verdict']}"
                           for p in o["pairs"]) or "-"
         out.append(f"| {o['paper']} | {o['claim']} ({o['metric']}) | {o.get('theirs', '-')} | {here} | {pairs} | "
                    f"{o['verdict']} |")
