@@ -435,7 +435,8 @@ def main():
     p.add_argument("--graphs", action="store_true", help="the static-shape pass and its CUDA graphs vs today's loop")
     p.add_argument("--big-batches", type=int, nargs="+", default=[64, 256], help="--graphs: the larger batches")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                   help="--ckpt, --graphs on CUDA: bf16 autocast (eval.py's --dtype auto there) or float32 (the 2026-11-26 rows)")
+                   help="--ckpt, --forced, --graphs on CUDA: bf16 autocast (eval.py's --dtype auto there) or float32 "
+                        "(the 2026-11-26 rows; --forced rows before 2026-11-27 were float32)")
     p.add_argument("--json", default=None, help="--ckpt, --forced, --graphs: write their rows and targets to this file")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = p.parse_args()

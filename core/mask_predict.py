@@ -52,8 +52,8 @@ class NARDecoder:
         """static: every model call at fixed shapes (the candidates padded to mask_predict's max_len,
         the sources to a multiple of SOURCE_BUCKET), through a StaticDecode, a whole decoding without
         adaptive stop as one call; graphs: and on CUDA each call one replay of a CUDA graph
-        captured once per shape (implies static). The tokens are
-        the same either way (tests/test_nar.py)."""
+        captured once per shape (implies static). The tokens are the same either way
+        (tests/test_nar.py)."""
         self.model, self.tok = model, tok
         self.graphs = graphs
         self.static = static or graphs
