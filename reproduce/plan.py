@@ -37,6 +37,12 @@ def finetune(name, init, flags, label, todo=""):
     return Run(name, "finetune", init + flags, label, todo)
 
 
+# MLAE Figure 3's sweep of the initial mask ratio m0 under the linear schedule: run -> m0. m0 = 0 is
+# schedule none; sum-mlae runs at finetune.py's default --mask-init (tests/test_reproduce.py checks it)
+DEFAULT_M0 = 0.6
+MASK_SWEEP = {"sum-mlae-none": 0.0, **{f"sum-mlae-m{round(100 * m)}": m for m in (0.15, 0.3, 0.45)},
+              "sum-mlae": DEFAULT_M0, **{f"sum-mlae-m{round(100 * m)}": m for m in (0.75, 0.9)}}
+
 # -----------------------------------------------------------------------------
 # pretraining: one objective per run, all from the same tokens
 
@@ -98,8 +104,8 @@ FINETUNE = [
     # m0 = 0 is schedule none)
     finetune("sum-mlae-constant", "mlae-a", "--mask-schedule constant", "MLAE AR, constant schedule"),
     finetune("sum-mlae-none", "mlae-a", "--mask-schedule none", "MLAE AR, no schedule (m0 0)"),
-    *[finetune(f"sum-mlae-m{round(100 * m)}", "mlae-a", f"--mask-init {m}", f"MLAE AR, linear from m0 {m}")
-      for m in (0.15, 0.3, 0.45, 0.75, 0.9)],
+    *[finetune(name, "mlae-a", f"--mask-init {m}", f"MLAE AR, linear from m0 {m}")
+      for name, m in MASK_SWEEP.items() if name.startswith("sum-mlae-m")],
     # ELMER: hard and soft exit, with and without LPLM pretraining
     finetune("elmer-hard", "elmer", "--exit hard", "ELMER-hard"),
     finetune("elmer-soft", "elmer", "--exit soft", "ELMER-soft"),

@@ -99,6 +99,19 @@ def compared(state, a, b, metric):
         return None
 
 
+def intervals_of(state, name):
+    """{metric: [low, high]}: the 95% bootstrap interval of each metric's mean over a run's test
+    examples (its outputs file), or None where it cannot be read (no outputs file, no rouge-score)."""
+    path = outputs_of(state, name)
+    if not path:
+        return None
+    try:
+        return {m: list(significance.interval(path, m)[1:]) for m in significance.metrics_of(path)}
+    except (ImportError, ValueError) as e:
+        print(f"note: no interval for {name}: {e}", file=sys.stderr)
+        return None
+
+
 def fmt(v):
     return f"{v:.2f}" if isinstance(v, float) else "" if v is None else str(v)
 
@@ -168,6 +181,9 @@ def write(args, fields, state, resolved):
             r = metrics[name] = got[0]
             data["runs"][name] = dict(label=BY_NAME[name].label, table=title, pretraining=pre, pretraining_step=started,
                                       under=gap, metrics={k: v for k, v in r.items() if k != "generation"})
+            spread = intervals_of(state, name)
+            if spread:
+                data["runs"][name]["intervals"] = spread
             cls = "accuracy" in r
             cols = cols or (["accuracy", "macro_f1"] if cls else ["rouge1", "rouge2", "rougeL", "decoding", "iterations",
                                                                   "mean_exit"])

@@ -66,18 +66,32 @@ def metrics_of(path):
 
 def per_example(path, metric="rougeL"):
     """The per-example score (x100) of one of eval.py's outputs files: ROUGE F1, or accuracy (100 where
-    the predicted label is the reference); and its sources (to pair on)."""
+    the predicted label is the reference); and its sources (to pair on). ROUGE-1, 2 and L are scored
+    in one pass and kept for the next call."""
     key = (path, os.path.getmtime(path), metric)
     if key not in CACHE:
         rows = read_rows(path)
+        sources = [r["source"] for r in rows]
         if metric == "accuracy":
-            scores = [100.0 * (r["prediction"] == r["reference"]) for r in rows]
+            CACHE[key] = ([100.0 * (r["prediction"] == r["reference"]) for r in rows], sources)
         else:
             from rouge_score import rouge_scorer
-            scorer = rouge_scorer.RougeScorer([metric], use_stemmer=True)
-            scores = [100 * scorer.score(r["reference"], r["prediction"])[metric].fmeasure for r in rows]
-        CACHE[key] = (scores, [r["source"] for r in rows])
+            names = ("rouge1", "rouge2", "rougeL") if metric in ("rouge1", "rouge2", "rougeL") else (metric,)
+            scorer = rouge_scorer.RougeScorer(list(names), use_stemmer=True)
+            scored = [scorer.score(r["reference"], r["prediction"]) for r in rows]
+            for m in names:
+                CACHE[(path, key[1], m)] = ([100 * s[m].fmeasure for s in scored], sources)
     return CACHE[key]
+
+
+def bootstrap(x, samples=2000, seed=0):
+    """(mean of x, low, high): the 95% interval of the mean over `samples` resamplings of x."""
+    x = np.asarray(x, dtype=np.float64)
+    if not len(x):
+        raise ValueError("no scores to resample")
+    means = x[np.random.default_rng(seed).integers(0, len(x), (samples, len(x)))].mean(1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    return float(x.mean()), float(low), float(high)
 
 
 def paired_bootstrap(a, b, samples=2000, seed=0):
@@ -85,10 +99,13 @@ def paired_bootstrap(a, b, samples=2000, seed=0):
     resamplings of the pairs."""
     if len(a) != len(b) or not a:
         raise ValueError(f"paired scores needed: {len(a)} against {len(b)}")
-    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
-    means = d[np.random.default_rng(seed).integers(0, len(d), (samples, len(d)))].mean(1)
-    low, high = np.quantile(means, [0.025, 0.975])
-    return float(d.mean()), float(low), float(high)
+    return bootstrap(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64), samples, seed)
+
+
+def interval(path, metric):
+    """bootstrap of one outputs file's per-example metric: its mean and 95% interval, alone (a
+    figure's error bar; an ordering reads the paired interval of compare, which is narrower)."""
+    return bootstrap(per_example(path, metric)[0])
 
 
 def compare(path_a, path_b, metric="rougeL"):

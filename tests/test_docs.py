@@ -142,3 +142,29 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
     assert "| P | C > D (rougeL) | x | - | - | not measured (sum-c, sum-d) |" in full
     assert "1 of 2 claims measured" in full and "pre-a 1.29 nats (5.485 against 6.774)" in full
     assert "C > D" not in render_docs.scorecard("results.json::measured")
+
+
+def test_the_mask_sweep_reads_each_m0_from_the_plan(tmp_path, monkeypatch):
+    """MLAE Figure 3's table: a row per m0 of the plan's sweep, by m0, each measured run with its
+    interval, the others marked not run."""
+    from reproduce.plan import MASK_SWEEP
+    from tools import figures, render_docs
+    run = lambda r2, low, high: dict(pretraining="pre-mlae-a", pretraining_step=800, under=0.7,
+                                     metrics=dict(rouge2=r2, rougeL=30.0), intervals=dict(rouge2=[low, high]))
+    d = dict(runs={"sum-mlae": run(12.5, 11.75, 13.25), "sum-mlae-m15": run(11.0, 10.0, 12.0)})
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    monkeypatch.setattr(figures, "ROOT", str(tmp_path))
+    rows = render_docs.mask_sweep("results.json").splitlines()[2:]
+    assert len(rows) == len(MASK_SWEEP) and rows[0] == "| 0 | sum-mlae-none | not run | - | - |"
+    assert "| 0.15 | sum-mlae-m15 | 11.00 [10.00, 12.00] | 30.00 | pre-mlae-a step 800, 0.70 nats |" in rows
+    assert rows.index("| 0.6 | sum-mlae | 12.50 [11.75, 13.25] | 30.00 | pre-mlae-a step 800, 0.70 nats |") == 4
+
+
+def test_the_sweeps_default_m0_is_finetunes():
+    """sum-mlae runs without --mask-init: the plan's m0 for it must be finetune.py's default."""
+    import finetune
+    from reproduce.plan import BY_NAME, DEFAULT_M0, MASK_SWEEP
+    assert finetune.get_args([]).mask_init == MASK_SWEEP["sum-mlae"] == DEFAULT_M0
+    assert "--mask-init" not in BY_NAME["sum-mlae"].flags and "--mask-schedule none" in BY_NAME["sum-mlae-none"].flags
+    for name, m in MASK_SWEEP.items():
+        assert name in ("sum-mlae", "sum-mlae-none") or f"--mask-init {m}" in BY_NAME[name].flags

@@ -1,6 +1,7 @@
 """reproduce/runner.py: the plan's invariants, the whole tiny budget end to end, and a sitting
 that stops and one that continues with only what is left (a half-trained run resumed, finished
 runs untouched)."""
+import json
 import os
 import re
 import signal
@@ -115,6 +116,14 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert re.search(r"compute dtype (float32|bfloat16) \(--dtype auto\)", md)
     for name, why in unavailable.items():
         assert why in md, name
+    # each evaluated run's metrics with the 95% interval of their mean (MLAE Figure 3's error bars)
+    with open(os.path.join(out, "results.json")) as f:
+        runs = json.load(f)["runs"]
+    assert {"sum-mlae", "cls-pmlm"} <= set(runs)
+    for name, r in runs.items():
+        assert set(r["intervals"]) == ({"accuracy"} if "accuracy" in r["metrics"] else {"rouge1", "rouge2", "rougeL"}), name
+        for m, (low, high) in r["intervals"].items():
+            assert low - 1e-9 <= r["metrics"][m] <= high + 1e-9, (name, m)
 
     assert reproduce.main(["--budget", "tiny", "--out", out, "--quiet"]) == 0
     assert "left: 0 runs" in capsys.readouterr().out
@@ -267,6 +276,8 @@ def test_paired_bootstrap():
     mean, low, high = significance.paired_bootstrap([x + 1 for x in a], a)
     assert abs(mean - 1) < 1e-9 and significance.verdict(">", low, high) == "holds"
     assert significance.verdict(">", *significance.paired_bootstrap(a, [x + 1 for x in a])[1:]) == "reversed"
+    mean, low, high = significance.bootstrap(a)  # one run's interval: around its mean, narrower with more examples
+    assert low < mean == sum(a) / len(a) < high and high - low > significance.bootstrap(a * 4)[2] - significance.bootstrap(a * 4)[1]
     noisy = [x + (20 if i % 2 else -19.8) for i, x in enumerate(a)]  # +0.1 on average, spread 20
     mean, low, high = significance.paired_bootstrap(noisy, a)
     assert low < 0 < mean < high and significance.verdict(">", low, high) == "within noise"

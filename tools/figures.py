@@ -224,3 +224,44 @@ def _draw_scorecard(plt, path):
 def plot_scorecard(path, where):
     """Every measured pair of the papers' orderings: its difference and 95% interval, by verdict."""
     return _figure(path, where, "scorecard-" + os.path.basename(os.path.dirname(path)), _draw_scorecard)
+
+
+# -----------------------------------------------------------------------------
+# MLAE's Figure 3: the initial mask ratio of the linear schedule
+
+def mask_sweep_rows(path):
+    """(m0, run, its results.json row or None) for each run of MLAE Figure 3's sweep, by m0."""
+    from reproduce.plan import MASK_SWEEP
+    runs = _load(path)["runs"]
+    return [(m, name, runs.get(name)) for name, m in sorted(MASK_SWEEP.items(), key=lambda kv: kv[1])]
+
+
+def _draw_mask_ratio(plt, path):
+    rows = mask_sweep_rows(path)
+    have = [(m, r) for m, _, r in rows if r and "rouge2" in r["metrics"]]
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for m, r in have:
+        v = r["metrics"]["rouge2"]
+        low, high = (r.get("intervals") or {}).get("rouge2", (v, v))
+        ax.errorbar(m, v, yerr=[[v - low], [high - v]], fmt="o", color="C0", capsize=3)
+    if len(have) > 1:
+        ax.plot([m for m, _ in have], [r["metrics"]["rouge2"] for _, r in have], color="C0", lw=1)
+    constant = _load(path)["runs"].get("sum-mlae-constant")
+    if constant:
+        v = constant["metrics"]["rouge2"]
+        low, high = (constant.get("intervals") or {}).get("rouge2", (v, v))
+        ax.errorbar(0.62, v, yerr=[[v - low], [high - v]], fmt="s", color="C1", capsize=3,
+                    label="constant schedule, m0 0.6")
+        ax.legend(frameon=False, fontsize=7)
+    missing = [f"{m:g}" for m, _, r in rows if not r]
+    ax.set_title("not run yet: m0 " + ", ".join(missing) if missing else "", fontsize=8)
+    ax.set_xlabel("initial mask ratio m0 of the decoder input (linear schedule; 0 = none)")
+    ax.set_ylabel("test ROUGE-2, 95% bootstrap interval")
+    ax.set_xlim(-0.05, 0.95)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_mask_ratio(path, where):
+    """MLAE's Figure 3: ROUGE-2 against the initial mask ratio m0, one point per run of the sweep."""
+    return _figure(path, where, "mask-ratio-" + os.path.basename(os.path.dirname(path)), _draw_mask_ratio)

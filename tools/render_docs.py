@@ -303,11 +303,25 @@ def scorecard(spec):
     return "\n".join(out) + "\n"
 
 
+def mask_sweep(path):
+    """reproduce's results.json: MLAE Figure 3's sweep, one row per initial mask ratio m0."""
+    out = ["| m0 | run | ROUGE-2, 95% interval | ROUGE-L | pretraining, under the unigram entropy |", "|---|---|---|---|---|"]
+    for m, name, r in figures.mask_sweep_rows(path):
+        if not r:
+            out.append(f"| {m:g} | {name} | not run | - | - |")
+            continue
+        low, high = r.get("intervals", {}).get("rouge2", (None, None))
+        spread = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
+        out.append(f"| {m:g} | {name} | {r['metrics']['rouge2']:.2f}{spread} | {r['metrics']['rougeL']:.2f} | "
+                   f"{r['pretraining']} step {r['pretraining_step']}, {_value(r['under'])} nats |")
+    return "\n".join(out) + "\n"
+
+
 RENDERERS = {"default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
              "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
              "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits, "scorecard": scorecard,
-             "plot-scorecard": figures.plot_scorecard}
+             "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep, "plot-mask-ratio": figures.plot_mask_ratio}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
 
