@@ -184,7 +184,7 @@ def part_bench(rep):
 # kernel names as the profiler reports them, matched exactly (a substring such as 'tile' also
 # names cuBLAS kernels): what each share of a step is made of
 KERNEL_CLASSES = {"attention kernels": ("_fwd_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_delta_kernel"),
-                  "codes and tile map": ("_codes_kernel", "_map_kernel"),
+                  "codes and tile map": ("_codes_kernel", "_class_kernel", "_list_kernel"),
                   "off-ramps": ("_offramp_kernel", "_offramp_combine_kernel"),
                   "gather / scatter / index": ("_gather_kernel", "_scatter_kernel", "_compact_kernel")}
 

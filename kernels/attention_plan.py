@@ -56,6 +56,7 @@ CUDA_CONFIGS = {
 # order-dependent on a GPU (as the bias table's gradient already was): equal to within rounding,
 # not bit for bit, from run to run.
 FUSED_DQ = True
+MAP_WARPS = 4  # of the tile map's cell programs (kernels/tilemap.py _class_kernel) on a GPU
 # under the interpreter a tile costs Python time, and small tiles make the tests cross many tile
 # boundaries; the two orientations differ so that the tests check each list on its own
 INTERPRET_CONFIG = Config(16, 16, 1, 1, 16, 32, 1, 1, 1, 1)
@@ -97,7 +98,7 @@ def plan(cache, cfg, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_po
 
     def tiles():
         return build_map(qc, kc, (cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, q_seq is not None,
-                         max_dist, 8 if q_kind.is_cuda else 1, Lq=q_kind.shape[1], Lk=k_kind.shape[1])
+                         max_dist, MAP_WARPS if q_kind.is_cuda else 1, Lq=q_kind.shape[1], Lk=k_kind.shape[1])
     key = ("map", cfg, max_dist)
     if cache is not None and key in cache and backward and cache[key][1].k_list is None:
         del cache[key]  # built for a forward without gradient; now a backward needs the k-major lists

@@ -27,9 +27,9 @@ kernel does not run (head dims up to 64), as FlashAttention-2's own backward doe
 
 What a call costs besides the kernels: nothing on the device when `cache` (a dict the caller keeps
 for as long as the metadata is unchanged; the model keeps one per forward) already holds the codes,
-the map and the bias table, else 2-3 launches for the codes and map and 2 for the table. One
-training step of an n-layer model with a relative bias therefore launches 4 + 7 n times for its
-attention in float32: codes, map and table once (4), and per layer the forward (1) and the
+the map and the bias table, else 3-4 launches for the codes and map and 2 for the table. One
+training step of an n-layer model with a relative bias therefore launches 5 + 7 n times for its
+attention in float32: codes, map and table once (5), and per layer the forward (1) and the
 backward's delta and dK/dV kernels, the dQ buffer's zeroing (the dQ kernel, with FUSED_DQ off),
 the table gradient's zeroing, sum and fold (3 + 3); in 16 bits a fused dQ's cast adds one. No host sync
 (tests/test_attention_in_model.py counts them).

@@ -1,7 +1,7 @@
 """What the pseudo-mask attention kernels read besides q, k and v: per-token codes and a tile map.
 
-Both are built once per metadata (every layer of a forward and its backward share them), by two
-small Triton kernels: one launch per side for the codes, one launch for the whole map.
+Both are built once per metadata (every layer of a forward and its backward share them), by small
+Triton kernels: one launch per side for the codes, two for the whole map.
 
 **Codes.** The attention rule (kernels/reference.py `visible`) over (kind, step, valid) reduces to
 two comparisons once each token carries two integers. With BIG = 2^30 and steps in (-BIG, BIG):
@@ -28,8 +28,21 @@ ka == BIG and kb == NONE_K is dead (padding): no query sees it. `codes` is the r
   FAR     FULL, and under a relative position bias of max distance M every pair clamps to the same
           distance, +M or -M: one bias value for the whole tile (plain FlashAttention plus a scalar);
   GATHER  FULL, but its key positions are not consecutive: the bias gathered pair by pair.
-The classes are exact: `_map_kernel` evaluates the rule on every pair of the tile (B * Lq * Lk
-comparisons, microseconds on a GPU), instead of reasoning from per-tile summaries.
+The classes are exact: the rule is evaluated on every pair (B * Lq * Lk comparisons), instead of
+reasoning from per-tile summaries. Two launches, neither with a loop:
+    `_class_kernel`, one program per cell of a grid as fine as both block shapes (min(BM, BMk) x
+        min(BN, BNk); at the CUDA configurations of head dim 64 the cells are the tiles): whether
+        some and whether every pair of the cell is visible, and the positions' range of its rows
+        and of its columns (whether the columns run k0, k0 + 1, ...);
+    `_list_kernel`, one program per query tile (q-major) and per key tile (k-major): the class of
+        each of its tiles from their cells, as one vector, and each list written through a prefix
+        sum over it.
+Every cell is evaluated once for both orientations. The map of before, one launch whose programs
+walked their row of tiles in a loop and classified each tile twice (once per orientation), compiled
+to 233 registers a thread with 8 warps (one program per SM) and a 422-instruction loop body (sm_90a,
+Triton 3.6), and took 0.127 ms of a PMLM batch (B 32, L 768) on an H200 (bench/RESULTS.md,
+2026-11-27), a quarter of the forward kernel's time; the cell kernel compiles to 80 registers
+with 4 warps (results/aot).
 
 Lists, so that each of a kernel's loops (one per class, specialised at compile time) runs over its
 own tiles only:
@@ -112,7 +125,7 @@ def reference_classes(see, BM, BN, q_pos=None, k_pos=None, max_dist=None):
 
 def lists_from_classes(cls, ahead):
     """(B, R, SLOTS, T) int32 lists (unused slots -1) and (B, R, SLOTS) int32 counts from (B, R, T)
-    classes, as the map kernel writes them, each list in increasing tile order."""
+    classes, as the map kernels write them, each list in increasing tile order."""
     B, R, T = cls.shape
     lists = torch.full((B, R, SLOTS, T), -1, dtype=torch.int32)
     counts = torch.zeros(B, R, SLOTS, dtype=torch.int32)
@@ -181,82 +194,116 @@ def _tile_codes(C, plane_stride, row_stride, b, idx, L, QUERY: tl.constexpr):
 
 
 @triton.jit
-def _classify(qa, qb, qq, qp, q_in, ka, kb, kq, kp, consecutive, max_dist, HAS_SEQ: tl.constexpr, REL: tl.constexpr):
-    """(class, ahead) of one tile from its codes, exactly (every pair evaluated)."""
+def _class_kernel(QC, KC, sq, sk, rq, rk, SEEN, QSUM, KSUM, Lq, Lk, n_r, n_c,
+                  GR: tl.constexpr, GC: tl.constexpr, HAS_SEQ: tl.constexpr):
+    """Map phase 1, one program per (key cell, query cell, row b) of a grid of GR x GC cells, every
+    pair evaluated: SEEN[b, r, c] = 1 if some pair of cell (r, c) is visible, + 2 if every pair is
+    (a cell that straddles Lq or Lk has invisible pairs). Programs of key cell 0 also write their
+    query cell's position summary QSUM[b, r] = (min, max), programs of query cell 0 their key cell's
+    KSUM[b, c] = (min, max, first position, 1 if the positions run first, first + 1, ...)."""
+    c, r, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    rows = r * GR + tl.arange(0, GR)
+    cols = c * GC + tl.arange(0, GC)
+    qa, qb, qq, qp = _tile_codes(QC, sq, rq, b, rows, Lq, True)
+    ka, kb, kq, kp = _tile_codes(KC, sk, rk, b, cols, Lk, False)
     see = (ka[None, :] <= qa[:, None]) | (kb[None, :] == qb[:, None])
     if HAS_SEQ:
         see = see & (kq[None, :] == qq[:, None])
-    see = see & q_in[:, None]
+    see = see & (rows < Lq)[:, None]
     n_seen = tl.sum(tl.sum(see.to(tl.int32), 1), 0)
-    full = n_seen == qa.shape[0] * ka.shape[0]
-    cls = (n_seen > 0).to(tl.int32) + full.to(tl.int32)
-    ahead = False
+    tl.store(SEEN + (b * n_r + r) * n_c + c, ((n_seen > 0).to(tl.int32) + 2 * (n_seen == GR * GC).to(tl.int32)).to(tl.int8))
+    if c == 0:
+        tl.store(QSUM + (b * n_r + r) * 2, tl.min(qp, 0))
+        tl.store(QSUM + (b * n_r + r) * 2 + 1, tl.max(qp, 0))
+    if r == 0:
+        run = kp - tl.arange(0, GC)
+        base = KSUM + (b * n_c + c) * 4
+        tl.store(base, tl.min(kp, 0))
+        tl.store(base + 1, tl.max(kp, 0))
+        tl.store(base + 2, tl.max(run, 0))  # the first position, when they run
+        tl.store(base + 3, (tl.max(run, 0) == tl.min(run, 0)).to(tl.int32))
+
+
+@triton.jit
+def _tile_class(SEEN, QSUM, KSUM, b, n_r, n_c, qt, kt, ok, RT: tl.constexpr, CT: tl.constexpr, GC: tl.constexpr,
+                max_dist, REL: tl.constexpr):
+    """(class, ahead) of tiles (qt, kt), vectors of query and key tile indices (one of them a scalar)
+    whose tiles are RT x CT cells of phase 1; ok masks the vector's slots past the last tile. A cell
+    past the grid (a tile that straddles Lq or Lk) reads as invisible, so its tile is never FULL."""
+    zero = qt * 0 + kt * 0  # every index below a vector (the interpreter rejects a scalar mask in a vector one)
+    seen_any = zero
+    seen_all = seen_any + 1
+    q_lo = seen_any + 2147483647
+    q_hi = -q_lo
+    for i in tl.static_range(RT):
+        r = qt * RT + i + zero
+        for j in tl.static_range(CT):
+            cc = kt * CT + j + zero
+            m = ok & (r < n_r) & (cc < n_c)
+            cell = tl.load(SEEN + (b * n_r + r) * n_c + cc, mask=m, other=0).to(tl.int32)
+            seen_any = seen_any | (cell & 1)
+            seen_all = seen_all & (cell >> 1)
+        if REL:
+            q_lo = tl.minimum(q_lo, tl.load(QSUM + (b * n_r + r) * 2, mask=ok & (r < n_r), other=2147483647))
+            q_hi = tl.maximum(q_hi, tl.load(QSUM + (b * n_r + r) * 2 + 1, mask=ok & (r < n_r), other=-2147483647))
+    cls = seen_any + seen_all
+    ahead = cls < 0
     if REL:
-        ahead = tl.min(kp, 0) - tl.max(qp, 0) >= max_dist
-        behind = tl.max(kp, 0) - tl.min(qp, 0) <= -max_dist
-        far = full & (ahead | behind)
-        cls = tl.where(far, 3, tl.where(full & (consecutive == 0), 4, cls))
+        k_lo = q_lo * 0 + 2147483647
+        k_hi = -k_lo
+        consecutive = seen_all * 0 + 1
+        first = k_lo * 0
+        for j in tl.static_range(CT):
+            cc = kt * CT + j + zero
+            m = ok & (cc < n_c)
+            base = KSUM + (b * n_c + cc) * 4
+            k_lo = tl.minimum(k_lo, tl.load(base, mask=m, other=2147483647))
+            k_hi = tl.maximum(k_hi, tl.load(base + 1, mask=m, other=-2147483647))
+            start = tl.load(base + 2, mask=m, other=0)
+            consecutive = consecutive & tl.load(base + 3, mask=m, other=0)
+            if j == 0:
+                first = start
+            else:
+                consecutive = consecutive & (start == first + j * GC).to(tl.int32)
+        ahead = k_lo - q_hi >= max_dist
+        behind = k_hi - q_lo <= -max_dist
+        far = (cls == 2) & (ahead | behind)
+        cls = tl.where(far, 3, tl.where((cls == 2) & (consecutive == 0), 4, cls))
     return cls, ahead
 
 
 @triton.jit
-def _consecutive(kp, offs):
-    """1 if the key positions of a tile run k0, k0 + 1, ... (its bias rows are table windows)."""
-    run = kp - offs
-    return (tl.max(run, 0) == tl.min(run, 0)).to(tl.int32)
+def _write_lists(lst, counts, cap, tile, cls, ahead, ok):
+    """The tiles of each class in its list, in increasing order (a prefix sum gives each its slot),
+    and the four counts."""
+    for c in tl.static_range(1, 5):
+        hit = ok & (cls == c)
+        slot = tl.cumsum(hit.to(tl.int32), 0) - 1
+        value = 2 * tile + ahead.to(tl.int32) if c == 3 else tile
+        tl.store(lst + (c - 1) * cap + slot, value, mask=hit)
+        tl.store(counts + c - 1, tl.sum(hit.to(tl.int32), 0))
 
 
-@triton.jit
-def _append(lst, cap, n_part, n_full, n_far, n_gather, tile, cls, ahead):
-    """Write `tile` to the list of its class; returns the four counts."""
-    tl.store(lst + n_part, tile, mask=cls == 1)
-    tl.store(lst + cap + n_full, tile, mask=cls == 2)
-    tl.store(lst + 2 * cap + n_far, 2 * tile + ahead.to(tl.int32), mask=cls == 3)
-    tl.store(lst + 3 * cap + n_gather, tile, mask=cls == 4)
-    return (n_part + (cls == 1).to(tl.int32), n_full + (cls == 2).to(tl.int32), n_far + (cls == 3).to(tl.int32),
-            n_gather + (cls == 4).to(tl.int32))
-
-
-@triton.jit(do_not_specialize=["Lq", "Lk", "n_qt", "n_kt", "n_qs", "n_ks"])
-def _map_kernel(QC, KC, sq, sk, rq, rk, QLIST, QCOUNT, KLIST, KCOUNT, Lq, Lk, n_qt, n_kt, n_qs, n_ks, max_dist,
-                BM: tl.constexpr, BN: tl.constexpr, BMK: tl.constexpr, BNK: tl.constexpr,
-                HAS_SEQ: tl.constexpr, REL: tl.constexpr):
-    """Programs 0..n_qt-1: the q-major lists of query tile pid (blocks BM x BN, n_kt key tiles);
-    programs n_qt..n_qt+n_ks-1: the k-major lists of key tile pid - n_qt (blocks BMK x BNK, n_qs
-    query tiles). One launch for both; grid (n_qt + n_ks, B)."""
+@triton.jit(do_not_specialize=["n_r", "n_c", "n_qt", "n_kt", "n_qs", "n_ks"])
+def _list_kernel(SEEN, QSUM, KSUM, QLIST, QCOUNT, KLIST, KCOUNT, n_r, n_c, n_qt, n_kt, n_qs, n_ks, max_dist,
+                 RQ: tl.constexpr, CQ: tl.constexpr, RK: tl.constexpr, CK: tl.constexpr, GC: tl.constexpr,
+                 NKT: tl.constexpr, NQS: tl.constexpr, REL: tl.constexpr):
+    """Map phase 2, no loop: programs 0..n_qt-1 write the q-major lists of query tile pid (each
+    tile RQ x CQ cells; its n_kt key tiles as one vector of NKT >= n_kt slots), programs n_qt..
+    n_qt+n_ks-1 the k-major lists of key tile pid - n_qt (RK x CK cells, n_qs query tiles in NQS
+    slots). Grid (n_qt + n_ks, B)."""
     pid, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    n_part = tl.sum(tl.zeros((1,), tl.int32), 0)
-    n_full, n_far, n_gather = n_part, n_part, n_part
-    if pid < n_qt:
-        rows = pid * BM + tl.arange(0, BM)
-        qa, qb, qq, qp = _tile_codes(QC, sq, rq, b, rows, Lq, True)
-        q_in = rows < Lq
-        entry = b * n_qt + pid
-        lst = QLIST + entry * 4 * n_kt
-        for kt in range(0, n_kt):
-            cols = kt * BN + tl.arange(0, BN)
-            ka, kb, kq, kp = _tile_codes(KC, sk, rk, b, cols, Lk, False)
-            cls, ahead = _classify(qa, qb, qq, qp, q_in, ka, kb, kq, kp, _consecutive(kp, tl.arange(0, BN)), max_dist,
-                                   HAS_SEQ, REL)
-            n_part, n_full, n_far, n_gather = _append(lst, n_kt, n_part, n_full, n_far, n_gather, kt, cls, ahead)
-        counts = QCOUNT + entry * 4
+    if pid < n_qt:  # (the two branches' values have other shapes: other names)
+        kt = tl.arange(0, NKT)
+        kt_ok = kt < n_kt
+        q_cls, q_ahead = _tile_class(SEEN, QSUM, KSUM, b, n_r, n_c, pid, kt, kt_ok, RQ, CQ, GC, max_dist, REL)
+        _write_lists(QLIST + (b * n_qt + pid) * 4 * n_kt, QCOUNT + (b * n_qt + pid) * 4, n_kt, kt, q_cls, q_ahead, kt_ok)
     else:
         jt = pid - n_qt
-        cols = jt * BNK + tl.arange(0, BNK)
-        ka, kb, kq, kp = _tile_codes(KC, sk, rk, b, cols, Lk, False)
-        consecutive = _consecutive(kp, tl.arange(0, BNK))
-        entry = b * n_ks + jt
-        lst = KLIST + entry * 4 * n_qs
-        for it in range(0, n_qs):
-            rows = it * BMK + tl.arange(0, BMK)
-            qa, qb, qq, qp = _tile_codes(QC, sq, rq, b, rows, Lq, True)
-            cls, ahead = _classify(qa, qb, qq, qp, rows < Lq, ka, kb, kq, kp, consecutive, max_dist, HAS_SEQ, REL)
-            n_part, n_full, n_far, n_gather = _append(lst, n_qs, n_part, n_full, n_far, n_gather, it, cls, ahead)
-        counts = KCOUNT + entry * 4
-    tl.store(counts, n_part)
-    tl.store(counts + 1, n_full)
-    tl.store(counts + 2, n_far)
-    tl.store(counts + 3, n_gather)
+        it = tl.arange(0, NQS)
+        it_ok = it < n_qs
+        k_cls, k_ahead = _tile_class(SEEN, QSUM, KSUM, b, n_r, n_c, it, jt, it_ok, RK, CK, GC, max_dist, REL)
+        _write_lists(KLIST + (b * n_ks + jt) * 4 * n_qs, KCOUNT + (b * n_ks + jt) * 4, n_qs, it, k_cls, k_ahead, it_ok)
 
 
 # -----------------------------------------------------------------------------
@@ -300,40 +347,55 @@ class TileMap(NamedTuple):
 
 
 def build_map(qc, kc, q_blocks, k_blocks, has_seq, max_dist=None, warps=4, device_type=None, Lq=None, Lk=None):
-    """The TileMap of two code tensors (6, B, Lq or more) and (6, B, Lk or more): one launch.
-    max_dist: that of the relative bias (FAR and GATHER tiles), or None. k_blocks None: no k-major
-    lists (a forward without backward). Lq, Lk: the lengths, when the rows are padded."""
+    """The TileMap of two code tensors (6, B, Lq or more) and (6, B, Lk or more): two launches, the
+    pairs of a grid of cells as fine as both block shapes (_class_kernel), then every list at once
+    from the cells (_list_kernel). max_dist: that of the relative bias (FAR and GATHER tiles), or
+    None. k_blocks None: no k-major lists (a forward without backward). Lq, Lk: the lengths, when the
+    rows are padded. warps: of the cell programs on a GPU."""
     _, B, rq = qc.shape
     rk = kc.shape[2]
     Lq, Lk = Lq or rq, Lk or rk
     BM, BN = q_blocks
     BMk, BNk = k_blocks or (BM, BN)
+    GR, GC = min(BM, BMk), min(BN, BNk)  # powers of two: each block is a whole number of cells
     n_qt, n_kt = triton.cdiv(Lq, BM), triton.cdiv(Lk, BN)
     n_qs, n_ks = triton.cdiv(Lq, BMk), triton.cdiv(Lk, BNk)
+    n_r, n_c = triton.cdiv(Lq, GR), triton.cdiv(Lk, GC)
     dev = qc.device
+    cuda = (device_type or dev.type) == "cuda"
+    seen = torch.empty((B, n_r, n_c), dtype=torch.int8, device=dev)
+    qsum = torch.empty((B, n_r, 2), dtype=torch.int32, device=dev)
+    ksum = torch.empty((B, n_c, 4), dtype=torch.int32, device=dev)
     q_list = torch.empty((B, n_qt, SLOTS, n_kt), dtype=torch.int32, device=dev)
     q_count = torch.empty((B, n_qt, SLOTS), dtype=torch.int32, device=dev)
     k_list = torch.empty((B, n_ks, SLOTS, n_qs), dtype=torch.int32, device=dev) if k_blocks else q_list
     k_count = torch.empty((B, n_ks, SLOTS), dtype=torch.int32, device=dev) if k_blocks else q_count
-    grid = (n_qt + (n_ks if k_blocks else 0), B)
-    _map_kernel[grid](qc, kc, B * rq, B * rk, rq, rk, q_list, q_count, k_list, k_count,
-                      Lq, Lk, n_qt, n_kt, n_qs, n_ks, 0 if max_dist is None else int(max_dist),
-                      BM=BM, BN=BN, BMK=BMk, BNK=BNk, HAS_SEQ=has_seq, REL=max_dist is not None,
-                      num_warps=warps if (device_type or dev.type) == "cuda" else 1)
+    _class_kernel[(n_c, n_r, B)](qc, kc, B * rq, B * rk, rq, rk, seen, qsum, ksum, Lq, Lk, n_r, n_c,
+                                 GR=GR, GC=GC, HAS_SEQ=has_seq, num_warps=warps if cuda else 1)
+    _list_kernel[(n_qt + (n_ks if k_blocks else 0), B)](
+        seen, qsum, ksum, q_list, q_count, k_list, k_count, n_r, n_c, n_qt, n_kt, n_qs, n_ks,
+        0 if max_dist is None else int(max_dist), RQ=BM // GR, CQ=BN // GC, RK=BMk // GR, CK=BNk // GC, GC=GC,
+        NKT=triton.next_power_of_2(n_kt), NQS=triton.next_power_of_2(n_qs), REL=max_dist is not None,
+        num_warps=4 if cuda else 1)
     return TileMap((BM, BN), (BMk, BNk) if k_blocks else None, q_list, q_count,
                    k_list if k_blocks else None, k_count if k_blocks else None)
 
 
 def aot_cases():
-    """The codes and the map kernel with their CUDA launches, on a base-size PMLM batch (B=2,
-    L=768) with a relative bias, and the forward-only map of decoding (one query row)."""
-    def thunk(Lq, backward, seq):
+    """The codes and the two map kernels with their CUDA launches on a base-size PMLM batch (B=2,
+    L=768) with a relative bias, at the blocks of head dims 64 and 128 (attention_plan.CUDA_CONFIGS),
+    and the forward-only map of decoding (one query row)."""
+    from .attention_plan import CUDA_CONFIGS, MAP_WARPS
+
+    def thunk(Lq, backward, seq, D=64):
         B, L = 2, 768
+        cfg = CUDA_CONFIGS[D]
         kind = torch.zeros(B, L, dtype=torch.long)
         step, pos = torch.zeros_like(kind), torch.arange(L).expand(B, L)
         qc = torch.empty(6, B, -(-Lq // 16) * 16, dtype=torch.int32)
         _codes_launch(kind, step, None, kind if seq else None, pos, "cuda")
         kc = torch.empty(6, B, L, dtype=torch.int32)
-        build_map(qc, kc, (128, 64), (64, 64) if backward else None, seq, 128, warps=8, device_type="cuda", Lq=Lq, Lk=L)
+        build_map(qc, kc, (cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, seq, 128, warps=MAP_WARPS,
+                  device_type="cuda", Lq=Lq, Lk=L)
     return [("map-pmlm", lambda: thunk(768, True, False)), ("map-packed", lambda: thunk(768, True, True)),
-            ("map-decode", lambda: thunk(1, False, False))]
+            ("map-pmlm-d128", lambda: thunk(768, True, False, 128)), ("map-decode", lambda: thunk(1, False, False))]

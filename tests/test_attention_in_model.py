@@ -55,7 +55,7 @@ def test_model_trains_through_kernel():
 
 
 def count_builds(monkeypatch):
-    """Calls of the codes and map builders, each one launch (kernels/tilemap.py)."""
+    """Calls of the codes and map builders (one launch and two, kernels/tilemap.py)."""
     from kernels import attention_plan
     calls = []
     for name in ("build_map", "code_tensor"):
@@ -66,7 +66,7 @@ def count_builds(monkeypatch):
 
 def test_tile_map_built_once_per_forward_and_backward(monkeypatch):
     """Every layer of a forward shares the metadata, so the codes and the tile map are built once for
-    the whole model, and the backward reuses them: one codes launch and one map launch per
+    the whole model, and the backward reuses them: one codes build and one map build per
     (query, key) metadata pair and step."""
     from core.config import preset
     from core.model import EncoderDecoder, UnifiedLM
@@ -112,7 +112,8 @@ def count_attention_launches(monkeypatch):
             return func(*args, **(kwargs or {}))
 
     for module in (pa, tilemap):
-        for name in ("_fwd_kernel", "_delta_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_codes_kernel", "_map_kernel"):
+        for name in ("_fwd_kernel", "_delta_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_codes_kernel", "_class_kernel",
+                     "_list_kernel"):
             fn = getattr(module, name, None)
             if fn is None:
                 continue
@@ -144,10 +145,11 @@ def count_attention_launches(monkeypatch):
 @pytest.mark.parametrize("fused", [False, True])
 def test_one_training_step_launches_what_the_docs_state(monkeypatch, fused):
     """A PMLM step of an n-layer model (relative bias, gradient to its table): the codes and the map
-    once (2 launches), the base-2 bias table once (2), then per layer the forward kernel (1) and the
-    backward's delta, dK/dV and dQ kernels with the table gradient's zeroing and its sum and fold (6;
+    once (3 launches: the codes, the map's cells and its lists), the base-2 bias table once (2), then
+    per layer the forward kernel (1) and the backward's delta, dK/dV and dQ kernels with the table
+    gradient's zeroing and its sum and fold (6;
     fused: the dQ buffer's zeroing instead of the dQ kernel, and its cast to a 16-bit q's dtype):
-    4 + 7 n launches in float32, no host sync. kernels/pseudo_attention.py's docstring states the same."""
+    5 + 7 n launches in float32, no host sync. kernels/pseudo_attention.py's docstring states the same."""
     from core.config import preset
     from core.model import UnifiedLM
     from kernels import attention_plan
@@ -166,10 +168,10 @@ def test_one_training_step_launches_what_the_docs_state(monkeypatch, fused):
         launches, ops = count_attention_launches(monkeypatch)
         model(tokens, pos, None, kind, step, valid).float().pow(2).mean().backward()
     by_kernel = {k: launches.count(k) for k in set(launches)}
-    want = {"_codes_kernel": 1, "_map_kernel": 1, "_fwd_kernel": n, "_delta_kernel": n, "_bwd_kv_kernel": n}
+    want = {"_codes_kernel": 1, "_class_kernel": 1, "_list_kernel": 1, "_fwd_kernel": n, "_delta_kernel": n, "_bwd_kv_kernel": n}
     if not fused:
         want["_bwd_q_kernel"] = n
     assert by_kernel == want, by_kernel
     assert len(ops) == 2 + (4 if fused else 3) * n, f"{len(ops)} torch ops in the attention: {ops}"
-    assert len(launches) + len(ops) == 4 + 7 * n
+    assert len(launches) + len(ops) == 5 + 7 * n
     assert "item" not in ops and "_local_scalar_dense" not in ops and "nonzero" not in ops

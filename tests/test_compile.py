@@ -39,7 +39,8 @@ def test_every_attention_variant_is_covered(rows):
             for D in (64, 128):
                 assert f"{variant}-{dtype}-d{D}" in cases, f"no compile case {variant}-{dtype}-d{D}"
     kernels = {r["kernel"] for r in rows if r["module"] in ("pseudo_attention", "tilemap")}
-    assert {"_fwd_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_delta_kernel", "_codes_kernel", "_map_kernel"} <= kernels
+    assert {"_fwd_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_delta_kernel", "_codes_kernel", "_class_kernel",
+            "_list_kernel"} <= kernels
 
 
 def test_attention_matmuls_use_wgmma(rows):
@@ -109,3 +110,20 @@ def test_tile_loops_keep_copies_in_flight(rows):
                 f"{r['kernel']} [{r['cases'][0]}]: fewest copy groups in flight per loop {r['loop_waits']}"
             seen += 1
     assert seen == 2
+
+
+def test_tile_map_kernels_have_no_loop_and_leave_room_for_many_programs(rows):
+    """The map's two kernels (kernels/tilemap.py): no loop in either (every cell, every list of a
+    row, at once), and at the CUDA blocks the cell kernel takes at most 128 registers a thread at
+    4 warps (four programs an SM or more). The one-launch map of before walked its row of tiles in a
+    loop at 233 registers with 8 warps: one program an SM, and a quarter of the PMLM forward kernel's
+    time on an H200."""
+    seen = set()
+    for r in rows:
+        if r["compiles"] and r["kernel"] in ("_class_kernel", "_list_kernel"):
+            assert r["loops"] == [], f"{r['kernel']} [{r['cases'][0]}]: a loop ({r['loops']} instructions)"
+            if r["kernel"] == "_class_kernel":
+                assert r["num_warps"] == 4 and r["registers"] <= 128, \
+                    f"_class_kernel [{r['cases'][0]}]: {r['registers']} registers at {r['num_warps']} warps"
+            seen.add(r["kernel"])
+    assert seen == {"_class_kernel", "_list_kernel"}
