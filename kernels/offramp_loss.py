@@ -176,6 +176,9 @@ def _loss_and_grads(h, weight, bias, target, ignore_index, chunk, want_w, want_b
         if want_b:
             part = dz.sum(0, dtype=torch.float32)
             db = part if db is None else db.add_(part)
+        # released before the next chunk's product allocates its logits: else two chunks' logits
+        # are alive at once (the peak memory of a multi-chunk call)
+        del z, dz
     if N == 0:
         dw = torch.zeros(V, C, dtype=torch.float32, device=dev) if want_w else None
         db = torch.zeros(V, dtype=torch.float32, device=dev) if want_b else None

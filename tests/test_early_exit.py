@@ -3,6 +3,8 @@ of rows (output and every gradient, exact), the fused off-ramp (argmax with torc
 entropy, log-sum-exp) and that it never allocates the (N, V) logits. Runs under TRITON_INTERPRET=1
 on CPU (set in conftest.py)."""
 import pytest
+import weakref
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -296,6 +298,37 @@ def test_offramp_cross_entropy_works_in_chunks_of_tokens():
         loss.backward()
     assert trace.largest <= max(V * C, chunk * V) * 4 < N * V * 4, \
         f"largest tensor {trace.largest} bytes, (N, V) logits {N * V * 4}"
+
+
+class LiveLogits(TorchDispatchMode):
+    """The most (rows, V) products (the logits of a chunk) alive at once inside the block."""
+    def __init__(self, V):
+        super().__init__()
+        self.V, self.live, self.most = V, 0, 0
+
+    def _gone(self):
+        self.live -= 1
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default) and t.dim() == 2 and t.shape[1] == self.V:
+                self.live += 1
+                self.most = max(self.most, self.live)
+                weakref.finalize(t, self._gone)
+        return out
+
+
+def test_offramp_cross_entropy_holds_one_chunk_of_logits_at_a_time():
+    """A chunk's logits are released before the next chunk's product allocates its own: the peak
+    is one chunk of logits, not two (bench/bench_offramp.py measures the peak on a GPU)."""
+    g = torch.Generator().manual_seed(11)
+    N, V, C, chunk = 96, 300, 16, 24
+    h = torch.randn(N, C, generator=g).to(DEVICE).requires_grad_()
+    w = torch.randn(V, C, generator=g).to(DEVICE).requires_grad_()
+    with LiveLogits(V) as live:
+        ol.offramp_cross_entropy(h, w, None, torch.randint(0, V, (N,), generator=g).to(DEVICE), chunk=chunk).backward()
+    assert live.most == 1, f"{live.most} chunks of logits alive at once"
 
 
 def test_offramp_cross_entropy_without_gradient_takes_the_fused_kernel():
