@@ -194,6 +194,7 @@ class _OfframpCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(dh, dw, db)
         ctx.dtypes = weight.dtype, None if bias is None else bias.dtype
         ctx.mark_non_differentiable(arg, ent, nll)
+        ctx.set_materialize_grads(False)  # no zero tensors made for the statistics' gradients: 3 launches
         return loss, arg, ent, nll
 
     @staticmethod
@@ -205,7 +206,9 @@ class _OfframpCrossEntropy(torch.autograd.Function):
         ctx.used = True
         dh, dw, db = ctx.saved_tensors
         w_dtype, b_dtype = ctx.dtypes
-        return (dh.mul_(g.to(dh.dtype)) if ctx.needs_input_grad[0] else None,
+        if g is None:  # the loss took no part in what was differentiated
+            return None, None, None, None, None, None
+        return (dh.mul_(g) if ctx.needs_input_grad[0] else None,  # a 0-dim g keeps dh's dtype
                 None if dw is None else dw.mul_(g).to(w_dtype),
                 None if db is None else db.mul_(g).to(b_dtype), None, None, None)
 

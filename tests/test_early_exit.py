@@ -331,6 +331,28 @@ def test_offramp_cross_entropy_holds_one_chunk_of_logits_at_a_time():
     assert live.most == 1, f"{live.most} chunks of logits alive at once"
 
 
+def test_offramp_cross_entropy_backward_only_scales_its_saved_gradients():
+    """The backward is the three saved gradients scaled by the incoming one and cast to the
+    parameters' dtypes (here one cast: the bf16 weight's; the float32 bias needs none): no zero
+    tensors for the statistics' gradients, no cast of the incoming gradient."""
+    g = torch.Generator().manual_seed(12)
+    N, V, C = 40, 300, 16
+    h = torch.randn(N, C, generator=g).to(DEVICE).bfloat16().requires_grad_()
+    w = torch.randn(V, C, generator=g).to(DEVICE).bfloat16().requires_grad_()
+    b = torch.zeros(V, device=DEVICE, requires_grad=True)
+    loss = ol.offramp_cross_entropy(h, w, b, torch.randint(0, V, (N,), generator=g).to(DEVICE), chunk=16)
+    ops = []
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+    with Ops():
+        loss.backward()
+    assert "zeros" not in ops and ops.count("mul_") == 3 and ops.count("_to_copy") == 1, ops
+    assert h.grad.dtype == torch.bfloat16 and w.grad.dtype == torch.bfloat16 and b.grad.dtype == torch.float32
+
+
 def test_offramp_cross_entropy_without_gradient_takes_the_fused_kernel():
     """Under no_grad (evaluation) the loss and statistics come from the fused off-ramp kernel,
     which writes no (N, chunk) block either; the same numbers as with gradient."""
