@@ -24,6 +24,10 @@ Methods, forward and forward+backward, every one on the same q, k, v:
   flex            FlexAttention, torch.compile'd, with a mask_mod and a score_mod reading the
                   metadata; create_block_mask in the call; "kernel": the block mask prebuilt;
   sdpa-nomask     SDPA with no mask at all: what a plain kernel costs over every pair (upper bound).
+Two diagnostic rows, other work than the above and in no target (printed after the table, in --json
+under "diagnostics"): ours kernel-only with the same mask and no bias (what the bias costs), and
+with every pair visible and no bias (every tile FULL: the work of sdpa-nomask, so the two set the
+cost of the tile lists and loops against a plain kernel's).
 The baselines get no gradient for the bias (a constant to them): less work than ours, which also
 returns the bias table's gradient. Flex is checked against its usual speed first: causal at the
 same shape against SDPA's causal kernel (a Flex far off that is misconfigured, not slow).
@@ -37,21 +41,21 @@ computes. Before anything is timed, ours is checked against kernels/reference.py
 Targets of the attention issue are printed last, met or not, and --json writes every figure.
 """
 import argparse
-import contextlib
 import json
 import os
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-H, BUCKETS, MAX_DIST = 12, 32, 128
-LAYOUTS = {"pmlm": (32, 512, (64,)), "s2s-1k": (16, 1024, (64, 128)), "s2s-2k": (8, 2048, (64, 128))}
+from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, backward_name, fused_dq,  # noqa: E402
+                                    layout, make_flex, make_ours, make_sdpa_mask, flex_sanity)
+
+H = 12
 
 
 def get_args(argv=None):
@@ -84,53 +88,6 @@ def get_args(argv=None):
 
 
 # -----------------------------------------------------------------------------
-# layouts: (kind, step, pos, valid), each (B, L), L a multiple of 128
-
-def pad_rows(rows, dev):
-    L = -(-max(len(r[0]) for r in rows) // 128) * 128
-    out = []
-    for j in range(4):
-        fill = False if j == 3 else 0
-        out.append(torch.tensor(np.stack([np.pad(r[j], (0, L - len(r[j])), constant_values=fill) for r in rows])))
-    return [t.to(dev) for t in out]
-
-
-def pmlm_layout(B, n, dev, seed=0):
-    from core.masking import blockwise_mask
-    from kernels import CONTEXT, ORIGINAL, PSEUDO
-    rng = np.random.default_rng(seed)
-    rows = []
-    for _ in range(B):
-        maskable = np.ones(n, dtype=bool)
-        maskable[[0, n // 2, n - 1]] = False  # [SOS], [EOS], [EOS]
-        steps = blockwise_mask(maskable, rng)
-        kind, step, pos = [CONTEXT] * n, [0] * n, list(range(n))
-        for s, block in enumerate(steps, start=1):
-            kind += [ORIGINAL] * len(block) + [PSEUDO] * len(block)
-            step += [s] * (2 * len(block))
-            pos += list(block) * 2
-        rows.append((np.array(kind), np.array(step), np.array(pos), np.ones(len(kind), dtype=bool)))
-    return pad_rows(rows, dev)
-
-
-def seq2seq_layout(B, total, dev):
-    from kernels import CONTEXT, ORIGINAL, PSEUDO
-    n_tgt = total // 8
-    n_src = total - 2 * n_tgt
-    kind = np.array([CONTEXT] * n_src + [ORIGINAL] * n_tgt + [PSEUDO] * n_tgt)
-    step = np.array([0] * n_src + list(range(n_tgt)) * 2)
-    pos = np.concatenate([np.arange(n_src + n_tgt), np.arange(n_src, n_src + n_tgt)])
-    return pad_rows([(kind, step, pos, np.ones(total, dtype=bool))] * B, dev)
-
-
-def layout(name, dev, smoke):
-    B, n, _ = LAYOUTS[name]
-    if smoke:
-        B, n = 2, 96 if name == "pmlm" else 128
-    return pmlm_layout(B, n, dev) if name == "pmlm" else seq2seq_layout(B, n, dev)
-
-
-# -----------------------------------------------------------------------------
 # timing
 
 def timer(smoke):
@@ -155,97 +112,6 @@ def timer(smoke):
             torch.cuda.synchronize()
             return events(fn, grad_to_none)
     return events, graphed
-
-
-# -----------------------------------------------------------------------------
-# the methods: each returns fn(q, k, v) -> out
-
-# the row that times the backward this kernel does not use by default (attention_plan.FUSED_DQ -> its label)
-ALT_BACKWARD = {False: "ours kernel, dQ fused", True: "ours kernel, dQ kernel apart"}
-
-
-def backward_name(label):
-    """"dQ fused" of "ours kernel, dQ fused": the backward a row names."""
-    return label.split(", ", 1)[1]
-
-
-@contextlib.contextmanager
-def fused_dq(on):
-    """kernels.pseudo_attention's backward with dQ fused into the dK/dV kernel (True), as a kernel
-    apart (False), or as it is set (None)."""
-    from kernels import attention_plan
-    before = attention_plan.FUSED_DQ
-    attention_plan.FUSED_DQ = before if on is None else on
-    try:
-        yield
-    finally:
-        attention_plan.FUSED_DQ = before
-
-
-def make_ours(meta, table, prebuilt):
-    from kernels import pseudo_attention as pa
-    from kernels import rel_pos_bias
-    kind, step, pos, valid = meta
-    cache = {} if prebuilt else None
-
-    def fn(q, k, v):
-        return pa.pseudo_attention(q, k, v, kind, step, kind, step, valid, bias=rel_pos_bias(table, pos, pos, MAX_DIST),
-                                   cache=cache)
-    return fn
-
-
-def dense_mask(meta, table, dtype):
-    from kernels import reference, rel_pos_bias
-    kind, step, pos, valid = meta
-    see = reference.visible(kind, step, kind, step, valid)[:, None]  # (B, 1, L, L)
-    bias = reference.dense_bias(rel_pos_bias(table.detach(), pos, pos, MAX_DIST))
-    return bias.masked_fill(~see, float("-inf")).to(dtype)  # (B, H, L, L)
-
-
-def make_sdpa_mask(meta, table, prebuilt, dtype):
-    fixed = dense_mask(meta, table, dtype) if prebuilt else None
-    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=fixed if prebuilt else
-                                                          dense_mask(meta, table, dtype))
-
-
-def make_flex(meta, table):
-    """(end to end, kernel only, block-mask build): compiled flex_attention whose score_mod adds the
-    bias from a detached (H, 2M+1) table, so that nothing keeps it off its fused kernel."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    from kernels import CONTEXT, ORIGINAL, PSEUDO, rel_pos_bias
-    kind, step, pos, valid = meta
-    flex = torch.compile(flex_attention, dynamic=False)
-    by_distance = rel_pos_bias(table, pos, pos, MAX_DIST).by_distance.detach().contiguous()  # (H, 2M+1)
-
-    def mask_mod(b, h, qi, ki):
-        qk, qs, kk, ks = kind[b, qi], step[b, qi], kind[b, ki], step[b, ki]
-        see = (kk == CONTEXT) | ((qk == ORIGINAL) & (kk == ORIGINAL) & (ks <= qs))
-        see = see | ((qk == PSEUDO) & (((kk == ORIGINAL) & (ks < qs)) | ((kk == PSEUDO) & (ks == qs))))
-        return see & valid[b, ki]
-
-    def score_mod(score, b, h, qi, ki):
-        d = (pos[b, ki] - pos[b, qi]).clamp(-MAX_DIST, MAX_DIST) + MAX_DIST
-        return score + by_distance[h, d]
-
-    B, L = kind.shape
-
-    def build():
-        return create_block_mask(mask_mod, B, None, L, L, device=kind.device, _compile=True)
-    block_mask = build()
-    return (lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=build()),
-            lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=block_mask), build)
-
-
-def flex_sanity(q, k, v, time_fn):
-    """Flex on a causal mask against SDPA's causal kernel at the same shape: its usual share, or a
-    sign that it is not running fused."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    B, _, L, _ = q.shape
-    flex = torch.compile(flex_attention, dynamic=False)
-    bm = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, L, L, device=q.device)
-    f = time_fn(lambda: flex(q, k, v, block_mask=bm))
-    s = time_fn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    return f, s
 
 
 # -----------------------------------------------------------------------------
@@ -360,6 +226,7 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
             rec["methods"][label] = dict(fwd_ms=f, fwdbwd_ms=b)
         except Exception as e:  # noqa: BLE001  (a baseline that cannot run is reported, not fatal)
             print(f"  {label}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
+    rec["diagnostics"] = diagnostics(meta, timed)
     if not args.smoke and not args.no_flex and not getattr(args, "skip_flex", False):
         try:
             with_build, kernel_only, build = make_flex(meta, table)
@@ -386,6 +253,14 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
         print(f"  | {label} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | {m['fwd_tflops']:.1f} | {m['fwdbwd_tflops']:.1f} | "
               f"{up} |")
     ok = rec["methods"].get("ours kernel")
+    diag, plain = rec["diagnostics"], rec["methods"].get("sdpa-nomask")
+    if ok and diag:
+        nb, ev = diag["ours kernel, no bias"], diag["ours kernel, every pair visible, no bias"]
+        all_flops = 4 * H * D * B * L * L
+        print(f"  diagnostics (other work than the rows above): without the bias ours kernel's forward takes "
+              f"{nb['fwd_ms']:.3f} ms, {nb['fwd_ms'] / ok['fwd_ms']:.2f}x its time with it; every pair visible, no bias "
+              f"(every tile FULL): {ev['fwd_ms']:.3f} ms, {all_flops / ev['fwd_ms'] * 1e-9:.1f} TFLOP/s over all pairs"
+              + (f", sdpa-nomask {all_flops / plain['fwd_ms'] * 1e-9:.1f}" if plain else ""), flush=True)
     if ok:
         ok["fwd_tflops_tiles"] = 4 * H * D * computed / ok["fwd_ms"] * 1e-9
         bwd = ok["fwdbwd_ms"] - ok["fwd_ms"]
@@ -397,6 +272,30 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
               f"{rec['bwd_over_fwd']:.2f}" + (f" ({backward_name(ALT_BACKWARD[attention_plan.FUSED_DQ])}: {rec['bwd_over_fwd_alt']:.2f})" if alt else "")
               + f"; map (graph) / forward {map_graph_ms / ok['fwd_ms']:.1%}", flush=True)
     return rec
+
+
+def diagnostics(meta, timed):
+    """Where ours spends its time, kernel-only, on the layout's q, k, v (not baselines: other work
+    than the rows of the table): the same mask without the relative bias (what the bias costs), and
+    every pair visible without a bias (every tile FULL: ours as a plain FlashAttention over all pairs,
+    beside sdpa-nomask, which does the same work: what the tile lists and the loops cost)."""
+    from kernels import CONTEXT
+    from kernels.pseudo_attention import pseudo_attention
+    kind, step, _, valid = meta
+    every = torch.full_like(kind, CONTEXT)
+    out = {}
+    for label, (kk, ss, vv) in (("ours kernel, no bias", (kind, step, valid)),
+                                ("ours kernel, every pair visible, no bias", (every, torch.zeros_like(step),
+                                                                             torch.ones_like(valid)))):
+        cache = {}
+        try:
+            f, b = timed(lambda q, k, v, kk=kk, ss=ss, vv=vv, cache=cache:
+                         pseudo_attention(q, k, v, kk, ss, kk, ss, vv, cache=cache), graph=True)
+        except Exception as e:  # noqa: BLE001  (a diagnostic that cannot run is reported, not fatal)
+            print(f"  {label}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
+            return {}
+        out[label] = dict(fwd_ms=f, fwdbwd_ms=b)
+    return out
 
 
 # -----------------------------------------------------------------------------
