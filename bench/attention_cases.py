@@ -83,6 +83,19 @@ def fused_dq(on):
         attention_plan.FUSED_DQ = before
 
 
+@contextlib.contextmanager
+def table_16bit(on):
+    """The relative bias table in q's dtype (True) or float32 (False), or as set (None):
+    kernels/attention_plan.TABLE_16BIT."""
+    from kernels import attention_plan
+    before = attention_plan.TABLE_16BIT
+    attention_plan.TABLE_16BIT = before if on is None else on
+    try:
+        yield
+    finally:
+        attention_plan.TABLE_16BIT = before
+
+
 def make_ours(meta, table, prebuilt):
     from kernels import pseudo_attention as pa
     from kernels import rel_pos_bias

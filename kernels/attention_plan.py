@@ -57,6 +57,17 @@ CUDA_CONFIGS = {
 # not bit for bit, from run to run.
 FUSED_DQ = True
 MAP_WARPS = 4  # of the tile map's cell programs (kernels/tilemap.py _class_kernel) on a GPU
+# The relative bias table in q's dtype (16-bit q only) instead of float32. A FULL tile reads its bias
+# as a (BM, BN) window of the table, through shared memory like K and V: in float32 that is as many
+# bytes as K and V together at D 64. Under Triton 3.6 a 16-bit tile once made ptxas serialise every
+# wgmma of the kernel (C7515); the kernels of now compile without it either way. Compiled for sm_90a
+# (2026-11-27, rel D 64, the launch configuration of CUDA_CONFIGS[64]): the forward's shared memory
+# 90 -> 72 KB (three blocks an SM by shared memory, two by its registers, 242 -> 255 under Triton
+# 3.6, 221 -> 226 under 3.9), its FULL loop 429 -> 461 SASS instructions an iteration (3.6; 446 ->
+# 481 under 3.9: the conversions), the dK/dV kernel's FULL loop 911 -> 740 (3.6; 903 -> 714). The
+# bias then carries bf16's 8 bits of mantissa, as q and k do. Whether it is faster is the GPU's
+# to say: bench/bench_attention.py times both in one run; off until it has.
+TABLE_16BIT = False
 # under the interpreter a tile costs Python time, and small tiles make the tests cross many tile
 # boundaries; the two orientations differ so that the tests check each list on its own
 INTERPRET_CONFIG = Config(16, 16, 1, 1, 16, 32, 1, 1, 1, 1)
@@ -143,8 +154,9 @@ def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k
         assert table.dim() == 2 and table.shape == (H, 2 * M + 1), \
             f"pseudo_attention: by_distance must be (H, 2M+1) = {(H, 2 * M + 1)}, got {tuple(table.shape)}"
         q_pos, k_pos = ints(bias.q_pos, "q_pos", Lq), ints(bias.k_pos, "k_pos", Lk)
+        dt = q.dtype if TABLE_16BIT and q.dtype != torch.float32 else torch.float32
         meta.update(max_dist=M, table_dtype=table.dtype, table=_cached(
-            cache, "table", (table,), lambda: extended_table(table, M)))
+            cache, ("table", dt), (table,), lambda: extended_table(table, M, dt)))
     elif bias is not None:
         dense = bias
         assert dense.is_floating_point() and dense.device == q.device, \
@@ -185,17 +197,16 @@ def _extension(M, H, device):
     return _INDEX[key]
 
 
-def extended_table(by_distance, M):
-    """(H, 4, width) float32: copy s of the extended table W, W[h, E + d] = by_distance[h, M +
+def extended_table(by_distance, M, dtype=torch.float32):
+    """(H, 4, width) in dtype (float32 unless TABLE_16BIT): copy s of the extended table W, W[h, E + d] = by_distance[h, M +
     clamp(d, -M, M)] * log2(e) for d in [-E, E] (E = M + WINDOW_PAD; the kernels' scores are in
     base 2), shifted left by s entries. Past +-M W holds the clamped values, so that a FULL tile's
     rows are plain windows of it; the four shifted copies let a window that starts anywhere be read
-    16 bytes at a time (kernels/attention_tiles.py `_window`).
-    float32, not float16, although a 2-byte gather could skip the shared-memory staging of the
-    software pipeline: under Triton 3.6, adding a float16 bias tile made ptxas serialise every
-    wgmma of the kernel (C7515, `python -m kernels.aot --loops` shows the effect)."""
+    16 bytes at a time in float32 (kernels/attention_tiles.py `_window`; 8 in 16 bits).
+    Float32 by default: TABLE_16BIT says why and what 16 bits would change."""
     flat, _ = _extension(M, by_distance.shape[0], by_distance.device)
-    return by_distance.detach().reshape(-1)[flat].float() * LOG2E  # two launches: the gather, the scaling
+    w = by_distance.detach().reshape(-1)[flat].float() * LOG2E  # two launches: the gather, the scaling
+    return w if dtype == torch.float32 else w.to(dtype)  # and a cast in 16 bits
 
 
 def fold_table_grad(dw, M):

@@ -391,3 +391,26 @@ def test_the_fused_backward(monkeypatch, case):
         monkeypatch.setattr(attention_plan, "config", lambda device, D: cfg)
         layout, pos = mlae_cross_layout(2, 300, gen(44))
         run_case(layout, bias="rel", M=128, pos=pos, D=64, H=1)
+
+
+# -----------------------------------------------------------------------------
+# the relative bias table in 16 bits (attention_plan.TABLE_16BIT)
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_16_bit_bias_table(monkeypatch, fused):
+    """With TABLE_16BIT the kernels read the extended table in q's dtype (fp16 here: the interpreter
+    cannot run a bf16 tl.dot): FULL tiles' windows, FAR tiles' two values and PARTIAL tiles' gathers,
+    in the forward and both backwards, within fp16's tolerance of the reference, the table's gradient
+    included; float32 q keeps a float32 table."""
+    from kernels import attention_plan
+    monkeypatch.setattr(attention_plan, "TABLE_16BIT", True)
+    monkeypatch.setattr(attention_plan, "FUSED_DQ", fused)
+    q = torch.zeros(1, 1, 4, 16, device=DEVICE)
+    kind = torch.zeros(1, 4, dtype=torch.long, device=DEVICE)
+    pos = torch.arange(4, device=DEVICE)[None]
+    bias = reference.RelPosBias(torch.zeros(1, 13, device=DEVICE), pos, pos, 6)
+    for dt in (torch.float16, torch.float32):
+        meta = attention_plan.prepare(q.to(dt), q.to(dt), q.to(dt), kind, kind, kind, kind, bias=bias)[0]
+        assert meta["table"].dtype == (torch.float16 if dt == torch.float16 else torch.float32)
+    run_case(pmlm_layout(2, 60, gen(50)), D=32, dtype=torch.float16, bias="rel", sorted_pos=True)
+    run_case(pmlm_layout(2, 60, gen(51)), D=32, dtype=torch.float16, bias="rel")
