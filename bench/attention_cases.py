@@ -71,29 +71,26 @@ def backward_name(label):
 
 
 @contextlib.contextmanager
+def plan_flag(name, on):
+    """kernels/attention_plan.NAME set to `on` inside the block (None: as it is), restored after."""
+    from kernels import attention_plan
+    before = getattr(attention_plan, name)
+    setattr(attention_plan, name, before if on is None else on)
+    try:
+        yield
+    finally:
+        setattr(attention_plan, name, before)
+
+
 def fused_dq(on):
     """kernels.pseudo_attention's backward with dQ fused into the dK/dV kernel (True), as a kernel
     apart (False), or as it is set (None)."""
-    from kernels import attention_plan
-    before = attention_plan.FUSED_DQ
-    attention_plan.FUSED_DQ = before if on is None else on
-    try:
-        yield
-    finally:
-        attention_plan.FUSED_DQ = before
+    return plan_flag("FUSED_DQ", on)
 
 
-@contextlib.contextmanager
 def table_16bit(on):
-    """The relative bias table in q's dtype (True) or float32 (False), or as set (None):
-    kernels/attention_plan.TABLE_16BIT."""
-    from kernels import attention_plan
-    before = attention_plan.TABLE_16BIT
-    attention_plan.TABLE_16BIT = before if on is None else on
-    try:
-        yield
-    finally:
-        attention_plan.TABLE_16BIT = before
+    """The relative bias table in q's dtype (True) or float32 (False), or as set (None)."""
+    return plan_flag("TABLE_16BIT", on)
 
 
 def make_ours(meta, table, prebuilt):
