@@ -236,22 +236,24 @@ def mask_sweep_rows(path):
     return [(m, name, runs.get(name)) for name, m in sorted(MASK_SWEEP.items(), key=lambda kv: kv[1])]
 
 
+def _rouge2_bar(ax, x, r, **style):
+    """One run's ROUGE-2 at x with its 95% interval (none drawn where results.json has none)."""
+    v = r["metrics"]["rouge2"]
+    low, high = (r.get("intervals") or {}).get("rouge2", (v, v))
+    ax.errorbar(x, v, yerr=[[v - low], [high - v]], capsize=3, **style)
+
+
 def _draw_mask_ratio(plt, path):
     rows = mask_sweep_rows(path)
     have = [(m, r) for m, _, r in rows if r and "rouge2" in r["metrics"]]
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     for m, r in have:
-        v = r["metrics"]["rouge2"]
-        low, high = (r.get("intervals") or {}).get("rouge2", (v, v))
-        ax.errorbar(m, v, yerr=[[v - low], [high - v]], fmt="o", color="C0", capsize=3)
+        _rouge2_bar(ax, m, r, fmt="o", color="C0")
     if len(have) > 1:
         ax.plot([m for m, _ in have], [r["metrics"]["rouge2"] for _, r in have], color="C0", lw=1)
     constant = _load(path)["runs"].get("sum-mlae-constant")
     if constant:
-        v = constant["metrics"]["rouge2"]
-        low, high = (constant.get("intervals") or {}).get("rouge2", (v, v))
-        ax.errorbar(0.62, v, yerr=[[v - low], [high - v]], fmt="s", color="C1", capsize=3,
-                    label="constant schedule, m0 0.6")
+        _rouge2_bar(ax, 0.62, constant, fmt="s", color="C1", label="constant schedule, m0 0.6")
         ax.legend(frameon=False, fontsize=7)
     missing = [f"{m:g}" for m, _, r in rows if not r]
     ax.set_title("not run yet: m0 " + ", ".join(missing) if missing else "", fontsize=8)
