@@ -4,7 +4,8 @@
     OMP_NUM_THREADS=1 python bench/bench_mlae_encoder.py --model small --batch 64 --seq-len 128
 
 The removed tokens are 15% of the window (MLAE section 4.1), so the ideal ratio is about 1/0.85
-in the linear layers and more in attention (quadratic in the length).
+in the linear layers and more in attention (quadratic in the length). --json PATH writes the two
+rows as data (tools/records.py), which docs/mlae.md renders.
 """
 import argparse
 import os
@@ -17,6 +18,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from core.config import preset  # noqa: E402
 from core.mlae import MLAE, collate, mlae_example  # noqa: E402
+from tools import records  # noqa: E402
+
+COLUMNS = [("encoder input", "input", "{}"), ("tokens", "tokens", "{:,}"), ("width", "width", "{}"),
+           ("ms, best of the repeats", "ms", "{:.1f}"), ("whole sequence's time / this", "time_ratio", "{:.2f}x"),
+           ("whole sequence's tokens / this", "token_ratio", "{:.2f}x")]
 
 
 class Tok:
@@ -30,6 +36,7 @@ def main():
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--json", default=None, help="also write the rows to this file")
     args = p.parse_args()
     dev = torch.device(args.device)
     cfg = preset(args.model, vocab_size=8000, dropout=0.0, n_dec_layers=1)
@@ -64,6 +71,14 @@ def main():
     print(f"whole sequence: {n_full} tokens, {1000 * t_full:.1f} ms, {n_full / t_full / 1e3:.1f}k tokens/s")
     print(f"unmasked only:  {n_enc} tokens (width {b.enc_tok.shape[1]}), {1000 * t_mlae:.1f} ms; "
           f"encoder time ratio {t_full / t_mlae:.2f}x (token ratio {n_full / n_enc:.2f}x)")
+    if args.json:
+        rows = [{"input": "whole sequence (the MLM's)", "tokens": n_full, "width": full_tok.shape[1], "ms": 1000 * t_full,
+                 "time_ratio": 1.0, "token_ratio": 1.0},
+                {"input": "unmasked tokens only (MLAE's)", "tokens": n_enc, "width": b.enc_tok.shape[1],
+                 "ms": 1000 * t_mlae, "time_ratio": t_full / t_mlae, "token_ratio": n_full / n_enc}]
+        records.write(args.json, ["python", "bench/bench_mlae_encoder.py", *sys.argv[1:]], COLUMNS, rows,
+                      note=f"`{args.model}`, {cfg.n_layers} encoder layers, batch {args.batch} x {args.seq_len}, "
+                           f"forward + backward on {dev.type}, interleaved, best of {args.repeats}.", dtype="float32")
 
 
 if __name__ == "__main__":

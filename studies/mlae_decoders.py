@@ -13,6 +13,7 @@ model that ignores context.
 starting anywhere in it: a masked word follows from its neighbours), with its tokenizer (856 pieces
 of the embedded corpus's first 1500 training documents); --text corpus is the embedded corpus.
 Each variant is one `python train.py` run, printed before it starts; runs go to --out/VARIANT.
+--json PATH writes the table as data (tools/records.py), which docs/mlae.md renders.
 """
 import argparse
 import json
@@ -26,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from core.data import embedded_records  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
+from tools import records  # noqa: E402
 
 VARIANTS = {"a": ["--objective", "mlae", "--decoder", "a"],
             "b+bias": ["--objective", "mlae", "--decoder", "b", "--cross-rel-pos"],
@@ -37,6 +39,9 @@ VARIANTS = {"a": ["--objective", "mlae", "--decoder", "a"],
             "t5-nar+length-grad": ["--objective", "t5-nar", "--length-grad"],
             "t5-nar-bias+length-grad": ["--objective", "t5-nar", "--no-cross-rel-pos", "--length-grad"]}
 MLAE = ("a", "b+bias", "b-bias")
+LABELS = {"a": "(a)", "b+bias": "(b) with the cross-attention bias", "b-bias": "(b) without it"}
+COLUMNS = [("decoder", "decoder", "{}"), ("held-out loss (nats)", "loss", "{:.3f}"), ("accuracy", "acc", "{:.1%}"),
+           ("unigram entropy", "entropy", "{:.3f}"), ("under the unigram entropy", "under", "{:.3f}")]
 # tests/conftest.py's TINY, with a held-out set of 256 examples evaluated every 100 steps
 TINY = ["--vocab-size", "600", "--seq-len", "48", "--batch-tokens", "384", "--micro-batch", "4", "--warmup", "2",
         "--log-every", "50", "--eval-every", "100", "--eval-examples", "256", "--save-every", "1000"]
@@ -72,6 +77,7 @@ def main():
     p.add_argument("--seed", default="1234")
     p.add_argument("--variants", default=",".join(MLAE), help=f"any of {', '.join(VARIANTS)}")
     p.add_argument("--out", default="checkpoints/mlae-decoders")
+    p.add_argument("--json", default=None, help="also write the table to this file (e.g. results/studies/mlae-decoders.json)")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     args.lr = args.lr or ("3e-3" if args.text == "cycle" else "1e-3")
@@ -87,11 +93,14 @@ def main():
         subprocess.run(cmd, cwd=ROOT, check=True)
         ev = last_eval(run)
         key = "text_" if "valid_text_loss" in ev else ""  # T5-NAR: the token loss, without the length's
-        rows.append((name, ev[f"valid_{key}loss"], ev[f"valid_{key}acc"], ev["unigram_entropy"]))
-    print("\n| decoder | held-out loss (nats) | accuracy | unigram entropy | below unigram |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, loss, acc, h in rows:
-        print(f"| {name} | {loss:.3f} | {acc:.1%} | {h:.3f} | {h - loss:+.3f} |")
+        rows.append({"decoder": LABELS.get(name, name), "loss": ev[f"valid_{key}loss"], "acc": ev[f"valid_{key}acc"],
+                     "entropy": ev["unigram_entropy"], "under": ev["unigram_entropy"] - ev[f"valid_{key}loss"]})
+    command = ["python", "studies/mlae_decoders.py", *sys.argv[1:]]
+    print("\n" + "\n".join(records.markdown(COLUMNS, rows)))
+    if args.json:
+        records.write(args.json, command, COLUMNS, rows,
+                      note=f"{args.text} text, {args.model}, {args.steps} steps, lr {args.lr}, seed {args.seed}, "
+                           "one run each" + (", held-out loss over 256 examples." if args.text == "cycle" else "."))
 
 
 if __name__ == "__main__":

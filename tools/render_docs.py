@@ -27,7 +27,7 @@ import re
 import sys
 
 from reproduce.plan import parse_chain
-from tools import figures
+from tools import figures, records
 from tools.figures import ROOT, _jsonl, _load
 
 BLOCK = re.compile(r"(<!-- render: (\S+) (\S+) -->\n)(.*?)(<!-- /render -->)", re.S)
@@ -317,7 +317,12 @@ def mask_sweep(path):
     return "\n".join(out) + "\n"
 
 
-RENDERERS = {"default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
+def study(path):
+    """A study's or benchmark's --json (tools/records.py): its table and the command that made it."""
+    return records.table(_load(path))
+
+
+RENDERERS = {"study": study, "default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
              "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
              "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits, "scorecard": scorecard,
