@@ -180,7 +180,9 @@ def write(args, fields, state, resolved):
                 continue
             r = metrics[name] = got[0]
             data["runs"][name] = dict(label=BY_NAME[name].label, table=title, pretraining=pre, pretraining_step=started,
-                                      under=gap, metrics={k: v for k, v in r.items() if k != "generation"})
+                                      under=gap, metrics={k: v for k, v in r.items() if k != "generation"},
+                                      seconds=state["runs"].get(name, {}).get("seconds"),
+                                      eval_seconds=state["runs"].get("eval-" + name, {}).get("seconds"))
             spread = intervals_of(state, name)
             if spread:
                 data["runs"][name]["intervals"] = spread

@@ -168,3 +168,36 @@ def test_the_sweeps_default_m0_is_finetunes():
     assert "--mask-init" not in BY_NAME["sum-mlae"].flags and "--mask-schedule none" in BY_NAME["sum-mlae-none"].flags
     for name, m in MASK_SWEEP.items():
         assert name in ("sum-mlae", "sum-mlae-none") or f"--mask-init {m}" in BY_NAME[name].flags
+
+
+def test_a_study_file_renders_its_rows_and_where_they_came_from(tmp_path, monkeypatch):
+    """tools/records.py: what a study writes is what its block shows: each column's format, '-' for
+    a missing value, the command, the date, the load average and the machine."""
+    from tools import figures, records, render_docs
+    cols = [("variant", "name", "{}"), ("loss", "loss", "{:.3f}"), ("share", "acc", "{:.1%}")]
+    records.write(str(tmp_path / "s.json"), ["python", "studies/x.py", "--json", "s.json"], cols,
+                  [{"name": "a", "loss": 1.23456, "acc": 0.5}, {"name": "b", "loss": None, "acc": 0.25}], note="One run each.",
+                  dtype="float32")
+    monkeypatch.setattr(figures, "ROOT", str(tmp_path))
+    lines = render_docs.study("s.json").splitlines()
+    assert lines[:4] == ["| variant | loss | share |", "|---|---|---|", "| a | 1.235 | 50.0% |", "| b | - | 25.0% |"]
+    assert lines[5].startswith("`python studies/x.py --json s.json` (") and lines[5].endswith("One run each.")
+    assert "compute dtype float32;" in lines[5] and "torch " in lines[5]
+
+
+def test_run_times_group_the_runs_by_kind(tmp_path, monkeypatch):
+    """The budget's time table: pretrainings apart from ELMER's LPLM, each fine-tuning by its task and
+    decoder, evaluations; median, fastest, slowest; a kind with no timed run left out."""
+    from tools import figures, render_docs
+    run = lambda secs, **m: dict(metrics=m, seconds=secs, eval_seconds=30.0)
+    d = dict(budget="cpu", written="w", environment="e",
+             pretraining={"pre-a": dict(seconds=1200.0), "pre-b": dict(seconds=1800.0), "pre-elmer": dict(seconds=7200.0)},
+             runs={"sum-a": run(3000.0, decoding="beam 5"), "nar-a": run(2400.0, decoding="mask-predict, 3 lengths"),
+                   "cls-a": run(None, accuracy=0.5), "elmer-a": run(6000.0, arch="elmer", decoding="one pass")})
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    monkeypatch.setattr(figures, "ROOT", str(tmp_path))
+    rows = render_docs.run_times("results.json").splitlines()[2:8]
+    assert rows == ["| pretraining | 2 | 25 min | 20 min | 30 min |", "| LPLM pretraining (ELMER) | 1 | 2.0 h | 2.0 h | 2.0 h |",
+                    "| summarization fine-tuning (AR) | 1 | 50 min | 50 min | 50 min |",
+                    "| NAR fine-tuning | 1 | 40 min | 40 min | 40 min |", "| ELMER fine-tuning | 1 | 1.7 h | 1.7 h | 1.7 h |",
+                    "| evaluation | 4 | 30 s | 30 s | 30 s |"]

@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import re
+import statistics
 import sys
 
 from reproduce.plan import parse_chain
@@ -317,12 +318,45 @@ def mask_sweep(path):
     return "\n".join(out) + "\n"
 
 
+def _kind_of(name, run):
+    """What a fine-tuned run of the plan is, for the time it takes: its task and its decoder."""
+    m = run["metrics"]
+    if m.get("task") == "classify" or "accuracy" in m:
+        return "classification fine-tuning"
+    if m.get("arch") == "elmer":
+        return "ELMER fine-tuning"
+    return "NAR fine-tuning" if str(m.get("decoding", "")).startswith("mask-predict") else "summarization fine-tuning (AR)"
+
+
+def _minutes(secs):
+    return f"{secs:.0f} s" if secs < 90 else f"{secs / 60:.0f} min" if secs < 5400 else f"{secs / 3600:.1f} h"
+
+
+def run_times(path):
+    """reproduce's results.json: how long each kind of run took at the budget, from the runner's clock."""
+    d = _load(path)
+    kinds = {k: [] for k in ("pretraining", "LPLM pretraining (ELMER)", "summarization fine-tuning (AR)",
+                             "NAR fine-tuning", "classification fine-tuning", "ELMER fine-tuning", "evaluation")}
+    for name, p in d["pretraining"].items():
+        kinds.setdefault("LPLM pretraining (ELMER)" if name == "pre-elmer" else "pretraining", []).append(p.get("seconds"))
+    for name, r in d["runs"].items():
+        kinds.setdefault(_kind_of(name, r), []).append(r.get("seconds"))
+        kinds.setdefault("evaluation", []).append(r.get("eval_seconds"))
+    out = ["| run | runs timed | median | fastest | slowest |", "|---|---|---|---|---|"]
+    for kind, secs in kinds.items():
+        secs = sorted(s for s in secs if s is not None)
+        if secs:
+            out.append(f"| {kind} | {len(secs)} | {_minutes(statistics.median(secs))} | {_minutes(secs[0])} | "
+                       f"{_minutes(secs[-1])} |")
+    return "\n".join(out + ["", f"`{d['budget']}` budget, written {d['written']}; {d['environment']}."]) + "\n"
+
+
 def study(path):
     """A study's or benchmark's --json (tools/records.py): its table and the command that made it."""
     return records.table(_load(path))
 
 
-RENDERERS = {"study": study, "default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
+RENDERERS = {"study": study, "run-times": run_times, "default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
              "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
              "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits, "scorecard": scorecard,
