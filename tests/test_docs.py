@@ -122,7 +122,8 @@ def test_every_path_named_exists(path):
 
 def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distance(tmp_path, monkeypatch):
     """A claim measured shows its values in the chain's order, each pair's interval, its verdict and
-    the pretrainings behind it against the unigram entropy; ::measured leaves out the rest."""
+    the pretrainings behind it against the unigram entropy; ::measured leaves out the rest, ::Q keeps
+    paper Q's claims."""
     from tools import figures, render_docs
     d = dict(budget="cpu", steps=800, written="2026-11-27 05:00", environment="CPU",
              pretraining={"pre-a": dict(under=1.29, held_out_loss=5.485, unigram_entropy=6.774)},
@@ -131,7 +132,7 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
                              chain="sum-a > sum-b", values={"sum-a": 27.5, "sum-b": 26.75},
                              pairs=[dict(a="sum-a", b="sum-b", op=">", difference=0.75, low=0.1, high=1.4,
                                          verdict="holds")], verdict="holds"),
-                        dict(paper="P", claim="C > D", theirs="x", metric="rougeL", chain="sum-c > sum-d",
+                        dict(paper="Q", claim="C > D", theirs="x", metric="rougeL", chain="sum-c > sum-d",
                              values={"sum-c": None, "sum-d": None}, pairs=[], verdict="not measured (sum-c, sum-d)")])
     (tmp_path / "results.json").write_text(json.dumps(d))
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
@@ -139,9 +140,11 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
     full = render_docs.scorecard("results.json")
     assert "| P | A > B (rougeL) | RG-L 36.08 > 31.15 | sum-a 27.50 > sum-b 26.75 | sum-a - sum-b: +0.75 [+0.10, +1.40], holds " \
            "| holds |" in full
-    assert "| P | C > D (rougeL) | x | - | - | not measured (sum-c, sum-d) |" in full
+    assert "| Q | C > D (rougeL) | x | - | - | not measured (sum-c, sum-d) |" in full
     assert "1 of 2 claims measured" in full and "pre-a 1.29 nats (5.485 against 6.774)" in full
     assert "C > D" not in render_docs.scorecard("results.json::measured")
+    one = render_docs.scorecard("results.json::Q")
+    assert "| Q | C > D" in one and "A > B" not in one and "0 of Q's 1 claims measured" in one
 
 
 def test_the_mask_sweep_reads_each_m0_from_the_plan(tmp_path, monkeypatch):

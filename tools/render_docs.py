@@ -276,14 +276,18 @@ def _value(v):
 def scorecard(spec):
     """reproduce's results.json: each paper claim, the paper's figures, ours with the pretrainings' held-out
     loss under the unigram entropy, each pair's difference with its 95% interval, and the verdict;
-    PATH::measured leaves out the claims not measured yet."""
+    PATH::measured leaves out the claims not measured yet, PATH::MLAE keeps one paper's claims (both:
+    PATH::MLAE,measured)."""
     path, _, only = spec.partition("::")
     d = _load(path)
     runs, pre = d["runs"], d["pretraining"]
+    filters = [f for f in only.split(",") if f]
+    papers = [f for f in filters if f != "measured"]
+    orderings = [o for o in d["orderings"] if (not papers or any(o["paper"].startswith(p) for p in papers))]
     out = ["| paper | claim | the paper's figures | here | difference, 95% interval | verdict |",
            "|---|---|---|---|---|---|"]
-    for o in d["orderings"]:
-        if only == "measured" and o["verdict"].startswith("not measured"):
+    for o in orderings:
+        if "measured" in filters and o["verdict"].startswith("not measured"):
             continue
         names, ops = parse_chain(o["chain"])
         here = " ".join(f"{n} {_value(o['values'][n])}" + (f" {op}" if op else "")
@@ -292,10 +296,11 @@ def scorecard(spec):
                           for p in o["pairs"]) or "-"
         out.append(f"| {o['paper']} | {o['claim']} ({o['metric']}) | {o.get('theirs', '-')} | {here} | {pairs} | "
                    f"{o['verdict']} |")
-    measured = [o for o in d["orderings"] if not o["verdict"].startswith("not measured")]
+    measured = [o for o in orderings if not o["verdict"].startswith("not measured")]
     used = sorted({runs[n]["pretraining"] for o in measured for n in o["values"]
                    if n in runs and runs[n].get("pretraining")})
-    out += ["", f"{len(measured)} of {len(d['orderings'])} claims measured at the `{d['budget']}` budget "
+    whose = f"{' and '.join(papers)}'s " if papers else ""
+    out += ["", f"{len(measured)} of {whose}{len(orderings)} claims measured at the `{d['budget']}` budget "
                 f"({d['steps']} pretraining steps; written {d['written']}; {d['environment']})."]
     if used:
         out.append("The pretrainings behind them, held-out loss under the unigram entropy at their last step: " +
