@@ -6,7 +6,7 @@ held-out masked-token loss of each against the unigram entropy of the held-out t
 model that ignores context.
 
     OMP_NUM_THREADS=1 python studies/mlae_decoders.py                   # word-cycle text, tiny, 300 steps
-    OMP_NUM_THREADS=1 python studies/mlae_decoders.py --variants t5-nar,t5-nar-bias,t5-nar+length-grad,t5-nar-bias+length-grad
+    OMP_NUM_THREADS=1 python studies/mlae_decoders.py --variants t5,t5-nar,t5-nar-bias,t5-nar+length-grad,t5-nar-bias+length-grad
     OMP_NUM_THREADS=1 python studies/mlae_decoders.py --text corpus --model small --steps 120
 
 --text cycle is the text of tests/test_train.py (a fixed cycle of 20 words, every document
@@ -32,6 +32,7 @@ from tools import records  # noqa: E402
 VARIANTS = {"a": ["--objective", "mlae", "--decoder", "a"],
             "b+bias": ["--objective", "mlae", "--decoder", "b", "--cross-rel-pos"],
             "b-bias": ["--objective", "mlae", "--decoder", "b", "--no-cross-rel-pos"],
+            "t5": ["--objective", "t5"],  # T5's AR decoder, for scale
             # T5-NAR's decoder (core/nar.py): the anchors' cross-attention bias, and whether the
             # length predictor's loss reaches the encoder
             "t5-nar": ["--objective", "t5-nar"],
@@ -39,7 +40,10 @@ VARIANTS = {"a": ["--objective", "mlae", "--decoder", "a"],
             "t5-nar+length-grad": ["--objective", "t5-nar", "--length-grad"],
             "t5-nar-bias+length-grad": ["--objective", "t5-nar", "--no-cross-rel-pos", "--length-grad"]}
 MLAE = ("a", "b+bias", "b-bias")
-LABELS = {"a": "(a)", "b+bias": "(b) with the cross-attention bias", "b-bias": "(b) without it"}
+LABELS = {"a": "(a)", "b+bias": "(b) with the cross-attention bias", "b-bias": "(b) without it",
+          "t5": "T5 (AR, teacher-forced)", "t5-nar": "T5-NAR: anchor bias, length loss kept out of the encoder (default)",
+          "t5-nar-bias": "T5-NAR: no anchor bias", "t5-nar+length-grad": "T5-NAR: anchor bias, length loss into the encoder",
+          "t5-nar-bias+length-grad": "T5-NAR: neither"}
 COLUMNS = [("decoder", "decoder", "{}"), ("held-out loss (nats)", "loss", "{:.3f}"), ("accuracy", "acc", "{:.1%}"),
            ("unigram entropy", "entropy", "{:.3f}"), ("under the unigram entropy", "under", "{:.3f}")]
 # tests/conftest.py's TINY, with a held-out set of 256 examples evaluated every 100 steps
