@@ -10,6 +10,7 @@ two dtypes alternate run by run, so both see the same load on a shared machine; 
 the median of the per-pair ratios. The loss of the first batch is printed for both: bf16 autocast
 changes it by rounding only. --compile times `--steps` steps end to end from a fresh model, the
 compilation included, against the same steps uncompiled: what a short CPU run would gain.
+--json PATH writes the dtype comparison as data (tools/records.py), which docs/design.md renders.
 """
 import argparse
 import os
@@ -28,6 +29,10 @@ from core.model import UnifiedLM  # noqa: E402
 from core.optim import make_optimizer  # noqa: E402
 from core.pmlm import pmlm_batch, pmlm_loss_sums  # noqa: E402
 from core.training import autocast, corpus_tokenizer  # noqa: E402
+from tools import records  # noqa: E402
+
+COLUMNS = [("dtype", "dtype", "{}"), ("tokens/s, median", "rate", "{:,.0f}"), ("loss of batch 0", "loss", "{:.4f}"),
+           ("tokens/s against float32, median of the pairs", "ratio", "{:.2f}x")]
 
 
 def make_model(tok, model, device, seed=0):
@@ -62,11 +67,15 @@ def compare_dtypes(tok, args, device, batches, tokens):
             times[dt].append(time.perf_counter() - t)
             print(f"  pair {r + 1}, {str(dt)[6:]}: {times[dt][-1]:.2f} s", flush=True)
     ratio = statistics.median(a / b for a, b in zip(times[torch.float32], times[torch.bfloat16]))
-    print("| dtype | tokens/s (median) | loss of batch 0 |\n|---|---|---|")
-    for dt in dtypes:
-        print(f"| {str(dt)[6:]} | {tokens / statistics.median(times[dt]):,.0f} | {first[dt]:.4f} |")
+    rows = [{"dtype": str(dt)[6:], "rate": tokens / statistics.median(times[dt]), "loss": first[dt],
+             "ratio": 1.0 if dt == torch.float32 else ratio} for dt in dtypes]
+    print("\n".join(records.markdown(COLUMNS, rows)))
     print(f"bfloat16 / float32 tokens/s, median of {args.repeats} interleaved pairs: {ratio:.2f}x")
-
+    if args.json:
+        records.write(args.json, ["python", "bench/bench_dtype.py", *sys.argv[1:]], COLUMNS, rows,
+                      note=f"`{args.model}` PMLM, one optimizer step of {tokens:,} tokens per run, {args.repeats} "
+                           f"interleaved pairs; native bf16: {native_bf16_cpu() if device.type == 'cpu' else 'cuda'}.",
+                      dtype="float32 against bfloat16 autocast")
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,6 +85,7 @@ def main():
     p.add_argument("--repeats", type=int, default=6, help="interleaved pairs of runs (0: no dtype comparison)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile end to end")
     p.add_argument("--steps", type=int, default=40, help="--compile: steps of each end-to-end run")
+    p.add_argument("--json", default=None, help="also write the dtype comparison to this file")
     args = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     d = Dist(0, 1, 0, device)
