@@ -204,3 +204,16 @@ def test_run_times_group_the_runs_by_kind(tmp_path, monkeypatch):
                     "| summarization fine-tuning (AR) | 1 | 50 min | 50 min | 50 min |",
                     "| NAR fine-tuning | 1 | 40 min | 40 min | 40 min |", "| ELMER fine-tuning | 1 | 1.7 h | 1.7 h | 1.7 h |",
                     "| evaluation | 4 | 30 s | 30 s | 30 s |"]
+
+
+def test_the_quick_starts_words_are_the_codes_defaults():
+    """What the README says `python train.py` does: the preset, its parameters, the steps and tokens."""
+    import train
+    from core.config import preset
+    from core.model import UnifiedLM
+    a = train.get_args([])
+    params = sum(p.numel() for p in UnifiedLM(preset(a.model, vocab_size=a.vocab_size)).parameters()) / 1e6
+    text = open(os.path.join(ROOT, "README.md")).read()
+    said = (f"`python train.py` pretrains UniLMv2's PMLM (`{a.model}` preset, {params:.1f}M parameters) on the embedded "
+            f"corpus\nof Debian package descriptions for {a.steps} steps of {a.batch_tokens:,} tokens")
+    assert said in text and a.eval_every == 50 and "its held-out loss every 50 steps" in text
