@@ -217,3 +217,16 @@ def test_the_quick_starts_words_are_the_codes_defaults():
     said = (f"`python train.py` pretrains UniLMv2's PMLM (`{a.model}` preset, {params:.1f}M parameters) on the embedded "
             f"corpus\nof Debian package descriptions for {a.steps} steps of {a.batch_tokens:,} tokens")
     assert said in text and a.eval_every == 50 and "its held-out loss every 50 steps" in text
+
+
+def test_the_budget_table_is_the_plans():
+    """docs/reproducing.md's budget table: each budget's steps, epochs and test sample as reproduce/plan.py sets them."""
+    import train
+    from reproduce.plan import BUDGETS
+    text = open(os.path.join(ROOT, "docs", "reproducing.md")).read()
+    tiny, cpu, gpu = BUDGETS["tiny"], BUDGETS["cpu"], BUDGETS["gpu"]
+    tiny_tokens = int(tiny["train"].split("--batch-tokens ")[1].split()[0])
+    assert f"| {tiny['steps']} steps of {tiny_tokens} tokens | {tiny['epochs']} epoch (" in text
+    assert (f"| `cpu` | {cpu['model']} | `--steps {cpu['steps']}` of {train.get_args([]).batch_tokens:,} tokens | "
+            f"`--epochs {cpu['epochs']}` | `--limit {cpu['limit']}` |") in text
+    assert f"| `--steps {gpu['steps']}` | `--epochs {gpu['epochs']}` | the whole test split |" in text and gpu["limit"] is None
