@@ -220,11 +220,16 @@ def decoders(folder):
 def fused_backward(path):
     """bench/bench_attention.py --json: per layout, ours kernel-only with the backward's two
     structures (dQ fused by atomics into the dK/dV kernel, or a dQ kernel apart), fwd+bwd and
-    backward / forward."""
+    backward / forward; beside them SDPA's own backward / forward in the same run (flash without a
+    mask, and the kernel with the dense mask), what a plain kernel's backward costs at this shape."""
     d = _load(path)
+
+    def ratio(m):
+        return f"{(m['fwdbwd_ms'] - m['fwd_ms']) / m['fwd_ms']:.2f}" if m else "-"
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}; kernel-only, ms (CUDA-graph replay).", "",
            "| layout | dQ kernel apart: fwd+bwd | backward / forward | dQ fused: fwd+bwd | backward / forward | "
-           "fused / apart |", "|---|---|---|---|---|---|"]
+           "fused / apart | SDPA flash, no mask: backward / forward | SDPA kernel, dense mask: backward / forward |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in d["records"]:
         m = r["methods"]
         alt = r.get("alt_backward")
@@ -234,7 +239,8 @@ def fused_backward(path):
         fwd = m["ours kernel"]["fwd_ms"]
         out.append(f"| {r['layout']} D{r['D']} | {apart['fwdbwd_ms']:.3f} | {(apart['fwdbwd_ms'] - apart['fwd_ms']) / fwd:.2f} | "
                    f"{fused['fwdbwd_ms']:.3f} | {(fused['fwdbwd_ms'] - fused['fwd_ms']) / fwd:.2f} | "
-                   f"{fused['fwdbwd_ms'] / apart['fwdbwd_ms']:.3f} |")
+                   f"{fused['fwdbwd_ms'] / apart['fwdbwd_ms']:.3f} | {ratio(m.get('sdpa-nomask'))} | "
+                   f"{ratio(m.get('sdpa-mask kernel'))} |")
     return "\n".join(out) + "\n"
 
 
