@@ -47,7 +47,10 @@ def one(flags, args, out):
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"error: train.py failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
-    params = float(re.search(r"([\d.]+)M parameters", r.stdout).group(1))
+    said = re.search(r"([\d.]+)M parameters", r.stdout)
+    if said is None:
+        sys.exit(f"error: train.py's output no longer says its parameters ('NM parameters'):\n{r.stdout[-2000:]}")
+    params = float(said.group(1))
     with open(os.path.join(out, "log.jsonl")) as f:
         rate = [x["tokens_per_s"] for x in map(json.loads, f) if "tokens_per_s" in x][-1]
     return params, rate
@@ -62,6 +65,8 @@ def main():
     p.add_argument("--out", default="checkpoints/pretrain-speed")
     p.add_argument("--json", default=None, help="also write the table to this file")
     args = p.parse_args()
+    if args.log_every < 1 or args.repeats < 1:
+        p.error(f"--log-every and --repeats must be at least 1 (got {args.log_every} and {args.repeats})")
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:

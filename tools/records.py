@@ -1,6 +1,6 @@
 """A study's or a benchmark's table as data: what tools/render_docs.py's `study` blocks render.
 
-    write(path, command, columns, rows, note=None)
+    write(path, command, columns, rows, note=None, dtype=None)
 
 `columns` is a list of (header, key, format) and `rows` a list of dicts holding the raw values;
 the file records with them the command that made it, the machine and versions
