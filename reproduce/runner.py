@@ -379,6 +379,10 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say):
                     say(f"skip {r.name}: another runner is running it")
                     continue
                 with held:
+                    # read again under the lock: another runner may have recorded this run (an
+                    # evaluation's progress is its record) since the read above
+                    if os.path.exists(os.path.join(args.out, "state.json")):
+                        state = dict(load_state(args.out), unavailable=unavailable)
                     frac, resume = progress_of(r, argv_, fields, args.out, state, resolved)
                     if frac >= 1:  # another runner finished it since this one started
                         continue

@@ -184,6 +184,27 @@ def test_two_runners_share_out(tmp_path, capsys):
     assert {n: r["status"] for n, r in reproduce.load_state(out)["runs"].items()} == {"pre-mlm": "done", "pre-pmlm": "stopped"}
 
 
+def test_a_run_recorded_by_another_runner_meanwhile_is_not_run_again(tmp_path, monkeypatch):
+    """A runner reads state.json, then takes a run's lock. An evaluation (whose progress is its
+    record in state.json) that another runner finished and recorded in between is read again under
+    the lock and not run a second time."""
+    out = str(tmp_path / "r")
+    real_claim, ran = reproduce.claim, []
+
+    def progress(run, argv, fields, out_, state, resolved=None):  # every pretraining and fine-tuning done
+        return (1.0 if run.script != "eval" or state["runs"].get(run.name, {}).get("status") == "done" else 0.0), None
+
+    def claim(out_, name):  # the other runner records the evaluation just before this one takes its lock
+        with reproduce.locked_state(out_) as state:
+            state["runs"][name] = dict(status="done", seconds=1.0)
+        return real_claim(out_, name)
+    monkeypatch.setattr(reproduce, "progress_of", progress)
+    monkeypatch.setattr(reproduce, "claim", claim)
+    monkeypatch.setattr(reproduce, "execute", lambda module, run, argv, log, quiet: ran.append(run.name) or (0, None, None))
+    assert reproduce.main(["--budget", "tiny", "--out", out, "--only", "^eval-sum-pmlm$", "--worker", "1"]) == 0
+    assert ran == []
+
+
 def runner(out, *flags):
     """reproduce/runner.py at the tiny budget as its own process (a worker or a --jobs supervisor)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -261,7 +282,8 @@ def test_jobs_stop_and_continue(tmp_path):
     assert {n: r["status"] for n, r in runs.items()} == dict.fromkeys(
         ["pre-pmlm", "sum-pmlm", "cls-pmlm", "eval-sum-pmlm", "eval-cls-pmlm"], "done")
     assert [("--resume" in c) for c in log_commands(out, "pre-pmlm")] == [False, True]
-    assert all(len(log_commands(out, n)) == 1 for n in runs if n != "pre-pmlm")
+    commands_of = {n: log_commands(out, n) for n in runs if n != "pre-pmlm"}
+    assert all(len(c) == 1 for c in commands_of.values()), (commands_of, text)
     assert "results: " in text
 
 
