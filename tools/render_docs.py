@@ -9,9 +9,11 @@ A block is written in a markdown file as
     ...generated, never edited by hand...
     <!-- /render -->
 
-KIND names a renderer below and PATH a result file (relative to the repository root) that it
-reads (for `table`, PATH::MARKER or PATH::MARKER#N, "~" standing for a space in the marker; `targets`
-PATH::PREFIX keeps the targets so named; `scorecard` PATH::measured the claims measured): no number in a
+KIND names a renderer below (the benchmarks' are in tools/render_bench.py) and PATH a result
+file (relative to the repository root) that it reads (for `table`, PATH::MARKER or PATH::MARKER#N,
+"~" standing for a space in the marker; `targets` PATH::PREFIX keeps the targets so named;
+`scorecard` PATH::measured the claims measured, PATH::PAPER one paper's; `study` a file that
+tools/records.py wrote): no number in a
 block is typed by hand. Files scanned: README.md, docs/*.md, bench/RESULTS.md.
 
 The `plot-*` kinds draw a figure into docs/figures/ (tools/figures.py: SVG, byte-identical for the
@@ -29,80 +31,10 @@ import sys
 
 from reproduce.plan import parse_chain
 from tools import figures, records
+from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, sweep, targets
 from tools.figures import ROOT, _jsonl, _load
 
 BLOCK = re.compile(r"(<!-- render: (\S+) (\S+) -->\n)(.*?)(<!-- /render -->)", re.S)
-
-
-
-def attention(path):
-    """bench/bench_attention.py --json: per layout, every method's times, TFLOP/s on visible pairs
-    and ours' speed-up (kernel-only rows against ours kernel-only, end-to-end against ours)."""
-    d = _load(path)
-    out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}. Times in ms (median, CUDA events; "
-           "ours kernel-only by CUDA-graph replay); TFLOP/s count the visible pairs only (forward 4 H D visible, "
-           "forward+backward 3.5x that).", ""]
-    for r in d["records"]:
-        t = r["tiles"]
-        out += [f"**{r['layout']}, D {r['D']}** (B {r['B']}, L {r['L']}; blocks {r['config'][:2]}; visible "
-                f"{100 * r['visible'] / (r['B'] * r['L'] ** 2):.1f}% of L*L, computed {100 * r['computed'] / (r['B'] * r['L'] ** 2):.1f}%: "
-                f"PARTIAL {t['partial']}, FULL {t['full']}, FAR {t['far']}, GATHER {t['gather']} tiles; codes + map + "
-                f"table {r['map_ms']:.3f} ms" + (f" eager, {r['map_graph_ms']:.3f} ms as a graph" if "map_graph_ms" in r
-                                                   else "") + ")", "",
-                "| method | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s | ours fwd speed-up | ours fwd+bwd speed-up |",
-                "|---|---|---|---|---|---|---|"]
-        ms = r["methods"]
-        for label, m in ms.items():
-            mine = ms.get("ours kernel" if "kernel" in label else "ours")
-            out.append(f"| {label} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | {m['fwd_tflops']:.1f} | {m['fwdbwd_tflops']:.1f} | "
-                       f"{m['fwd_ms'] / mine['fwd_ms']:.2f}x | {m['fwdbwd_ms'] / mine['fwdbwd_ms']:.2f}x |")
-        if r.get("flex_causal_vs_sdpa"):
-            f = r["flex_causal_vs_sdpa"]
-            out.append(f"\nFlex checked: causal at this shape {f['flex_ms']:.3f} ms against SDPA's causal kernel "
-                       f"{f['sdpa_ms']:.3f} ms ({f['sdpa_ms'] / f['flex_ms']:.2f}x its speed): fused.")
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
-
-
-def targets(spec):
-    """The targets a benchmark's --json lists, met or not; PATH::PREFIX keeps those whose name starts
-    with PREFIX ("~" for a space)."""
-    path, _, prefix = spec.partition("::")
-    d = _load(path)
-    out = ["| target | measured | wanted | met |", "|---|---|---|---|"]
-    for t in d.get("targets", []) + d.get("forced_targets", []) + d.get("ckpt_targets", []):
-        if not t["target"].startswith(prefix.replace("~", " ")):
-            continue
-        got, want = t["measured"], t["wanted"]
-        # bench_attention.py writes an upper bound as a negative number; bench_early_exit.py's are all upper bounds
-        at_most = want < 0 or t.get("sense") == "<=" or "exit" in os.path.basename(path) or "ckpt_targets" in d
-        shown = "-" if got is None else (f"{got:.1%}" if "map /" in t["target"] else f"{got:.2f}")
-        met = t["met"] if isinstance(t["met"], str) else ("yes" if t["met"] else "no")
-        wanted = f"{abs(want):.0%}" if "map /" in t["target"] else f"{abs(want):g}"
-        out.append(f"| {t['target']} | {shown} | {'<=' if at_most else '>='} {wanted} | {met} |")
-    return "\n".join(out) + "\n"
-
-
-def sweep(path):
-    """The block configurations bench_attention.py --sweep timed, per head dim."""
-    d = _load(path)
-    out = ["| head dim | BM, BN, fwd warps, stages, BMK, BNK, kv warps, stages, dq warps, stages | fwd ms | fwd+bwd ms | chosen |",
-           "|---|---|---|---|---|"]
-    for r in d["records"]:
-        for s in r.get("sweep", []):
-            out.append(f"| {r['D']} ({r['layout']}) | {', '.join(map(str, s['config']))} | {s['fwd_ms']:.3f} | "
-                       f"{s['fwdbwd_ms']:.3f} | {'yes' if s['config'] == r['config'] else ''} |")
-    return "\n".join(out) + "\n"
-
-
-def exit_rows(path):
-    """bench/bench_early_exit.py --graphs --json: decoder time per pass and its ratio."""
-    d = _load(path)
-    out = [f"{d['device']}, torch {d['torch']}, {d['date']}.", "",
-           "| batch | what | ms | / reference |", "|---|---|---|---|"]
-    for r in d["rows"]:
-        out.append(f"| {r['batch']} | {r['what']} | {r['ms']:.2f} | {r['ratio']:.3f} |")
-    return "\n".join(out) + "\n"
 
 
 def table(spec):
@@ -131,40 +63,6 @@ def table(spec):
     note = _run_note(path)  # the run.json beside the file, if it names it
     return "\n".join(o for o in out if o.startswith("|")) + "\n" + "".join(f"\n{o}" for o in out if not o.startswith("|")) \
         + ("\n" if any(not o.startswith("|") for o in out) else "") + (f"\n{note}\n" if note else "")
-
-
-def loops(path):
-    """kernels/aot.py --loops --json: the SASS per loop iteration of each tile class of the attention
-    kernels, against the plain FlashAttention loop compiled with the forward's blocks."""
-    sys.path.insert(0, ROOT)
-    from kernels.aot import LOOP_NAMES, REL_CASES
-    rows = _load(path)
-    version = os.path.basename(path)[:-5].split("triton-")[-1]
-    plain = {c.rsplit("-", 1)[1]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r.get("loops")
-             for c in r["cases"]}
-    names = LOOP_NAMES[True]
-    out = [f"Triton {version}, sm_90a. SASS instructions per thread per iteration of each loop; the forward's "
-           f"against the plain loop (x plain); after the slash, the fewest cp.async groups its waits leave in flight "
-           f"(0: each iteration waits for every copy, the next tiles' too). Plain loop: "
-           + ", ".join(f"{d} {n}" for d, n in sorted(plain.items())) + ".", "",
-           "| kernel | case | registers | spills | shared KB | " + " | ".join(names) + " |", "|" + "---|" * (5 + len(names))]
-    for r in rows:
-        if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
-            continue
-        case = r["cases"][0]
-        rel = case.split("-")[0] in REL_CASES
-        if len(r["loops"]) != len(LOOP_NAMES[rel]):
-            continue
-        cells = dict(zip(LOOP_NAMES[rel], r["loops"]))
-        waits = dict(zip(LOOP_NAMES[rel], r.get("loop_waits") or [None] * len(r["loops"])))
-        base = plain.get(case.rsplit("-", 1)[1]) if r["kernel"] == "_fwd_kernel" else None
-        show = lambda n: "-" if n not in cells else (f"{cells[n]}" + (f" ({cells[n] / base:.2f})" if base else "")  # noqa: E731
-                                                     + ("" if waits[n] is None else f" / {waits[n]}"))
-        out.append(f"| {r['kernel']} | {case} | {r['registers']} | {r['spill_stores']}/{r['spill_loads']} | "
-                   f"{r['shared'] / 1024:.0f} | "
-                   + " | ".join(show(n) for n in names) + " |")
-    return "\n".join(out) + "\n"
-
 
 
 def _run_note(path):
@@ -214,64 +112,6 @@ def decoders(folder):
         exit_layer = f"{r['mean_exit']:.2f}" if "mean_exit" in r else "-"
         out.append(f"| {r['run']} | {r['family']} | {r['shown']} | {r['rouge1']:.2f} | {r['rouge2']:.2f} | {r['rougeL']:.2f} | "
                    f"{flops} | {exit_layer} | {r['latency_ms']:.1f} | {r['samples_per_s']:.0f} |")
-    return "\n".join(out) + "\n"
-
-
-def fused_backward(path):
-    """bench/bench_attention.py --json: per layout, ours kernel-only with the backward's two
-    structures (dQ fused by atomics into the dK/dV kernel, or a dQ kernel apart), fwd+bwd and
-    backward / forward; beside them SDPA's own backward / forward in the same run (flash without a
-    mask, and the kernel with the dense mask), what a plain kernel's backward costs at this shape."""
-    d = _load(path)
-
-    def ratio(m):
-        return f"{(m['fwdbwd_ms'] - m['fwd_ms']) / m['fwd_ms']:.2f}" if m else "-"
-    out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}; kernel-only, ms (CUDA-graph replay).", "",
-           "| layout | dQ kernel apart: fwd+bwd | backward / forward | dQ fused: fwd+bwd | backward / forward | "
-           "fused / apart | SDPA flash, no mask: backward / forward | SDPA kernel, dense mask: backward / forward |",
-           "|---|---|---|---|---|---|---|---|"]
-    for r in d["records"]:
-        m = r["methods"]
-        alt = r.get("alt_backward")
-        if not alt or alt not in m:
-            continue
-        fused, apart = (m["ours kernel"], m[alt]) if alt.endswith("apart") else (m[alt], m["ours kernel"])
-        fwd = m["ours kernel"]["fwd_ms"]
-        out.append(f"| {r['layout']} D{r['D']} | {apart['fwdbwd_ms']:.3f} | {(apart['fwdbwd_ms'] - apart['fwd_ms']) / fwd:.2f} | "
-                   f"{fused['fwdbwd_ms']:.3f} | {(fused['fwdbwd_ms'] - fused['fwd_ms']) / fwd:.2f} | "
-                   f"{fused['fwdbwd_ms'] / apart['fwdbwd_ms']:.3f} | {ratio(m.get('sdpa-nomask'))} | "
-                   f"{ratio(m.get('sdpa-mask kernel'))} |")
-    return "\n".join(out) + "\n"
-
-
-_PROFILE = re.compile(r"profile, V (\d+) N (\d+), chunk (\d+), (\w+): wall ([\d.]+) ms per call, "
-                      r"its kernels ([\d.]+) ms of GPU time, (\d+) launches")
-
-
-def loss_profile(path):
-    """bench/bench_offramp.py --profile's log: per (V, N) the training loss's GPU time (its kernels,
-    profiled) beside its timed time (do_bench, which a host-bound call stretches), ours and the
-    chain's, and the launches of each."""
-    with open(os.path.join(ROOT, path)) as f:
-        lines = f.read().splitlines()
-    prof, timed, V, in_loss = {}, {}, None, False
-    for line in lines:
-        m = _PROFILE.match(line)
-        if m:
-            prof[(int(m[1]), int(m[2]), m[4])] = (float(m[6]), int(m[7]), int(m[3]))
-        elif line.startswith("V = "):
-            V, in_loss = int(line.split()[2].rstrip(",")), False
-        elif line.startswith("training loss"):
-            in_loss = True
-        elif in_loss and re.match(r"\| \d", line):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            timed[(V, int(cells[0]))] = (float(cells[1]), float(cells[4]))
-    out = ["| V | N | chunk | chain GPU ms | ours GPU ms | chain / ours, GPU | chain timed ms | ours timed ms | "
-           "chain / ours, timed | launches, chain / ours |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for (v, n), (t_ref, t) in timed.items():
-        (g_ref, l_ref, _), (g, l, chunk) = prof[(v, n, "torch")], prof[(v, n, "ours")]
-        out.append(f"| {v} | {n} | {chunk} | {g_ref:.3f} | {g:.3f} | {g_ref / g:.2f} | {t_ref:.3f} | {t:.3f} | "
-                   f"{t_ref / t:.2f} | {l_ref} / {l} |")
     return "\n".join(out) + "\n"
 
 
