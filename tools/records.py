@@ -48,9 +48,9 @@ def cell(value, fmt):
 
 
 def markdown(columns, rows):
-    """The rows as a markdown table, one line each."""
-    out = ["| " + " | ".join(h for h, _, _ in columns) + " |", "|" + "---|" * len(columns)]
-    return out + ["| " + " | ".join(cell(r.get(k), f) for _, k, f in columns) + " |" for r in rows]
+    """The rows as a markdown table, one line each (reproduce/report.py's table, each cell formatted)."""
+    from reproduce.report import table
+    return table([h for h, _, _ in columns], [[cell(r.get(k), f) for _, k, f in columns] for r in rows])
 
 
 def table(d):

@@ -169,7 +169,7 @@ def mask_sweep(path):
     return "\n".join(out) + "\n"
 
 
-def _kind_of(name, run):
+def _kind_of(run):
     """What a fine-tuned run of the plan is, for the time it takes: its task and its decoder."""
     m = run["metrics"]
     if m.get("task") == "classify" or "accuracy" in m:
@@ -190,8 +190,8 @@ def run_times(path):
                              "NAR fine-tuning", "classification fine-tuning", "ELMER fine-tuning", "evaluation")}
     for name, p in d["pretraining"].items():
         kinds.setdefault("LPLM pretraining (ELMER)" if name == "pre-elmer" else "pretraining", []).append(p.get("seconds"))
-    for name, r in d["runs"].items():
-        kinds.setdefault(_kind_of(name, r), []).append(r.get("seconds"))
+    for r in d["runs"].values():
+        kinds.setdefault(_kind_of(r), []).append(r.get("seconds"))
         kinds.setdefault("evaluation", []).append(r.get("eval_seconds"))
     out = ["| run | runs timed | median | fastest | slowest |", "|---|---|---|---|---|"]
     for kind, secs in kinds.items():
