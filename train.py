@@ -24,7 +24,7 @@ import torch
 
 from core import checkpoint
 from core.config import depths, preset
-from core.data import TokenStream, pretraining_texts, token_counts, unigram_entropy
+from core.data import TokenStream, held_out_key, pretraining_texts, token_counts, unigram_entropy
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.guards import StopSignals, check_continues, check_positions, parse_args, refuse_unused
@@ -276,14 +276,9 @@ def run(args, d):
     return stats
 
 
-# the held-out loss a pretraining is judged by against the unigram entropy (reproduce/report.py reads the same)
-HELD_OUT_KEYS = ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_hidden_loss",
-                 "valid_par_loss")
-
-
 def under_entropy(rec):
     """'<loss> X, D nats under the unigram entropy E' of a held-out record (negative D: above it)."""
-    key = next((k for k in HELD_OUT_KEYS if k in rec), None)
+    key = held_out_key(rec)
     if key is None:
         return ""
     gap = rec["unigram_entropy"] - rec[key]

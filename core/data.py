@@ -138,6 +138,23 @@ def unigram_entropy(ids, vocab_size):
     return float(-(p * np.log(p)).sum())
 
 
+# the held-out loss a pretraining is judged by against the unigram entropy, in order of preference:
+# the text tokens' loss where an objective reports one (span corruption's sentinels and [EOS] are
+# easy targets that would take its loss under the unigram entropy on their own), and a masked LM's
+# over the targets not in view (a kept token can be copied: core/pmlm.py)
+HELD_OUT_KEYS = ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_hidden_loss",
+                 "valid_par_loss")
+
+
+def held_out_key(rec, path=None):
+    """The key of HELD_OUT_KEYS a held-out record of train.py's log holds; None if it holds none,
+    or, given the log's path, an error that names it."""
+    key = next((k for k in HELD_OUT_KEYS if k in rec), None)
+    if key is None and path is not None:
+        raise ValueError(f"{path}: its last held-out record has none of the losses {', '.join(HELD_OUT_KEYS)}")
+    return key
+
+
 # -----------------------------------------------------------------------------
 # the pretraining stream
 

@@ -11,6 +11,7 @@ import platform
 import subprocess
 import sys
 
+from core.data import held_out_key
 from reproduce import significance
 from reproduce.plan import BY_NAME, ORDERINGS, TABLES, parse_chain
 from reproduce.runstate import init_step_of, stale_reason
@@ -58,12 +59,9 @@ def pretraining(out, name):
     if not evals:
         return None
     r = evals[-1]
-    # the text tokens' loss where an objective reports one (span corruption's sentinels and
-    # [EOS] are easy targets that would take its loss under the unigram entropy on their own), and
-    # a masked LM's over the targets not in view (a kept token can be copied: core/pmlm.py)
-    keys = ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_hidden_loss",
-            "valid_par_loss")
-    key = next(k for k in keys if k in r)
+    key = held_out_key(r)  # core/data.py: which loss, and why
+    if key is None:
+        return None
     return r["step"], r[key], key[6:], r["unigram_entropy"]
 
 

@@ -230,3 +230,22 @@ def test_the_budget_table_is_the_plans():
     assert (f"| `cpu` | {cpu['model']} | `--steps {cpu['steps']}` of {train.get_args([]).batch_tokens:,} tokens | "
             f"`--epochs {cpu['epochs']}` | `--limit {cpu['limit']}` |") in text
     assert f"| `--steps {gpu['steps']}` | `--epochs {gpu['epochs']}` | the whole test split |" in text and gpu["limit"] is None
+
+
+def test_a_pretraining_table_reads_the_loss_train_py_judges_and_names_a_log_without_one(tmp_path, monkeypatch):
+    """Every objective's held-out loss (core/data.py HELD_OUT_KEYS: PAR only logs par_hidden_loss)
+    renders against the unigram entropy, with the run's own machine line where run.json gives one;
+    a log with none of those losses is refused by name."""
+    from tools import figures, render_docs
+    rec = lambda step, loss: {"step": step, "valid_par_hidden_loss": loss, "unigram_entropy": 6.5}  # noqa: E731
+    (tmp_path / "par-log.jsonl").write_text("\n".join(json.dumps(r) for r in (rec(100, 6.6), rec(200, 5.5))))
+    (tmp_path / "run.json").write_text(json.dumps({"machine": "m", "par-log.jsonl": dict(command="c", seconds=90.0,
+                                                                                        machine="its own")}))
+    monkeypatch.setattr(figures, "ROOT", str(tmp_path))
+    monkeypatch.setattr(render_docs, "ROOT", str(tmp_path))
+    lines = render_docs.default_pretraining("par-log.jsonl").splitlines()
+    assert lines[2:4] == ["| held-out par_hidden_loss | 6.600 | 5.500 |", "| under the unigram entropy 6.500 | -0.10 | 1.00 |"]
+    assert "`c` took 1 min 30 s (its own)." in lines
+    (tmp_path / "bad-log.jsonl").write_text(json.dumps({"step": 100, "valid_other": 1.0, "unigram_entropy": 6.5}))
+    with pytest.raises(ValueError, match="bad-log.jsonl: its last held-out record has none of the losses"):
+        render_docs.default_pretraining("bad-log.jsonl")

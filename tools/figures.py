@@ -9,6 +9,8 @@ import glob
 import json
 import os
 
+from core.data import held_out_key
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -53,7 +55,7 @@ def _figure(path, where, name, draw):
 def _draw_pretraining(plt, path):
     rows = _jsonl(path)
     evals = [r for r in rows if "unigram_entropy" in r]
-    key = next(k for k in ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss") if k in evals[-1])
+    key = held_out_key(evals[-1], path)
     train_key = key[6:]  # the same loss on the training batches
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     train = [r for r in rows if train_key in r and "unigram_entropy" not in r]

@@ -29,6 +29,7 @@ import re
 import statistics
 import sys
 
+from core.data import held_out_key
 from reproduce.plan import parse_chain
 from tools import figures, records
 from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, sweep, targets
@@ -77,13 +78,13 @@ def _run_note(path):
         return ""
     secs = part["seconds"]
     took = f"{secs // 60:.0f} min {secs % 60:.0f} s" if secs >= 60 else f"{secs:.0f} s"
-    return f"`{part['command']}` took {took} ({r['machine']})."
+    return f"`{part['command']}` took {took} ({part.get('machine', r['machine'])})."  # a run's own machine line, if it has one
 
 
 def default_pretraining(path):
     """train.py's log.jsonl: the held-out records against the unigram entropy, and the run's time."""
     evals = [r for r in _jsonl(path) if "unigram_entropy" in r]
-    key = next(k for k in ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss") if k in evals[-1])
+    key = held_out_key(evals[-1], path)
     ent = evals[-1]["unigram_entropy"]
     out = ["| step | " + " | ".join(str(r["step"]) for r in evals) + " |", "|---|" + "---|" * len(evals),
            f"| held-out {key[6:]} | " + " | ".join(f"{r[key]:.3f}" for r in evals) + " |",
