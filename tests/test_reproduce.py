@@ -39,14 +39,15 @@ def test_plan(tmp_path, capsys):
         if name.startswith("pre-"):
             for flag in ("--batch-tokens", "--seq-len", "--data", "--model"):
                 assert argv[argv.index(flag) + 1] == budget[budget.index(flag) + 1], (name, flag)
-            assert steps(name) == int(budget[budget.index("--steps") + 1]) * plan.BY_NAME[name].steps_x, name
-    assert steps("pre-pmlm-norel") == steps("pre-pmlm-2x") == 2 * steps("pre-pmlm")
-    for paper, _, _, chain, theirs in plan.ORDERINGS:
+            assert steps(name) == max(1, round(int(budget[budget.index("--steps") + 1]) * plan.BY_NAME[name].steps_x)), name
+    assert steps("pre-pmlm-norel") == steps("pre-pmlm") == 2 * steps("pre-elmer")
+    for paper, _, metric, chain, theirs in plan.ORDERINGS:
         names = plan.parse_chain(chain)[0]
         assert paper.split()[0] in ("UniLMv2", "MLAE", "ELMER") and theirs, chain  # the paper's own figures beside ours
         assert all(n in plan.BY_NAME for n in names), chain
         pre = {n: [d for d in resolved[n][1] if d.startswith("pre-")] for n in names}
-        assert len({steps(d[0]) for d in pre.values() if d}) <= 1, chain
+        if metric != "latency_ms":  # a latency does not depend on how long the weights were trained
+            assert len({steps(d[0]) for d in pre.values() if d}) <= 1, chain
     for _, names in plan.TABLES:
         assert all(n in plan.BY_NAME for n in names.split())
     assert reproduce.main(["--budget", "tiny", "--out", out, "--dry-run"]) == 0
