@@ -13,7 +13,7 @@ import sys
 
 from core.data import held_out_key
 from reproduce import significance
-from reproduce.plan import BY_NAME, ORDERINGS, TABLES, parse_chain
+from reproduce.plan import BY_NAME, MARGIN, ORDERINGS, TABLES, parse_chain, seeds_of
 from reproduce.runstate import init_step_of, stale_reason
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
@@ -85,15 +85,16 @@ def outputs_of(state, run_name):
 
 
 def compared(state, a, b, metric):
-    """significance.compare of two runs' outputs on a ROUGE metric or accuracy, or None where it
-    cannot be read (another metric, no outputs file, no rouge-score, different examples)."""
-    pa, pb = outputs_of(state, a), outputs_of(state, b)
-    if not (metric.startswith("rouge") or metric == "accuracy") or not pa or not pb:
+    """significance.compare_seeds of two sides, each a list of runs (the seeds of one fine-tuning), on
+    a ROUGE metric or accuracy, or None where it cannot be read (another metric, no outputs file, no
+    rouge-score, different examples)."""
+    pa, pb = [outputs_of(state, n) for n in a], [outputs_of(state, n) for n in b]
+    if not (metric.startswith("rouge") or metric == "accuracy") or not all(pa) or not all(pb):
         return None
     try:
-        return significance.compare(pa, pb, metric)
+        return significance.compare_seeds(pa, pb, metric)
     except (ImportError, ValueError) as e:
-        print(f"note: no interval for {a} against {b}: {e}", file=sys.stderr)
+        print(f"note: no interval for {'+'.join(a)} against {'+'.join(b)}: {e}", file=sys.stderr)
         return None
 
 
@@ -156,42 +157,56 @@ def write(args, fields, state, resolved):
                      "PLATEAU" if ent - loss < PLATEAU else "left it", fmt_secs(rec.get("seconds"))])
     lines += table(["run", "what", "step", "held-out loss", "unigram entropy", "below it", "", "time"], rows) + [""]
 
-    # the papers' tables
+    # every fine-tuning's test result and validation curve, then the papers' tables of them
     metrics, stale_names = {}, set()
+    for name in (n for n in resolved if BY_NAME[n].script == "finetune"):
+        got = results(state, "eval-" + name)
+        stale = stale_reason(BY_NAME[name], resolved, out)
+        if got and stale:
+            stale_names.add(name)
+        if not got or stale or name in unavailable or "eval-" + name in unavailable:
+            continue
+        pre, gap = gap_of(out, resolved, name)
+        metrics[name] = got[0]
+        data["runs"][name] = dict(label=BY_NAME[name].label, pretraining=pre,
+                                  pretraining_step=init_step_of(out, name)[0] if pre else None, under=gap,
+                                  metrics={k: v for k, v in got[0].items() if k != "generation"},
+                                  seconds=state["runs"].get(name, {}).get("seconds"),
+                                  eval_seconds=state["runs"].get("eval-" + name, {}).get("seconds"),
+                                  validation=validation_curve(out, name))
+        spread = intervals_of(state, name)
+        if spread:
+            data["runs"][name]["intervals"] = spread
     for title, names in TABLES:
         rows, cols = [], None
         for name in names.split():
-            got = results(state, "eval-" + name)
             pre, gap = gap_of(out, resolved, name)
             started = init_step_of(out, name)[0] if pre else None
             at = f" step {started}" if started is not None else ""
             note = ("none" if pre is None else f"{pre}: not run" if gap is None else
                     f"{pre}{at} ({gap:.2f} under)" if gap >= PLATEAU else f"PLATEAU ({pre}{at}: {gap:.2f})")
-            stale = stale_reason(BY_NAME[name], resolved, out) if name in BY_NAME else None
-            if got and stale:
-                rows.append([name, BY_NAME[name].label, f"STALE: {stale}; the same command runs it again"])
-                stale_names.add(name)
+            seeds = [n for n in seeds_of(name, list(resolved)) if n in metrics]
+            if not seeds:
+                why = (f"STALE: {stale_reason(BY_NAME[name], resolved, out)}; the same command runs it again"
+                       if name in stale_names else unavailable.get(name) or unavailable.get("eval-" + name) or
+                       {"done": "trained, not evaluated"}.get(state["runs"].get(name, {}).get("status"), "not run"))
+                rows.append([name, BY_NAME[name].label, why])
                 continue
-            if not got or name in unavailable or "eval-" + name in unavailable:
-                rows.append([name, BY_NAME[name].label, unavailable.get(name) or unavailable.get("eval-" + name) or
-                             {"done": "trained, not evaluated"}.get(state["runs"].get(name, {}).get("status"), "not run")])
-                continue
-            r = metrics[name] = got[0]
-            data["runs"][name] = dict(label=BY_NAME[name].label, table=title, pretraining=pre, pretraining_step=started,
-                                      under=gap, metrics={k: v for k, v in r.items() if k != "generation"},
-                                      seconds=state["runs"].get(name, {}).get("seconds"),
-                                      eval_seconds=state["runs"].get("eval-" + name, {}).get("seconds"))
-            spread = intervals_of(state, name)
-            if spread:
-                data["runs"][name]["intervals"] = spread
+            r = metrics[seeds[0]]
             cls = "accuracy" in r
             cols = cols or (["accuracy", "macro_f1"] if cls else ["rouge1", "rouge2", "rougeL", "decoding", "iterations",
                                                                   "mean_exit"])
-            rows.append([name, BY_NAME[name].label, note] + [r.get(c) for c in cols] +
-                        [r.get("params_M"), r.get("latency_ms"), r.get("samples_per_s")])
-        cols = ["run", "what", "pretraining"] + (cols or []) + (["params_M", "latency_ms", "samples_per_s"] if cols else [])
+            mean = lambda c: mean_over_seeds(metrics, seeds, c)[0] if isinstance(r.get(c), float) else r.get(c)
+            flat = all(data["runs"][n]["validation"]["flat"] for n in seeds)
+            rows.append([name, BY_NAME[name].label, note, len(seeds), "yes" if flat else "NO"] + [mean(c) for c in cols] +
+                        [r.get("params_M"), mean("latency_ms"), mean("samples_per_s")])
+        cols = ["run", "what", "pretraining", "seeds", "valid. flat"] + (cols or []) + (
+            ["params_M", "latency_ms", "samples_per_s"] if cols else [])
         width = len(cols)
         lines += [f"## {title}", ""] + table(cols, [r + [""] * (width - len(r)) for r in rows]) + [""]
+    lines += ["Each row is the mean over the seeds evaluated; 'valid. flat' says whether every seed's validation "
+              "loss stopped falling before its last validation (early stopping), else NO: it was still falling "
+              "when the run reached its most epochs.", ""]
     lead = state.get("lead")
     if lead:
         lines += ["LEAD baselines on the same test examples: " + "; ".join(
@@ -225,43 +240,25 @@ def write(args, fields, state, resolved):
 
     # the orderings
     lines += ["## The papers' orderings here", "",
-              "A ROUGE or accuracy ordering is read pair by pair from a paired bootstrap over the test examples "
-              "both models were scored on (reproduce/significance.py): a pair holds where the 95% interval of the "
-              "difference lies above zero, is reversed where it lies below, and is within noise otherwise (`>=` "
-              "holds unless reversed). Other metrics (latency) compare the point values.", ""]
+              "A ROUGE or accuracy ordering is read pair by pair from a bootstrap over the test examples both "
+              "sides were scored on and over each side's fine-tuning seeds (reproduce/significance.py): `>` holds "
+              "where the 95% interval of the difference lies above zero and is reversed where it lies below; "
+              f"`>=` holds where it lies above -{MARGIN:g} (the equivalence margin, fixed before the runs), `~` "
+              f"where it lies inside +-{MARGIN:g}; a pair is not resolved otherwise, with the smallest difference "
+              "a comparison this wide would detect. A claim holds when every pair holds, is reversed when a pair "
+              "is; 'here' lists the runs in the order measured. Latency compares the mean over seeds.", ""]
     rows = []
     for paper, claim, metric, chain, theirs in ORDERINGS:
-        names, ops = parse_chain(chain)
-        vals = [metrics.get(n, {}).get(metric) for n in names]
-        intervals, pairs, pair_data = [], [], []
-        missing = [n for n, v in zip(names, vals) if v is None]
-        for a, b, op, va, vb in zip(names, names[1:], ops, vals, vals[1:]):
-            if va is None or vb is None:  # the pairs that exist are read all the same
-                continue
-            diff = compared(state, a, b, metric)
-            if diff is None:
-                pairs.append("holds" if {">": va > vb, ">=": va >= vb, "<": va < vb}[op] else "reversed")
-                continue
-            mean, low, high = diff
-            pairs.append(significance.verdict(op, low, high))
-            pair_data.append(dict(a=a, b=b, op=op, difference=mean, low=low, high=high, verdict=pairs[-1]))
-            intervals.append(f"{a} - {b}: {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
-        if "reversed" in pairs:  # one reversed pair is enough, whatever is still to run
-            verdict = "does not hold" + (f" (not measured: {', '.join(missing)})" if missing else "")
-        elif missing:
-            verdict = "not measured (" + ", ".join(n + (" is stale" if n in stale_names else "") for n in missing) + ")"
-        else:
-            verdict = "within noise" if "within noise" in pairs else "holds"
-        plateau = [p for p in {gap_of(out, resolved, n)[0] for n in names if n not in missing}
-                   if p and (gap_of_pre(out, p) or 0) < PLATEAU]
-        verdict += f" (on the plateau: {', '.join(sorted(plateau))})" if plateau else ""
-        shown = " ".join(f"{n} {fmt(v)}" if i == len(names) - 1 else f"{n} {fmt(v)} {ops[i]}"
-                         for i, (n, v) in enumerate(zip(names, vals)))
-        rows.append([paper, claim, theirs, metric, shown, "; ".join(intervals), verdict])
-        data["orderings"].append(dict(paper=paper, claim=claim, theirs=theirs, metric=metric, chain=chain,
-                                      values=dict(zip(names, vals)), pairs=pair_data, verdict=verdict))
+        o = ordering(state, resolved, metrics, stale_names, claim, metric, chain)
+        o.update(paper=paper, theirs=theirs)
+        rows.append([paper, claim, theirs, metric, o["here"],
+                     "; ".join(f"{p['a']} - {p['b']}: {p['difference']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]"
+                               for p in o["pairs"] if "low" in p), o["verdict"]])
+        data["orderings"].append(o)
     lines += table(["paper", "ordering", "the paper's figures", "metric", "here", "difference, 95% interval", "verdict"],
                    rows) + [""]
+    data["summary"] = summary(data["orderings"])
+    lines += [data["summary"]["sentence"], ""]
 
     # every run
     lines += ["## Runs", ""]
@@ -279,6 +276,75 @@ def write(args, fields, state, resolved):
             f.write(text)
         os.replace(tmp, name)
     return path
+
+
+def validation_curve(out, name):
+    """A fine-tuning's validation losses [(step, loss)] from its log, and whether the curve is flat
+    at its end: the lowest loss came before the last validation (the run stopped on validation)."""
+    curve = [(r["step"], r["valid_loss"]) for r in read_jsonl(os.path.join(out, name, "log.jsonl")) if "valid_loss" in r]
+    best = min(range(len(curve)), key=lambda i: curve[i][1]) if curve else None
+    return dict(curve=curve, flat=best is not None and best < len(curve) - 1)
+
+
+def mean_over_seeds(metrics, names, metric):
+    """The mean of a metric over the seeds of a run that were evaluated, and those seeds."""
+    got = [n for n in names if metrics.get(n, {}).get(metric) is not None]
+    return (sum(metrics[n][metric] for n in got) / len(got) if got else None), got
+
+
+def ordering(state, resolved, metrics, stale_names, claim, metric, chain):
+    """One claim of the papers read here: its runs' values (means over seeds), each adjacent pair's
+    difference, interval and verdict (over seeds and examples), and the claim's verdict."""
+    names, ops = parse_chain(chain)
+    every = list(resolved)
+    seeds = {n: seeds_of(n, every) for n in names}
+    vals, used = {}, {}
+    for n in names:
+        vals[n], used[n] = mean_over_seeds(metrics, seeds[n], metric)
+    missing = [n for n in names if vals[n] is None]
+    pairs = []
+    for a, b, op in zip(names, names[1:], ops):
+        if vals[a] is None or vals[b] is None:
+            continue
+        pair = dict(a=a, b=b, op=op, seeds=[len(used[a]), len(used[b])], difference=vals[a] - vals[b])
+        diff = compared(state, used[a], used[b], metric)
+        if diff is None:  # latency: the means' order
+            better = vals[a] < vals[b] if op == "<" else vals[a] > vals[b]
+            pair["verdict"] = "holds" if better else "reversed"
+        else:
+            mean, low, high = diff
+            pair.update(difference=mean, low=low, high=high, verdict=significance.verdict(op, low, high, MARGIN),
+                        n=diff_examples(state, used[a][0]))
+            if pair["verdict"] == "not resolved":
+                pair["detectable"] = significance.detectable(low, high)
+        pairs.append(pair)
+    verdicts = [p["verdict"] for p in pairs]
+    if "reversed" in verdicts:  # one reversed pair is enough, whatever is still to run
+        verdict = "reversed" + (f" (not measured: {', '.join(missing)})" if missing else "")
+    elif missing:
+        verdict = "not measured (" + ", ".join(n + (" is stale" if n in stale_names else "") for n in missing) + ")"
+    else:
+        verdict = "not resolved" if "not resolved" in verdicts else "holds"
+    measured = sorted((n for n in names if vals[n] is not None), key=lambda n: vals[n], reverse=metric != "latency_ms")
+    here = (" < " if metric == "latency_ms" else " > ").join(f"{n} {vals[n]:.2f}" for n in measured)
+    return dict(claim=claim, metric=metric, chain=chain, values=vals, seeds={n: used[n] for n in names},
+                pairs=pairs, here=here, verdict=verdict)
+
+
+def diff_examples(state, name):
+    """How many test examples a run's outputs file holds (what a pair's interval is over)."""
+    path = outputs_of(state, name)
+    return len(significance.read_rows(path)) if path else None
+
+
+def summary(orderings):
+    """The count of each verdict, and the README's sentence of it."""
+    counts = {v: sum(o["verdict"].startswith(v) for o in orderings) for v in ("holds", "reversed", "not resolved")}
+    counts["not measured"] = len(orderings) - sum(counts.values())
+    sentence = (f"{counts['holds']} of {len(orderings)} claims hold here; {counts['reversed']} reversed, "
+                f"{counts['not resolved']} not resolved at this budget"
+                + (f", {counts['not measured']} not measured yet." if counts["not measured"] else "."))
+    return dict(counts, total=len(orderings), sentence=sentence)
 
 
 def gap_of_pre(out, pre):

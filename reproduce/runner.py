@@ -48,7 +48,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from reproduce import report  # noqa: E402
-from reproduce.plan import BUDGETS, BY_NAME, PLAN, fill, steps_of  # noqa: E402
+from reproduce.plan import BUDGETS, BY_NAME, epochs_of, fill, plan_for, steps_of  # noqa: E402
 from reproduce.runstate import (claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
                                 progress_of, ran_otherwise, stale_reason)
 
@@ -132,6 +132,8 @@ def resolve(run, fields, out, dtype=None):
     budget = fields[run.script]
     if run.steps_x != 1:
         budget = re.sub(r"--steps \d+", f"--steps {steps_of(run, fields)}", budget)
+    if run.epochs_x != 1:
+        budget = re.sub(r"--epochs \S+", f"--epochs {epochs_of(run, fields):g}", budget)
     argv = shlex.split(flags) + shlex.split(budget)
     if run.script != "eval":
         argv += ["--out", os.path.join(out, run.name)]
@@ -268,14 +270,15 @@ def main(argv=None, early=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
     mods = scripts()
-    resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in PLAN}
-    runs = select(PLAN, resolved, args.only, args.skip)
+    plan = plan_for(fields)
+    resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in plan}
+    runs = select(plan, resolved, args.only, args.skip)
 
     # what each run of the plan needs before it can start (every run, whatever --only picks, so that
     # runners sharing OUT record the same): a flag this checkout has, no TODO note, and no result
     # of other flags in its directory
     unavailable = {}
-    for r in PLAN:
+    for r in plan:
         why = r.todo or rejected(mods[r.script], resolved[r.name][0])
         if why:
             unavailable[r.name] = ("TODO: " if r.todo else "not on this branch: ") + why
@@ -285,7 +288,7 @@ def main(argv=None, early=None):
     changed = True
     while changed:
         changed = False
-        for r in PLAN:
+        for r in plan:
             bad = [d for d in resolved[r.name][1] if d in unavailable]
             if r.name not in unavailable and bad:
                 unavailable[r.name], changed = f"needs {bad[0]}", True

@@ -8,7 +8,7 @@ import os
 import shlex
 import time
 
-from reproduce.plan import BY_NAME, steps_of
+from reproduce.plan import BY_NAME, epochs_of, steps_of
 
 VARYING = ("--steps", "--epochs", "--dtype")  # a run continues, or is extended, under other values of these
 # flags that change how often a run logs, evaluates on held-out text or saves, not what it computes
@@ -204,8 +204,11 @@ def progress_of(run, argv, fields, out, state, resolved=None):
     step, a = ck["step"], ck["args"]
     if run.script == "train":
         return min(1.0, step / steps_of(run, fields)), last
-    if a["epochs"] < fields["epochs"]:
-        return step / a["steps"] * a["epochs"] / fields["epochs"], last
+    if ck.get("stopped_early"):  # stopped on validation: done, whatever its --epochs allowed
+        return 1.0, None
+    epochs = epochs_of(run, fields)
+    if a["epochs"] < epochs:
+        return step / a["steps"] * a["epochs"] / epochs, last
     return min(1.0, step / a["steps"]), last
 
 
@@ -227,4 +230,4 @@ def estimate(run, fields, state):
     s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
     if not fields.get("scale", True):  # the budget's figures are per run
         return s
-    return s * (steps_of(run, fields) if run.script == "train" else fields["epochs"] if run.script == "finetune" else 1)
+    return s * (steps_of(run, fields) if run.script == "train" else epochs_of(run, fields) if run.script == "finetune" else 1)

@@ -1,12 +1,19 @@
-"""Is a difference between two evaluated models more than the test sample's noise? A paired
-bootstrap over the examples both were scored on (Koehn 2004's method): resample the examples with
-replacement, and read the 95% interval of the mean per-example difference.
+"""Is a difference between two evaluated models more than the noise of the test sample and of
+fine-tuning? A paired bootstrap over the examples both were scored on (Koehn 2004's method),
+resampling the fine-tuning seeds of each side too: each of 2,000 draws takes the test examples
+with replacement and, for each side, its seeds with replacement, and scores the difference of the
+two sides' means over the drawn seeds and examples; the 95% interval is read from the draws. With
+one seed a side it is the plain paired bootstrap over examples. With two or three seeds the seed
+draw is coarse (a side's seeds drawn with replacement from two runs): it widens the interval by
+the seeds' spread, without claiming to estimate that spread well.
 
-    python reproduce/significance.py A/outputs-best-test-sample1000.jsonl B/outputs-best-test-sample1000.jsonl
+    python reproduce/significance.py A/outputs-best-test.jsonl B/outputs-best-test.jsonl
+    python reproduce/significance.py A/outputs.jsonl,A-s2/outputs.jsonl B/outputs.jsonl,B-s2/outputs.jsonl
 
 Summarization outputs are compared on ROUGE-1/2/L, classification outputs on accuracy. The report
-of reproduce/runner.py reads every ordering of either through it: "holds" only where the interval
-lies above zero.
+of reproduce/runner.py reads every ordering of either through it (verdict): "holds" only where the
+interval lies above zero (or, for `>=` and `~`, inside the equivalence margin), "reversed" where it
+lies below, "not resolved" otherwise.
 """
 import json
 import os
@@ -116,14 +123,56 @@ def compare(path_a, path_b, metric="rougeL"):
     return paired_bootstrap(a, b)
 
 
-def verdict(op, low, high):
-    """One pair of an ordering 'A op B' read from the interval of A - B: 'holds', 'reversed'
-    (B better beyond the noise) or 'within noise' ('>=' holds unless reversed)."""
-    if high < 0:
-        return "reversed"
-    if op == ">=" or low > 0:
-        return "holds"
-    return "within noise"
+def seeded_bootstrap(a, b, samples=2000, seed=0):
+    """(mean difference, low, high) of A - B, where a and b are (seeds, examples) score matrices on
+    the same examples: each draw resamples the examples (paired) and each side's seeds."""
+    a, b = np.atleast_2d(np.asarray(a, dtype=np.float64)), np.atleast_2d(np.asarray(b, dtype=np.float64))
+    if a.shape[1] != b.shape[1] or not a.shape[1]:
+        raise ValueError(f"paired scores needed: {a.shape[1]} examples against {b.shape[1]}")
+    rng = np.random.default_rng(seed)
+    n = a.shape[1]
+    diffs = np.empty(samples)
+    for i in range(samples):
+        idx = rng.integers(0, n, n)
+        sa, sb = rng.integers(0, len(a), len(a)), rng.integers(0, len(b), len(b))
+        diffs[i] = a[sa][:, idx].mean() - b[sb][:, idx].mean()
+    low, high = np.quantile(diffs, [0.025, 0.975])
+    return float(a.mean() - b.mean()), float(low), float(high)
+
+
+def compare_seeds(paths_a, paths_b, metric="rougeL"):
+    """seeded_bootstrap of two sides, each a list of outputs files (one per fine-tuning seed), all of
+    one task on the same sources in the same order."""
+    for p in list(paths_a[1:]) + list(paths_b):
+        check_pair(paths_a[0], p)
+    a = [per_example(p, metric)[0] for p in paths_a]
+    b = [per_example(p, metric)[0] for p in paths_b]
+    return seeded_bootstrap(a, b)
+
+
+VERDICTS = ("holds", "reversed", "not resolved")
+
+
+def verdict(op, low, high, margin=1.0):
+    """One pair of an ordering 'A op B' read from the 95% interval [low, high] of A - B:
+      >   holds above 0, reversed below 0;
+      >=  holds above -margin (A no worse than B by more than the margin), reversed below it;
+      ~   holds inside [-margin, margin], reversed wholly outside it;
+    and 'not resolved' otherwise (the interval straddles the line)."""
+    if op == ">":
+        return "holds" if low > 0 else "reversed" if high < 0 else "not resolved"
+    if op == ">=":
+        return "holds" if low > -margin else "reversed" if high < -margin else "not resolved"
+    if op == "~":
+        return ("holds" if -margin < low and high < margin else
+                "reversed" if low > margin or high < -margin else "not resolved")
+    raise ValueError(f"unknown operator {op!r}")
+
+
+def detectable(low, high):
+    """The smallest difference a comparison this wide would find at 95% confidence and 80% power:
+    (1.96 + 0.84) standard errors, the standard error read from the interval's half-width."""
+    return (high - low) / 2 / 1.96 * (1.96 + 0.84)
 
 
 def main(argv=None):
@@ -132,10 +181,11 @@ def main(argv=None):
         print(__doc__, file=sys.stderr)
         return 2
     try:
-        check_pair(*argv)
-        for m in metrics_of(argv[0]):
-            mean, low, high = compare(argv[0], argv[1], m)
-            print(f"{m}: A - B = {mean:+.2f}, 95% interval [{low:+.2f}, {high:+.2f}]: A > B {verdict('>', low, high)}")
+        side_a, side_b = ([p for p in a.split(",") if p] for a in argv)
+        for m in metrics_of(side_a[0]):
+            mean, low, high = compare_seeds(side_a, side_b, m)
+            print(f"{m}: A - B = {mean:+.2f}, 95% interval [{low:+.2f}, {high:+.2f}] "
+                  f"({len(side_a)} and {len(side_b)} seeds): A > B {verdict('>', low, high)}")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -130,21 +130,32 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
              runs={"sum-a": dict(pretraining="pre-a"), "sum-b": dict(pretraining=None)},
              orderings=[dict(paper="P", claim="A > B", theirs="RG-L 36.08 > 31.15", metric="rougeL",
                              chain="sum-a > sum-b", values={"sum-a": 27.5, "sum-b": 26.75},
-                             pairs=[dict(a="sum-a", b="sum-b", op=">", difference=0.75, low=0.1, high=1.4,
+                             here="sum-a 27.50 > sum-b 26.75",
+                             pairs=[dict(a="sum-a", b="sum-b", op=">", difference=0.75, low=0.1, high=1.4, seeds=[3, 2],
                                          verdict="holds")], verdict="holds"),
+                        dict(paper="P", claim="E >= F", theirs="y", metric="rougeL", chain="sum-e >= sum-f",
+                             values={"sum-e": 20.0, "sum-f": 21.0}, here="sum-f 21.00 > sum-e 20.00",
+                             pairs=[dict(a="sum-e", b="sum-f", op=">=", difference=-1.0, low=-2.5, high=0.5, seeds=[2, 2],
+                                         verdict="not resolved", detectable=2.14)], verdict="not resolved"),
                         dict(paper="Q", claim="C > D", theirs="x", metric="rougeL", chain="sum-c > sum-d",
                              values={"sum-c": None, "sum-d": None}, pairs=[], verdict="not measured (sum-c, sum-d)")])
     (tmp_path / "results.json").write_text(json.dumps(d))
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     monkeypatch.setattr(render_docs, "_load", lambda p: json.loads((tmp_path / p).read_text()))
     full = render_docs.scorecard("results.json")
-    assert "| P | A > B (rougeL) | RG-L 36.08 > 31.15 | sum-a 27.50 > sum-b 26.75 | sum-a - sum-b: +0.75 [+0.10, +1.40], holds " \
-           "| holds |" in full
-    assert "| Q | C > D (rougeL) | x | - | - | not measured (sum-c, sum-d) |" in full
-    assert "1 of 2 claims measured" in full and "pre-a 1.29 nats (5.485 against 6.774)" in full
+    assert "| P | A > B (rougeL, `sum-a > sum-b`) | RG-L 36.08 > 31.15 | sum-a 27.50 > sum-b 26.75 | " \
+           "sum-a - sum-b: +0.75 (3x2) [+0.10, +1.40], holds | holds |" in full
+    # the measured order, whatever the claim's; a straddling pair with the effect it could have seen
+    assert "| sum-f 21.00 > sum-e 20.00 | sum-e - sum-f: -1.00 (2x2) [-2.50, +0.50], not resolved, detectable 2.14 | " \
+           "not resolved |" in full
+    assert "| Q | C > D (rougeL, `sum-c > sum-d`) | x | - | - | not measured (sum-c, sum-d) |" in full
+    assert "2 of 3 claims measured" in full and "pre-a 1.29 nats (5.485 against 6.774)" in full
     assert "C > D" not in render_docs.scorecard("results.json::measured")
     one = render_docs.scorecard("results.json::Q")
     assert "| Q | C > D" in one and "A > B" not in one and "0 of Q's 1 claims measured" in one
+    d["summary"] = dict(sentence="1 of 3 claims hold here; 0 reversed, 1 not resolved at this budget, 1 not measured yet.")
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    assert render_docs.claims_summary("results.json") == d["summary"]["sentence"] + "\n"
 
 
 def test_the_mask_sweep_reads_each_m0_from_the_plan(tmp_path, monkeypatch):

@@ -204,8 +204,8 @@ def plot_exits(folder, where):
 
 def _draw_scorecard(plt, path):
     d = _load(path)
-    pairs = [(o, p) for o in d["orderings"] for p in o["pairs"]]
-    colors = {"holds": "C2", "within noise": "0.5", "reversed": "C3"}
+    pairs = [(o, p) for o in d["orderings"] for p in o["pairs"] if "low" in p]
+    colors = {"holds": "C2", "not resolved": "0.5", "reversed": "C3"}
     fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.42 * max(len(pairs), 1)))
     for i, (o, p) in enumerate(pairs):
         y = len(pairs) - 1 - i

@@ -30,7 +30,6 @@ import statistics
 import sys
 
 from core.data import held_out_key
-from reproduce.plan import parse_chain
 from tools import figures, records
 from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, sweep, targets
 from tools.figures import ROOT, _jsonl, _load
@@ -120,6 +119,26 @@ def _value(v):
     return "-" if v is None else f"{v:.2f}"
 
 
+def _pair(p):
+    """One pair of a claim: its difference, the seeds on each side, the interval and the verdict (with
+    the smallest difference this comparison could detect, where it is not resolved)."""
+    if "low" not in p:  # latency: the means' order
+        return f"{p['a']} {p['op']} {p['b']}: {p['verdict']}"
+    seeds = "x".join(str(k) for k in p.get("seeds", []))
+    text = (f"{p['a']} - {p['b']}: {p['difference']:+.2f}" + (f" ({seeds})" if seeds else "") +
+            f" [{p['low']:+.2f}, {p['high']:+.2f}], {p['verdict']}")
+    return text + (f", detectable {p['detectable']:.2f}" if "detectable" in p else "")
+
+
+def claims_summary(path):
+    """reproduce's results.json: the one sentence of how many claims hold, are reversed, are not
+    resolved and are not measured yet."""
+    d = _load(path)
+    if "summary" not in d:
+        raise SystemExit(f"error: {path} has no summary of the claims: write it again with python -m reproduce --report-only")
+    return d["summary"]["sentence"] + "\n"
+
+
 def scorecard(spec):
     """reproduce's results.json: each paper claim, the paper's figures, ours with the pretrainings' held-out
     loss under the unigram entropy, each pair's difference with its 95% interval, and the verdict;
@@ -131,18 +150,14 @@ def scorecard(spec):
     filters = [f for f in only.split(",") if f]
     papers = [f for f in filters if f != "measured"]
     orderings = [o for o in d["orderings"] if (not papers or any(o["paper"].startswith(p) for p in papers))]
-    out = ["| paper | claim | the paper's figures | here | difference, 95% interval | verdict |",
+    out = ["| paper | claim | the paper's figures | here, in the order measured | difference (seeds a side), 95% interval | verdict |",
            "|---|---|---|---|---|---|"]
     for o in orderings:
         if "measured" in filters and o["verdict"].startswith("not measured"):
             continue
-        names, ops = parse_chain(o["chain"])
-        here = " ".join(f"{n} {_value(o['values'][n])}" + (f" {op}" if op else "")
-                        for n, op in zip(names, ops + [None])) if any(v is not None for v in o["values"].values()) else "-"
-        pairs = "; ".join(f"{p['a']} - {p['b']}: {p['difference']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], {p['verdict']}"
-                          for p in o["pairs"]) or "-"
-        out.append(f"| {o['paper']} | {o['claim']} ({o['metric']}) | {o.get('theirs', '-')} | {here} | {pairs} | "
-                   f"{o['verdict']} |")
+        pairs = "; ".join(_pair(p) for p in o["pairs"]) or "-"
+        out.append(f"| {o['paper']} | {o['claim']} ({o['metric']}, `{o['chain']}`) | {o.get('theirs', '-')} | "
+                   f"{o.get('here') or '-'} | {pairs} | {o['verdict']} |")
     measured = [o for o in orderings if not o["verdict"].startswith("not measured")]
     used = sorted({runs[n]["pretraining"] for o in measured for n in o["values"]
                    if n in runs and runs[n].get("pretraining")})
@@ -212,6 +227,7 @@ RENDERERS = {"study": study, "run-times": run_times, "default-pretraining": defa
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
              "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
              "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits, "scorecard": scorecard,
+             "claims-summary": claims_summary,
              "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep, "plot-mask-ratio": figures.plot_mask_ratio}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
