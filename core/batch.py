@@ -1,4 +1,5 @@
 """A padded batch of named (B, L) tensors, plus the two numbers the training loop needs."""
+import numpy as np
 import torch
 
 
@@ -12,10 +13,19 @@ class Batch:
         self.__dict__.update(tensors)
 
     def to(self, device):
-        return Batch(self.norm, self.n_tokens, **{k: v.to(device, non_blocking=True) for k, v in self.tensors.items()})
+        """On the device; a CUDA copy goes through pinned memory, so that it does not wait for the GPU."""
+        cuda = torch.device(device).type == "cuda"
+        return Batch(self.norm, self.n_tokens, **{k: (v.pin_memory() if cuda and v.device.type == "cpu" else v)
+                                                  .to(device, non_blocking=True) for k, v in self.tensors.items()})
 
     def __len__(self):
         return next(iter(self.tensors.values())).shape[0]
+
+
+def source_array(ids, tok, max_src, sos=False):
+    """An encoder's source: "SRC [EOS]", or "[SOS] SRC [EOS]" with sos, at most max_src tokens in all."""
+    head = [tok.sos_id] if sos else []
+    return np.array(head + list(ids)[:max(0, max_src - 1 - len(head))] + [tok.eos_id], dtype=np.int64)
 
 
 def pad_stack(arrays, fill):

@@ -21,6 +21,10 @@ class ModelConfig:
     rel_buckets: int = 32
     rel_max_distance: int = 128
     pad_id: int = 0
+    # how an encoder-decoder's encoder reads its source, as its pretraining laid out its text: after
+    # [SOS] (MLAE, and a PMLM/MLM stack as encoder), with the first segment's embedding (PMLM/MLM)
+    enc_sos: bool = False
+    enc_segment: bool = False
 
     def __post_init__(self):
         if self.d_model % self.n_heads:

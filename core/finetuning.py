@@ -14,6 +14,7 @@ Checkpoint kinds: pretrain/{pmlm,mlm,t5,t5-nar,mlae,elmer}, finetune/summarize, 
 fine-tuned checkpoint also records its "arch".
 """
 import dataclasses
+import functools
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -52,14 +53,15 @@ def seq2seq_arch(arch, cfg, nar_flag, style):
     if nar_flag and arch != "nar":
         if arch in ("unilm", "roberta-s2s"):
             raise UserError("--nar needs an encoder-decoder checkpoint (t5, t5-nar or mlae), or --init none --arch t5")
-        return "nar", cfg
+        return "nar", dataclasses.replace(cfg, enc_sos=arch in ("mlae-a", "mlae-b"))
     if arch == "t5-nar":
         raise UserError("a t5-nar checkpoint's decoder was pretrained non-autoregressively: fine-tune it with --nar "
                         "(or use a t5 checkpoint for autoregressive generation)")
-    if arch in ("mlae-a", "mlae-b"):
-        return ("mlae-unilm" if style == "unilm" else "mlae-s2s"), cfg
-    if arch == "unilm" and style == "seq2seq":
-        return "roberta-s2s", dataclasses.replace(cfg, n_dec_layers=decoder_depth(cfg.n_layers))
+    if arch in ("mlae-a", "mlae-b"):  # MLAE's encoder was pretrained on "[SOS] TEXT [EOS]"
+        return ("mlae-unilm" if style == "unilm" else "mlae-s2s"), dataclasses.replace(cfg, enc_sos=True)
+    if arch == "unilm" and style == "seq2seq":  # and the PMLM/MLM stack on "[SOS] S1 [EOS] ..." in segment 0
+        return "roberta-s2s", dataclasses.replace(cfg, n_dec_layers=decoder_depth(cfg.n_layers), enc_sos=True,
+                                                  enc_segment=True)
     return arch, cfg
 
 
@@ -205,7 +207,8 @@ def fit_lengths(arch, positions, max_src, max_tgt):
 
 class Seq2SeqOps(NamedTuple):
     """The seq2seq operations of one architecture. max_src counts every source token, the
-    special ones included: "[SOS] SRC [EOS]" for unilm, "SRC [EOS]" for t5."""
+    special ones included: "[SOS] SRC [EOS]" for unilm and for an encoder pretrained after [SOS]
+    (cfg.enc_sos), "SRC [EOS]" for t5."""
     batch: Callable    # (pairs of id lists, tok, max_src, max_tgt) -> Batch
     loss_sums: Callable  # (model, batch, label_smoothing) -> dict of sums
     decoder: Callable  # (model, source id lists, tok) -> an IncrementalDecoder
@@ -215,16 +218,18 @@ class Seq2SeqOps(NamedTuple):
         return list(ids)[:max_src - self.n_special]
 
 
-def seq2seq_ops(arch, dec_len=32):
+def seq2seq_ops(arch, dec_len=32, sos=False):
+    """The operations of `arch`; sos: its encoder reads "[SOS] SRC [EOS]" (cfg.enc_sos)."""
     if arch == "elmer":
         batch = lambda pairs, tok, max_src, max_tgt: elmer.elmer_seq2seq_batch(pairs, tok, max_src, max_tgt, dec_len)
         return Seq2SeqOps(batch, elmer.elmer_seq2seq_loss_sums, None, 1)
+    with_sos = lambda fn: functools.partial(fn, sos=sos)
     if arch == "nar":
-        return Seq2SeqOps(nar.nar_batch, nar.nar_loss_sums, mask_predict.NARDecoder, 1)
+        return Seq2SeqOps(with_sos(nar.nar_batch), nar.nar_loss_sums, mask_predict.NARDecoder, 1 + sos)
     if arch == "mlae-unilm":
-        return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, MLAEUniLMDecoder, 1)
+        return Seq2SeqOps(with_sos(t5.t5_seq2seq_batch), t5.t5_seq2seq_loss_sums, MLAEUniLMDecoder, 1 + sos)
     if arch in ("t5", "mlae-s2s", "roberta-s2s"):
-        return Seq2SeqOps(t5.t5_seq2seq_batch, t5.t5_seq2seq_loss_sums, t5.T5Decoder, 1)
+        return Seq2SeqOps(with_sos(t5.t5_seq2seq_batch), t5.t5_seq2seq_loss_sums, t5.T5Decoder, 1 + sos)
     batch = lambda pairs, tok, max_src, max_tgt: seq2seq.seq2seq_batch(pairs, tok, max_src - 2, max_tgt)
     return Seq2SeqOps(batch, seq2seq.seq2seq_loss_sums, seq2seq.PMLMDecoder, 2)
 
@@ -259,7 +264,7 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
                 stats["iterations"] = stats.get("iterations", 0) + int(det["iterations"].sum())
                 stats["n"] = stats.get("n", 0) + len(out)
             return (out, scores) if return_scores else out
-        decoder = seq2seq_ops(arch).decoder(model, src_ids, tok, use_cache=use_cache)
+        decoder = seq2seq_ops(arch, sos=model.cfg.enc_sos).decoder(model, src_ids, tok, use_cache=use_cache)
         if beam == 1:
             out, scores = decoding.greedy(decoder, max_len, min_len, tok.eos_id, no_repeat_ngram)
         else:
@@ -272,7 +277,7 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
 
 def summarize(model, arch, tok, sources, max_src, batch_size=64, progress=None, **gen):
     """Generated summaries (strings) for a list of source texts, in batches."""
-    ops, out = seq2seq_ops(arch), []
+    ops, out = seq2seq_ops(arch, sos=model.cfg.enc_sos), []
     for i in range(0, len(sources), batch_size):
         ids = [ops.truncate(s, max_src) for s in tok.encode(sources[i:i + batch_size])]
         texts = [tok.decode(t) for t in generate(model, arch, ids, tok, **gen)]

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .batch import pad_stack
+from .batch import pad_stack, source_array
 from .graphs import capture, weights_version
 from .model import positions
 
@@ -58,8 +58,7 @@ class NARDecoder:
         self.graphs = graphs
         self.static = static or graphs
         dev = next(model.parameters()).device
-        limit = model.cfg.max_positions - 1
-        sources = [np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids_list]
+        sources = [source_array(s, tok, model.cfg.max_positions, model.cfg.enc_sos) for s in src_ids_list]
         src, valid = pad_stack(sources, tok.pad_id)
         self.src_valid = valid.to(dev)
         src = src.to(dev)

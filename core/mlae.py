@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, pad_stack
-from .model import EncoderDecoder, Layer, Meta, local_rel_table, positions, _init
+from .model import EncoderDecoder, Layer, Meta, local_rel_table, positions, select, _init
 from .t5 import IGNORE, encoder_input, span_ids
 from .tokenizer import MASK
 
@@ -95,7 +95,7 @@ class MLAE(EncoderDecoder):
         logits (N, V) at the N True positions of a (B, Ld) bool `predict`."""
         latents = self.encode(enc_tok, enc_pos, enc_valid)  # (B, U, C)
         h = self.decode_masked(latents, enc_pos, enc_valid, dec_tok, dec_pos, dec_valid)
-        return h if predict is None else self.head(h[predict])
+        return h if predict is None else self.head(select(h, predict))
 
     def decode_masked(self, latents, enc_pos, enc_valid, dec_tok, dec_pos, dec_valid):
         """The pretraining decoder, bidirectional (all CONTEXT, padding keys unseen)."""
@@ -214,7 +214,8 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
       random   the whole decoder random (its layers, final LayerNorm and position table).
     Weights the model has and the checkpoint lacks (a NARModel's length predictor) keep their
     fresh initialisation; weights the model has no place for (a decoder's cross-attention when
-    the model has none) are dropped. Returns the names of the weights left fresh."""
+    the model has none) are dropped. A UnifiedLM's segment table is kept where the model reads its
+    source in a segment (cfg.enc_segment). Returns the names of the weights left fresh."""
     if cross_init not in CROSS_INITS:
         raise ValueError(f"unknown cross_init {cross_init!r}; pick one of {CROSS_INITS}")
     sd = dict(state_dict)
@@ -223,7 +224,7 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
         # a UnifiedLM (MLM/PMLM) into an encoder-decoder (RoBERTa-s2s): its stack is the encoder
         rename = lambda k: ("enc_" + k if k.startswith(("layers.", "rel_table")) else
                             "ln_enc" + k[4:] if k.startswith("ln_f.") else k)
-        sd = {rename(k): v for k, v in sd.items() if not k.startswith("emb.seg.")}
+        sd = {rename(k): v for k, v in sd.items() if "emb.seg.weight" in own or not k.startswith("emb.seg.")}
     is_cross = lambda k: k.startswith("dec_layers.") and (".cross." in k or ".ln_cross." in k)
     if cross_init == "random":
         sd = {k: v for k, v in sd.items() if not k.startswith(("dec_layers.", "ln_dec.", "dec_rel_table"))}
@@ -287,7 +288,7 @@ class MLAEUniLM(MLAE):
         x = torch.cat([latents, self.emb(tgt_in, tgt_pos)], 1)  # (B, S + T, C)
         x, _ = self.stack(x, meta, pos, meta, pos)
         h = self.ln_dec(x[:, S:])
-        return h if predict is None else self.head(h[predict])
+        return h if predict is None else self.head(select(h, predict))
 
 
 class MLAEUniLMDecoder:

@@ -53,8 +53,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .batch import Batch, pad_stack
-from .model import EncoderDecoder, Meta, local_rel_table, positions
+from .batch import Batch, pad_stack, source_array
+from .model import EncoderDecoder, Meta, local_rel_table, positions, select
 from .t5 import IGNORE, N_SPECIAL, span_corruption
 from .tokenizer import FIRST_SENTINEL
 
@@ -114,7 +114,7 @@ class NARModel(EncoderDecoder):
         pos = positions(src)
         memory = self.encode(src, pos, src_valid)
         h = self.decode_nar(tgt_in, tgt_valid, memory, src_valid, anchor)
-        return self.head(h[predict]), self.length_logits(memory if length_grad else memory.detach(), src_valid)
+        return self.head(select(h, predict)), self.length_logits(memory if length_grad else memory.detach(), src_valid)
 
 
 def _drop_unused_cross_table(module, state_dict, prefix, *args):
@@ -132,12 +132,12 @@ def _batch_rng(arrays):
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
-def nar_batch(pairs, tok, max_src, max_tgt):
-    """pairs: (source ids, target ids). Source = SRC + [EOS] (max_src tokens at most), target
+def nar_batch(pairs, tok, max_src, max_tgt, sos=False):
+    """pairs: (source ids, target ids). Source = SRC + [EOS] ([SOS] first with sos; max_src tokens at most), target
     = TGT cut to max_tgt - 1 tokens (the length the [EOS] would take in an AR model), no [EOS].
     Fields: src, src_valid, tgt (the gold target), tgt_in (k of its tokens [MASK]ed), tgt_valid,
     tgt_out (the gold ids at the masked positions, IGNORE elsewhere), length. norm = masked."""
-    sources = [np.array(list(s)[:max_src - 1] + [tok.eos_id], dtype=np.int64) for s, _ in pairs]
+    sources = [source_array(s, tok, max_src, sos) for s, _ in pairs]
     targets = [np.array(list(t)[:max(1, max_tgt - 1)] or [tok.unk_id], dtype=np.int64) for _, t in pairs]
     rng = _batch_rng(sources + targets)
     tgt_in, tgt_out = [], []

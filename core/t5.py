@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .batch import Batch, pad_stack
+from .batch import Batch, pad_stack, source_array
 from .model import positions
 from .tokenizer import FIRST_SENTINEL, N_SENTINELS
 
@@ -171,10 +171,11 @@ def t5_loss_sums(model, batch):
                 **text_sums(logits, target))
 
 
-def t5_seq2seq_batch(pairs, tok, max_src, max_tgt):
-    """pairs: list of (source ids, target ids). Source = SRC + [EOS] (at most max_src tokens),
-    decoder input [SOS] + TGT, output TGT + [EOS] (at most max_tgt tokens); longer ones are cut."""
-    sources = [np.array(list(s)[:max_src - 1] + [tok.eos_id], dtype=np.int64) for s, _ in pairs]
+def t5_seq2seq_batch(pairs, tok, max_src, max_tgt, sos=False):
+    """pairs: list of (source ids, target ids). Source = SRC + [EOS] ([SOS] first with sos; at most
+    max_src tokens), decoder input [SOS] + TGT, output TGT + [EOS] (at most max_tgt tokens); longer
+    ones are cut."""
+    sources = [source_array(s, tok, max_src, sos) for s, _ in pairs]
     targets = [np.array(list(t)[:max_tgt - 1] + [tok.eos_id], dtype=np.int64) for _, t in pairs]
     return collate(sources, targets, tok)
 
@@ -193,11 +194,11 @@ def t5_seq2seq_loss_sums(model, batch, label_smoothing=0.1):
 # incremental decoding
 
 def encoder_input(model, src_ids_list, tok):
-    """"SRC [EOS]" of each source, cut to the model's positions, padded: (src (N, S) long,
-    valid (N, S) bool) on the model's device."""
+    """"SRC [EOS]" of each source ("[SOS] SRC [EOS]" where the model's encoder was pretrained so:
+    cfg.enc_sos), cut to the model's positions, padded: (src (N, S) long, valid (N, S) bool) on
+    the model's device."""
     dev = next(model.parameters()).device
-    limit = model.cfg.max_positions - 1
-    sources = [np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids_list]
+    sources = [source_array(s, tok, model.cfg.max_positions, model.cfg.enc_sos) for s in src_ids_list]
     src, valid = pad_stack(sources, tok.pad_id)
     return src.to(dev), valid.to(dev)
 
