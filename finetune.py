@@ -10,9 +10,14 @@ Summarization of a unified (PMLM / MLM) checkpoint uses UniLMv2's pseudo-mask fi
 forcing; of an MLAE checkpoint (core/mlae.py), seq2seq style with scheduled masking. --nar
 fine-tunes a t5, t5-nar or mlae checkpoint (or --init none --arch t5: CMLM) as a CMLM decoded by
 Mask-Predict (core/mask_predict.py). Classification puts a fresh linear layer on the [SOS] vector (on
-[EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). Label smoothing 0.1 (ELMER: none),
-warmup then linear decay. After every epoch: the validation loss, a quick ROUGE (greedy) on a
-slice of the validation split or its accuracy; the best checkpoint is kept as best.pt.
+[EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). An encoder reads its source laid
+out as its pretraining laid out its text ([SOS] first for PMLM, MLM and MLAE; core/finetuning.py).
+
+The recipe is the papers' (UniLMv2 appendix D, MLAE Table 11): a peak learning rate well under
+pretraining's (1.5e-4 after train.py's 1e-3, between UniLMv2's 7e-5 / 6e-4 and MLAE's 1e-4 / 5e-4),
+warmup then MLAE's inverse square root decay, label smoothing 0.1 (ELMER: none), and early stopping:
+the validation loss every half epoch, best.pt at its lowest, the run ends after --patience
+validations without a new lowest (or at --epochs, a maximum). docs/design.md says why each.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
 """
 import argparse
@@ -37,14 +42,16 @@ from core.elmer import elmer_depth
 from core.exit_measures import MEASURES, exit_flags
 from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
 from core.model import count_parameters
-from core.optim import make_optimizer
+from core.optim import LR_SCHEDULES, make_optimizer
 from core.progress import Progress, fmt_duration
 from core.tasks import TASKS, Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
-from core.training import (Throughput, add_run_flags, autocast, check_finite, corpus_tokenizer, evaluate, restore_rng, rng_state,
+from core.training import (EarlyStop, StepStats, Throughput, attention_choice, add_run_flags, autocast, check_finite, corpus_tokenizer, evaluate, restore_rng, rng_state,
                            start_or_resume, train_step, wrap_ddp)
 
-RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype")
+RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype", "patience",
+             "attention")
+FINETUNE_LR = 1.5e-4  # the papers' fine-tuning / pretraining ratio (0.12-0.2) times train.py's 1e-3
 
 
 def get_args(argv=None):
@@ -83,14 +90,24 @@ def get_args(argv=None):
                    help="source tokens kept, [SOS]/[EOS] included (default: 80, the measured recipe, or less "
                         "to fit the positions the checkpoint was pretrained on; more than those is refused)")
     p.add_argument("--max-tgt", type=int, default=24, help="target tokens kept, [EOS] included")
-    p.add_argument("--epochs", type=float, default=1, help="passes over the training split (fractions allowed)")
+    p.add_argument("--epochs", type=float, default=3,
+                   help="the most passes over the training split (fractions allowed); the run stops earlier on "
+                        "validation (--patience)")
     p.add_argument("--batch", type=int, default=64, help="global batch, in examples")
-    p.add_argument("--warmup-frac", type=float, default=0.1)
+    p.add_argument("--lr-schedule", default="inverse-sqrt", choices=LR_SCHEDULES,
+                   help="after warmup: MLAE's inverse square root decay (its Table 11), or UniLMv2's linear "
+                        "decay to 0 at the last of --epochs")
+    p.add_argument("--warmup-frac", type=float, default=0.05, help="warmup, as a fraction of --epochs' steps")
+    p.add_argument("--valid-every", type=float, default=0.5, help="validate every this many epochs")
+    p.add_argument("--patience", type=int, default=2,
+                   help="stop after this many validations in a row without a lower validation loss (0: never; "
+                        "run all --epochs)")
     p.add_argument("--label-smoothing", type=float, default=None,
                    help="default 0.1, elmer 0 (the paper's plain cross-entropy). Smoothing e puts a floor under "
                         "an off-ramp's entropy: -(1-e+e/V)ln(1-e+e/V) - (V-1)(e/V)ln(e/V), 1.22 nats at e=0.1, "
                         "V=8000: above the paper's delta 0.5, so no token would ever exit by entropy")
-    p.add_argument("--valid-examples", type=int, default=512, help="validation loss / accuracy on this many")
+    p.add_argument("--valid-examples", type=int, default=2000,
+                   help="validation loss / accuracy on this many (the loss early stopping reads: enough tokens that its noise is under the changes it tracks)")
     p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
     p.add_argument("--style", default=None, choices=["seq2seq", "unilm"],
                    help="AR style: mlae seq2seq (default) or unilm; pmlm/mlm unilm (default) or seq2seq (a random decoder: the RoBERTa baseline)")
@@ -105,7 +122,7 @@ def get_args(argv=None):
     p.add_argument("--adaptive-stop", action="store_true",
                    help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
                         "default: all --iterations, as published")
-    add_run_flags(p, out="checkpoints/finetune", lr=1e-3, save_every=200)
+    add_run_flags(p, out="checkpoints/finetune", lr=FINETUNE_LR, save_every=200)
     return parse_args(p, argv)
 
 
@@ -114,7 +131,8 @@ def main(argv=None):
     args = get_args(argv)
     d = compute_init(args.device, args.dtype)
     try:
-        return run(args, d)
+        with attention_choice(args, d):
+            return run(args, d)
     finally:
         compute_cleanup()
 
@@ -122,7 +140,8 @@ def main(argv=None):
 # the flags every run uses; every other flag enters unused_flags' table (or CHECKED_ELSEWHERE's
 # checks), which says which runs it applies to (tests/test_trust.py walks the parser against them)
 ALWAYS_APPLIES = ("help", "init", "task", "train_data", "valid_data", "max_src", "epochs", "batch", "warmup_frac",
-                  "label_smoothing", "valid_examples", "micro_batch", "lr", "weight_decay", "clip", "dropout",
+                  "lr_schedule", "valid_every", "patience",
+                  "label_smoothing", "valid_examples", "micro_batch", "lr", "weight_decay", "clip", "dropout", "attention",
                   "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed", "device", "dtype")
 CHECKED_ELSEWHERE = ("enc_layers", "dec_layers", "adaptive_stop")  # check_nar_flags
 
@@ -238,7 +257,7 @@ def run(args, d):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
     if summ:
-        ops = seq2seq_ops(arch, **({"dec_len": elmer_opts["dec_len"]} if elmer_opts else {}))
+        ops = seq2seq_ops(arch, sos=cfg.enc_sos, **({"dec_len": elmer_opts["dec_len"]} if elmer_opts else {}))
         batch_fn = ops.batch
         loss_fn = functools.partial(ops.loss_sums, label_smoothing=args.label_smoothing)
         tgt_ids, valid_tgt = tok.encode(train.targets), tok.encode(valid.targets[:args.valid_examples])
@@ -256,6 +275,7 @@ def run(args, d):
     steps_per_epoch = math.ceil(n / args.batch)
     args.steps = max(1, round(args.epochs * steps_per_epoch))
     args.warmup = max(1, round(args.warmup_frac * args.steps))
+    valid_every = max(1, round(args.valid_every * steps_per_epoch))
     if summ:
         loss_fn = scheduled_loss(loss_fn, arch, args)
         if state is None and args.mask_schedule == "none":
@@ -286,26 +306,31 @@ def run(args, d):
         optimizer = make_optimizer(model, args.lr, args.weight_decay)
         if state is not None:
             optimizer.load_state_dict(state["optimizer"])
-    start, best = 0, None
+    start, early = 0, EarlyStop(args.patience)
     if state is not None:
         restore_rng(state["rng"])
-        start, best = state["step"], best_on_disk(args.out, state.get("best"))
+        start = state["step"]
+        early = EarlyStop(args.patience, best_on_disk(args.out, state.get("best_valid_loss")), state.get("since_best", 0))
+        if state.get("stopped_early"):
+            raise UserError(f"{ckpt_path} stopped early at step {start}: its validation loss had not improved for "
+                            f"{early.since_best} validations (best.pt holds the best); there is nothing to continue")
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     ddp_model = wrap_ddp(model, d)
     print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
               f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}, {str(d.dtype)[6:]}")
 
-    def save(step, path=ckpt_path, with_optimizer=True):
+    def save(step, path=ckpt_path, with_optimizer=True, stopped_early=False):
         if not d.master:
             return
         checkpoint.save(path, dict(
             kind=f"finetune/{args.task}", arch=arch, model=model.state_dict(), model_config=cfg.to_dict(),
-            args=vars(args), step=step, best=best, labels=labels.names if labels else None, init_step=init_step,
+            args=vars(args), step=step, best_valid_loss=early.best, since_best=early.since_best, stopped_early=stopped_early,
+            labels=labels.names if labels else None, init_step=init_step,
             optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
             tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=vars(args)))
 
     def validate(done):
-        """Validation loss (all processes), then ROUGE or accuracy (rank 0); returns the score."""
+        """Validation loss and accuracy (all processes), then a quick greedy ROUGE (rank 0): the log record."""
         ev = evaluate(model, valid_batches, loss_fn, d)
         rec = dict(step=done, valid_loss=ev["nll"] / max(1.0, ev["n"]), valid_acc=ev["hit"] / max(1.0, ev["n"]))
         if summ and d.master and args.rouge_examples > 0:
@@ -324,39 +349,50 @@ def run(args, d):
     speed = Throughput()
     model.train()
     end = min(args.steps, args.stop_after or args.steps)
-    stop = StopSignals()
+    stop, window = StopSignals(), StepStats()
     for step in range(start, end):
         idx = examples_for_step(n, step, args.batch, args.seed)[d.rank * per_rank:(d.rank + 1) * per_rank]
         loss_fn.step = step  # the mask ratio of scheduled masking (a no-op attribute otherwise)
-        stats = train_step(ddp_model, model, optimizer, batches(src_ids, tgt_ids, idx), loss_fn, d, args, step)
-        speed.add(stats["tokens"])
+        step_stats = train_step(ddp_model, model, optimizer, batches(src_ids, tgt_ids, idx), loss_fn, d, args, step)
+        window.add(step_stats, step)
+        speed.add(step_stats["tokens"])
         done = step + 1
-        loss = stats["nll"] / stats["n"]
-        check_finite(loss, step, save, ckpt_path)
+        # the statistics are read (one host sync) only where they are logged, saved or validated
+        point = done % args.log_every == 0 or done == end or done % args.save_every == 0 or done % valid_every == 0
+        if point:
+            stats, skipped, first = window.read()
+            check_finite(skipped, first, done, save, ckpt_path)
         if done % args.log_every == 0 or done == end:
+            loss = stats["nll"] / stats["n"]
             rate = speed.rate()
             print0(d, progress.line(done, loss, stats["lr"], rate, f"acc {stats['hit'] / stats['n']:.3f}"))
             if d.master:
                 progress.log(dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate, grad_norm=stats["grad_norm"]))
-        if done % steps_per_epoch == 0 or done == args.steps:
+        stopping = False
+        if done % valid_every == 0 or done == args.steps:
             rec = validate(done)
-            score = rec.get("valid_rougeL", 100 * rec["valid_acc"])
             print0(d, "  valid | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items() if isinstance(v, float)))
             if "sample" in rec:
-                print0(d, f"  sample | {rec['sample']}")
+                print0(d, f"  sample (first validation source) | {rec['sample']}")
             if d.master:
                 progress.log(rec)
-            if best is None or score > best:
-                best = score
+            if early.update(rec["valid_loss"]):
                 save(done, os.path.join(args.out, "best.pt"), with_optimizer=False)
-                print0(d, f"  best so far ({score:.2f}): {os.path.join(args.out, 'best.pt')}")
+                print0(d, f"  lowest validation loss so far ({early.best:.4f}): {os.path.join(args.out, 'best.pt')}")
+            stopping = early.stop and done < args.steps
             barrier(d)
-        if done == end or done % steps_per_epoch == 0 or done % args.save_every == 0:
+        if stopping:
+            save(done, stopped_early=True)
+            print0(d, f"early stop at step {done}: no lower validation loss in {early.since_best} validations; "
+                      f"best.pt holds the lowest ({early.best:.4f})")
+            end = done
+            break
+        if done == end or done % valid_every == 0 or done % args.save_every == 0:
             save(done)
-        stop.check(d, done, save, ckpt_path)
+        stop.check(d, done, save, ckpt_path, point)
     print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; "
               f"checkpoints {ckpt_path}, {os.path.join(args.out, 'best.pt')}")
-    return best
+    return early.best
 
 
 if __name__ == "__main__":

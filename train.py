@@ -38,7 +38,7 @@ from core.t5 import t5_batch, t5_loss_sums
 from core.elmer import ELMER, elmer_depth, lplm_batch, lplm_loss_sums
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer
-from core.training import (Throughput, add_run_flags, check_finite, corpus_tokenizer, evaluate, per_token, restore_rng,
+from core.training import (StepStats, Throughput, add_run_flags, attention_choice, check_finite, corpus_tokenizer, evaluate, per_token, restore_rng,
                            rng_state, start_or_resume, train_step, wrap_ddp)
 
 # flags that may differ when resuming: everything else comes from the checkpoint
@@ -47,7 +47,8 @@ from core.training import (Throughput, add_run_flags, check_finite, corpus_token
 # be); t5-nar 3: the decoder input keeps the target's sentinels, which are not predicted (2: every
 # target token [MASK] and predicted)
 CORRUPTION = {"t5": 2, "t5-nar": 3, "mlae": 2, "elmer": 2}
-RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device", "dtype")
+RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device", "dtype",
+             "attention")
 ENC_DEC = ("t5", "t5-nar", "mlae", "elmer")  # the objectives with an encoder and a decoder: depth flags apply
 
 
@@ -56,7 +57,7 @@ ENC_DEC = ("t5", "t5-nar", "mlae", "elmer")  # the objectives with an encoder an
 ALWAYS_APPLIES = ("help", "objective", "model", "rel_pos", "data", "valid_data", "text_field", "tokenizer", "seq_len",
                   "batch_tokens", "steps", "warmup", "eval_every", "eval_examples", "micro_batch", "lr", "weight_decay",
                   "clip", "dropout", "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed",
-                  "device", "dtype")
+                  "device", "dtype", "attention")
 
 
 def get_args(argv=None):
@@ -126,7 +127,8 @@ def main(argv=None):
     args = get_args(argv)
     d = compute_init(args.device, args.dtype)
     try:
-        run(args, d)
+        with attention_choice(args, d):
+            return run(args, d)
     finally:
         compute_cleanup()
 
@@ -240,18 +242,23 @@ def run(args, d):
     progress = Progress(args.steps, os.path.join(args.out, "log.jsonl") if d.master else None, start)
     speed = Throughput()
     model.train()
-    stats = {}
+    stats, window = {}, StepStats()
     end = min(args.steps, args.stop_after or args.steps)
     stop = StopSignals()
     last_eval = None
     for step in range(start, end):
         micro = batches_of(train, step * examples_per_step + d.rank * per_rank, per_rank)
-        stats = train_step(ddp_model, model, optimizer, micro, loss_sums, d, args, step)
-        speed.add(stats["tokens"])
+        step_stats = train_step(ddp_model, model, optimizer, micro, loss_sums, d, args, step)
+        window.add(step_stats, step)
+        speed.add(step_stats["tokens"])
         done = step + 1
-        loss = stats["loss"] / stats["norm"]
-        check_finite(loss, step, save, ckpt_path)
+        # the statistics are read (one host sync) only where they are logged, saved or evaluated
+        point = done % args.log_every == 0 or done == end or done % args.save_every == 0 or done % args.eval_every == 0
+        if point:
+            stats, skipped, first = window.read()
+            check_finite(skipped, first, done, save, ckpt_path)
         if done % args.log_every == 0 or done == end:
+            loss = stats["loss"] / stats["norm"]
             rate = speed.rate()
             parts = per_token(stats)
             # the batch's own losses (what the step trained on), named so; the held-out ones are the eval lines
@@ -270,7 +277,7 @@ def run(args, d):
                 progress.log(rec)
         if done % args.save_every == 0 or done == end:
             save(done)
-        stop.check(d, done, save, ckpt_path)
+        stop.check(d, done, save, ckpt_path, point)
     print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; checkpoint {ckpt_path}"
               + (f"; held-out {under_entropy(last_eval)}" if last_eval else ""))
     return stats

@@ -32,6 +32,8 @@ RULES = {
     "dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "label_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "warmup_frac": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "valid_every": (lambda v: v > 0, "above 0"),
+    "patience": (lambda v: v >= 0, "0 or more"),
     "log_every": (lambda v: v >= 1, "at least 1"),
     "save_every": (lambda v: v >= 1, "at least 1"),
     "stop_after": (lambda v: v >= 1, "at least 1"),
@@ -137,6 +139,23 @@ def check_positions(what, needed, available, fix):
 RUN_FILES = ("last.pt", "best.pt", "log.jsonl")
 
 
+def unwritable(path, flag):
+    """Why the file `path` (given by `flag`) cannot be written, or None: checked before the work it
+    would hold, so that nothing computed is lost to a bad path. Creates no file; a missing folder
+    is fine where it can be made."""
+    if os.path.isdir(path):
+        return f"{flag} {path} is a directory: give a file name"
+    folder = os.path.dirname(os.path.abspath(path))
+    parent = folder
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{flag} {path}: {parent} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{flag} {path} cannot be written (no write permission in {parent})"
+    return None
+
+
 def check_out(out, resume, overwrite, master):
     """Before any work: --out must be a directory this process can create and write. Without
     --resume, a directory that holds an earlier run is refused unless --overwrite, which removes
@@ -181,13 +200,13 @@ def check_continues(start, steps, stop_after, path, longer):
 
 
 def best_on_disk(out, best):
-    """The better of `best` and the score recorded in OUT/best.pt, so that a resumed run never
-    replaces a better best.pt."""
+    """The lower of `best` and the validation loss recorded in OUT/best.pt, so that a resumed run
+    never replaces a better best.pt."""
     path = os.path.join(out, "best.pt")
     if not os.path.exists(path):
         return best
-    other = torch.load(path, map_location="cpu", weights_only=True).get("best")
-    return other if best is None or (other is not None and other > best) else best
+    other = torch.load(path, map_location="cpu", weights_only=True).get("best_valid_loss")
+    return other if best is None or (other is not None and other < best) else best
 
 
 # -----------------------------------------------------------------------------
@@ -230,12 +249,19 @@ class StopSignals:
         if self in ACTIVE:
             ACTIVE.remove(self)
 
-    def check(self, d, done, save, path):
-        """After step `done`: if any process was signalled, save and stop every process."""
-        from .distributed import all_reduce_sum
-        flag = all_reduce_sum(torch.tensor([float(self.signum or 0)], device=d.device), d)
-        if flag.item() == 0:
-            return
+    def check(self, d, done, save, path, sync_point=True):
+        """After step `done`: if any process was signalled, save and stop every process. One process
+        reads its own flag; several agree on it by an all-reduce, a host sync, made only at the
+        loop's `sync_point`s (its logging points): under torchrun a signal stops the run there."""
+        if d.world == 1:
+            if not self.signum:
+                return
+        else:
+            if not sync_point:
+                return
+            from .distributed import all_reduce_sum
+            if all_reduce_sum(torch.tensor([float(self.signum or 0)], device=d.device), d).item() == 0:
+                return
         signum = self.signum or signal.SIGTERM
         save(done)
         self.restore()

@@ -233,7 +233,7 @@ class UnifiedLM(nn.Module):
         for layer in self.layers:
             x, _ = layer(x, meta, bias=bias)
         h = self.ln_f(x)
-        return h if predict is None else self.head(h[predict])
+        return h if predict is None else self.head(select(h, predict))
 
     def lm_logits(self, h):
         return self.head(h)
@@ -267,7 +267,8 @@ class EncoderDecoder(nn.Module):
       * One Embeddings module (token, absolute position, LN) serves both sides, and its token
         table is also the tied output softmax, as T5 shares one embedding matrix between encoder,
         decoder and output layer. Positions restart at 0 on each side; there is no segment
-        embedding (seg=None).
+        embedding (seg=None), except for an encoder loaded from a PMLM/MLM stack (cfg.enc_segment):
+        its source is in that stack's first segment, as in its pretraining.
       * cfg.n_layers encoder layers (self-attention) and cfg.n_dec_layers decoder layers
         (self-attention, cross-attention, FFN); cfg.n_dec_layers == 0 means "as many as the
         encoder". train.py and finetune.py give the T5 baseline MLAE's depths (core/config.py
@@ -289,7 +290,8 @@ class EncoderDecoder(nn.Module):
         self.cfg = cfg
         n_dec = cfg.n_dec_layers or cfg.n_layers
         self.emb = Embeddings(cfg)
-        self.emb.seg = None  # no segments: a table that no forward uses would stall DDP's gradient sync
+        if not cfg.enc_segment:  # no segments: a table that no forward uses would stall DDP's gradient sync
+            self.emb.seg = None
         self.enc_layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
         self.dec_layers = nn.ModuleList(Layer(cfg, cross=True) for _ in range(n_dec))
         self.ln_enc, self.ln_dec = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
@@ -310,7 +312,7 @@ class EncoderDecoder(nn.Module):
         zero = torch.zeros_like(src)
         meta = Meta(zero, zero, src_valid)  # all CONTEXT: bidirectional, padding keys unseen
         bias = self.rel_bias(self.enc_rel_table, src_pos, src_pos)
-        x = self.emb(src, src_pos)
+        x = self.emb(src, src_pos, zero if self.cfg.enc_segment else None)  # a PMLM/MLM stack's first segment
         for layer in self.enc_layers:
             x, _ = layer(x, meta, bias=bias)
         return self.ln_enc(x)
@@ -330,7 +332,7 @@ class EncoderDecoder(nn.Module):
         for layer in self.dec_layers:
             x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=mem_meta)
         h = self.ln_dec(x)
-        return h if predict is None else self.head(h[predict])
+        return h if predict is None else self.head(select(h, predict))
 
     def forward(self, src, src_valid, tgt_in, tgt_valid, predict=None):
         """Encode and decode in one call, so that DistributedDataParallel sees one forward.
@@ -379,6 +381,12 @@ class EncoderDecoder(nn.Module):
         for i, layer in enumerate(self.dec_layers):
             x, _ = layer(x, meta, k_meta, bias, past=cache[i], mem_kv=mem_kv[i], mem_meta=mem_meta, write_at=at)
         return self.head(self.ln_dec(x[:, 0]))
+
+
+def select(h, predict):
+    """The rows of h (B, L, C) that `predict` names: a (B, L) bool mask, or the (N,) flat indices of
+    those positions made with the batch on the host (no host sync: a mask's count must be read)."""
+    return h[predict] if predict.dtype == torch.bool else h.flatten(0, 1).index_select(0, predict)
 
 
 def positions(tokens):  # (B, L) -> (B, L) position ids 0..L-1

@@ -1,5 +1,6 @@
-"""AdamW with linear warmup and linear decay (UniLMv2 section 4.1: betas 0.9/0.98, eps 1e-6,
-weight decay 0.01 on weight matrices only)."""
+"""AdamW (UniLMv2 section 4.1: betas 0.9/0.98, eps 1e-6, weight decay 0.01 on weight matrices
+only) and the learning-rate schedules: linear warmup, then linear decay (UniLMv2's pretraining and
+fine-tuning) or inverse square root decay (MLAE's fine-tuning, its Tables 11 and 12)."""
 import torch
 
 
@@ -10,16 +11,27 @@ def make_optimizer(model, lr, weight_decay=0.01, betas=(0.9, 0.98), eps=1e-6):
             continue
         (decay if p.dim() >= 2 and "rel_table" not in name else no_decay).append(p)
     groups = [dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+    # fused: one kernel for the whole update, and a step whose `found_inf` is set is skipped on the
+    # device (training.train_step), with no host read of the loss
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
 
 
-def lr_at(step, peak, warmup, total, final_fraction=0.0):
+LR_SCHEDULES = ("linear", "inverse-sqrt")
+
+
+def lr_at(step, peak, warmup, total, schedule="linear"):
     """Learning rate for optimizer step `step` (0-based): linear up over `warmup` steps, then
-    linear down to final_fraction * peak at `total`."""
+    linear down to 0 at `total`, or (inverse-sqrt) peak * sqrt(warmup / (step + 1)), which does not
+    depend on `total`: a run stopped early on validation has followed the same curve as a longer
+    one up to there."""
     if step < warmup:
         return peak * (step + 1) / warmup
+    if schedule == "inverse-sqrt":
+        return peak * (max(1, warmup) / (step + 1)) ** 0.5
+    if schedule != "linear":
+        raise ValueError(f"unknown schedule {schedule!r}; pick one of {LR_SCHEDULES}")
     frac = min(1.0, (step - warmup) / max(1, total - warmup))
-    return peak * (1.0 - (1.0 - final_fraction) * frac)
+    return peak * (1.0 - frac)
 
 
 def set_lr(optimizer, lr):

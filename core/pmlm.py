@@ -91,7 +91,11 @@ def collate(examples, pad_id, losses="ae+par"):
     predicted = out["target"] != IGNORE
     # L_AE + L_PAR, each a mean over the masked tokens: both make one prediction per masked token
     counted = predicted & (out["kind"] == (PSEUDO if losses == "par" else CONTEXT))
-    return Batch(norm=counted.sum(), n_tokens=valid.sum(), valid=valid, **out)
+    # the predicted positions as flat indices, and their targets, made here on the host: the model
+    # reads them with no host sync (a boolean mask's count would be read on the device)
+    predict = predicted.flatten().nonzero().squeeze(1)
+    return Batch(norm=counted.sum(), n_tokens=valid.sum(), valid=valid, predict=predict,
+                 predict_target=out["target"].flatten()[predict], **out)
 
 
 def pmlm_batch(stream, indices, tok, losses="ae+par", keep=KEEP):
@@ -107,20 +111,19 @@ def pmlm_batch(stream, indices, tok, losses="ae+par", keep=KEEP):
 def pmlm_loss_sums(model, batch):
     """Summed (not averaged) losses and hits, so that the caller can normalise by the count of
     predicted tokens over the whole global batch, whatever the number of processes."""
-    sel = batch.target != IGNORE
+    sel, target = batch.predict, batch.predict_target  # (N,) flat positions and their targets
     logits = model(batch.tokens, batch.pos, batch.seg, batch.kind, batch.step, batch.valid,
                    predict=sel).float()  # (N, V)
-    target = batch.target[sel]
     ce = F.cross_entropy(logits, target, reduction="none")
     ce_sum = ce.sum()
     hit = (logits.argmax(-1) == target).float()
-    par = batch.kind[sel] == PSEUDO
+    par = (batch.kind.flatten()[sel] == PSEUDO).float()
     # hidden: the target is not in view at its own position of the AE part (a kept token is); every
     # token's position id indexes its sequence's AE part, so this reads the AE part for a [P] too
-    hidden = batch.tokens.gather(1, batch.pos)[sel] != target
+    hidden = (batch.tokens.gather(1, batch.pos).flatten()[sel] != target).float()
     ce, hit = ce.detach(), hit.detach()
-    sums = dict(loss=ce_sum, ae_loss=ce[~par].sum(), par_loss=ce[par].sum(),
-                ae_hit=hit[~par].sum(), par_hit=hit[par].sum(), ae_n=(~par).sum().float(), par_n=par.sum().float())
-    for name, part in (("ae_hidden_", ~par & hidden), ("par_hidden_", par & hidden)):
-        sums.update({name + "loss": ce[part].sum(), name + "hit": hit[part].sum(), name + "n": part.sum().float()})
+    # every part as a masked sum: no host sync (a boolean index would read its count)
+    sums = dict(loss=ce_sum)
+    for name, part in (("ae_", 1 - par), ("par_", par), ("ae_hidden_", (1 - par) * hidden), ("par_hidden_", par * hidden)):
+        sums.update({name + "loss": (ce * part).sum(), name + "hit": (hit * part).sum(), name + "n": part.sum()})
     return sums

@@ -8,7 +8,6 @@ micro-batches: 2 processes x 2 micro-batches == 1 process x 4 micro-batches.
 """
 import argparse
 import contextlib
-import math
 import os
 import time
 
@@ -42,6 +41,10 @@ def add_run_flags(p, out, lr, save_every):
     p.add_argument("--overwrite", action="store_true", help="replace the run already in OUT (without it, refused)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--attention", default="auto", choices=ATTENTION,
+                   help="the attention's implementation: auto (our Triton kernel on CUDA, the PyTorch reference "
+                        "elsewhere), or PyTorch's SDPA with a dense mask built once per step, or FlexAttention "
+                        "(kernels/baselines.py); the same model and result, another speed (docs/kernels.md)")
     add_dtype_flag(p)
 
 
@@ -49,6 +52,18 @@ def add_dtype_flag(p):
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="compute dtype of forward passes: auto = bf16 autocast on CUDA and on CPUs with native bf16 "
                         "(AVX512-BF16 or AMX), float32 elsewhere")
+
+
+ATTENTION = ("auto", "triton", "reference", "sdpa", "flex")
+
+
+def attention_choice(args, d):
+    """The context under which every attention of the run uses --attention's implementation."""
+    import kernels
+    if args.attention == "triton" and d.device.type != "cuda" and not os.environ.get("TRITON_INTERPRET"):
+        raise UserError("--attention triton runs on CUDA (on a CPU only under TRITON_INTERPRET=1, for tests); "
+                        "use auto or reference here")
+    return kernels.use_backend(args.attention)
 
 
 def corpus_tokenizer(texts, vocab_size, d):
@@ -86,14 +101,16 @@ def start_or_resume(args, kinds, resumable, d):
     return argparse.Namespace(**saved), state, path
 
 
-def check_finite(loss, step, save, path):
-    """Stop when the loss is no longer a number. train_step has not applied such a step, so the
-    weights are still those after `step` good steps: they are saved (never the poisoned ones) and
-    the message names the file that holds them."""
-    if not math.isfinite(loss):
-        save(step)
-        raise UserError(f"loss became {loss} at step {step + 1}; that step was not applied, and the last good "
-                        f"state (after step {step}) is in {path}")
+def check_finite(skipped, first, done, save, path):
+    """Stop when a step since the last logging point had a non-finite loss or gradient. train_step
+    applied none of those, so the weights are those of the good steps: they are saved at `done`
+    (never poisoned ones) and the message names the first bad step and the file."""
+    if skipped:
+        save(done)
+        raise UserError(f"the loss or gradient became non-finite at step {first + 1}"
+                        + (f" and {skipped - 1} later step(s)" if skipped > 1 else "") +
+                        f"; those steps were not applied, and the state after step {done} (its other steps "
+                        f"applied) is in {path}")
 
 
 def autocast(device, dtype):
@@ -114,19 +131,61 @@ def wrap_ddp(model, d):
                find_unused_parameters=getattr(model, "unused_parameters", False))
 
 
+def host_scalar(value, d):
+    """A float as a 1-element tensor on the device without a host sync: through pinned memory and a
+    non-blocking copy on CUDA."""
+    t = torch.tensor([float(value)])
+    if d.device.type != "cuda":
+        return t
+    return t.pin_memory().to(d.device, non_blocking=True)
+
+
+class StepStats:
+    """What the loop reads of its steps, kept on the device between logging points: the last
+    step's summed statistics, and how many steps since the last read had a non-finite loss or
+    gradient (not applied) and the first of them. `read` is the one host sync of a logging point."""
+
+    def __init__(self):
+        self.last, self.skipped, self.first_skipped = None, None, None
+
+    def add(self, stats, step):
+        self.last = stats
+        bad = stats["skipped"]
+        if self.skipped is None:
+            self.skipped, self.first_skipped = bad.clone(), torch.where(bad > 0, step, -1)
+        else:
+            self.first_skipped = torch.where((self.first_skipped < 0) & (bad > 0), step, self.first_skipped)
+            self.skipped += bad
+
+    def read(self):
+        """(the last step's statistics as floats, steps skipped since the last read, the first of them)."""
+        keys = self.last["keys"]
+        flat = torch.cat([self.last["sums"], self.last["grad_norm"].reshape(1).float(),
+                          self.skipped.reshape(1).float(), self.first_skipped.reshape(1).float()]).tolist()
+        stats = dict(zip(keys, flat[:len(keys)]), grad_norm=flat[-3], lr=self.last["lr"])
+        skipped, first = int(flat[-2]), int(flat[-1])
+        self.skipped = self.first_skipped = None
+        return stats, skipped, first
+
+
 def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, args, step):
-    """One optimizer step. loss_sums(model, batch) -> dict of summed statistics with a 'loss'
-    (differentiable sum); each batch's `norm` is the count it is divided by, summed over the
-    micro-batches and processes. Returns the statistics summed over micro-batches and processes,
-    plus 'norm', 'tokens' (input tokens processed), 'lr' and 'grad_norm'."""
-    lr = lr_at(step, args.lr, args.warmup, args.steps)
+    """One optimizer step, with no host sync: loss_sums(model, batch) -> dict of summed statistics
+    with a 'loss' (differentiable sum); each batch's `norm` (a host number) is the count it is
+    divided by, summed over the micro-batches and processes. A non-finite loss or gradient (the
+    same on every process after the reductions) is never applied: the fused AdamW skips the step
+    on the device (found_inf), as a gradient scaler would. Returns, on the device, the statistics
+    summed over micro-batches and processes ('sums' in the order of 'keys', with 'tokens' and
+    'norm'), 'grad_norm' and 'skipped' (1 if not applied), with the host's 'lr' and 'tokens'."""
+    lr = lr_at(step, args.lr, args.warmup, args.steps, getattr(args, "lr_schedule", "linear"))
     set_lr(optimizer, lr)
     # dropout draws from the global generator: seeding it per (step, rank) makes a resumed run
     # replay exactly what the uninterrupted one would have done
     torch.manual_seed(args.seed * 1_000_003 + step * d.world + d.rank)
-    norm = all_reduce_sum(torch.tensor(float(sum(b.norm for b in micro_batches)), device=d.device), d)
-    norm = norm.clamp_min(1.0)
-    totals = {}
+    norm = float(sum(b.norm for b in micro_batches))
+    if d.world > 1:
+        norm = all_reduce_sum(host_scalar(norm, d), d)
+    norm = norm.clamp_min(1.0) if torch.is_tensor(norm) else max(norm, 1.0)
+    totals, tokens = {}, 0
     for j, batch in enumerate(micro_batches):
         last = j == len(micro_batches) - 1
         sync = contextlib.nullcontext() if (last or d.world == 1) else ddp_model.no_sync()
@@ -136,21 +195,22 @@ def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, arg
             # DDP averages gradients over processes; multiplying by world turns that into a sum
             (sums["loss"] * (d.world / norm)).backward()
         for k, v in sums.items():
-            totals[k] = totals.get(k, 0.0) + v.detach().float()
-        totals["tokens"] = totals.get("tokens", 0.0) + torch.tensor(float(batch.n_tokens), device=d.device)
+            totals[k] = totals[k] + v.detach().float() if k in totals else v.detach().float()
+        tokens += batch.n_tokens
     grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), args.clip)
-    stats = reduce_stats(totals, d)
-    # a non-finite loss or gradient (the same on every process after the reductions) is never
-    # applied: the weights stay good for check_finite to save
-    if all(math.isfinite(v) for v in stats.values()) and math.isfinite(float(grad_norm)):
-        optimizer.step()
-    else:
-        stats["loss"] = stats["nll"] = float("nan")
+    totals["tokens"] = host_scalar(tokens, d)
+    totals["norm"] = norm if torch.is_tensor(norm) else host_scalar(norm, d)
+    keys = sorted(totals)
+    sums = all_reduce_sum(torch.stack([totals[k].reshape(()).float() for k in keys if k not in ("norm",)]), d)
+    keys = [k for k in keys if k != "norm"] + ["norm"]  # norm is already the sum over processes
+    sums = torch.cat([sums, totals["norm"].reshape(1).float()])
+    skipped = (~torch.isfinite(sums).all() | ~torch.isfinite(grad_norm)).float()
+    optimizer.found_inf = skipped
+    optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    stats["norm"] = float(norm)
-    stats["lr"] = lr
-    stats["grad_norm"] = float(grad_norm)
-    return stats
+    # tokens: this process's input tokens times the processes, for the progress line's rate (the
+    # exact sum over processes is in sums)
+    return dict(keys=keys, sums=sums, grad_norm=grad_norm.detach(), skipped=skipped, lr=lr, tokens=tokens * d.world)
 
 
 def per_token(sums):
@@ -206,6 +266,25 @@ def restore_rng(state):
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
+
+
+class EarlyStop:
+    """Early stopping on a validation loss: `update(loss)` says whether it is the lowest yet; `stop`
+    turns True after `patience` updates in a row without a new lowest (never with patience 0)."""
+
+    def __init__(self, patience, best=None, since_best=0):
+        self.patience, self.best, self.since_best = patience, best, since_best
+
+    def update(self, loss):
+        if self.best is None or loss < self.best:
+            self.best, self.since_best = loss, 0
+            return True
+        self.since_best += 1
+        return False
+
+    @property
+    def stop(self):
+        return bool(self.patience) and self.since_best >= self.patience
 
 
 class Throughput:

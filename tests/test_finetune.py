@@ -38,9 +38,9 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     out = str(tmp_path / "ft")
     best = finetune.main(["--init", pretrained[objective], "--train-data", task_files["train"],
                           "--valid-data", task_files["valid"], "--out", out] + FT)
-    assert best is not None and 0 <= best <= 100
     log = read_log(out)
     assert [r for r in log if "valid_rougeL" in r], log
+    assert best == min(r["valid_loss"] for r in log if "valid_loss" in r)  # best.pt: the lowest validation loss
     ckpt = os.path.join(out, "best.pt")
     rows = evaluate_script.main([ckpt, "--data", task_files["test"], "--beam", "2", "--batch-size", "4",
                                  "--latency-samples", "2"])
@@ -167,6 +167,56 @@ def test_finetune_resume_is_exact(pretrained, task_files, tmp_path):
     wa = torch.load(os.path.join(a, "last.pt"), weights_only=True)["model"]
     wb = torch.load(os.path.join(b, "last.pt"), weights_only=True)["model"]
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_lr_schedules():
+    """Warmup, then linear decay to 0 at the last step, or the inverse square root (which does not
+    depend on the run's length)."""
+    from core.optim import lr_at
+    assert lr_at(0, 1.0, 4, 100) == 0.25 and lr_at(3, 1.0, 4, 100) == 1.0
+    assert lr_at(99, 1.0, 4, 100) < 0.02 and lr_at(52, 1.0, 4, 100) == 0.5
+    for total in (100, 1000):
+        assert lr_at(15, 1.0, 4, total, "inverse-sqrt") == 0.5 and lr_at(63, 1.0, 4, total, "inverse-sqrt") == 0.25
+
+
+def test_early_stop_counts_validations_without_a_new_lowest():
+    from core.training import EarlyStop
+    e = EarlyStop(2)
+    assert e.update(3.0) and not e.update(3.0) and not e.stop and e.update(2.5) and not e.stop
+    assert not e.update(2.6) and not e.update(2.7) and e.stop and e.best == 2.5
+    never = EarlyStop(0)
+    assert [never.update(x) for x in (1, 2, 3, 4)] == [True, False, False, False] and not never.stop
+
+
+def test_finetune_stops_on_validation(pretrained, task_files, tmp_path, monkeypatch, capsys):
+    """Validation every quarter epoch; after --patience validations without a lower loss the run
+    ends: best.pt holds the lowest, last.pt says it stopped early, --resume refuses to continue it,
+    and the runner counts it done."""
+    import finetune as ft_script
+    from reproduce import runstate
+    losses = iter([2.0, 1.0, 1.5, 1.2, 0.5, 0.4])  # the third and fourth validations: no new lowest
+    real = ft_script.evaluate
+
+    def fake(model, batches, loss_fn, d):
+        ev = real(model, batches, loss_fn, d)
+        return dict(ev, nll=next(losses) * ev["n"])
+    monkeypatch.setattr(ft_script, "evaluate", fake)
+    out = str(tmp_path / "ft")
+    flags = ["--init", pretrained["pmlm"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
+             "--out", out, "--rouge-examples", "0", "--valid-every", "0.25", "--patience", "2"] + FT[:-4]
+    assert finetune.main(flags + ["--epochs", "3"]) == 1.0
+    valid = [r for r in read_log(out) if "valid_loss" in r]
+    assert [round(r["valid_loss"], 6) for r in valid] == [2.0, 1.0, 1.5, 1.2]
+    last = torch.load(os.path.join(out, "last.pt"), weights_only=True)
+    best = torch.load(os.path.join(out, "best.pt"), weights_only=True)
+    assert last["stopped_early"] and last["step"] == valid[-1]["step"] < last["args"]["steps"]
+    assert best["step"] == valid[1]["step"] and best["best_valid_loss"] == 1.0
+    assert "early stop at step" in capsys.readouterr().out
+    fails_with(capsys, finetune.main, ["--out", out, "--resume", "--epochs", "4"], "stopped early", "nothing to continue")
+    run = runstate.BY_NAME["sum-pmlm"]
+    assert runstate.progress_of(run, [], dict(epochs=3), str(tmp_path), dict(runs={}))[0] == 0.0
+    os.rename(out, str(tmp_path / "sum-pmlm"))
+    assert runstate.progress_of(run, [], dict(epochs=3), str(tmp_path), dict(runs={})) == (1.0, None)
 
 
 # -----------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""A training step between logging points makes no host sync: nothing in it waits for the device to
+tell the host a value (a loss, a count, a flag). On a CPU there is no device to wait for, so the
+test counts the operations that would wait on a GPU, under a dispatch mode: reading a scalar
+(.item(), float(), .tolist()), a boolean index or nonzero (its count), and the like. The GPU check
+(bench/gpu_check.py) runs the same step under torch.cuda.set_sync_debug_mode("error")."""
+import argparse
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from core.config import preset
+from core.distributed import Dist
+from core.model import UnifiedLM
+from core.optim import make_optimizer
+from core.pmlm import pmlm_batch, pmlm_loss_sums
+from core.training import StepStats, train_step
+
+aten = torch.ops.aten
+# ops whose result's size or value the host must read from the device before it can go on
+SYNCING = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default,
+           aten.is_nonzero.default, aten.equal.default, aten._unique2.default, aten.unique_consecutive.default,
+           aten.unique_dim.default, aten.repeat_interleave.Tensor}
+
+
+READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")  # bypass the dispatcher
+
+
+class SyncCounter(TorchDispatchMode):
+    """Records every operation that would wait for a GPU: the syncing aten ops, a boolean index, and
+    the Tensor methods that hand a value to Python (some of which never reach the dispatcher)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen, self.saved = [], {}
+
+    def __enter__(self):
+        for name in READS:
+            real = self.saved[name] = getattr(torch.Tensor, name)
+
+            def read(t, *a, _real=real, _name=name, **k):
+                self.seen.append(_name)
+                return _real(t, *a, **k)
+            setattr(torch.Tensor, name, read)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, real in self.saved.items():
+            setattr(torch.Tensor, name, real)
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        boolean_index = func in (aten.index.Tensor, aten.index_put_.default, aten.index_put.default) and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else []) or [])
+        if func in SYNCING or boolean_index:
+            self.seen.append(str(func))
+        return func(*args, **kwargs)
+
+
+def pmlm_setup(tokenizer, text_file):
+    from core.data import TokenStream, read_texts
+    torch.manual_seed(0)
+    cfg = preset("tiny", vocab_size=tokenizer.vocab_size)
+    model = UnifiedLM(cfg)
+    stream = TokenStream(tokenizer.encode(read_texts(text_file)[:200]), 48, seed=0, sep=tokenizer.eos_id)
+    batches = [pmlm_batch(stream, list(range(4 * k, 4 * k + 4)), tokenizer) for k in range(2)]
+    args = argparse.Namespace(lr=1e-3, warmup=2, steps=10, seed=0, clip=1.0)
+    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
+    return model, make_optimizer(model, 1e-3), batches, args, d
+
+
+def test_a_pmlm_step_makes_no_host_sync(tokenizer, text_file):
+    model, optimizer, batches, args, d = pmlm_setup(tokenizer, text_file)
+    train_step(model, model, optimizer, batches, pmlm_loss_sums, d, args, 0)  # warm: lazy state made
+    window = StepStats()
+    with SyncCounter() as counter:
+        for step in (1, 2):
+            window.add(train_step(model, model, optimizer, batches, pmlm_loss_sums, d, args, step), step)
+    assert counter.seen == [], counter.seen
+    with SyncCounter() as counter:  # the logging point reads them all at once
+        stats, skipped, first = window.read()
+    assert counter.seen == ["tolist"] and skipped == 0 and first == -1 and stats["loss"] > 0
+
+
+def test_the_counter_sees_what_would_sync(tokenizer, text_file):
+    """The old step's habits are caught: a float() of a loss, a boolean index."""
+    x = torch.randn(8)
+    with SyncCounter() as counter:
+        float(x.sum())
+        x[x > 0].sum()
+        x.tolist()
+    assert len(counter.seen) >= 3, counter.seen
+
+
+def test_a_non_finite_step_is_skipped_on_the_device(tokenizer, text_file):
+    model, optimizer, batches, args, d = pmlm_setup(tokenizer, text_file)
+    train_step(model, model, optimizer, batches, pmlm_loss_sums, d, args, 0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    poisoned = lambda m, b: {k: v * float("nan") if k == "loss" else v for k, v in pmlm_loss_sums(m, b).items()}
+    window = StepStats()
+    window.add(train_step(model, model, optimizer, batches, poisoned, d, args, 1), 1)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    window.add(train_step(model, model, optimizer, batches, pmlm_loss_sums, d, args, 2), 2)
+    assert not all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    _, skipped, first = window.read()
+    assert (skipped, first) == (1, 1)
