@@ -9,6 +9,9 @@
     python bench/gpu_check.py --part pmlm --out gpu          # `small` PMLM, Triton vs reference, 200 steps
     python bench/gpu_check.py --part speed --out gpu         # the attention issue's check: kernel tests on CUDA,
                                                              # then every layout against SDPA with a block sweep
+    python bench/gpu_check.py --part step --out gpu          # the GPU-step issue's one call: the baselines' and the
+                                                             # step's tests on CUDA, then a base PMLM and a seq2seq
+                                                             # step with each attention (bench/bench_step.py)
     python bench/gpu_check.py --part decode --out gpu        # the next call on the warm machine: Flex beside ours
                                                              # (the sweep's blocks), early exit (and a carried
                                                              # --elmer-ckpt's learnt exit), off-ramp, gather,
@@ -32,7 +35,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode")
+PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode", "step")
 # where --part speed leaves the fastest blocks of its sweep for --part decode (an ignored folder: it
 # stays on a machine kept warm between the two calls)
 SWEPT = "checkpoints/gpu-swept-configs.json"
@@ -294,6 +297,21 @@ def part_speed(rep, args):
         shutil.copy(os.path.join(ROOT, SWEPT), os.path.join(out, "swept-configs.json"))
 
 
+def part_step(rep, args):
+    """A training step with each attention, the number a user feels: the tests that hold the
+    baselines to the reference on CUDA (Flex's backward included) and the step's host syncs, then
+    bench_step.py at base size (pretraining, then fine-tuning), each writing its JSON to OUT."""
+    py = sys.executable
+    out = os.path.abspath(args.out)
+    steps = [("baselines and step-sync tests on CUDA", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                                        "tests/test_baselines.py", "tests/test_step_syncs.py"], 120),
+             ("bench_step.py: base PMLM, 64k tokens a step", [py, "bench/bench_step.py", "--json",
+                                                              os.path.join(out, "step.json")], 240),
+             ("bench_step.py: base seq2seq fine-tuning", [py, "bench/bench_step.py", "--objective", "s2s", "--json",
+                                                          os.path.join(out, "step-s2s.json")], 180)]
+    rep.rows("step: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget))
+
+
 def part_decode(rep, args):
     """The warm machine's second call: ours and FlexAttention in one run with the sweep's blocks, ELMER's
     static-shape pass and its graphs, Mask-Predict's graphs beside ELMER and AR beam search, forced exits at large batch, the fused off-ramp loss, gather and
@@ -361,6 +379,8 @@ def main(argv=None):
             part_speed(rep, args)
         elif part == "decode":
             part_decode(rep, args)
+        elif part == "step":
+            part_step(rep, args)
         else:
             part_pmlm(rep, args)
     print(f"rows: {rep.rows_path}; log: {rep.log_path}")

@@ -3,8 +3,10 @@
     from kernels import attention, rel_pos_bias, CONTEXT, ORIGINAL, PSEUDO
 
 `backend='auto'` runs the Triton kernel on CUDA tensors and the PyTorch reference elsewhere.
-`use_backend('reference' | 'triton')` (a context manager) or the environment variable
-ATTENTION_BACKEND forces one for every 'auto' call, which is how tests and benchmarks pick a side.
+`use_backend('reference' | 'triton' | 'sdpa' | 'flex' | 'sdpa-nomask')` (a context manager) or the
+environment variable ATTENTION_BACKEND forces one for every 'auto' call, which is how tests,
+benchmarks and train.py --attention pick a side. The last three are PyTorch's own attention
+(kernels/baselines.py); they choose the attention only, the early-exit operations stay 'auto'.
 `backend='triton'` on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported.
 """
 import contextlib
@@ -12,9 +14,9 @@ import os
 import sys
 
 from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, rel_pos_bias, t5_bucket, visible
-from . import reference
+from . import baselines, reference
 
-_BACKENDS = ("auto", "reference", "triton")
+_BACKENDS = ("auto", "reference", "triton") + baselines.BASELINES
 _forced = os.environ.get("ATTENTION_BACKEND", "auto")
 
 
@@ -45,11 +47,14 @@ def triton_available():
     return True
 
 
-def resolve_backend(backend, device):
+def resolve_backend(backend, device, attention=False):
+    """The backend an op runs: 'triton' or 'reference', or for attention one of baselines.BASELINES."""
     if backend not in _BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; pick one of {_BACKENDS}")
     if backend == "auto":
         backend = _forced
+    if backend in baselines.BASELINES and not attention:
+        backend = "auto"
     if backend == "auto":
         backend = "triton" if device.type == "cuda" and triton_available() else "reference"
         if device.type == "cuda" and backend == "reference" and _import_error and not _warned:
@@ -94,9 +99,13 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
         raise ValueError(f"attention: key metadata must be (B, Lk) = {(B, Lk)}")
     if (q_seq is None) != (k_seq is None):
         raise ValueError("attention: give both q_seq and k_seq, or neither")
-    if resolve_backend(backend, q.device) == "triton":
+    which = resolve_backend(backend, q.device, attention=True)
+    if which == "triton":
         from .pseudo_attention import pseudo_attention
         return pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale, cache)
+    if which in baselines.BASELINES:
+        return baselines.attention(which, q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale,
+                                   cache=cache)
     return reference.attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale)
 
 

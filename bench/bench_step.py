@@ -1,0 +1,257 @@
+"""A training step, the number a user feels: the same model and batches with each attention, timed
+the same way.
+
+    python bench/bench_step.py --json results/h100-2026-12-01/step.json        # base PMLM, >= 64k tokens
+    python bench/bench_step.py --objective s2s --json ...                       # a seq2seq fine-tuning step
+    python bench/bench_step.py --smoke                                          # tiny, on a CPU: it runs
+
+Methods (train.py --attention, kernels/baselines.py): ours (the Triton kernel), sdpa-mask (SDPA with
+the dense mask and bias built once per step, shared by every layer), sdpa-nomask (SDPA with no
+mask: every pair visible; wrong for these layouts, the dense upper bound), flex (FlexAttention,
+block mask built once per step). Each method gets a fresh model from one seed, the same batches,
+the same optimizer (fused AdamW), `--warmup-steps` untimed steps, then `--steps` steps between two
+synchronizations, no profiler: tokens/s is input tokens over that wall time. One more step under
+the profiler names the kernels that ran (the backend SDPA picked, whether Flex ran fused), and
+one under torch.cuda.set_sync_debug_mode("error") says whether the step made a host sync.
+
+FLOPs of a step (for MFU): 6 x the non-embedding parameters x the input tokens (the vocabulary
+projection counted only at the predicted positions: 6 x V x C x predicted), plus attention
+3 x 4 x D x H x the visible (query, key) pairs per layer (forward QK^T and PV, backward twice
+that). MFU divides by the device's dense bf16 peak (PEAK_TFLOPS).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+METHODS = {"ours": "triton", "sdpa-mask": "sdpa", "sdpa-nomask": "sdpa-nomask", "flex": "flex", "reference": "reference"}
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16, SXM
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="base", help="preset (core/config.py)")
+    p.add_argument("--objective", default="pmlm", choices=["pmlm", "s2s"],
+                   help="pmlm: a pretraining step; s2s: a UniLMv2 seq2seq fine-tuning step on the embedded corpus")
+    p.add_argument("--tokens", type=int, default=65536, help="pretraining: window tokens a step (train.py --batch-tokens)")
+    p.add_argument("--examples", type=int, default=512, help="s2s: examples a step")
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--micro-batch", type=int, default=16, help="examples per forward pass")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per method")
+    p.add_argument("--warmup-steps", type=int, default=3)
+    p.add_argument("--methods", default="ours,sdpa-mask,sdpa-nomask,flex")
+    p.add_argument("--json", default=None, help="write the rows here (results/<device>-<date>/step.json)")
+    p.add_argument("--smoke", action="store_true", help="tiny model, few tokens, the CPU's methods: the script runs")
+    args = p.parse_args(argv)
+    args.methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        p.error(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHODS)})")
+    for flag in ("tokens", "examples", "seq_len", "micro_batch", "steps"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.warmup_steps < 0:
+        p.error("--warmup-steps must be 0 or more")
+    if args.smoke:
+        args.model, args.tokens, args.examples, args.seq_len, args.micro_batch = "tiny", 256, 16, 64, 4
+        args.steps, args.warmup_steps = 2, 1
+        args.methods = [m for m in args.methods if m in ("sdpa-mask", "sdpa-nomask")] + ["reference"]
+    if not torch.cuda.is_available() and any(m in ("ours", "flex") for m in args.methods):
+        p.error("ours and flex train on CUDA only (flex has no CPU backward): on a CPU use --smoke, or "
+                "--methods reference,sdpa-mask,sdpa-nomask")
+    from core.guards import unwritable
+    if args.json and unwritable(args.json, "--json"):
+        p.error(unwritable(args.json, "--json"))
+    return args
+
+
+# -----------------------------------------------------------------------------
+# the batches and the model
+
+def batches_and_model(args, device):
+    """(micro-batches of one step, a function making a fresh model, the tokenizer)."""
+    from core.config import preset
+    from core.data import TokenStream, pretraining_texts
+    from core.model import UnifiedLM
+    from core.pmlm import pmlm_batch
+    from core.tokenizer import cached_tokenizer
+    from core.training import TOKENIZER_CACHE
+    texts = pretraining_texts()[0]
+    tok, _ = cached_tokenizer(texts, 8000, TOKENIZER_CACHE)
+    if args.objective == "pmlm":
+        stream = TokenStream(tok.encode(texts[:20000]), args.seq_len - 3, 0, sep=tok.eos_id)
+        n = max(1, args.tokens // args.seq_len)
+        make = lambda ix: pmlm_batch(stream, ix, tok)
+    else:
+        from core.seq2seq import seq2seq_batch
+        from core.tasks import load_split
+        train = load_split("summarize", "train", None, None, None)
+        src, tgt = tok.encode(train.sources[:args.examples]), tok.encode(train.targets[:args.examples])
+        n = min(args.examples, len(src))
+        make = lambda ix: seq2seq_batch([(src[i], tgt[i]) for i in ix], tok, 78, 24)
+    micro = [make(list(range(i, min(n, i + args.micro_batch)))) for i in range(0, n, args.micro_batch)]
+    cfg = preset(args.model, vocab_size=tok.vocab_size, pad_id=tok.pad_id, dropout=0.0)
+
+    def fresh():
+        torch.manual_seed(0)
+        return UnifiedLM(cfg).to(device)
+    return micro, fresh, cfg
+
+
+def step_flops(micro, cfg, n_params_nonemb):
+    """The FLOPs of one step (module docstring), and its input tokens."""
+    from kernels import reference
+    tokens = sum(b.n_tokens for b in micro)
+    predicted = sum(int((b.target != -100).sum()) for b in micro)
+    pairs = sum(int(reference.visible(b.kind, b.step, b.kind, b.step, b.valid).sum()) for b in micro)
+    flops = 6 * n_params_nonemb * tokens + 6 * cfg.vocab_size * cfg.d_model * predicted
+    flops += 3 * 4 * cfg.d_model * pairs * cfg.n_layers
+    return flops, tokens, pairs
+
+
+def loss_fn(args):
+    from core.pmlm import pmlm_loss_sums
+    from core.seq2seq import seq2seq_loss_sums
+    return pmlm_loss_sums if args.objective == "pmlm" else seq2seq_loss_sums
+
+
+# -----------------------------------------------------------------------------
+# one method
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(method, args, micro, fresh, device, dtype):
+    """One row: the timed steps of `method`, then the kernels it ran and its sync check."""
+    import kernels
+    from core.distributed import Dist
+    from core.optim import make_optimizer
+    from core.training import StepStats, train_step
+    model = fresh()
+    optimizer = make_optimizer(model, 1e-4)
+    d = Dist(0, 1, 0, device, dtype)
+    targs = argparse.Namespace(lr=1e-4, warmup=10, steps=10_000, seed=0, clip=1.0)
+    loss_sums, window = loss_fn(args), StepStats()
+    with kernels.use_backend(METHODS[method]):
+        step = 0
+
+        def one():
+            nonlocal step
+            window.add(train_step(model, model, optimizer, micro, loss_sums, d, targs, step), step)
+            step += 1
+        for _ in range(args.warmup_steps):
+            one()
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            one()
+        sync(device)
+        seconds = (time.perf_counter() - t0) / args.steps
+        stats, skipped, _ = window.read()
+        row = dict(method=method, backend=METHODS[method], step_ms=1e3 * seconds, loss=stats["loss"] / stats["norm"],
+                   skipped=skipped)
+        row["kernels"] = kernels_of(one, device)
+        row["host_syncs"] = sync_check(one, device)
+    del model, optimizer
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def kernels_of(one, device, top=12):
+    """The names of the kernels one step ran, by device time: which backend did the work."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
+    with profile(activities=acts) as prof:
+        one()
+        sync(device)
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)
+    return [e.key[:120] for e in events[:top]]
+
+
+def sync_check(one, device):
+    """'none' if a step runs under set_sync_debug_mode('error'), else the error's first line (CUDA only)."""
+    if device.type != "cuda":
+        return "not checked (CPU)"
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        one()
+        return "none"
+    except RuntimeError as e:
+        return str(e).splitlines()[0][:200]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+        sync(device)
+
+
+# -----------------------------------------------------------------------------
+
+def environment(device):
+    import triton
+    name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "CPU"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return dict(device=name, torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
+                commit=commit, date=datetime.date.today().isoformat())
+
+
+def main(argv=None):
+    args = get_args(argv)
+    from core.distributed import resolve_dtype
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = resolve_dtype("auto", device)
+    micro, fresh, cfg = batches_and_model(args, device)
+    probe = fresh()
+    n_emb = sum(p.numel() for n, p in probe.named_parameters() if n.startswith("emb."))
+    n_params = sum(p.numel() for p in probe.parameters())
+    del probe
+    flops, tokens, pairs = step_flops(micro, cfg, n_params - n_emb)
+    env = environment(device)
+    peak = next((v for k, v in PEAK_TFLOPS.items() if k in env["device"]), None)
+    print(f"{args.model} {args.objective} step: {tokens:,} input tokens in {len(micro)} micro-batches, "
+          f"{n_params / 1e6:.1f}M parameters, {flops / 1e12:.2f} TFLOP a step; {env['device']}, {str(dtype)[6:]}")
+    rows = []
+    for method in args.methods:
+        row = measure(method, args, micro, fresh, device, dtype)
+        row.update(tokens_per_s=tokens / (row["step_ms"] / 1e3), tflops=flops / (row["step_ms"] / 1e3) / 1e12)
+        row["mfu"] = row["tflops"] / peak if peak else None
+        rows.append(row)
+        print(f"  {method:<12} {row['step_ms']:9.1f} ms a step, {row['tokens_per_s']:>10,.0f} tokens/s, "
+              f"{row['tflops']:.1f} TFLOP/s" + (f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] else "") +
+              f"; host syncs: {row['host_syncs']}")
+    base = next((r for r in rows if r["method"] == "sdpa-mask"), None)
+    for r in rows:
+        r["vs_sdpa_mask"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
+    if base:
+        print("tokens/s against sdpa-mask (above 1: faster than SDPA with the dense mask): " +
+              ", ".join(f"{r['method']} {r['vs_sdpa_mask']:.2f}x" for r in rows))
+    out = dict(env, command=shlex.join([sys.executable.split("/")[-1]] + sys.argv), model=args.model,
+               objective=args.objective, tokens_per_step=tokens, visible_pairs=pairs, flops_per_step=flops,
+               flop_count="6 x non-embedding parameters x input tokens + 6 x V x C x predicted tokens + "
+                          "12 x C x visible pairs x layers", peak_tflops=peak, dtype=str(dtype)[6:], rows=rows)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+        print(f"wrote {args.json}")
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""PyTorch's own attention under the contract of kernels.attention: the obvious alternatives to our
+kernel, which a training step is measured against, and which a user picks where they are faster
+(train.py --attention).
+
+  sdpa         F.scaled_dot_product_attention with a dense additive (B, H, Lq, Lk) mask: the
+               rule's -inf and the relative bias, built once per forward by gathers on the device
+               and shared by every layer through `cache`, as a model built on SDPA would build
+               it once per step; the bias table's gradient comes back through autograd.
+  sdpa-nomask  the same call with no mask at all: every pair visible. Wrong for every layout
+               here; the dense upper bound a benchmark compares with, never a training choice.
+  flex         FlexAttention (compiled on CUDA) with a block mask built once per forward from
+               int32 metadata, and a score_mod adding the bias from the (H, 2M+1) table that
+               kernels.rel_pos_bias makes (its gradient through the captured table).
+
+A query that sees no key gets 0, as from the reference.
+"""
+import torch
+import torch.nn.functional as F
+
+from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, visible
+
+BASELINES = ("sdpa", "sdpa-nomask", "flex")
+
+
+def _entry(cache, key, make):
+    """cache[key], made by make() the first time (no cache: made every call)."""
+    if cache is None:
+        return make()
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
+# -----------------------------------------------------------------------------
+# SDPA with a dense mask
+
+def dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype):
+    """(additive (B, H or 1, Lq, Lk) mask in `dtype`, (B, 1, Lq, 1) bool of the queries that see no
+    key). The bias is gathered from the RelPosBias's (H, 2M+1) row per distance; a dense bias
+    tensor is added as it is."""
+    see = visible(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)[:, None]  # (B, 1, Lq, Lk)
+    blind = ~see.any(-1, keepdim=True)
+    see = see | blind  # a row that sees nothing attends everywhere, and its output is zeroed
+    if isinstance(bias, RelPosBias):
+        m = bias.max_distance
+        d = (bias.k_pos[:, None, :] - bias.q_pos[:, :, None]).clamp(-m, m) + m  # (B, Lq, Lk)
+        add = bias.by_distance[:, d].permute(1, 0, 2, 3)  # (B, H, Lq, Lk)
+    elif bias is not None:
+        add = bias
+    else:
+        add = torch.zeros(see.shape, device=see.device)
+    return add.masked_fill(~see, float("-inf")).to(dtype), blind
+
+
+def sdpa(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None, scale=None,
+         cache=None, masked=True):
+    if not masked:
+        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    # one mask per forward: the metadata's cache entry, for this bias (every layer passes the same one)
+    key = ("sdpa", id(bias.by_distance if isinstance(bias, RelPosBias) else bias), q.dtype)
+    held, mask, blind = _entry(cache, key, lambda: (bias, *dense_mask(q_kind, q_step, k_kind, k_step, k_valid,
+                                                                      q_seq, k_seq, bias, q.dtype)))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return out.masked_fill(blind, 0.0)
+
+
+# -----------------------------------------------------------------------------
+# FlexAttention
+
+_compiled = []
+
+
+def _flex_fn(device):
+    from torch.nn.attention.flex_attention import flex_attention
+    if device.type != "cuda":  # the CPU runs its unfused reference (tests)
+        return flex_attention
+    if not _compiled:
+        _compiled.append(torch.compile(flex_attention, dynamic=False))
+    return _compiled[0]
+
+
+def block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq):
+    """The rule as a FlexAttention block mask over int32 metadata, built once per forward."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    i32 = lambda t: None if t is None else t.to(torch.int32).contiguous()
+    qk, qs, kk, ks, qq, kq = map(i32, (q_kind, q_step, k_kind, k_step, q_seq, k_seq))
+    kv = None if k_valid is None else k_valid.contiguous()
+
+    def mask_mod(b, h, qi, ki):
+        a, s, c, t = qk[b, qi], qs[b, qi], kk[b, ki], ks[b, ki]
+        see = (c == CONTEXT) | ((a == ORIGINAL) & (c == ORIGINAL) & (t <= s))
+        see = see | ((a == PSEUDO) & (((c == ORIGINAL) & (t < s)) | ((c == PSEUDO) & (t == s))))
+        if kv is not None:
+            see = see & kv[b, ki]
+        if qq is not None:
+            see = see & (qq[b, qi] == kq[b, ki])
+        return see
+    (B, Lq), Lk = q_kind.shape, k_kind.shape[1]
+    return create_block_mask(mask_mod, B, None, Lq, Lk, device=q_kind.device, _compile=q_kind.device.type == "cuda")
+
+
+def flex(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None, scale=None,
+         cache=None):
+    bm = _entry(cache, "flex-block-mask", lambda: block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq))
+    score_mod = None
+    if isinstance(bias, RelPosBias):
+        table, qp, kp, m = bias.by_distance, bias.q_pos.to(torch.int32), bias.k_pos.to(torch.int32), bias.max_distance
+
+        def score_mod(score, b, h, qi, ki):
+            return score + table[h, (kp[b, ki] - qp[b, qi]).clamp(-m, m) + m]
+    elif bias is not None:
+        dense = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+
+        def score_mod(score, b, h, qi, ki):
+            return score + dense[b, h, qi, ki]
+    out = _flex_fn(q.device)(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale)
+    return out.to(q.dtype)
+
+
+def attention(name, *args, **kwargs):
+    """One of BASELINES under kernels.attention's contract."""
+    if name == "flex":
+        return flex(*args, **kwargs)
+    return sdpa(*args, **kwargs, masked=name == "sdpa")

@@ -1,0 +1,100 @@
+"""PyTorch's own attention under kernels.attention's contract (kernels/baselines.py): SDPA with the
+dense mask gives the reference's output and every gradient, for every flag; its mask is built once
+per forward however many layers use it; FlexAttention's forward agrees (its backward runs on CUDA
+only: bench/gpu_check.py checks it there)."""
+import warnings
+
+import pytest
+import torch
+
+import kernels
+from kernels import baselines, rel_pos_bias
+
+
+def case(seed, packed=False, blind=False, L=13):
+    g = torch.Generator().manual_seed(seed)
+    B, H, D = 2, 2, 8
+    kind = torch.randint(0, 3, (B, L), generator=g)
+    step = torch.randint(0, 4, (B, L), generator=g)
+    valid = torch.rand(B, L, generator=g) > 0.2
+    if blind:  # a CONTEXT query over keys that are all padding or non-CONTEXT: it sees nothing
+        kind[0] = torch.tensor([0] + [1] * (L - 1))
+        valid[0, 0] = False
+    pos = torch.randint(0, 20, (B, L), generator=g)
+    seq = torch.randint(0, 2, (B, L), generator=g) if packed else None
+    qkv = [torch.randn(B, H, L, D, generator=g) for _ in range(3)]
+    return qkv, dict(q_kind=kind, q_step=step, k_kind=kind, k_step=step, k_valid=valid, q_seq=seq, k_seq=seq), pos
+
+
+def run(name, qkv, meta, pos, bias_kind, grad=True):
+    q, k, v = [t.clone().requires_grad_(grad) for t in qkv]
+    table = torch.randn(2, 32, generator=torch.Generator().manual_seed(9)).to(q.device).requires_grad_(grad)
+    bias = (rel_pos_bias(table, pos, pos, 16) if bias_kind == "rel" else
+            torch.randn(1, 2, 13, 13, generator=torch.Generator().manual_seed(3)).to(q.device)
+            if bias_kind == "dense" else None)
+    with kernels.use_backend(name):
+        o = kernels.attention(q, k, v, meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"], meta["k_valid"],
+                              meta["q_seq"], meta["k_seq"], bias=bias, cache={})
+    if not grad:
+        return [o]
+    (o * torch.linspace(-1, 1, o.numel()).view_as(o)).sum().backward()
+    return [o] + [t.grad for t in (q, k, v)] + ([table.grad] if bias_kind == "rel" else [])
+
+
+@pytest.mark.parametrize("bias_kind", ["rel", "dense", None])
+@pytest.mark.parametrize("packed,blind", [(False, False), (True, False), (False, True)])
+def test_sdpa_is_the_reference(bias_kind, packed, blind):
+    qkv, meta, pos = case(1, packed, blind)
+    got, want = run("sdpa", qkv, meta, pos, bias_kind), run("reference", qkv, meta, pos, bias_kind)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert not torch.isnan(a).any()
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5, msg=lambda m: f"output/grad {i}: {m}")
+
+
+def test_sdpa_builds_one_mask_per_forward(monkeypatch):
+    """Every layer of a forward passes the same metadata cache and bias: one dense mask for all."""
+    qkv, meta, pos = case(2)
+    built = []
+    real = baselines.dense_mask
+    monkeypatch.setattr(baselines, "dense_mask", lambda *a: built.append(1) or real(*a))
+    table = torch.randn(2, 32)
+    bias, cache = rel_pos_bias(table, pos, pos, 16), {}
+    with kernels.use_backend("sdpa"):
+        for _ in range(4):
+            kernels.attention(*qkv, meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"], meta["k_valid"],
+                              bias=bias, cache=cache)
+    assert len(built) == 1
+
+
+def test_sdpa_nomask_sees_every_pair():
+    qkv, meta, pos = case(3)
+    got = run("sdpa-nomask", qkv, meta, pos, None, grad=False)[0]
+    torch.testing.assert_close(got, torch.nn.functional.scaled_dot_product_attention(*qkv))
+
+
+@pytest.mark.parametrize("bias_kind", ["rel", None])
+@pytest.mark.parametrize("packed,blind", [(False, False), (True, True)])
+def test_flex_forward_is_the_reference(bias_kind, packed, blind):
+    qkv, meta, pos = case(4, packed, blind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the CPU runs flex unfused, and says so
+        got = run("flex", qkv, meta, pos, bias_kind, grad=False)[0]
+    want = run("reference", qkv, meta, pos, bias_kind, grad=False)[0]
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+
+
+def test_a_baseline_chooses_the_attention_only():
+    """--attention sdpa leaves the early-exit operations on their own choice."""
+    with kernels.use_backend("sdpa"):
+        assert kernels.resolve_backend("auto", torch.device("cpu"), attention=True) == "sdpa"
+        assert kernels.resolve_backend("auto", torch.device("cpu")) == "reference"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward runs on CUDA only")
+def test_flex_gradients_are_the_reference_on_cuda():
+    qkv, meta, pos = case(5, packed=True)
+    qkv = [t.cuda() for t in qkv]
+    meta = {k: None if v is None else v.cuda() for k, v in meta.items()}
+    got, want = run("flex", qkv, meta, pos.cuda(), "rel"), run("reference", qkv, meta, pos.cuda(), "rel")
+    for i, (a, b) in enumerate(zip(got, want)):
+        torch.testing.assert_close(a, b, atol=2e-4, rtol=1e-3, msg=lambda m: f"output/grad {i}: {m}")
