@@ -46,7 +46,7 @@ from core.optim import LR_SCHEDULES, make_optimizer
 from core.progress import Progress, fmt_duration
 from core.tasks import TASKS, Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
-from core.training import (EarlyStop, StepStats, Throughput, attention_choice, add_run_flags, autocast, check_finite, corpus_tokenizer, evaluate, restore_rng, rng_state,
+from core.training import (EarlyStop, StepStats, Throughput, attention_choice, run_digests, add_run_flags, autocast, check_finite, corpus_tokenizer, evaluate, restore_rng, rng_state,
                            start_or_resume, train_step, wrap_ddp)
 
 RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype", "patience",
@@ -316,6 +316,7 @@ def run(args, d):
                             f"{early.since_best} validations (best.pt holds the best); there is nothing to continue")
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     ddp_model = wrap_ddp(model, d)
+    digests = run_digests(args, state)
     print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
               f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}, {str(d.dtype)[6:]}")
 
@@ -325,7 +326,7 @@ def run(args, d):
         checkpoint.save(path, dict(
             kind=f"finetune/{args.task}", arch=arch, model=model.state_dict(), model_config=cfg.to_dict(),
             args=vars(args), step=step, best_valid_loss=early.best, since_best=early.since_best, stopped_early=stopped_early,
-            labels=labels.names if labels else None, init_step=init_step,
+            labels=labels.names if labels else None, init_step=init_step, digests=digests,
             optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
             tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=vars(args)))
 

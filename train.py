@@ -38,7 +38,7 @@ from core.t5 import t5_batch, t5_loss_sums
 from core.elmer import ELMER, elmer_depth, lplm_batch, lplm_loss_sums
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer
-from core.training import (StepStats, Throughput, add_run_flags, attention_choice, check_finite, corpus_tokenizer, evaluate, per_token, restore_rng,
+from core.training import (StepStats, Throughput, add_run_flags, attention_choice, run_digests, check_finite, corpus_tokenizer, evaluate, per_token, restore_rng,
                            rng_state, start_or_resume, train_step, wrap_ddp)
 
 # flags that may differ when resuming: everything else comes from the checkpoint
@@ -210,6 +210,7 @@ def run(args, d):
                       f"from step {start} on its examples differ from those its own version would draw")
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")
     ddp_model = wrap_ddp(model, d)
+    digests = run_digests(args, state)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
               f"{args.objective}{'' if t5 or t5nar or mlae or elmer else f' ({args.losses})'}, {d.world} process(es) on {d.device.type} ({str(d.dtype)[6:]}), "
               f"{examples_per_step} examples x {args.seq_len} tokens per step")
@@ -233,6 +234,7 @@ def run(args, d):
         checkpoint.save(ckpt_path, dict(
             kind=f"pretrain/{args.objective}", model=model.state_dict(), model_config=cfg.to_dict(),
             args=vars(args), step=step, data=dict(next_example=step * examples_per_step, corruption=CORRUPTION.get(args.objective, 1)),
+            digests=digests,
             positions=trained_positions(args.objective, args.seq_len),
             optimizer=optimizer.state_dict(), rng=rng_state(), tokenizer=tok.to_tensor(), elmer=elmer_opts),
             config_json=dict(model=cfg.to_dict(), args=vars(args)))

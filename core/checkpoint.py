@@ -19,6 +19,34 @@ from .errors import UserError
 FORMAT = "textgen-ckpt-1"
 
 
+# the flags that name an input file: a resumed run may name one elsewhere (a moved folder) if its
+# content is the same (digests, recorded in every checkpoint)
+PATH_FLAGS = ("data", "valid_data", "train_data", "init", "tokenizer")
+_DIGESTS = {}  # (path, size, mtime_ns) -> sha1: a file is hashed once per version, not at every save
+
+
+def digest(path):
+    """The SHA-1 of a file's bytes, or None for a path that is not a file."""
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return None
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        import hashlib
+        h = hashlib.sha1()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def digests_of(args):
+    """{flag: digest} of the input files a run's args name, taken when it starts (train.py and
+    finetune.py keep them in every checkpoint of the run)."""
+    return {k: d for k in PATH_FLAGS if (d := digest(args.get(k))) is not None}
+
+
 def save(path, state, config_json=None):
     """torch.save to a temporary file, then rename: a crash never leaves half a checkpoint.
     config_json (a dict) is also written next to it as config.json."""

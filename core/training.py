@@ -90,15 +90,25 @@ def start_or_resume(args, kinds, resumable, d):
         return args, None, path
     state = checkpoint.load(path, kinds=kinds, need=("step", "optimizer", "rng"))
     saved = dict(state["args"])
-    conflicts = resume_conflicts(args, saved, resumable)
+    # an input file named elsewhere (a moved folder) with the same bytes is the same input
+    moved = [k for k in checkpoint.PATH_FLAGS if k in saved and getattr(args, k, None) not in (None, saved[k])
+             and checkpoint.digest(getattr(args, k)) == state.get("digests", {}).get(k, "none")]
+    conflicts = resume_conflicts(args, saved, tuple(resumable) + tuple(moved))
     if conflicts:
         raise UserError(f"--resume continues {path} with its own flags, but this command changes "
                         f"{'; '.join(conflicts)}: drop them, or start a new run with another --out")
     for k, v in vars(args).items():
-        if k in resumable or k not in saved or k == "overwrite":
+        if k in resumable or k in moved or k not in saved or k == "overwrite":
             saved[k] = v
     print0(d, f"resuming from {path} at step {state['step']}")
     return argparse.Namespace(**saved), state, path
+
+
+def run_digests(args, state):
+    """The digests of the run's input files: taken when it started, kept by its checkpoints."""
+    if state is not None and "digests" in state:
+        return dict(state["digests"])
+    return checkpoint.digests_of(vars(args))
 
 
 def check_finite(skipped, first, done, save, path):

@@ -13,8 +13,8 @@ import sys
 
 from core.data import held_out_key
 from reproduce import significance
-from reproduce.plan import BY_NAME, MARGIN, ORDERINGS, TABLES, parse_chain, seeds_of
-from reproduce.runstate import init_step_of, stale_reason
+from reproduce.plan import BY_NAME, MARGIN, ORDERINGS, TABLES, parse_chain, seeds_of, steps_of
+from reproduce.runstate import init_step_of, run_files, stale_reason
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
 
@@ -47,10 +47,23 @@ def environment(dtype_flag=None):
 
 
 def read_jsonl(path):
+    """The records of a JSONL log; a line that is not one (the last line of a run killed while writing
+    it) is left out, and said so."""
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        return [json.loads(l) for l in f if l.strip()]
+    rows, bad = [], 0
+    with open(path, errors="replace") as f:
+        for line in f:
+            try:
+                row = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                row, bad = None, bad + 1
+            if isinstance(row, dict):
+                rows.append(row)
+    if bad:
+        print(f"note: {path}: {bad} line(s) that are not a JSON record left out (a run killed while writing?)",
+              file=sys.stderr)
+    return rows
 
 
 def pretraining(out, name):
@@ -68,16 +81,25 @@ def pretraining(out, name):
 def results(state, run_name):
     """The eval rows recorded for an eval run (one, or one per threshold of a sweep)."""
     rows = []
-    for f in state["runs"].get(run_name, {}).get("files") or []:
-        if os.path.exists(f):
+    for f in run_files(state, run_name, state["_out"]):
+        if not os.path.exists(f):
+            continue
+        try:
             with open(f) as fh:
-                rows.append(json.load(fh))
+                row = json.load(fh)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            print(f"note: {f}, recorded as {run_name}'s result, is not a JSON result ({e}); left out", file=sys.stderr)
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            print(f"note: {f}, recorded as {run_name}'s result, holds no result record; left out", file=sys.stderr)
     return rows
 
 
 def outputs_of(state, run_name):
     """The per-example outputs file (eval.py's outputs-*.jsonl) of a run's first evaluation, or None."""
-    for f in (state["runs"].get("eval-" + run_name, {}).get("files") or [])[:1]:
+    for f in list(run_files(state, "eval-" + run_name, state["_out"]))[:1]:
         path = os.path.join(os.path.dirname(f), "outputs-" + os.path.basename(f)[len("eval-"):-len(".json")] + ".jsonl")
         if os.path.exists(path):
             return path
@@ -128,14 +150,20 @@ def gap_of(out, resolved, name):
 
 def write(args, fields, state, resolved):
     out = args.out
+    state = dict(state, _out=out)  # where the recorded result files are (run_files)
     lines = [f"# The papers' comparisons at the `{args.budget}` budget", "",
              f"Written by `python -m reproduce --budget {args.budget}` on {datetime.date.today()} "
-             f"({datetime.datetime.now():%H:%M}). Pretraining: {fields['steps']} steps "
+             f"({datetime.datetime.now():%H:%M}). Pretraining: the plan's {fields['steps']} steps "
              f"(`{fields['train']}`); fine-tuning `{fields['finetune']}`; evaluation `{fields['eval'] or 'the whole test split'}`.",
              "", f"Hardware and versions: {environment(args.dtype)}.", ""]
+    elsewhere = steps_elsewhere(out, resolved, fields)
+    if elsewhere:  # a row is read at the step its pretraining is at, whatever the plan says now
+        lines += ["Not at the plan's steps, and read as they are: " + ", ".join(f"{n} at step {s} (the plan: {p})"
+                                                                              for n, s, p in elsewhere) + ".", ""]
     unavailable = state.get("unavailable", {})
     data = dict(budget=args.budget, written=f"{datetime.datetime.now():%Y-%m-%d %H:%M}", environment=environment(args.dtype),
-                steps=fields["steps"], pretraining={}, runs={}, orderings=[])
+                steps=fields["steps"], steps_elsewhere={n: s for n, s, _ in elsewhere}, pretraining={}, runs={},
+                orderings=[])
 
     # pretraining against the unigram plateau
     lines += ["## Pretraining: held-out loss against the unigram entropy", "",
@@ -276,6 +304,17 @@ def write(args, fields, state, resolved):
             f.write(text)
         os.replace(tmp, name)
     return path
+
+
+def steps_elsewhere(out, resolved, fields):
+    """[(pretraining, its step now, the plan's steps)] of the pretrainings at another step than the
+    plan's (a sitting of other --steps, or a run not yet finished)."""
+    out_ = []
+    for name in (n for n in resolved if n.startswith("pre-")):
+        p = pretraining(out, name)
+        if p and p[0] != steps_of(BY_NAME[name], fields):
+            out_.append((name, p[0], steps_of(BY_NAME[name], fields)))
+    return out_
 
 
 def validation_curve(out, name):

@@ -31,26 +31,24 @@ needs it too, where a worker of --jobs waits for it (reproduce/workers.py). stat
 and updated under its own lock after every run, so neither runner loses the other's.
 """
 import argparse
-import contextlib
 import glob
-import io
-import json
+import math
 import os
 import re
 import shlex
 import signal
 import sys
 import time
-import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from reproduce import report  # noqa: E402
+from reproduce.execute import execute, rejected, scripts, write_subset  # noqa: E402
 from reproduce.plan import BUDGETS, BY_NAME, epochs_of, fill, plan_for, steps_of  # noqa: E402
 from reproduce.runstate import (claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
-                                progress_of, ran_otherwise, stale_reason)
+                                progress_of, ran_otherwise, stale_reason, wrong_checkpoint)
 
 STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
 
@@ -84,8 +82,8 @@ def get_args(argv=None):
                 f"its data, about 650 MB)")
     for flag in ("steps", "epochs", "limit", "permutations"):
         v = getattr(args, flag)
-        if v is not None and not v > 0:
-            p.error(f"--{flag} {v:g}: must be above 0")
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            p.error(f"--{flag} {v:g}: must be a finite number above 0")
     for flag in ("only", "skip"):
         if getattr(args, flag) is not None:
             try:
@@ -95,6 +93,8 @@ def get_args(argv=None):
     from core.training import DTYPES
     if args.dtype is not None and args.dtype not in DTYPES:
         p.error(f"--dtype {args.dtype!r}: one of {', '.join(DTYPES)} (what the scripts accept)")
+    if args.report_only and args.dry_run:
+        p.error("--report-only writes OUT/RESULTS.md and --dry-run writes nothing: give one of them")
     if args.jobs > 1 and args.stop_after_runs is not None:
         p.error("--stop-after-runs counts one runner's runs: use it without --jobs")
     args.out = args.out or os.path.join("checkpoints", f"reproduce-{args.budget}")
@@ -140,79 +140,6 @@ def resolve(run, fields, out, dtype=None):
     if dtype:
         argv += ["--dtype", dtype]
     return argv, needs
-
-
-def scripts():
-    """The three scripts' modules, imported once (in-process runs skip a 6 s import each)."""
-    import eval as evaluate_script
-    import finetune
-    import train
-    return dict(train=train, finetune=finetune, eval=evaluate_script)
-
-
-def rejected(module, argv):
-    """None if the script's own argument parser accepts argv, else its one-line reason (a flag or
-    a choice this checkout does not have yet)."""
-    from core.errors import UserError
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            module.get_args(argv)
-    except SystemExit:
-        lines = [l for l in err.getvalue().splitlines() if l.strip()]
-        return re.sub(r"^\S+: error: ", "", lines[-1]) if lines else "rejected"
-    except UserError as e:
-        return str(e)
-    return None
-
-
-# -----------------------------------------------------------------------------
-# running one
-
-class Tee(io.TextIOBase):
-    def __init__(self, *streams):
-        self.streams = streams
-
-    def write(self, s):
-        for st in self.streams:
-            st.write(s)
-        return len(s)
-
-    def flush(self):
-        for st in self.streams:
-            st.flush()
-
-
-def execute(module, run, argv, log_path, quiet):
-    """Run a script's main(argv) here, its output to the console and its log. Returns (exit
-    status, what main returned, the error line or None)."""
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with open(log_path, "a") as log:
-        log.write(f"\n$ {command(run, argv)}\n")
-        out = Tee(log) if quiet else Tee(sys.stdout, log)
-        err = Tee(log) if quiet else Tee(sys.stderr, log)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                return 0, module.main(argv), None
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-                return code, None, (None if code == 0 else f"exit status {code}")
-            except Exception as e:  # a bug in a script: logged, and the runner goes on with the rest
-                traceback.print_exc()
-                return 1, None, f"{type(e).__name__}: {e}"
-
-
-def write_subset(data_dir):
-    """The tiny budget's data: a few hundred records of the embedded corpus."""
-    from core.data import embedded_records
-    if os.path.exists(os.path.join(data_dir, "test.jsonl")):
-        return
-    os.makedirs(data_dir, exist_ok=True)
-    with open(os.path.join(data_dir, "pretrain.txt"), "w") as f:
-        f.write("\n".join(r["document"] for r in embedded_records("train")[:1500]) + "\n")
-    for split, n in (("train", 96), ("valid", 16), ("test", 8)):
-        with open(os.path.join(data_dir, f"{split}.jsonl"), "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in embedded_records(split)[:n])
 
 
 def select(plan, resolved, only, skip):
@@ -269,6 +196,10 @@ def main(argv=None, early=None):
     except StateError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if state.get("budget", args.budget) != args.budget:
+        print(f"error: {args.out} holds the runs of --budget {state['budget']}, not {args.budget}: give "
+              f"--budget {state['budget']}, or another --out", file=sys.stderr)
+        return 2
     mods = scripts()
     plan = plan_for(fields)
     resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in plan}
@@ -285,6 +216,8 @@ def main(argv=None, early=None):
         elif recorded := ran_otherwise(r, resolved[r.name][0], args.out, state):
             unavailable[r.name] = (f"ran with other flags than the plan's (`{recorded}`): "
                                    f"move {os.path.join(args.out, r.name)} aside to run it again")
+        elif wrong := wrong_checkpoint(r, resolved[r.name][0], args.out):
+            unavailable[r.name] = f"{wrong}: move {os.path.join(args.out, r.name)} aside to run it again"
     changed = True
     while changed:
         changed = False
@@ -340,7 +273,7 @@ def main(argv=None, early=None):
         state = dict(load_state(args.out), unavailable=unavailable)
         print(f"\nresults: {report.write(args, fields, state, resolved)}")
         return code
-    return run_left(args, fields, state, resolved, mods, left, unavailable, say)
+    return run_left(args, fields, state, resolved, mods, left, unavailable, say, runs)
 
 
 def may_still_finish(name, out, state, mine):
@@ -354,10 +287,11 @@ def may_still_finish(name, out, state, mine):
     return name in mine and state["runs"].get(name, {}).get("status") != "failed"
 
 
-def run_left(args, fields, state, resolved, mods, left, unavailable, say):
+def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=()):
     """Run what is left, in the plan's order. A run whose needs are unfinished is skipped, or, in a
-    worker of --jobs, waited for while another runner may still finish them."""
-    status, ran, pending = 0, 0, list(left)
+    worker of --jobs, waited for while another runner may still finish them. A pretraining this
+    sitting extends makes the selected runs built on it stale: they join this sitting's runs."""
+    status, ran, pending, attempted = 0, 0, list(left), set()
     try:
         while pending:
             waiting, progressed = [], False
@@ -390,7 +324,8 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say):
                     if frac >= 1:  # another runner finished it since this one started
                         continue
                     if r.script != "eval":
-                        fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f)) for f in ("log.jsonl", "best.pt"))
+                        fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f))
+                                                   for f in ("log.jsonl", "best.pt", "last.pt"))
                         argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
                     say(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
                     t0 = time.time()
@@ -399,6 +334,10 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say):
                     secs = time.time() - t0
                     rec = record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_)
                 ran, progressed = ran + 1, True
+                attempted.add(r.name)
+                if r.script == "train" and code == 0:
+                    pending += [x for x in runs if x not in pending and x.name not in attempted and x.name not in unavailable
+                                and progress_of(x, resolved[x.name][0], fields, args.out, state, resolved)[0] < 1]
                 report.write(args, fields, state, resolved)
                 say(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""), flush=True)
                 if code in STOPPED:
@@ -426,6 +365,7 @@ def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0,
     """Write run R's outcome into state.json (under its lock) and into STATE; returns its record."""
     with locked_state(args.out) as shared:
         shared["unavailable"] = unavailable
+        shared["budget"] = args.budget
         rec = shared["runs"].setdefault(r.name, {})
         rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
                    seconds=rec.get("seconds", 0.0) * (rec.get("status") != "done") + secs,
@@ -435,7 +375,7 @@ def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0,
             rec["runner"] = args.worker
         if r.script == "eval" and code == 0:
             ckdir = os.path.dirname(argv_[0])
-            rec["files"] = sorted(f for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
+            rec["files"] = sorted(os.path.relpath(f, args.out) for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
                                   if os.path.getmtime(f) >= t0 - 1)
             shared["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] \
                 or shared.get("lead")

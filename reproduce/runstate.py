@@ -23,8 +23,13 @@ def command(run, argv):
 def what_it_ran(cmd):
     """A command less what does not change its result: the flags a run may change between sittings
     (VARYING), how often it logs, evaluates or saves (UNCHANGING), --resume, --overwrite; and its
-    paths written one way (`./x/../x/y` and an absolute path to it are `x/y`)."""
+    paths written one way (`./x/../x/y` and an absolute path to it are `x/y`), those inside the OUT
+    it ran in as OUT/... (an OUT moved, or named from another folder, ran the same commands)."""
     words, kept = shlex.split(cmd), []
+    paths = [w for w in words[2:] if "/" in w and not w.startswith("-")]
+    where = words[words.index("--out") + 1] if "--out" in words[:-1] else paths[0] if paths else None
+    base = os.path.dirname(os.path.dirname(os.path.abspath(where)) if "--out" not in words[:-1] else
+                           os.path.abspath(where)) if where else None
     i = 0
     while i < len(words):
         if words[i] in VARYING + UNCHANGING:
@@ -32,7 +37,10 @@ def what_it_ran(cmd):
             continue
         if words[i] not in ("--resume", "--overwrite"):
             w = words[i]
-            kept.append(os.path.relpath(os.path.realpath(w)) if "/" in w and not w.startswith("-") else w)
+            if "/" in w and not w.startswith("-"):
+                full = os.path.abspath(w)
+                w = "OUT/" + os.path.relpath(full, base) if base and full.startswith(base + os.sep) else os.path.relpath(full)
+            kept.append(w)
         i += 1
     return kept
 
@@ -50,7 +58,9 @@ def ran_otherwise(run, argv, out, state):
 # -----------------------------------------------------------------------------
 # lineage: which checkpoint of its pretraining a result came from
 
-_LINEAGE = {}  # (path, mtime_ns, size) -> {"step", "init_step"}: a report reads each checkpoint once
+_LINEAGE = {}  # (path, mtime_ns, size) -> {"step", "init_step", ...}: a report reads each checkpoint once
+KEPT = ("step", "init_step", "kind", "stopped_early")  # what _ckpt keeps of a checkpoint
+KEPT_ARGS = ("objective", "model", "task", "steps", "epochs")  # and of its args
 
 
 def _ckpt(path):
@@ -70,7 +80,11 @@ def _ckpt(path):
             ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception:  # noqa: BLE001  (a checkpoint being rewritten, or not one: no lineage to read)
             return None
-        _LINEAGE[key] = {k: ck.get(k) for k in ("step", "init_step")} if isinstance(ck, dict) else {}
+        if isinstance(ck, dict):
+            _LINEAGE[key] = {k: ck.get(k) for k in KEPT}
+            _LINEAGE[key]["args"] = {k: (ck.get("args") or {}).get(k) for k in KEPT_ARGS}
+        else:
+            _LINEAGE[key] = {}
     return _LINEAGE[key]
 
 
@@ -88,6 +102,35 @@ def init_step_of(out, name):
         return None, None
     ck = _ckpt(path)
     return (None if ck is None else ck.get("init_step")), os.path.getmtime(path)
+
+
+def flag_value(argv, flag, default=None):
+    """The value of `flag` in an argv (its last occurrence, as argparse reads it)."""
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+    return values[-1] if values else default
+
+
+def wrong_checkpoint(run, argv, out):
+    """Why run NAME's last.pt is not what the plan runs there (another objective or preset for a
+    pretraining, another task for a fine-tuning: a file copied or left from another budget), else
+    None. A checkpoint that cannot be read is said so too."""
+    path = os.path.join(out, run.name, "last.pt")
+    if run.script == "eval" or not os.path.exists(path):
+        return None
+    ck = _ckpt(path)
+    if not ck:
+        return f"{path} is not a checkpoint this project can read"
+    kind, got = str(ck.get("kind")), ck.get("args", {})
+    if run.script == "train":
+        want = dict(objective=flag_value(argv, "--objective", "pmlm"), model=flag_value(argv, "--model", "small"))
+        if kind != f"pretrain/{want['objective']}" or got.get("model") != want["model"]:
+            return (f"{path} is a {kind} checkpoint of --model {got.get('model')}, not the plan's "
+                    f"pretrain/{want['objective']} of --model {want['model']}")
+    else:
+        task = flag_value(argv, "--task", "summarize")
+        if kind != f"finetune/{task}":
+            return f"{path} is a {kind} checkpoint, not the plan's finetune/{task}"
+    return None
 
 
 def stale_reason(run, resolved, out):
@@ -182,6 +225,15 @@ def claim(out, name):
     return f
 
 
+def run_files(state, name, out):
+    """The result files recorded for run NAME, as paths to open: recorded relative to OUT (so that an
+    OUT moved or named another way still finds them); older records, relative to where the runner
+    ran, are taken as they are."""
+    for f in state["runs"].get(name, {}).get("files") or []:
+        inside = os.path.join(out, f)
+        yield f if os.path.isabs(f) or not os.path.exists(inside) else inside
+
+
 def progress_of(run, argv, fields, out, state, resolved=None):
     """(fraction done in [0, 1], a last.pt to resume from or None). Train: the checkpoint's step
     against the budget's; finetune: its step against its steps and its epochs against the
@@ -193,10 +245,11 @@ def progress_of(run, argv, fields, out, state, resolved=None):
     if run.script == "eval":
         rec = state["runs"].get(run.name, {})
         ckpt = argv[0]
-        files = rec.get("files") or []
+        files = list(run_files(state, run.name, out))
         fresh = files and os.path.exists(ckpt) and all(
             os.path.exists(f) and os.path.getmtime(f) >= os.path.getmtime(ckpt) for f in files)
-        return (1.0 if fresh and rec.get("command") == command(run, argv) else 0.0), None
+        same = rec.get("command") and what_it_ran(rec["command"]) == what_it_ran(command(run, argv))
+        return (1.0 if fresh and same else 0.0), None
     last = os.path.join(out, run.name, "last.pt")
     if not os.path.exists(last):
         return 0.0, None
@@ -204,6 +257,8 @@ def progress_of(run, argv, fields, out, state, resolved=None):
     step, a = ck["step"], ck["args"]
     if run.script == "train":
         return min(1.0, step / steps_of(run, fields)), last
+    if not os.path.exists(os.path.join(out, run.name, "best.pt")):  # what its evaluation reads: run it again
+        return 0.0, None
     if ck.get("stopped_early"):  # stopped on validation: done, whatever its --epochs allowed
         return 1.0, None
     epochs = epochs_of(run, fields)

@@ -27,10 +27,12 @@ CACHE = {}  # (path, mtime, metric) -> per-example scores
 def read_rows(path):
     """The rows of one of eval.py's outputs-*.jsonl files, or ValueError saying why it is not one."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
         raise ValueError(f"{path}: cannot read it ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte {e.start}): not one of eval.py's outputs files") from None
     rows = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -43,6 +45,9 @@ def read_rows(path):
         if not isinstance(row, dict) or not {"source", "prediction", "reference"} <= set(row):
             raise ValueError(f"{path} line {i} has no source / prediction / reference: not one of eval.py's outputs "
                              f"files (outputs-*.jsonl)")
+        bad = [k for k in ("source", "prediction", "reference") if not isinstance(row[k], str)]
+        if bad:
+            raise ValueError(f"{path} line {i}: {bad[0]} is {json.dumps(row[bad[0]])}, not a text")
         rows.append(row)
     if not rows:
         raise ValueError(f"{path} holds no outputs")

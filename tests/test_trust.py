@@ -32,7 +32,7 @@ def fake_ckpt(path, **fields):
 def test_an_extended_pretraining_makes_its_fine_tuning_and_evaluation_stale(tmp_path):
     out = str(tmp_path / "r")
     args, fields, resolved = resolved_for(out)
-    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=4, args={})
+    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=4, args=dict(model="tiny"), kind="pretrain/pmlm")
     with open(os.path.join(out, "pre-pmlm", "log.jsonl"), "w") as f:
         f.write(json.dumps(dict(step=4, valid_ae_loss=5.0, unigram_entropy=6.0)) + "\n")
     fake_ckpt(os.path.join(out, "sum-pmlm", "last.pt"), step=10, args=dict(epochs=1, steps=10), init_step=4)
@@ -49,7 +49,7 @@ def test_an_extended_pretraining_makes_its_fine_tuning_and_evaluation_stale(tmp_
     text = open(report.write(args, fields, dict(state, unavailable={}), resolved)).read()
     assert "pre-pmlm step 4" in text and "STALE" not in text
     # a later sitting extends the pretraining to step 6
-    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=6, args={})
+    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=6, args=dict(model="tiny"), kind="pretrain/pmlm")
     assert runstate.progress_of(ft, resolved["sum-pmlm"][0], fields, out, state, resolved) == (0.0, None)
     why = runstate.stale_reason(ft, resolved, out)
     assert "step 4" in why and "step 6" in why and runstate.stale_reason(ev, resolved, out) == why
@@ -80,8 +80,9 @@ def test_a_checkpoint_is_read_once_until_it_changes(tmp_path, monkeypatch):
 def test_the_listing_says_what_is_stale(tmp_path, capsys):
     out = str(tmp_path / "r")
     _, _, resolved = resolved_for(out)
-    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=8, args={})
-    fake_ckpt(os.path.join(out, "sum-pmlm", "last.pt"), step=10, args=dict(epochs=1, steps=10), init_step=4)
+    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=8, args=dict(model="tiny"), kind="pretrain/pmlm")
+    fake_ckpt(os.path.join(out, "sum-pmlm", "last.pt"), step=10, args=dict(epochs=1, steps=10), init_step=4,
+              kind="finetune/summarize")
     assert reproduce.main(["--budget", "tiny", "--out", out, "--dry-run", "--only", "^sum-pmlm$"]) == 0
     text = capsys.readouterr().out
     assert "sum-pmlm" in text and "stale (fine-tuned from pre-pmlm at step 4, which is now at step 8)" in text
@@ -296,7 +297,7 @@ def test_finetune_table_refuses_exit_flags_where_they_do_nothing():
 def test_the_report_writes_its_results_as_data(tmp_path):
     out = str(tmp_path / "r")
     args, fields, resolved = resolved_for(out)
-    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=4, args={})
+    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=4, args=dict(model="tiny"), kind="pretrain/pmlm")
     with open(os.path.join(out, "pre-pmlm", "log.jsonl"), "w") as f:
         f.write(json.dumps(dict(step=4, valid_ae_loss=5.0, unigram_entropy=6.0)) + "\n")
     report.write(args, fields, dict(runs={}, unavailable={}), resolved)
