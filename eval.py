@@ -149,16 +149,20 @@ def examples(task, args):
     return data
 
 
-def result_names(path, args):
-    """(eval json, outputs jsonl) beside the checkpoint, named for it and for the data."""
+def result_names(path, args, task="summarize"):
+    """(eval json, outputs jsonl) beside the checkpoint, named for it, the data, and how it decodes
+    (a classifier decodes nothing: no decoding settings in its names)."""
     data = args.split if args.data is None else (
         os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
     tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-sample{args.limit}" if args.limit else "")
     setting = getattr(args, "exit", None)
     if setting is None and "exit" not in vars(args):  # called on parsed flags alone: their first setting
         setting = exit_settings(args, ["elmer"])[0]
-    if setting:  # a threshold sweep keeps each
-        tag += f"-exit-{setting[0]}{setting[1]:g}"
+    if setting:  # a threshold sweep keeps each (resolved in main; read off the flags, the checkpoint's own measure)
+        tag += f"-exit-{setting[0] or 'own'}" + (f"{setting[1]:g}" if setting[1] is not None else "")
+    if task == "classify":
+        return (os.path.join(os.path.dirname(os.path.abspath(path)), f"eval-{tag}.json"),
+                os.path.join(os.path.dirname(os.path.abspath(path)), f"outputs-{tag}.jsonl"))
     tag += {None: "", True: "-adaptive", False: "-allpasses"}[args.adaptive_stop]
     # a decoding flag away from its default: beam 1 and beam 5 of one checkpoint are two results
     tag += "".join(f"-{short}{getattr(args, name):g}" if isinstance(getattr(args, name), (int, float))
@@ -186,10 +190,29 @@ def exit_settings(args, archs):
         ns = argparse.Namespace(exit_measure=args.exit_measure, exit_threshold=None if args.exit_entropy is not None else v,
                                 exit_entropy=v if args.exit_entropy is not None else None)
         measure, threshold = exit_flags(ns)
-        measure = measure or "entropy"
-        check_threshold(measure, threshold, flag)
-        out.append((measure, threshold if threshold is not None else DEFAULT_THRESHOLD[measure]))
+        if measure is not None:
+            check_threshold(measure, threshold, flag)
+        out.append((measure, threshold))  # a measure not given is the checkpoint's own (resolve_exit)
     return out if "elmer" in archs else [None]  # without an elmer checkpoint: checked, then noted as unused
+
+
+def resolve_exit(setting, state, path):
+    """The (measure, threshold) an ELMER checkpoint is evaluated with: the flags' measure, else the
+    one it was fine-tuned with; the flags' threshold, else that measure's (the checkpoint's own for
+    its own measure). The learnt classifier needs the checkpoint to hold one."""
+    if setting is None:
+        return None
+    own = dict(state.get("elmer") or {})
+    own_measure = own.get("exit_measure", "entropy")
+    measure, threshold = setting[0] or own_measure, setting[1]
+    if threshold is None:
+        threshold = own.get("exit_threshold") if measure == own_measure else None
+        threshold = DEFAULT_THRESHOLD[measure] if threshold is None else threshold
+    check_threshold(measure, threshold, "--exit-threshold")
+    if measure == "classifier" and "exit_clf.weight" not in state["model"]:
+        raise UserError(f"{path} holds no exit classifier (it was fine-tuned before the classifier was trained): "
+                        f"evaluate it with --exit-measure entropy or state")
+    return measure, threshold
 
 
 def load_model(path, state, device, exit_setting=None):
@@ -299,9 +322,10 @@ def majority_row(targets):
 
 def write_results(path, row, outputs, args):
     """Atomically, the row (with the settings) and the outputs, named by result_names."""
-    json_path, outputs_path = result_names(path, args)
+    json_path, outputs_path = result_names(path, args, row.get("task", "summarize"))
     settings = dict(vars(args))
     settings["dtype"] = getattr(args, "dtype_run", settings.get("dtype"))  # what --dtype auto resolved to
+    settings["device"] = getattr(args, "device_run", settings.get("device"))  # and --device auto, where it was timed
     if args.data is not None:  # a user's file: there is no split
         settings["split"] = None
     files = [(json_path, json.dumps(dict(row, generation=settings), indent=2))]
@@ -377,16 +401,21 @@ def main(argv=None):
         raise UserError("--adaptive-stop / --no-adaptive-stop change Mask-Predict decoding: none of the checkpoints "
                         "is a NAR one (finetune.py --nar)")
     args.exits = exit_settings(args, [arch_of(s, p) for p, s in states.items()])
-    for task in sorted({state["kind"].split("/")[1] for state in states.values()}):
-        load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=lambda msg: None)
+    exits = {p: [resolve_exit(e, s, p) for e in args.exits] if arch_of(s, p) == "elmer" else [None]
+             for p, s in states.items()}
+    sizes = [len(load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=lambda msg: None))
+             for task in sorted({state["kind"].split("/")[1] for state in states.values()})]
+    if args.limit and args.limit >= max(sizes):  # no sample: the whole split, and its files named so
+        print(f"note: --limit {args.limit} is not under the {max(sizes)} examples there are: all of them are evaluated")
+        args.limit = None
     check_settings(args, paths, states)
     for task in sorted({state["kind"].split("/")[1] for state in states.values()}):  # said once, not per checkpoint
         load_split(task, args.split, args.data, args.src_field, args.tgt_field)
     dtype = resolve_dtype(args.dtype, device)
-    args.dtype_run = str(dtype).split(".")[-1]
+    args.dtype_run, args.device_run = str(dtype).split(".")[-1], device.type
     rows = []
     for path in paths:  # each row's files on disk at once: a later failure loses none of them
-        for setting in (args.exits if arch_of(states[path], path) == "elmer" else [None]):  # a sweep: one row each
+        for setting in exits[path]:  # a sweep: one row each
             args.exit = setting
             row, outputs = evaluate_checkpoint(path, states[path], args, device, dtype)
             write_results(path, row, outputs, args)

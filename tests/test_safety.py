@@ -252,3 +252,43 @@ def test_torchrun_bad_data_says_the_error_first(tmp_path):
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert r.returncode != 0 and lines[0] == f"error: data file not found: {missing}", r.stderr[:2000]
     assert sum(l.startswith("error: ") for l in lines) == 1 and "exitcode  : 2" in r.stderr
+
+
+# -----------------------------------------------------------------------------
+# eval.py's records say what was evaluated, where, and how
+
+def test_eval_records_what_it_evaluated(world, capsys):
+    """--limit at or past the data's size evaluates all of it, and neither the file names nor the
+    report call that a sample; the JSON names the device the latency was measured on, not 'auto';
+    a classifier's files carry no decoding settings."""
+    import glob
+    import json
+    ck = os.path.join(world["ft"], "best.pt")
+    evaluate_script.main([ck, "--data", world["valid"], "--limit", "100", "--beam", "2", "--latency-samples", "1",
+                          "--no-lead"])
+    out = capsys.readouterr().out
+    assert "all of them are evaluated" in out and "a sample of" not in out
+    names = glob.glob(os.path.join(world["ft"], "eval-best-valid-*.json"))
+    assert names and not any("sample" in n for n in names), names
+    saved = json.load(open(names[0]))
+    assert saved["n"] == 8 and saved["generation"]["device"] == "cpu"
+    args = evaluate_script.get_args([ck, "--beam", "2"])
+    assert "-beam2" in evaluate_script.result_names(ck, args)[0]
+    assert "-beam" not in evaluate_script.result_names(ck, args, "classify")[0]
+
+
+def test_elmer_exit_uses_the_checkpoints_measure_and_its_classifier():
+    """A threshold alone keeps the measure the checkpoint was fine-tuned with; a measure whose
+    weights the checkpoint lacks is refused."""
+    from core.errors import UserError
+    state = dict(elmer=dict(exit_measure="state", exit_threshold=0.99), model={"exit_clf.weight": torch.zeros(1)})
+    assert evaluate_script.resolve_exit((None, 0.95), state, "ck") == ("state", 0.95)
+    assert evaluate_script.resolve_exit((None, None), state, "ck") == ("state", 0.99)
+    assert evaluate_script.resolve_exit(("entropy", None), state, "ck") == ("entropy", 0.5)
+    with pytest.raises(UserError, match="must be in"):
+        evaluate_script.resolve_exit((None, 2.0), state, "ck")  # a cosine above 1, for the state measure
+    old = dict(elmer=dict(exit_measure="entropy"), model={})
+    with pytest.raises(UserError, match="holds no exit classifier"):
+        evaluate_script.resolve_exit(("classifier", 0.9), old, "ck")
+    args = evaluate_script.get_args(["ck.pt", "--exit-threshold", "0.95"])
+    assert "-exit-own0.95" in evaluate_script.result_names("ck.pt", args)[0]
