@@ -88,6 +88,10 @@ def get_args(argv=None):
         p.error(f"--dims must be comma-separated integers, got {a.dims!r}")
     if not set(a.dims) <= {64, 128}:
         p.error("--dims takes 64 and/or 128")
+    if a.deadline is not None and not a.deadline > 0:
+        p.error(f"--deadline {a.deadline:g}: seconds, above 0 (without it, no deadline)")
+    from bench.common import check_flags
+    check_flags(p, a, outputs=("json", "save_configs"), inputs=("configs",))
     return a
 
 

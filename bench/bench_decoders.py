@@ -64,8 +64,8 @@ def get_args(argv=None):
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if a.vocab <= 6 + MASK:
         p.error(f"--vocab {a.vocab}: the sources draw from ids 6 and up, so it must be > 10")
-    if a.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: no CUDA device here")
+    from bench.common import check_flags
+    check_flags(p, a)
     return a
 
 

@@ -87,6 +87,8 @@ def main():
     p.add_argument("--steps", type=int, default=40, help="--compile: steps of each end-to-end run")
     p.add_argument("--json", default=None, help="also write the dtype comparison to this file")
     args = p.parse_args()
+    from bench.common import check_flags
+    check_flags(p, args, positive=("micro_batch", "steps"), at_least=dict(repeats=0, seq_len=8))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     d = Dist(0, 1, 0, device)
     texts, _ = pretraining_texts(None, None, "text")

@@ -401,11 +401,25 @@ def step_times(p, memory, valid, repeats):
 
 
 def parse_thresholds(text):
-    """'entropy=0.5,1;state=0.9' -> {measure: [thresholds]}"""
+    """'entropy=0.5,1;state=0.9' -> {measure: [thresholds]}, each in its measure's range (what eval.py
+    accepts: core.exit_measures.check_threshold)."""
+    from core.errors import UserError
+    from core.exit_measures import MEASURES, check_threshold
     out = {}
     for part in filter(None, text.split(";")):
-        m, vals = part.split("=")
-        out[m.strip()] = [float(v) for v in vals.split(",")]
+        try:
+            m, vals = part.split("=")
+            m = m.strip()
+            out[m] = [float(v) for v in vals.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: MEASURE=X,Y,... (e.g. 'entropy=0.5,1;state=0.99')") from None
+        if m not in MEASURES:
+            raise argparse.ArgumentTypeError(f"{m!r} is not a measure ({', '.join(MEASURES)})")
+        for v in out[m]:
+            try:
+                check_threshold(m, v)
+            except UserError as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
     return out
 
 
@@ -413,7 +427,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", default=None, help="a fine-tuned elmer checkpoint: time its real decode path")
     p.add_argument("--n", type=int, default=32, help="--ckpt: test sources")
-    p.add_argument("--measures", nargs="+", default=["entropy", "state", "classifier"])
+    p.add_argument("--measures", nargs="+", default=["entropy", "state", "classifier"],
+                   choices=["entropy", "state", "classifier"])
     p.add_argument("--thresholds", type=parse_thresholds,
                    default=parse_thresholds("entropy=0.5,1,2,4;state=0.999,0.995,0.99,0.98;classifier=0.95,0.9,0.8,0.6"),
                    help="per measure, e.g. 'entropy=0.5,1;state=0.99,0.98'")
@@ -440,6 +455,11 @@ def main():
     p.add_argument("--json", default=None, help="--ckpt, --forced, --graphs: write their rows and targets to this file")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = p.parse_args()
+    from bench.common import check_flags
+    check_flags(p, args, positive=("n", "layers", "src", "dec_len", "batch", "big_batch", "beam", "repeats",
+                                   "forced_batches", "big_batches"), at_least=dict(vocab=16), inputs=("ckpt",))
+    if not (args.ckpt or args.forced or args.ar or args.graphs):
+        p.error("nothing to time: give --ckpt CKPT, --forced, --ar and / or --graphs")
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
     print(f"torch {torch.__version__}, {device.type}"
@@ -460,8 +480,6 @@ def main():
         with open(args.json, "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                            torch=torch.__version__, date=time.strftime("%Y-%m-%d"), **result), f, indent=1)
-    if not (args.ckpt or args.forced or args.ar or args.graphs):
-        p.error("nothing to time: give --ckpt CKPT, --forced, --ar and / or --graphs")
 
 
 if __name__ == "__main__":

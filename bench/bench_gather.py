@@ -33,6 +33,8 @@ def main():
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--reps", type=int, default=20, help="timed repetitions on CPU")
     args = ap.parse_args()
+    from bench.common import check_flags
+    check_flags(ap, args, positive=("tokens", "width", "reps"))
     if CUDA:
         from kernels import early_exit as ee
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")

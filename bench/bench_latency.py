@@ -47,8 +47,8 @@ def get_args(argv=None):
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     add_dtype_flag(p)
     args = p.parse_args(argv)
-    if args.n < 1 or args.repeats < 1:
-        raise UserError("--n and --repeats: at least 1")
+    from bench.common import check_flags
+    check_flags(p, args, positive=("n", "repeats", "beam"), inputs=("data",))
     return args
 
 

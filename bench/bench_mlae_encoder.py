@@ -38,6 +38,8 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--json", default=None, help="also write the rows to this file")
     args = p.parse_args()
+    from bench.common import check_flags
+    check_flags(p, args, positive=("batch", "repeats"), at_least=dict(seq_len=8))
     dev = torch.device(args.device)
     cfg = preset(args.model, vocab_size=8000, dropout=0.0, n_dec_layers=1)
     model = MLAE(cfg, "b").to(dev)

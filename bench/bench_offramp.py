@@ -63,6 +63,8 @@ def main():
     ap.add_argument("--chunk", type=int, default=None, help="token rows per chunk of the training loss "
                     "(default: kernels.offramp_loss.default_chunk(V))")
     args = ap.parse_args()
+    from bench.common import check_flags
+    check_flags(ap, args, positive=("tokens", "width", "reps", "chunk"), at_least=dict(vocab=2))
     for V in args.vocab:
         run(args, V)
 

@@ -1,4 +1,5 @@
 """What the benchmarks share: the device, and a timer that is fair on both kinds of device."""
+import os
 import statistics
 import time
 
@@ -21,3 +22,27 @@ def bench(fn, reps):
         fn()
         times.append((time.perf_counter() - t) * 1e3)
     return statistics.median(times)
+
+
+def check_flags(p, args, positive=(), at_least=None, outputs=("json",), inputs=(), device="device"):
+    """Every bench script's flags checked before it measures anything, each refused in one line
+    (p.error: exit 2): the integer flags `positive` at least 1 (a list flag every value of it), or
+    at least `at_least[name]`; the files `outputs` writable (core.guards.unwritable), the files
+    `inputs` present; `--device cuda` only where torch has CUDA."""
+    from core.guards import unwritable
+    flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
+    lows = dict({name: 1 for name in positive}, **(at_least or {}))
+    for name, low in lows.items():
+        for v in (getattr(args, name) if isinstance(getattr(args, name), list) else [getattr(args, name)]):
+            if v is not None and v < low:
+                p.error(f"{flag(name)} {v}: must be at least {low}")
+    for name in outputs:
+        path = getattr(args, name, None)
+        if path and unwritable(path, flag(name)):
+            p.error(unwritable(path, flag(name)))
+    for name in inputs:
+        path = getattr(args, name, None)
+        if path and not os.path.isfile(path):
+            p.error(f"{flag(name)} {path}: no such file")
+    if getattr(args, device, None) == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this torch has no CUDA device (a CPU build, or no GPU here)")

@@ -58,3 +58,8 @@ def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cud
     step.n_params = sum(p.numel() for p in net.parameters())
     step.tokens = 0
     return step
+
+
+if __name__ == "__main__":  # a module of gpu_check.py's profile, with no flags of its own
+    sys.exit("error: bench/profile_step.py is the step that `bench/gpu_check.py --part profile` profiles, not a "
+             "script; to time a training step with each attention, run bench/bench_step.py (--help)")

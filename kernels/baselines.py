@@ -102,19 +102,20 @@ def block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq):
 def flex(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None, scale=None,
          cache=None):
     bm = _entry(cache, "flex-block-mask", lambda: block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq))
-    score_mod = None
+    out = _flex_fn(q.device)(q, k, v, score_mod=score_mod_of(bias, q.shape, k.shape[2]), block_mask=bm, scale=scale)
+    return out.to(q.dtype)
+
+
+def score_mod_of(bias, q_shape, Lk):
+    """FlexAttention's score_mod adding `bias`: a RelPosBias read from its (H, 2M+1) table by the
+    clamped distance of int32 position ids, a dense tensor by index; None for no bias."""
     if isinstance(bias, RelPosBias):
         table, qp, kp, m = bias.by_distance, bias.q_pos.to(torch.int32), bias.k_pos.to(torch.int32), bias.max_distance
-
-        def score_mod(score, b, h, qi, ki):
-            return score + table[h, (kp[b, ki] - qp[b, qi]).clamp(-m, m) + m]
-    elif bias is not None:
-        dense = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-
-        def score_mod(score, b, h, qi, ki):
-            return score + dense[b, h, qi, ki]
-    out = _flex_fn(q.device)(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale)
-    return out.to(q.dtype)
+        return lambda score, b, h, qi, ki: score + table[h, (kp[b, ki] - qp[b, qi]).clamp(-m, m) + m]
+    if bias is not None:
+        dense = bias.expand(*q_shape[:3], Lk)
+        return lambda score, b, h, qi, ki: score + dense[b, h, qi, ki]
+    return None
 
 
 def attention(name, *args, **kwargs):

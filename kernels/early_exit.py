@@ -27,7 +27,7 @@ kernels make that exit pay:
     (m, s, u, argmax) partials of shape (splits, N) that a second small kernel combines.
     Ties in argmax go to the smallest index, as in torch.
 
-Launch configurations come from functions of (device type, shape), so that aot_cases() can ask
+Launch configurations come from functions of (device type, shape), so that tools/aot_cases.py can ask
 for the CUDA ones on CPU tensors. Runs on CUDA and, with TRITON_INTERPRET=1, on CPU tensors.
 """
 import os
@@ -391,11 +391,3 @@ def offramp(h, weight, bias=None):
     h, weight = h.to(dt).contiguous(), weight.to(dt).contiguous()
     bias = None if bias is None else bias.contiguous()
     return _offramp_launch(h, weight, bias, _offramp_config(h.device.type, h.shape[0], weight.shape[0], h.shape[1], dt))
-
-
-# -----------------------------------------------------------------------------
-# ahead-of-time compile cases (kernels/aot.py): kernels/aot_cases.py
-
-def aot_cases():
-    from .aot_cases import early_exit
-    return early_exit()

@@ -252,22 +252,3 @@ def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, chunk=None
         else:
             out = _loss_without_grad(h, weight, bias, target, ignore_index)
     return out if stats else out[0]
-
-
-# -----------------------------------------------------------------------------
-# ahead-of-time compile cases (kernels/aot.py)
-
-def aot_cases():
-    """The row kernel as a 4,096-row chunk at V 8,000 launches it on a GPU, bf16 and fp16 logits,
-    with and without a bias."""
-    N, V = 4096, 8000
-
-    def thunk(dtype, with_bias):
-        def run():
-            bias = torch.empty(V, dtype=torch.float32) if with_bias else None
-            _rows_launch(torch.empty((N, V), dtype=dtype), bias, torch.zeros(N, dtype=torch.long),
-                         torch.ones((), dtype=torch.long), torch.empty(N, dtype=torch.long), torch.empty(N),
-                         torch.empty(N), 0, -100, _rows_config("cuda", V))
-        return run
-    return [(f"ce_rows{'_bias' if b else ''}_{str(d)[6:]}", thunk(d, b))
-            for d in (torch.bfloat16, torch.float16) for b in (False, True)]

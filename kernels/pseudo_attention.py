@@ -270,11 +270,3 @@ def pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_se
     meta, table, dense = prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, cache, grad,
                                  scale)
     return _PseudoAttention.apply(q, k, v, table, dense, meta, meta["scale"])
-
-
-# -----------------------------------------------------------------------------
-# ahead-of-time compile cases (kernels/aot.py): kernels/aot_cases.py
-
-def aot_cases():
-    from .aot_cases import attention
-    return attention()

@@ -379,23 +379,3 @@ def build_map(qc, kc, q_blocks, k_blocks, has_seq, max_dist=None, warps=4, devic
         num_warps=4 if cuda else 1)
     return TileMap((BM, BN), (BMk, BNk) if k_blocks else None, q_list, q_count,
                    k_list if k_blocks else None, k_count if k_blocks else None)
-
-
-def aot_cases():
-    """The codes and the two map kernels with their CUDA launches on a base-size PMLM batch (B=2,
-    L=768) with a relative bias, at the blocks of head dims 64 and 128 (attention_plan.CUDA_CONFIGS),
-    and the forward-only map of decoding (one query row)."""
-    from .attention_plan import CUDA_CONFIGS, MAP_WARPS
-
-    def thunk(Lq, backward, seq, D=64):
-        B, L = 2, 768
-        cfg = CUDA_CONFIGS[D]
-        kind = torch.zeros(B, L, dtype=torch.long)
-        step, pos = torch.zeros_like(kind), torch.arange(L).expand(B, L)
-        qc = torch.empty(6, B, -(-Lq // 16) * 16, dtype=torch.int32)
-        _codes_launch(kind, step, None, kind if seq else None, pos, "cuda")
-        kc = torch.empty(6, B, L, dtype=torch.int32)
-        build_map(qc, kc, (cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, seq, 128, warps=MAP_WARPS,
-                  device_type="cuda", Lq=Lq, Lk=L)
-    return [("map-pmlm", lambda: thunk(768, True, False)), ("map-packed", lambda: thunk(768, True, True)),
-            ("map-pmlm-d128", lambda: thunk(768, True, False, 128)), ("map-decode", lambda: thunk(1, False, False))]

@@ -245,7 +245,8 @@ def test_aot_cases_launch_with_cuda_configs(monkeypatch):
     for name in ("_compact_kernel", "_gather_kernel", "_scatter_kernel", "_offramp_kernel", "_offramp_combine_kernel"):
         monkeypatch.setattr(getattr(ee, name), "run", lambda *a, _n=name, **k: launches.append((_n, k)))
     names = []
-    for name, thunk in ee.aot_cases():
+    from tools.aot_cases import early_exit
+    for name, thunk in early_exit():
         before = len(launches)
         thunk()
         assert len(launches) > before, f"{name} launched nothing"

@@ -15,13 +15,41 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load(path):
-    with open(os.path.join(ROOT, path)) as f:
-        return json.load(f)
+    """A result file's JSON, or one `error:` line naming the file and what is wrong with it."""
+    try:
+        with open(os.path.join(ROOT, path)) as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"error: {path} is not a readable JSON result file ({e})") from None
+    return data
 
 
 def _jsonl(path):
-    with open(os.path.join(ROOT, path)) as f:
-        return [json.loads(l) for l in f if l.strip()]
+    """The records of a JSONL log, or one `error:` line naming the file and the line that is not one."""
+    rows = []
+    try:
+        with open(os.path.join(ROOT, path)) as f:
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    rows.append(json.loads(line))
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"error: {path} cannot be read ({e})") from None
+    except json.JSONDecodeError:
+        raise SystemExit(f"error: {path} line {i} is not a JSON record") from None
+    return rows
+
+
+def held_out(path):
+    """(the held-out records of a pretraining log, the key of the loss it is judged by), or one
+    `error:` line where it has none."""
+    evals = [r for r in _jsonl(path) if "unigram_entropy" in r]
+    if not evals:
+        raise SystemExit(f"error: {path} holds no held-out record (train.py writes one every --eval-every steps): "
+                         f"not a finished pretraining's log")
+    try:
+        return evals, held_out_key(evals[-1], path)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 
@@ -54,8 +82,7 @@ def _figure(path, where, name, draw):
 
 def _draw_pretraining(plt, path):
     rows = _jsonl(path)
-    evals = [r for r in rows if "unigram_entropy" in r]
-    key = held_out_key(evals[-1], path)
+    evals, key = held_out(path)
     train_key = key[6:]  # the same loss on the training batches
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     train = [r for r in rows if train_key in r and "unigram_entropy" not in r]

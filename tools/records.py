@@ -55,6 +55,9 @@ def markdown(columns, rows):
 
 def table(d):
     """The markdown table of a written file, then where it came from."""
+    missing = [k for k in ("columns", "rows", "command", "date", "environment") if k not in d]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}: not a file tools/records.py wrote")
     out = markdown(d["columns"], d["rows"])
     load = f", load average {d['load_average']:.1f}" if d.get("load_average") is not None else ""
     out += ["", f"`{d['command']}` ({d['date']}{load}; {d['environment']})." + (f" {d['note']}" if d.get("note") else "")]

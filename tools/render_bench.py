@@ -1,5 +1,5 @@
 """The benchmark blocks of tools/render_docs.py: bench/bench_attention.py's and
-bench/bench_early_exit.py's --json, kernels/aot.py's SASS loops and bench/bench_offramp.py's
+bench/bench_early_exit.py's --json, tools/aot.py's SASS loops and bench/bench_offramp.py's
 profile log, each rendered as a markdown table (what bench/RESULTS.md and docs/kernels.md show)."""
 import os
 import re
@@ -79,10 +79,10 @@ def exit_rows(path):
 
 
 def loops(path):
-    """kernels/aot.py --loops --json: the SASS per loop iteration of each tile class of the attention
+    """tools/aot.py --loops --json: the SASS per loop iteration of each tile class of the attention
     kernels, against the plain FlashAttention loop compiled with the forward's blocks."""
     sys.path.insert(0, ROOT)
-    from kernels.aot import LOOP_NAMES, REL_CASES
+    from tools.aot import LOOP_NAMES, REL_CASES
     rows = _load(path)
     version = os.path.basename(path)[:-5].split("triton-")[-1]
     plain = {c.rsplit("-", 1)[1]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r.get("loops")

@@ -29,10 +29,12 @@ import re
 import statistics
 import sys
 
-from core.data import held_out_key
-from tools import figures, records
-from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, sweep, targets
-from tools.figures import ROOT, _jsonl, _load
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m tools.render_docs [--check]")
+
+from tools import figures, records  # noqa: E402
+from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, sweep, targets  # noqa: E402
+from tools.figures import ROOT, _jsonl, _load  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- render: (\S+) (\S+) -->\n)(.*?)(<!-- /render -->)", re.S)
 
@@ -46,6 +48,8 @@ def table(spec):
     if re.search(r"#\d+$", marker):  # MARKER#N: the N-th line holding it
         marker, nth = marker.rsplit("#", 1)
         nth = int(nth)
+        if nth < 1:
+            raise SystemExit(f"error: {spec}: #{nth} names no occurrence (they count from #1)")
     marker = marker.replace("~", " ")
     with open(os.path.join(ROOT, path)) as f:
         lines = f.read().splitlines()
@@ -82,8 +86,7 @@ def _run_note(path):
 
 def default_pretraining(path):
     """train.py's log.jsonl: the held-out records against the unigram entropy, and the run's time."""
-    evals = [r for r in _jsonl(path) if "unigram_entropy" in r]
-    key = held_out_key(evals[-1], path)
+    evals, key = figures.held_out(path)
     ent = evals[-1]["unigram_entropy"]
     out = ["| step | " + " | ".join(str(r["step"]) for r in evals) + " |", "|---|" + "---|" * len(evals),
            f"| held-out {key[6:]} | " + " | ".join(f"{r[key]:.3f}" for r in evals) + " |",
@@ -150,6 +153,9 @@ def scorecard(spec):
     filters = [f for f in only.split(",") if f]
     papers = [f for f in filters if f != "measured"]
     orderings = [o for o in d["orderings"] if (not papers or any(o["paper"].startswith(p) for p in papers))]
+    if papers and not orderings:
+        raise SystemExit(f"error: {spec}: no claim of {', '.join(papers)} in {path} (its papers: "
+                         f"{', '.join(sorted({o['paper'].split()[0] for o in d['orderings']}))})")
     out = ["| paper | claim | the paper's figures | here, in the order measured | difference (seeds a side), 95% interval | verdict |",
            "|---|---|---|---|---|---|"]
     for o in orderings:
@@ -244,8 +250,16 @@ def render_text(text, where):
             raise SystemExit(f"error: {where}: unknown block kind {kind!r} (known: {', '.join(RENDERERS)})")
         if not os.path.exists(os.path.join(ROOT, path.split("::")[0])):
             raise SystemExit(f"error: {where}: the block's result file {path} does not exist")
-        body = RENDERERS[kind](path, where) if kind in NEEDS_WHERE else RENDERERS[kind](path)
+        try:
+            body = RENDERERS[kind](path, where) if kind in NEEDS_WHERE else RENDERERS[kind](path)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:  # a result file of another shape
+            raise SystemExit(f"error: {where}: the {kind} block of {path} cannot be drawn from it "
+                             f"({type(e).__name__}: {e}): is it the file that kind reads?") from None
         return m.group(1) + body + m.group(5)
+    opened, blocks = len(re.findall(r"<!-- render: ", text)), len(BLOCK.findall(text))
+    if opened != blocks:
+        raise SystemExit(f"error: {where}: {opened - blocks} render block(s) without a well-formed "
+                         f"`<!-- render: KIND PATH -->` line or their `<!-- /render -->` end")
     return BLOCK.sub(one, text)
 
 

@@ -1,0 +1,48 @@
+"""Trust, round 5, the tools: the ahead-of-time compile and the bench scripts refuse nonsense in one
+line before their long work (exit 2, no traceback), and say so when nothing matched."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+def run(*argv, timeout=120):
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--cases", "("], "not a regular expression"),
+    (["--only", "reference"], "no compile cases in reference"),
+    (["--json", "/proc/nope/x.json"], "cannot be written"),
+    (["--only", "yardstick", "--cases", "nothing-matches"], "no compile case matched"),
+])
+def test_aot_refuses_before_compiling(argv, words):
+    r = run("-m", "tools.aot", *argv)
+    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["bench/bench_gather.py", "--reps", "0"], "--reps 0: must be at least 1"),
+    (["bench/bench_offramp.py", "--vocab", "0"], "--vocab 0: must be at least 2"),
+    (["bench/bench_early_exit.py", "--forced", "--measures", "bogus"], "invalid choice: 'bogus'"),
+    (["bench/bench_early_exit.py", "--forced", "--thresholds", "state=2"], "must be in [-1, 1]"),
+    (["bench/bench_early_exit.py", "--forced", "--json", "README.md/x.json"], "is a file, not a folder"),
+    (["bench/bench_attention.py", "--smoke", "--configs", "no-such.json"], "no-such.json: no such file"),
+    (["bench/bench_attention.py", "--smoke", "--deadline", "-5"], "--deadline -5"),
+    (["bench/bench_decoders.py", "--device", "cuda"], "no CUDA device"),
+    (["bench/bench_step.py", "--steps", "0"], "--steps must be at least 1"),
+])
+def test_bench_scripts_refuse_before_measuring(argv, words):
+    if "cuda" in argv:
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    r = run(*argv)
+    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_profile_step_is_not_a_script():
+    r = run("bench/profile_step.py", "--steps", "3")
+    assert r.returncode != 0 and "bench/bench_step.py" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,293 @@
+"""Ahead-of-time compile of every Triton kernel in kernels/ for an H100 (sm_90a), with no GPU.
+
+    python -m tools.aot                   # the table: kernel, case, registers, spills, shared memory, wgmma
+    python -m tools.aot --loops           # and the SASS per loop iteration of each tile class vs plain FlashAttention
+    python -m tools.aot --json out.json --only pseudo_attention
+
+The Triton interpreter (how the tests run the kernels on a CPU) accepts code that the GPU compiler
+refuses, such as a non-constexpr global read inside a kernel. This runs the real compiler instead:
+Triton's frontend, its NVIDIA backend and ptxas (shipped in the triton wheel) need no GPU.
+
+How a launch is made faithful: tools/aot_cases.py gives each kernel module a list of (name, thunk);
+each thunk calls the module's own launchers on CPU tensors shaped like a real launch, with the
+block sizes, warps and stages the launcher picks for a CUDA device. While a thunk runs, the `.run`
+of each @triton.jit kernel of the module is replaced by a recorder, so nothing executes; the recorded
+arguments then go through Triton's own binder (the signature, constexprs and the divisibility-by-16
+attributes a launch would specialise on) and triton.compile for GPUTarget("cuda", 90, 32).
+Registers, spills and whether ptxas serialised the wgmma instructions (its C7515 note: every wgmma
+then waits for the one before) come from `ptxas -v` on the PTX; wgmma from the PTX text.
+Runs with TRITON_INTERPRET unset (run as a script, this module unsets it before importing triton;
+imported, it leaves the environment alone, so that `loop_table` can be read in a test process).
+"""
+import argparse
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+if __name__ == "__main__":  # the real compiler, not the interpreter; imported (tests), it changes nothing
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, make_backend  # noqa: E402
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
+
+
+TARGET = GPUTarget("cuda", 90, 32)
+MODULES = ("pseudo_attention", "tilemap", "early_exit", "offramp_loss", "yardstick")  # the yardstick: tools/aot_cases.py
+
+
+def _ptxas():
+    from triton.backends.nvidia import compiler
+    try:
+        return compiler.get_ptxas(TARGET.arch).path
+    except TypeError:  # older Triton: get_ptxas() without the architecture
+        return compiler.get_ptxas().path
+
+
+# -----------------------------------------------------------------------------
+# capture: run a module's thunks with every kernel's launch recorded instead of executed
+
+def capture(name, cases=None):
+    """[(case, kernel name, args, kwargs)] for every launch of the compile cases of module `name`
+    (tools/aot_cases.py) whose case name matches the regular expression `cases` (all by default)."""
+    from tools import aot_cases
+    module = importlib.import_module(aot_cases.HOME[name])
+    kernels = {n: f for n, f in vars(module).items() if isinstance(f, JITFunction)}
+    launches, current = [], [None]
+
+    def recorder(kernel):
+        def run(*args, grid, warmup, **kwargs):
+            launches.append((current[0], kernel, args, kwargs))
+        return run
+    for kernel, f in kernels.items():
+        f.run = recorder(kernel)
+    try:
+        for case, thunk in aot_cases.CASES[name]():
+            if cases and not re.search(cases, case):
+                continue
+            current[0] = case
+            thunk()
+    finally:
+        for f in kernels.values():
+            del f.run
+    return launches
+
+
+def _key(fn, args, kwargs):
+    """What makes two launches compile to the same binary: the kernel, tensor dtypes, the
+    specialisations of scalars (none for do_not_specialize parameters) and the constexprs."""
+    fixed = {p.num for p in fn.params if p.do_not_specialize}
+
+    def one(i, a):
+        if i in fixed:
+            return ("any",)
+        if isinstance(a, torch.Tensor):
+            return ("t", str(a.dtype))
+        if isinstance(a, int):
+            return ("i", a == 1, a % 16 == 0, a >= 2 ** 31)
+        return ("v", repr(a))
+    return (fn.__name__, tuple(one(i, a) for i, a in enumerate(args)), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+
+
+# -----------------------------------------------------------------------------
+# compile one launch
+
+def compile_launch(module_name, kernel, args, kwargs):
+    """Compile one recorded launch; returns its row of the table (no exception escapes)."""
+    from tools.aot_cases import HOME
+    fn = getattr(importlib.import_module(HOME[module_name]), kernel)
+    backend = make_backend(TARGET)
+    row = dict(module=module_name, kernel=kernel, num_warps=kwargs.get("num_warps", 4),
+               num_stages=kwargs.get("num_stages", 3))
+    try:
+        binder = create_function_from_signature(fn.signature, fn.params, backend)
+        kw = dict(kwargs, debug=False)
+        bound, specialization, options = binder(*args, **kw)
+        options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, specialization, options)
+        ck = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
+    except Exception as e:  # noqa: BLE001 - the error is the result
+        row.update(compiles=False, error=f"{type(e).__name__}: {e}"[:2000])
+        return row
+    ptx = ck.asm["ptx"]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([_ptxas(), "-v", f"--gpu-name=sm_{TARGET.arch}a", path, "-o", os.path.join(d, "k.o")],
+                           capture_output=True, text=True)
+    log = r.stdout + r.stderr
+    serialized = "C7515" in log or "wgmma.mma_async instructions are serialized" in log
+    regs = re.search(r"Used (\d+) registers", log)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    row.update(compiles=True, registers=int(regs.group(1)) if regs else None,
+               spill_stores=int(spill.group(1)) if spill else None, spill_loads=int(spill.group(2)) if spill else None,
+               shared=ck.metadata.shared, wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
+               mma_sync=len(re.findall(r"\bmma\.sync", ptx)), wgmma_serialized=serialized,
+               **_loops(ck.asm["cubin"]))
+    return row
+
+
+def _loops(cubin):
+    found = sass_loops(cubin)
+    return dict(loops=[l["instructions"] for l in found], loop_waits=[l["min_wait"] for l in found])
+
+
+def sass_loops(cubin):
+    """Instruction counts of the loops of a compiled kernel's SASS, in address order: a loop is a
+    backward branch (BRA to a lower address) and the instructions from its target to it."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True).stdout
+    loops = []
+    for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", sass):
+        here = int(m.group(1), 16)
+        target = m.group(2)
+        if target is None:  # a label: find its address
+            label = re.search(r"`\((\.L_x_\d+)\)", m.group(0)).group(1)
+            at = re.search(re.escape(label) + r":\s*\n\s*/\*([0-9a-f]{4,})\*/", sass)
+            if not at:
+                continue
+            target = at.group(1)
+        start = int(target, 16)
+        if start < here:
+            # cp.async waits in the loop: DEPBAR.LE SB0, N lets the N most recent copy groups stay in
+            # flight; N = 0 waits for every outstanding copy, the next tiles' included
+            waits = [int(w.group(2), 16) for w in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+DEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)
+                     if start <= int(w.group(1), 16) <= here]
+            loops.append(dict(start=start, instructions=(here - start) // 16 + 1, min_wait=min(waits, default=None)))
+    return sorted(loops, key=lambda l: l["start"])
+
+
+def _compile_job(job):
+    module_name, kernel, args, kwargs, cases = job
+    row = compile_launch(module_name, kernel, args, kwargs)
+    row["cases"] = cases
+    return row
+
+
+def compile_all(modules=MODULES, workers=2, cases=None):
+    """Rows of the table for every distinct launch of every module that exists."""
+    from tools.aot_cases import HOME
+    jobs = {}
+    for name in modules:
+        module = importlib.import_module(HOME[name])
+        for case, kernel, args, kwargs in capture(name, cases):
+            key = (name, _key(getattr(module, kernel), args, kwargs))
+            if key not in jobs:
+                jobs[key] = [name, kernel, args, kwargs, []]
+            jobs[key][4].append(case)
+    jobs = [tuple(j) for j in jobs.values()]
+    if workers <= 1:
+        return [_compile_job(j) for j in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_compile_job, jobs))
+
+
+def table(rows):
+    head = ("| kernel | cases | warps | stages | registers | spill st/ld | shared B | wgmma / mma.sync | "
+            "SASS per loop iteration | compiles |")
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        cases = r["cases"][0] + (f" (+{len(r['cases']) - 1} same binary)" if len(r["cases"]) > 1 else "")
+        if not r["compiles"]:
+            lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} |  |  |  |  | "
+                         f" | NO: {[l for l in r['error'].splitlines() if l.strip()][-1][:160]} |")
+            continue
+        lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} | {r['registers']} | "
+                     f"{r['spill_stores']}/{r['spill_loads']} | {r['shared']} | {r['wgmma']} / {r['mma_sync']} | "
+                     f"{', '.join(map(str, r['loops']))} | yes |")
+    return "\n".join(lines)
+
+
+LOOP_NAMES = {True: ("FAR", "FULL", "GATHER", "PARTIAL", "EDGE"), False: ("FULL", "PARTIAL", "EDGE")}
+REL_CASES = ("rel", "rel_frozen", "rel_fused", "seq", "decode", "cross")  # the compile cases with a relative bias
+
+
+def loop_table(rows):
+    """Per attention kernel and case, the SASS instructions per iteration of each class's loop
+    (kernels/tilemap.py) against the plain FlashAttention loop compiled with the forward's blocks,
+    warps and stages: what the tile lists, the rule and the bias cost per tile."""
+    plain = {c[-3:]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r["compiles"] and r["loops"]
+             for c in r["cases"]}
+    lines = ["| kernel | case | registers | wgmma serialised | " + " | ".join(f"{n} (x plain)" for n in LOOP_NAMES[True]) + " |",
+             "|" + "---|" * 9]
+    out = []
+    for r in rows:
+        if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
+            continue
+        case = r["cases"][0]
+        rel = case.split("-")[0] in REL_CASES
+        names = LOOP_NAMES[rel]
+        if len(r["loops"]) != len(names):
+            continue
+        base = plain.get(case[-3:])
+        cells = dict(zip(names, r["loops"]))
+        row = dict(kernel=r["kernel"], case=case, registers=r["registers"], serialized=r.get("wgmma_serialized"),
+                   loops=cells, plain=base)
+        out.append(row)
+        ratio = lambda n: "-" if n not in cells else (f"{cells[n]} ({cells[n] / base:.2f})" if base and r["kernel"] == "_fwd_kernel" else str(cells[n]))  # noqa: E731
+        lines.append(f"| {r['kernel']} | {case} | {r['registers']} | {'YES' if row['serialized'] else 'no'} | "
+                     + " | ".join(ratio(n) for n in LOOP_NAMES[True]) + " |")
+    lines.append("plain FlashAttention loop: " + ", ".join(f"{d}: {n}" for d, n in sorted(plain.items())))
+    return "\n".join(lines), out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default=",".join(MODULES), help="comma-separated kernel modules of kernels/")
+    p.add_argument("--json", default=None, help="also write the rows to this file")
+    p.add_argument("--workers", type=int, default=2, help="compiles in parallel")
+    p.add_argument("--cases", default=None, help="only the cases whose name matches this regular expression")
+    p.add_argument("--loops", action="store_true",
+                   help="also print the SASS per loop iteration of each tile class against plain FlashAttention")
+    a = p.parse_args(argv)
+    unknown = [m for m in a.only.split(",") if m not in MODULES]
+    if unknown:
+        p.error(f"--only {a.only}: no compile cases in {', '.join(unknown)} (the modules with cases: {', '.join(MODULES)})")
+    if a.cases is not None:
+        try:
+            re.compile(a.cases)
+        except re.error as e:
+            p.error(f"--cases {a.cases!r} is not a regular expression ({e})")
+    if a.workers < 1:
+        p.error("--workers must be at least 1")
+    if a.json:  # checked before the compile, which takes minutes
+        from core.guards import unwritable
+        if unwritable(a.json, "--json"):
+            p.error(unwritable(a.json, "--json"))
+    t0 = time.time()
+    rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases)
+    if not rows:
+        print(f"error: no compile case matched (--only {a.only}" + (f", --cases {a.cases!r}" if a.cases else "") + ")",
+              file=sys.stderr)
+        return 2
+    print(table(rows))
+    if a.loops:
+        print()
+        print(loop_table(rows)[0])
+    bad = [r for r in rows if not r["compiles"] or r["spill_stores"]]
+    print(f"{len(rows)} distinct kernels compiled for sm_{TARGET.arch}a in {time.time() - t0:.0f}s with triton "
+          f"{triton.__version__}; {sum(not r['compiles'] for r in rows)} failed, "
+          f"{sum(bool(r.get('spill_stores')) for r in rows)} spill, "
+          f"{sum(bool(r.get('wgmma_serialized')) for r in rows)} with wgmma serialised by ptxas")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
