@@ -141,8 +141,7 @@ RUN_FILES = ("last.pt", "best.pt", "log.jsonl")
 
 def unwritable(path, flag):
     """Why the file `path` (given by `flag`) cannot be written, or None: checked before the work it
-    would hold, so that nothing computed is lost to a bad path. Creates no file; a missing folder
-    is fine where it can be made."""
+    would hold, so that nothing computed is lost to a bad path. Makes its folder, and leaves no file."""
     if os.path.isdir(path):
         return f"{flag} {path} is a directory: give a file name"
     folder = os.path.dirname(os.path.abspath(path))
@@ -151,8 +150,15 @@ def unwritable(path, flag):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         return f"{flag} {path}: {parent} is a file, not a folder"
-    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        return f"{flag} {path} cannot be written (no write permission in {parent})"
+    existed = os.path.exists(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "a"):
+            pass
+        if not existed:
+            os.remove(path)
+    except OSError as e:
+        return f"{flag} {path} cannot be written ({e.strerror or e})"
     return None
 
 

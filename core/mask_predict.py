@@ -25,7 +25,6 @@ bench/bench_decoders.py times both against the eager path.
 """
 import weakref
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
