@@ -20,7 +20,7 @@ def test_arguments():
         with pytest.raises(SystemExit) as e:
             gpu_check.get_args(bad)
         assert e.value.code == 2, bad
-    assert set(gpu_check.PARTS) == {"tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode"}
+    assert set(gpu_check.PARTS) == {"tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode", "step"}
     for bad in (["--part", "speed", "--budget", "0"],):
         with pytest.raises(SystemExit):
             gpu_check.get_args(bad)
