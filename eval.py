@@ -149,12 +149,18 @@ def examples(task, args):
     return data
 
 
+def data_tag(args):
+    """The part of a result file's name that says which examples it scored: the split or the file,
+    and the sample."""
+    data = args.split if args.data is None else (
+        os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
+    return data + (f"-sample{args.limit}" if args.limit else "")
+
+
 def result_names(path, args, task="summarize"):
     """(eval json, outputs jsonl) beside the checkpoint, named for it, the data, and how it decodes
     (a classifier decodes nothing: no decoding settings in its names)."""
-    data = args.split if args.data is None else (
-        os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
-    tag = os.path.splitext(os.path.basename(path))[0] + "-" + data + (f"-sample{args.limit}" if args.limit else "")
+    tag = os.path.splitext(os.path.basename(path))[0] + "-" + data_tag(args)
     setting = getattr(args, "exit", None)
     if setting is None and "exit" not in vars(args):  # called on parsed flags alone: their first setting
         setting = exit_settings(args, ["elmer"])[0]
@@ -332,9 +338,13 @@ def write_results(path, row, outputs, args):
     if outputs is not None:
         files.append((outputs_path, "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in outputs)))
     for name, text in files:
-        with open(name + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(name + ".tmp", name)
+        write_atomically(name, text)
+
+
+def write_atomically(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 def markdown(rows):
@@ -424,9 +434,14 @@ def main(argv=None):
     if not args.no_lead and any(r["task"] == "summarize" for r in rows):
         data = examples("summarize", args)
         sources, targets = data.sources, data.targets
+        where = os.path.dirname(os.path.abspath(next(r["model"] for r in rows if r["task"] == "summarize")))
         for name, words in (("LEAD-8", 8), ("LEAD-1sent", None)):
-            rows.append(dict(model=name, arch="-", params_M=0, n=len(sources),
-                             **rouge([lead(s, words) for s in sources], targets)))
+            preds = [lead(s, words) for s in sources]
+            rows.append(dict(model=name, arch="-", params_M=0, n=len(sources), **rouge(preds, targets)))
+            # its outputs beside the first summarizer's, so that significance.py pairs "beats LEAD"
+            write_atomically(os.path.join(where, f"outputs-{name}-{data_tag(args)}.jsonl"),
+                             "".join(json.dumps(dict(source=s, prediction=p, reference=t), ensure_ascii=False) + "\n"
+                                     for s, p, t in zip(sources, preds, targets)))
     if not args.no_lead and any(r.get("task") == "classify" for r in rows):
         rows.append(majority_row(examples("classify", args).targets))
     data = f"{args.split} split" if args.data is None else args.data

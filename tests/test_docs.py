@@ -26,12 +26,16 @@ def test_a_stale_block_is_caught(tmp_path):
     assert render_docs.render_text(render_docs.render_text(text, "x"), "x") == render_docs.render_text(text, "x")
 
 
-def test_a_missing_figure_is_caught(monkeypatch):
-    """--check draws nothing (CI has no matplotlib) but fails where a figure's file is missing."""
+def test_a_missing_or_stale_figure_is_caught(monkeypatch, tmp_path):
+    """--check draws nothing (CI has no matplotlib) but fails where a figure's file is missing, or was
+    drawn from other data than its result file holds now (the SVG carries the data's digest)."""
     from tools import figures, render_docs
     monkeypatch.setitem(figures.DRAW, "on", False)
-    text = "<!-- render: plot-attention results/h200-2026-11-26/attention-flex.json -->\n<!-- /render -->\n"
-    assert "figures/attention-h200-2026-11-26.svg" in render_docs.render_text(text, "docs/x.md")
+    text = "<!-- render: plot-mask-ratio results/cpu-budget/results.json -->\n<!-- /render -->\n"
+    assert "figures/mask-ratio-cpu-budget.svg" in render_docs.render_text(text, "docs/x.md")
+    monkeypatch.setattr(figures, "data_digest", lambda path: "0" * 40)  # the data changed since the drawing
+    with pytest.raises(SystemExit, match="drawn from other data"):
+        render_docs.render_text(text, "docs/x.md")
     monkeypatch.setattr(figures, "FIGURES", "docs/no-such-folder")
     with pytest.raises(SystemExit, match="is missing"):
         render_docs.render_text(text, "docs/x.md")
@@ -233,14 +237,16 @@ def test_the_quick_starts_words_are_the_codes_defaults():
 def test_the_budget_table_is_the_plans():
     """docs/reproducing.md's budget table: each budget's steps, epochs and test sample as reproduce/plan.py sets them."""
     import train
+    from reproduce import plan
     from reproduce.plan import BUDGETS
     text = open(os.path.join(ROOT, "docs", "reproducing.md")).read()
     tiny, cpu, gpu = BUDGETS["tiny"], BUDGETS["cpu"], BUDGETS["gpu"]
     tiny_tokens = int(tiny["train"].split("--batch-tokens ")[1].split()[0])
     assert f"| {tiny['steps']} steps of {tiny_tokens} tokens | {tiny['epochs']} epoch (" in text
     assert (f"| `cpu` | {cpu['model']} | `--steps {cpu['steps']}` of {train.get_args([]).batch_tokens:,} tokens | "
-            f"`--epochs {cpu['epochs']}` | `--limit {cpu['limit']}` |") in text
-    assert f"| `--steps {gpu['steps']}` | `--epochs {gpu['epochs']}` | the whole test split |" in text and gpu["limit"] is None
+            f"`--epochs {cpu['epochs']}` at most | the whole test split |") in text and cpu["limit"] is None
+    assert f"| `--steps {gpu['steps']}` | `--epochs {gpu['epochs']}` at most | the whole test split |" in text and gpu["limit"] is None
+    assert f"| {tiny['seeds']} |" in text and max(plan.SEEDS.values()) == 3
 
 
 def test_a_pretraining_table_reads_the_loss_train_py_judges_and_names_a_log_without_one(tmp_path, monkeypatch):
@@ -258,5 +264,5 @@ def test_a_pretraining_table_reads_the_loss_train_py_judges_and_names_a_log_with
     assert lines[2:4] == ["| held-out par_hidden_loss | 6.600 | 5.500 |", "| under the unigram entropy 6.500 | -0.10 | 1.00 |"]
     assert "`c` took 1 min 30 s (its own)." in lines
     (tmp_path / "bad-log.jsonl").write_text(json.dumps({"step": 100, "valid_other": 1.0, "unigram_entropy": 6.5}))
-    with pytest.raises(ValueError, match="bad-log.jsonl: its last held-out record has none of the losses"):
+    with pytest.raises(SystemExit, match="bad-log.jsonl: its last held-out record has none of the losses"):
         render_docs.default_pretraining("bad-log.jsonl")

@@ -272,6 +272,14 @@ def test_eval_records_what_it_evaluated(world, capsys):
     assert names and not any("sample" in n for n in names), names
     saved = json.load(open(names[0]))
     assert saved["n"] == 8 and saved["generation"]["device"] == "cpu"
+    # the LEAD baselines' outputs beside the summarizer's, so that "beats LEAD" is a paired interval
+    evaluate_script.main([ck, "--data", world["valid"], "--beam", "2", "--latency-samples", "1"])
+    from reproduce import significance
+    lead = glob.glob(os.path.join(world["ft"], "outputs-LEAD-8-valid-*.jsonl"))
+    model = [p for p in glob.glob(os.path.join(world["ft"], "outputs-best-valid-*beam2.jsonl"))]
+    assert lead and model, os.listdir(world["ft"])
+    mean, low, high = significance.compare(model[0], lead[0], "rougeL")
+    assert low <= mean <= high
     args = evaluate_script.get_args([ck, "--beam", "2"])
     assert "-beam2" in evaluate_script.result_names(ck, args)[0]
     assert "-beam" not in evaluate_script.result_names(ck, args, "classify")[0]

@@ -54,14 +54,37 @@ def held_out(path):
 
 
 FIGURES = "docs/figures"
-DRAW = {"on": True}  # --check draws nothing: it checks that each figure exists
+DRAW = {"on": True}  # --check draws nothing: it checks that each figure was drawn from the data as it is
+
+
+def data_digest(path):
+    """The SHA-1 of the data a figure is drawn from: a file's bytes, or a folder's files' names and bytes."""
+    import hashlib
+    full = os.path.join(ROOT, path.split("::")[0])
+    files = [full] if os.path.isfile(full) else sorted(
+        os.path.join(d, f) for d, _, fs in os.walk(full) for f in fs)
+    h = hashlib.sha1()
+    for f in files:
+        h.update(os.path.relpath(f, full).encode() + b"\0")
+        with open(f, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
 
 
 def _figure(path, where, name, draw):
     """Draw figure NAME from the result file PATH (draw(plt, data_path) -> fig) unless checking, and
-    return its markdown line, relative to the doc WHERE."""
+    return its markdown line, relative to the doc WHERE. The SVG carries the digest of the data it
+    was drawn from; --check refuses a figure whose data has changed since."""
     out = os.path.join(ROOT, FIGURES, name + ".svg")
-    if DRAW["on"]:
+    digest = data_digest(path)
+    if not DRAW["on"]:
+        if not os.path.exists(out):
+            raise SystemExit(f"error: {where}: figure {FIGURES}/{name}.svg is missing: run python -m tools.render_docs")
+        with open(out) as f:
+            if f"data sha1 {digest}" not in f.read():
+                raise SystemExit(f"error: {where}: figure {FIGURES}/{name}.svg was drawn from other data than {path} "
+                                 f"holds now: run python -m tools.render_docs")
+    else:
         try:
             import matplotlib
         except ImportError:
@@ -72,10 +95,9 @@ def _figure(path, where, name, draw):
         plt.rcParams.update({"svg.hashsalt": "textgen", "svg.fonttype": "none", "font.size": 9})
         fig = draw(plt, path)
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight")
+        fig.savefig(out, format="svg", bbox_inches="tight",
+                    metadata={"Date": None, "Creator": None, "Description": f"drawn from {path}, data sha1 {digest}"})
         plt.close(fig)
-    elif not os.path.exists(out):
-        raise SystemExit(f"error: {where}: figure {FIGURES}/{name}.svg is missing: run python -m tools.render_docs")
     rel = os.path.relpath(out, os.path.dirname(os.path.join(ROOT, where)))
     return f"![{name}]({rel})\n\n(`{FIGURES}/{name}.svg`, drawn from `{path}`.)\n"
 
@@ -94,9 +116,36 @@ def _draw_pretraining(plt, path):
                label=f"unigram entropy {evals[-1]['unigram_entropy']:.3f}")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
-    ax.legend(frameon=False)
+    ax.set_title(f"{os.path.basename(path).split('-log')[0]}: loss against the unigram entropy", fontsize=9)
+    ax.legend(frameon=False, loc="lower left", fontsize=7)
     ax.grid(alpha=0.3)
     return fig
+
+
+def _draw_pretrainings(plt, folder):
+    """Every pretraining log of a folder on one axis: held-out loss against step, the unigram line."""
+    import glob
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    entropy = None
+    for i, path in enumerate(sorted(glob.glob(os.path.join(ROOT, folder, "*-log.jsonl")))):
+        rel = os.path.relpath(path, ROOT)
+        evals, key = held_out(rel)
+        entropy = evals[-1]["unigram_entropy"]
+        ax.plot([r["step"] for r in evals], [r[key] for r in evals], "o-", ms=2.5, lw=1.2, color=f"C{i % 10}",
+                label=f"{os.path.basename(path).split('-log')[0]} ({key[6:]})")
+    if entropy is not None:
+        ax.axhline(entropy, ls="--", color="k", lw=0.9, label=f"unigram entropy {entropy:.3f}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("held-out loss (nats per token)")
+    ax.set_title("The pretrainings: held-out loss against the unigram entropy", fontsize=9)
+    ax.legend(frameon=False, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_pretrainings(folder, where):
+    """Every pretraining of a folder of logs, held-out losses on one axis with the unigram entropy."""
+    return _figure(folder, where, "pretrainings-" + os.path.basename(folder.rstrip("/")), _draw_pretrainings)
 
 
 def plot_pretraining(path, where):
@@ -192,7 +241,8 @@ def _draw_decoders(plt, folder):
     ax.set_xticks([t for t in (10, 20, 30, 50, 100, 200, 300, 500, 1000) if lo / 1.5 <= t <= hi * 1.5])
     ax.set_xlabel("latency per summary at batch 1, ms (log)")
     ax.set_ylabel("ROUGE-L")
-    ax.legend(frameon=False, fontsize=7)
+    ax.set_title("Quality against batch-1 latency: AR beam, Mask-Predict, ELMER's exits", fontsize=9)
+    ax.legend(frameon=False, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3, which="both")
     return fig
 
@@ -206,16 +256,17 @@ def _draw_exits(plt, folder):
     rows = [r for r in decoder_rows(folder) if r["arch"] == "elmer"]
     fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.3), sharey=True)
     for k, ((family, run), rs) in enumerate(_families(rows).items()):
-        rs = sorted(rs, key=_order)
         for ax, x in zip(axes, ("dec_flops", "latency_ms")):
+            rs = sorted(rs, key=lambda r: r[x])  # joined along the axis, not in threshold order
             ax.plot([r[x] for r in rs], [r["rougeL"] for r in rs], "o-", color=f"C{k}", label=family[6:])
     off = [r for r in rows if r["shown"].endswith("(exit disabled)")][:1]
     for ax, x in zip(axes, ("dec_flops", "latency_ms")):
         ax.plot([r[x] for r in off], [r["rougeL"] for r in off], "k*", ms=10, label="exit disabled" if x == "dec_flops" else None)
     axes[0].set_xlabel("decoder multiply-adds / exit disabled")
     axes[1].set_xlabel("latency per summary at batch 1, ms")
-    axes[0].set_ylabel("ROUGE-L")
+    axes[0].set_ylabel("ROUGE-L (point values: no per-example outputs were kept)")
     axes[0].legend(frameon=False, fontsize=7)
+    fig.suptitle("ELMER's exit measures: quality against the decoder's work and its time", fontsize=9)
     for ax in axes:
         ax.grid(alpha=0.3)
     return fig
@@ -241,11 +292,12 @@ def _draw_scorecard(plt, path):
     ax.set_yticks([len(pairs) - 1 - i for i in range(len(pairs))])
     ax.set_yticklabels([f"{o['paper']}: {p['a']} {p['op']} {p['b']} ({o['metric']})" for o, p in pairs], fontsize=7)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel("difference, first minus second, with its 95% paired bootstrap interval")
+    ax.set_xlabel("difference, first minus second: 95% interval over test examples and seeds")
     ax.set_ylim(-0.7, max(len(pairs), 1) - 0.3)
+    ax.set_title(f"The papers' claims, pair by pair, at the {d['budget']} budget", fontsize=9)
     for verdict, c in colors.items():
         ax.plot([], [], "o", color=c, label=verdict)
-    ax.legend(frameon=False, fontsize=7, loc="best")
+    ax.legend(frameon=False, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3, axis="x")
     return fig
 
@@ -285,7 +337,8 @@ def _draw_mask_ratio(plt, path):
         _rouge2_bar(ax, 0.62, constant, fmt="s", color="C1", label="constant schedule, m0 0.6")
         ax.legend(frameon=False, fontsize=7)
     missing = [f"{m:g}" for m, _, r in rows if not r]
-    ax.set_title("not run yet: m0 " + ", ".join(missing) if missing else "", fontsize=8)
+    ax.set_title("MLAE Figure 3: ROUGE-2 against the initial mask ratio" +
+                 ("\n(not run yet: m0 " + ", ".join(missing) + ")" if missing else ""), fontsize=8)
     ax.set_xlabel("initial mask ratio m0 of the decoder input (linear schedule; 0 = none)")
     ax.set_ylabel("test ROUGE-2, 95% bootstrap interval")
     ax.set_xlim(-0.05, 0.95)

@@ -224,6 +224,20 @@ def run_times(path):
     return "\n".join(out + ["", f"`{d['budget']}` budget, written {d['written']}; {d['environment']}."]) + "\n"
 
 
+def pretrainings(path):
+    """reproduce's results.json: every pretraining's held-out loss at its last step against the
+    unigram entropy of the held-out text, whether it left the plateau, and its time."""
+    d = _load(path)
+    out = ["| run | what | step | held-out loss | unigram entropy | under it, nats | time |", "|---|---|---|---|---|---|---|"]
+    for name, p in sorted(d["pretraining"].items()):
+        time_ = _minutes(p["seconds"]) if p.get("seconds") else "-"
+        out.append(f"| {name} | {p['label']} | {p['step']} | {p['held_out_loss']:.3f} ({p['loss']}) | "
+                   f"{p['unigram_entropy']:.3f} | {p['under']:.2f}{' (PLATEAU)' if p.get('plateau') else ''} | {time_} |")
+    if not d["pretraining"]:
+        out.append("| (none yet) | | | | | | |")
+    return "\n".join(out + ["", f"`{d['budget']}` budget, written {d['written']}; {d['environment']}."]) + "\n"
+
+
 def study(path):
     """A study's or benchmark's --json (tools/records.py): its table and the command that made it."""
     return records.table(_load(path))
@@ -233,7 +247,8 @@ RENDERERS = {"study": study, "run-times": run_times, "default-pretraining": defa
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
              "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
              "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits, "scorecard": scorecard,
-             "claims-summary": claims_summary,
+             "claims-summary": claims_summary, "pretrainings": pretrainings,
+             "plot-pretrainings": figures.plot_pretrainings,
              "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep, "plot-mask-ratio": figures.plot_mask_ratio}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
