@@ -35,7 +35,8 @@ from core.classify import NO_SOS, classify_batch, macro_f1, predict
 from core.config import ModelConfig
 from core.elmer import exit_statistics
 from core.distributed import resolve_dtype
-from core.exit_measures import DEFAULT_THRESHOLD, MEASURES, check_threshold, entropy_quantiles, exit_flags
+from core.exit_measures import MEASURES, exit_settings, resolve_exit
+from core.exit_decode import entropy_quantiles
 from core.errors import UserError, main_guard
 from core.guards import check_positions, parse_args, refuse_unused
 from core.finetuning import arch_of, build_model, rouge, summarize
@@ -176,49 +177,6 @@ def result_names(path, args, task="summarize"):
                    if getattr(args, name, None) not in (None, DECODING_DEFAULTS.get(name)))
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
-
-
-def exit_settings(args, archs):
-    """[(measure, threshold)] of the exit flags (a comma-separated sweep), or [None]: the
-    checkpoint's own. Checked here: the range of each threshold (check_settings notes the flags
-    when no elmer checkpoint is among those evaluated)."""
-    given = args.exit_measure is not None or args.exit_threshold is not None or args.exit_entropy is not None
-    if not given:
-        return [None]
-    text = args.exit_entropy if args.exit_entropy is not None else args.exit_threshold
-    flag = "--exit-entropy" if args.exit_entropy is not None else "--exit-threshold"
-    try:
-        values = [float(v) for v in text.split(",")] if text is not None else [None]
-    except ValueError:
-        raise UserError(f"{flag} {text}: a number, or comma-separated numbers")
-    out = []
-    for v in values:
-        ns = argparse.Namespace(exit_measure=args.exit_measure, exit_threshold=None if args.exit_entropy is not None else v,
-                                exit_entropy=v if args.exit_entropy is not None else None)
-        measure, threshold = exit_flags(ns)
-        if measure is not None:
-            check_threshold(measure, threshold, flag)
-        out.append((measure, threshold))  # a measure not given is the checkpoint's own (resolve_exit)
-    return out if "elmer" in archs else [None]  # without an elmer checkpoint: checked, then noted as unused
-
-
-def resolve_exit(setting, state, path):
-    """The (measure, threshold) an ELMER checkpoint is evaluated with: the flags' measure, else the
-    one it was fine-tuned with; the flags' threshold, else that measure's (the checkpoint's own for
-    its own measure). The learnt classifier needs the checkpoint to hold one."""
-    if setting is None:
-        return None
-    own = dict(state.get("elmer") or {})
-    own_measure = own.get("exit_measure", "entropy")
-    measure, threshold = setting[0] or own_measure, setting[1]
-    if threshold is None:
-        threshold = own.get("exit_threshold") if measure == own_measure else None
-        threshold = DEFAULT_THRESHOLD[measure] if threshold is None else threshold
-    check_threshold(measure, threshold, "--exit-threshold")
-    if measure == "classifier" and "exit_clf.weight" not in state["model"]:
-        raise UserError(f"{path} holds no exit classifier (it was fine-tuned before the classifier was trained): "
-                        f"evaluate it with --exit-measure entropy or state")
-    return measure, threshold
 
 
 def load_model(path, state, device, exit_setting=None):

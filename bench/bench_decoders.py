@@ -90,7 +90,7 @@ def main(argv=None):
     def mp(**flags):
         return lambda: mask_predict(NARDecoder(nar, src, Tok, **flags), MASK, args.length_beam, args.iterations,
                                     max_len=args.dec_len)
-    from core.exit_measures import generate
+    from core.exit_decode import generate
     eager = mp()
     variants = [("Mask-Predict, static shapes", mp(static=True), S_pad / S)]
     if device.type == "cuda":

@@ -68,7 +68,7 @@ def main():
                 assert torch.equal(ours["index"](), torch_ops["index"]())
                 assert torch.equal(ours["gather"](), torch_ops["gather"]())
                 assert torch.equal(ours["scatter"](), torch_ops["scatter"]())
-            if first:  # one untimed pass of every op: the first row of a run read slow on both sides (H200, 2026-11-26)
+            if first:  # one untimed pass of every op: the first row of a run read slow on both sides
                 for fn in (*torch_ops.values(), *ours.values()):
                     bench(fn, args.reps)
                 first = False

@@ -1,7 +1,7 @@
 """A training step, the number a user feels: the same model and batches with each attention, timed
 the same way.
 
-    python bench/bench_step.py --json results/h100-2026-12-01/step.json        # base PMLM, >= 64k tokens
+    python bench/bench_step.py --json results/DEVICE-DATE/step.json            # base PMLM, >= 64k tokens
     python bench/bench_step.py --objective s2s --json ...                       # a seq2seq fine-tuning step
     python bench/bench_step.py --smoke                                          # tiny, on a CPU: it runs
 

@@ -46,3 +46,11 @@ def check_flags(p, args, positive=(), at_least=None, outputs=("json",), inputs=(
             p.error(f"{flag(name)} {path}: no such file")
     if getattr(args, device, None) == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: this torch has no CUDA device (a CPU build, or no GPU here)")
+
+
+def precision(args, device):
+    """bf16 autocast on CUDA (what eval.py's --dtype auto runs there) unless --dtype float32."""
+    import contextlib
+    if device.type == "cuda" and args.dtype == "bfloat16":
+        return torch.autocast("cuda", torch.bfloat16)
+    return contextlib.nullcontext()

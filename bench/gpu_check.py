@@ -57,8 +57,8 @@ BENCHES = [
      "NAR one pass >= 10x lower latency than AR beam 4"),
     ("bench/bench_decoders.py", ["--model", "base"], "Mask-Predict at batch 1 under CUDA graphs >= 2x its eager "
                                                      "decoding, the same tokens"),
-    # at --budget gpu's micro-batch (64 x 128 tokens), the step whose dtype `auto` picks there; at the
-    # default 32 x 128 an H100 run took 0.02 s and bf16 gave 0.78x float32 (2026-11-25)
+    # at --budget gpu's micro-batch (64 x 128 tokens), the step whose dtype `auto` picks there: the
+    # default 32 x 128 step is too short on a GPU for bf16 to show (bench/RESULTS.md)
     ("bench/bench_dtype.py", ["--repeats", "6", "--micro-batch", "64"], "bf16 autocast >= 1.5x the tokens/s of float32, losses equal to 2 digits"),
     ("bench/bench_mlae_encoder.py", ["--model", "base"], "encoder on unmasked tokens faster than on all (no set ratio)"),
     ("bench/bench_step.py", [], "base PMLM step at >= 64k tokens: ours >= 1.10x the tokens/s of SDPA with a dense mask, "

@@ -322,4 +322,4 @@ def lplm_loss_sums(model, batch):
 
 # the data of LPLM and the inference live beside: core/lplm.py, core/exit_measures.py
 from .lplm import full_stop_ids, infilling_spans, lplm_batch, lplm_corrupt, sentence_shuffle  # noqa: E402,F401
-from .exit_measures import decode_exit, exit_statistics, finish, generate, merge_words  # noqa: E402,F401
+from .exit_decode import decode_exit, exit_statistics, finish, generate, merge_words  # noqa: E402,F401

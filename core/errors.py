@@ -18,6 +18,14 @@ class Interrupted(Exception):
         self.status = status
 
 
+ACTIVE = []  # the signal handlers a training loop installed (guards.StopSignals), restored whatever ends the script
+
+
+def restore_signals():
+    for s in list(ACTIVE):
+        s.restore()
+
+
 def lost_peer(e):
     """Whether an exception is a collective failing because another process of the run is gone."""
     text = str(e)
@@ -38,7 +46,6 @@ def main_guard(fn):
     take seconds to end rank 0 and notice)."""
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
-        from .guards import restore_signals
         try:
             return fn(*args, **kwargs)
         except Interrupted as e:

@@ -27,6 +27,7 @@ import weakref
 
 import torch
 
+from .exit_measures import cheap_exit, disabled
 from .graphs import capture, weights_version
 from .model import Meta
 from .tokenizer import MASK
@@ -48,7 +49,6 @@ class MaskedExitPass:
     with the vocabulary projection at every layer if ramp_every_layer, else once at the end."""
 
     def __init__(self, model, B, S, T, measure, delta, graphs, ramp_every_layer=False):
-        from .exit_measures import disabled
         p = next(model.parameters())
         self.model, self.B, self.S, self.T = model, B, S, T
         self.measure, self.delta = measure, delta
@@ -94,7 +94,6 @@ class MaskedExitPass:
         self.entropies.fill_(float("nan"))
 
     def _exit(self, l, h):
-        from .exit_measures import cheap_exit
         if self.measure == "plan":
             return self.active & (self.plan == l + 1)
         return self.active & cheap_exit(self.model, self.measure, self.delta, l, None, h, self.x)
@@ -166,9 +165,8 @@ class MaskedExitPass:
         """lag 0 (the default): after each layer but the last, wait for the device and stop if nobody
         is active. lag 1: read that flag one layer late, while the next layer already runs, so the
         device never waits for the host; a pass whose tokens all left then runs one layer more than
-        it needs (on frozen rows: the result is the same). On an H200 (bench/RESULTS.md) the wait
-        cost 1-3% of a base pass at batch 1 and the extra layer 18 points of the every-token-at-
-        layer-1 row, so lag 0 is the default."""
+        it needs (on frozen rows: the result is the same). The wait costs less than that extra
+        layer where every token leaves early (bench/RESULTS.md), so lag 0 is the default."""
         self.memory.copy_(memory)
         self.src_valid.copy_(src_valid)
         if plan is not None:

@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from . import decoding, elmer, exit_measures, mask_predict, nar, seq2seq, t5
+from . import decoding, elmer, exit_decode, exit_measures, mask_predict, nar, seq2seq, t5
 from .classify import Classifier, EncoderClassifier
 from .config import ModelConfig, decoder_depth
 from .errors import UserError
@@ -281,7 +281,7 @@ def summarize(model, arch, tok, sources, max_src, batch_size=64, progress=None, 
     for i in range(0, len(sources), batch_size):
         ids = [ops.truncate(s, max_src) for s in tok.encode(sources[i:i + batch_size])]
         texts = [tok.decode(t) for t in generate(model, arch, ids, tok, **gen)]
-        out += [exit_measures.merge_words(t) for t in texts] if arch == "elmer" else texts
+        out += [exit_decode.merge_words(t) for t in texts] if arch == "elmer" else texts
         if progress:
             progress(len(out), len(sources))
     return out

@@ -11,8 +11,7 @@ def capture(steps, model=None):
     """One CUDA graph per callable of `steps`, each step first run once, in order, outside any capture.
     Under autocast the steps run with its weight-cast cache off: a graph captured with the cache on
     would read the cached casts, which the cache frees when the caller's autocast region ends, so a
-    later replay reads freed memory (on an H200 a replay in a new region ended in an illegal memory
-    access). So that a replay need not cast the weights it uses either, the nn.Linear weights and
+    later replay reads freed memory (an illegal memory access). So that a replay need not cast the weights it uses either, the nn.Linear weights and
     biases of `model` hold their casts while the steps are captured (`cast_linears`): the graphs
     read casts made once, which the returned list keeps alive (its `.keep`)."""
     stream = torch.cuda.Stream()
@@ -74,9 +73,9 @@ def _no_cast_cache():
 def weights_version(model):
     """Changes whenever a parameter of the model is written in place (an optimizer step,
     load_state_dict) or given new storage (`.data =`): a captured graph is then stale. The list of
-    parameters is read once per model, since model.parameters() walks every module (0.7 ms for a
-    `base` ELMER on a CPU core, paid before every replay, where a batch-1 pass on an H200 takes
-    about 1 ms); a model given new Parameter objects after its first capture needs a new pass."""
+    parameters is read once per model, since model.parameters() walks every module, on the host,
+    before every replay, for about as long as a batch-1 pass takes on a GPU; a model given new
+    Parameter objects after its first capture needs a new pass."""
     params = _PARAMS.get(model)
     if params is None:
         params = _PARAMS[model] = list(model.parameters())

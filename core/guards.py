@@ -12,7 +12,8 @@ import time
 
 import torch
 
-from .errors import Interrupted, UserError
+from .distributed import all_reduce_sum
+from .errors import ACTIVE, Interrupted, UserError
 
 # -----------------------------------------------------------------------------
 # flags: parsed, remembered as given, checked
@@ -218,14 +219,6 @@ def best_on_disk(out, best):
 # -----------------------------------------------------------------------------
 # Ctrl-C and SIGTERM: finish the step, save, exit
 
-ACTIVE = []  # the installed StopSignals, restored by errors.main_guard whatever ends the script
-
-
-def restore_signals():
-    for s in list(ACTIVE):
-        s.restore()
-
-
 class StopSignals:
     """Installed for the training loop. The first SIGINT/SIGTERM asks for a stop after the
     current step; a second one stops at once. Every process agrees on the step to stop at (the
@@ -265,7 +258,6 @@ class StopSignals:
         else:
             if not sync_point:
                 return
-            from .distributed import all_reduce_sum
             if all_reduce_sum(torch.tensor([float(self.signum or 0)], device=d.device), d).item() == 0:
                 return
         signum = self.signum or signal.SIGTERM

@@ -34,39 +34,30 @@ class Config(NamedTuple):
     dq_stages: int
 
 
-# chosen by `python bench/bench_attention.py --sweep` on an H200 (bench/RESULTS.md, 2026-11-26: the
-# fastest forward+backward of the candidates, on PMLM at D 64 and s2s-1k at D 128)
+# the fastest forward+backward of bench/bench_attention.py --sweep's candidates on a GPU, PMLM at
+# D 64 and s2s-1k at D 128 (bench/RESULTS.md)
 CUDA_CONFIGS = {
     64: Config(64, 64, 4, 3, 64, 64, 8, 3, 4, 3),
     128: Config(64, 64, 4, 2, 32, 64, 8, 2, 4, 3),
 }
-# Since each loop reads its tile list a tile ahead (attention_tiles._entry), the pipeliner keeps K and
-# V two tiles ahead at 3 stages, and the forward's shared memory grew with the third buffer (sm_90a,
-# Triton 3.6): at D 64 from 58 to 90 KB, still two blocks an SM; at D 128 from 99 to 147 KB, one
-# block an SM. So the D 128 forward runs 2 stages (99 KB: the two blocks an SM it was measured
-# with) until a sweep on a GPU (bench_attention.py --sweep, which tries 3) says otherwise.
+# Each loop reads its tile list a tile ahead (attention_tiles._entry), so at 3 stages the pipeliner
+# keeps K and V two tiles ahead and the forward's shared memory grows by a third buffer: at D 128
+# that leaves one block an SM, so the D 128 forward runs 2 stages until a sweep says otherwise
+# (the shared memory of each case: python -m tools.aot).
 # The backward's structure: False, two kernels (dK/dV per key tile, dQ per query tile, each
 # recomputing the probabilities of its tiles); True, one at head dims up to 64 (the dK/dV kernel adds
-# each tile's dQ into a float32 buffer by atomics). At D 128 the fused kernel compiled for sm_90a
-# either spills (64-row query blocks: 148 stores, 564 loads under Triton 3.9) or takes mma.sync for
-# dS^T K (32-row blocks, too few rows for a warpgroup's wgmma), so D 128 keeps two kernels. A plan
-# records the choice it was made with (meta["fused"]). bench/bench_attention.py times both: on an
-# H200 (bench/RESULTS.md, 2026-11-27) fused was faster at every D 64 layout, forward+backward 2.42 ->
-# 2.27 ms (PMLM), 1.75 -> 1.65 (s2s-1k), 2.55 -> 2.49 (s2s-2k). The atomics make dQ's float32 sums
-# order-dependent on a GPU (as the bias table's gradient already was): equal to within rounding,
-# not bit for bit, from run to run.
+# each tile's dQ into a float32 buffer by atomics), measured faster there (bench/RESULTS.md). At
+# D 128 the fused kernel either spills or takes mma.sync for dS^T K (too few rows for a warpgroup's
+# wgmma), so D 128 keeps two kernels. A plan records the choice it was made with (meta["fused"]).
+# The atomics make dQ's float32 sums order-dependent on a GPU (as the bias table's gradient already
+# was): equal to within rounding, not bit for bit, from run to run.
 FUSED_DQ = True
 MAP_WARPS = 4  # of the tile map's cell programs (kernels/tilemap.py _class_kernel) on a GPU
 # The relative bias table in q's dtype (16-bit q only) instead of float32. A FULL tile reads its bias
 # as a (BM, BN) window of the table, through shared memory like K and V: in float32 that is as many
-# bytes as K and V together at D 64. Under Triton 3.6 a 16-bit tile once made ptxas serialise every
-# wgmma of the kernel (C7515); the kernels of now compile without it either way. Compiled for sm_90a
-# (2026-11-27, rel D 64, the launch configuration of CUDA_CONFIGS[64]): the forward's shared memory
-# 90 -> 72 KB (three blocks an SM by shared memory, two by its registers, 242 -> 255 under Triton
-# 3.6, 221 -> 226 under 3.9), its FULL loop 429 -> 461 SASS instructions an iteration (3.6; 446 ->
-# 481 under 3.9: the conversions), the dK/dV kernel's FULL loop 911 -> 740 (3.6; 903 -> 714). The
-# bias then carries bf16's 8 bits of mantissa, as q and k do. Whether it is faster is the GPU's
-# to say: bench/bench_attention.py times both in one run; off until it has.
+# bytes as K and V together at D 64. 16 bits halve that shared memory but add conversions to the
+# forward's loop (docs/LOG.md has the compiles), and the bias then carries bf16's 8 bits of
+# mantissa, as q and k do. Off until a GPU has timed both (bench/bench_attention.py).
 TABLE_16BIT = False
 # under the interpreter a tile costs Python time, and small tiles make the tests cross many tile
 # boundaries; the two orientations differ so that the tests check each list on its own

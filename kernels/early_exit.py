@@ -381,9 +381,8 @@ def offramp(h, weight, bias=None):
     When h and weight differ in dtype (a bf16 hidden state under autocast against the fp32 tied
     embedding) both are cast to the narrower one, as autocast's F.linear would; under CUDA autocast
     both are cast to its dtype, as F.linear would (an fp32 LayerNorm output against the fp32
-    embedding would otherwise take the fp32 product off the tensor cores: on an H200 the finish of
-    a batch-1 `base` ELMER pass then cost about a layer and a half, bench/RESULTS.md). Logits are
-    accumulated in float32."""
+    embedding would otherwise take the fp32 product off the tensor cores, and the finish of a
+    batch-1 pass cost more than a layer, bench/RESULTS.md). Logits are accumulated in float32."""
     _check_device(h, "offramp")
     dt = h.dtype if h.element_size() <= weight.element_size() else weight.dtype
     if h.is_cuda and torch.is_autocast_enabled("cuda"):

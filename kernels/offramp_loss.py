@@ -21,8 +21,7 @@ the fused off-ramp kernel of kernels/early_exit.py, which writes no logits at al
 
 Why not the backward of before (the fused forward, then the logits recomputed per vocabulary
 tile in the backward): four products for the chain's three, and an fp32 elementwise chain of
-torch ops over every (N, tile) block. On an H200 it ran at 0.32-0.68x the chain
-(bench/RESULTS.md).
+torch ops over every (N, tile) block: it ran slower than the chain (bench/RESULTS.md).
 """
 import torch
 import triton
@@ -36,10 +35,8 @@ CHUNK_ELEMENTS = 2 ** 25  # a chunk's logits: 64 MB in bf16
 def default_chunk(V):
     """Token rows per chunk: the largest power of two whose (rows, V) logits fit CHUNK_ELEMENTS,
     at least 2,048 (4,096 at V 8,000; 2,048 at V 50,000). Fewer chunks mean fewer launches, which
-    at V 8,000 decide the time: on an H200 (bench/RESULTS.md) 2,048-row chunks took 0.63x the
-    GPU time of the PyTorch chain and 1.35x its wall time (host-bound), 4,096-row ones 1.54x
-    faster than the chain at N 16,384; at V 50,000, 2,048 rows ran 1.7x faster than the chain
-    within a quarter of its memory, 4,096 rows 1.9x at 0.29 of it."""
+    at a small vocabulary decide the time (the call is host-bound), while a chunk's logits stay a
+    small share of memory (the timings of both sizes: bench/RESULTS.md)."""
     rows = max(1, CHUNK_ELEMENTS // max(1, V))
     return max(2048, 1 << (rows.bit_length() - 1))
 

@@ -37,12 +37,9 @@ reasoning from per-tile summaries. Two launches, neither with a loop:
     `_list_kernel`, one program per query tile (q-major) and per key tile (k-major): the class of
         each of its tiles from their cells, as one vector, and each list written through a prefix
         sum over it.
-Every cell is evaluated once for both orientations. The map of before, one launch whose programs
-walked their row of tiles in a loop and classified each tile twice (once per orientation), compiled
-to 233 registers a thread with 8 warps (one program per SM) and a 422-instruction loop body (sm_90a,
-Triton 3.6), and took 0.127 ms of a PMLM batch (B 32, L 768) on an H200 (bench/RESULTS.md,
-2026-11-27), a quarter of the forward kernel's time; the cell kernel compiles to 80 registers
-with 4 warps (results/aot).
+Every cell is evaluated once for both orientations, and no program loops: a map made by one
+launch whose programs walked their row of tiles and classified each tile twice took a quarter of
+the forward kernel's time (bench/RESULTS.md); the registers of these kernels: results/aot.
 
 Lists, so that each of a kernel's loops (one per class, specialised at compile time) runs over its
 own tiles only:

@@ -209,9 +209,8 @@ BUDGETS = {
         train="--model small --steps {steps} --warmup 60 --eval-every 100",
         finetune="--epochs {epochs}", eval="--limit {limit}",
         scratch="--model small", elmer="--permutations {permutations}", elmer_ft="", sym="3",
-        # measured here, 1 thread beside a second 1-thread job (2026-11-24: pre-mlae-b, pre-elmer):
-        # 4.6 s per pretraining step, 17 s per LPLM step at k = 2; 2.2 s per fine-tuning step (888 per
-        # epoch); about 1 min per 1,000 evaluated packages. state.json's measured runs replace these
+        # seconds per pretraining step, per LPLM step at k = 2, per fine-tuning epoch and per evaluation,
+        # at one thread beside a second runner: the estimates until state.json's measured runs replace them
         seconds=dict(train=4.6, train_elmer=17.0, finetune=2000, eval=90)),
     # the paper-sized run for us: small preset still (the embedded corpus is a few million tokens:
     # base would only memorise it), 20,000 steps of 8192 tokens, 10 epochs, dropout 0.1 for the

@@ -9,8 +9,8 @@ import torch
 from core.config import preset
 from core.elmer import ELMER, elmer_seq2seq_batch
 from core.errors import UserError
-from core.exit_measures import (check_threshold, decode_exit, decoder_macs, entropy_quantiles, finish, generate,
-                                merge_words)
+from core.exit_measures import check_threshold
+from core.exit_decode import decode_exit, decoder_macs, entropy_quantiles, finish, generate, merge_words
 from core.finetuning import elmer_options
 
 from test_elmer import V, memory_of, tiny as elmer_tiny

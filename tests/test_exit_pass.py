@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from core.exit_measures import decode_exit
+from core.exit_decode import decode_exit
 from core.exit_pass import MaskedExitPass, masked_pass
 
 from test_elmer import memory_of

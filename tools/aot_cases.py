@@ -27,8 +27,8 @@ def attention():
     cached keys), and MLAE decoder (b)'s cross-attention with its relative bias. Nothing runs: tools/aot.py records the launches, so
     the codes and the map are the readable versions' and the lists empty tensors of their shapes."""
     cases = []
-    # bf16 only: fp16 compiles to the same registers, spills and loop sizes (tools/aot.py on both,
-    # 2026-11-26), and CI's suite has a time budget
+    # bf16 only: fp16 compiles to the same registers, spills and loop sizes (docs/LOG.md), and CI's
+    # suite has a time budget
     for variant in ("norel", "rel", "rel_frozen", "rel_fused", "seq", "dense", "dense_grad", "decode", "cross"):
         for dtype in (torch.bfloat16,):
             for D in (64, 128):
