@@ -31,7 +31,7 @@ import torch
 
 from core import checkpoint
 from core.decoding import LENGTH_NORMS
-from core.classify import NO_SOS, classify_batch, macro_f1, predict
+from core.classify import classify_batch, macro_f1, predict
 from core.config import ModelConfig
 from core.elmer import exit_statistics
 from core.distributed import resolve_dtype
@@ -39,7 +39,8 @@ from core.exit_measures import MEASURES, exit_settings, resolve_exit
 from core.exit_decode import entropy_quantiles
 from core.errors import UserError, main_guard
 from core.guards import check_positions, parse_args, refuse_unused
-from core.finetuning import arch_of, build_model, rouge, summarize
+from core.architectures import ARCHS, arch_of, build_model
+from core.generation import rouge, summarize
 from core.model import count_parameters
 from core.tasks import Labels, lead, load_split
 from core.timing import clock
@@ -189,7 +190,7 @@ def load_model(path, state, device, exit_setting=None):
     with checkpoint.weights_of(path):
         model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"))
         model.load_state_dict(state["model"])
-    if arch == "elmer" and exit_setting:
+    if ARCHS[arch].decode == "elmer" and exit_setting:
         model.exit_measure, model.exit_threshold = exit_setting
     return model.to(device).eval(), arch, tok, labels
 
@@ -203,8 +204,8 @@ def generation(args, fa, arch):
                no_repeat_ngram=args.no_repeat_ngram,
                length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10),
                adaptive_stop=fa.get("adaptive_stop", False) if args.adaptive_stop is None else args.adaptive_stop)
-    name = (f"mask-predict, {gen['length_beam']} lengths" if arch == "nar" else
-            "one pass, early exit" if arch == "elmer" else "greedy" if args.beam == 1 else f"beam {args.beam}")
+    name = dict(nar=f"mask-predict, {gen['length_beam']} lengths", elmer="one pass, early exit").get(
+        ARCHS[arch].decode, "greedy" if args.beam == 1 else f"beam {args.beam}")
     return gen, name
 
 
@@ -232,7 +233,7 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
         # NAR: mean iterations used (fewer than the budget under --adaptive-stop) / the budget
         row["iterations"] = f"{used['iterations'] / used['n']:.1f} / {gen['iterations']}" if used else "-"
         row.update(rouge(preds, targets))
-        if arch == "elmer":  # the paper's Figure 2: where the output tokens left the decoder
+        if ARCHS[arch].decode == "elmer":  # the paper's Figure 2: where the output tokens left the decoder
             mean, frac = exit_statistics(model.exit_counts)
             row.update(exit_measure=model.exit_measure, exit_threshold=model.exit_threshold, mean_exit=mean,
                        exit_frac="/".join(f"{f:.2f}" for f in frac),
@@ -253,7 +254,7 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
             out = []
             for i in range(0, len(srcs_ids), args.batch_size):
                 chunk = srcs_ids[i:i + args.batch_size]
-                b = classify_batch(chunk, [0] * len(chunk), tok, fa["max_src"], sos=arch not in NO_SOS)
+                b = classify_batch(chunk, [0] * len(chunk), tok, fa["max_src"], sos=ARCHS[arch].classify_sos)
                 with torch.no_grad():
                     out += predict(model, b.to(device)).tolist()
             return out
@@ -319,21 +320,21 @@ def markdown(rows):
 def check_settings(args, paths, states):
     """Before the first generation: a flag that applies to none of the checkpoints is named, every
     length fits the positions of each model, and every result can be written."""
-    archs = {arch_of(states[p], p) for p in paths if states[p]["kind"] == "finetune/summarize"}
-    ar = bool(archs - {"nar", "elmer"})
+    decodes = {ARCHS[arch_of(states[p], p)].decode for p in paths if states[p]["kind"] == "finetune/summarize"}
+    ar = "ar" in decodes
     # eval.py changes no model and each row records the decoding it used: an unused flag is a note
     refuse_unused(args, dict(
-        length_beam=("nar" in archs, "to a NAR (--nar) checkpoint", True),
-        iterations=("nar" in archs, "to a NAR (--nar) checkpoint", True),
-        exit_entropy=("elmer" in archs, "to an elmer checkpoint", True),
-        exit_measure=("elmer" in archs, "to an elmer checkpoint", True),
-        exit_threshold=("elmer" in archs, "to an elmer checkpoint", True),
+        length_beam=("nar" in decodes, "to a NAR (--nar) checkpoint", True),
+        iterations=("nar" in decodes, "to a NAR (--nar) checkpoint", True),
+        exit_entropy=("elmer" in decodes, "to an elmer checkpoint", True),
+        exit_measure=("elmer" in decodes, "to an elmer checkpoint", True),
+        exit_threshold=("elmer" in decodes, "to an elmer checkpoint", True),
         beam=(ar, "to an autoregressive summarization checkpoint", True),
         length_penalty=(ar, "to an autoregressive summarization checkpoint", True),
         length_norm=(ar, "to an autoregressive summarization checkpoint", True),
         no_repeat_ngram=(ar, "to an autoregressive summarization checkpoint", True),
         min_len=(ar, "to an autoregressive summarization checkpoint", True),
-        max_len=(bool(archs - {"elmer"}), "to summarization checkpoints other than elmer (whose length is its --dec-len)", True),
+        max_len=(bool(decodes - {"elmer"}), "to summarization checkpoints other than elmer (whose length is its --dec-len)", True),
         src_field=(args.data is not None, "with --data", True),
         tgt_field=(args.data is not None, "with --data", True),
         split=(args.data is None, "without --data (the embedded corpus's splits)", True)), notes_to=sys.stderr)
@@ -343,14 +344,14 @@ def check_settings(args, paths, states):
         if not os.access(out_dir, os.W_OK):
             raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
         arch = arch_of(state, path)
-        if state["kind"] != "finetune/summarize" or arch == "elmer":
+        if state["kind"] != "finetune/summarize" or ARCHS[arch].decode == "elmer":
             continue
         max_tgt = fa.get("max_tgt", 24)
         if args.max_len is None and args.min_len > max_tgt:
             raise UserError(f"--min-len {args.min_len} is above {path}'s --max-tgt {max_tgt}, the default --max-len: "
                             f"give --max-len too")
         max_len, room = args.max_len or max_tgt, ModelConfig.from_dict(state["model_config"]).max_positions
-        if arch in ("unilm", "mlae-unilm"):  # source and target share one position table
+        if ARCHS[arch].one_table:  # source and target share one position table
             check_positions(f"{path}: its --max-src {fa['max_src']} + --max-len {max_len}", fa["max_src"] + max_len,
                             room, f"use --max-len <= {room - fa['max_src']}")
         else:
@@ -365,11 +366,11 @@ def main(argv=None):
     # read and check every input before the first (long) evaluation
     paths = pick_checkpoints(args.checkpoints)
     states = {path: checkpoint.load(path, kinds=("finetune/",)) for path in paths}
-    if args.adaptive_stop is not None and not any(arch_of(s, p) == "nar" for p, s in states.items()):
+    if args.adaptive_stop is not None and not any(ARCHS[arch_of(s, p)].decode == "nar" for p, s in states.items()):
         raise UserError("--adaptive-stop / --no-adaptive-stop change Mask-Predict decoding: none of the checkpoints "
                         "is a NAR one (finetune.py --nar)")
-    args.exits = exit_settings(args, [arch_of(s, p) for p, s in states.items()])
-    exits = {p: [resolve_exit(e, s, p) for e in args.exits] if arch_of(s, p) == "elmer" else [None]
+    args.exits = exit_settings(args, [ARCHS[arch_of(s, p)].decode for p, s in states.items()])
+    exits = {p: [resolve_exit(e, s, p) for e in args.exits] if ARCHS[arch_of(s, p)].decode == "elmer" else [None]
              for p, s in states.items()}
     sizes = [len(load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=lambda msg: None))
              for task in sorted({state["kind"].split("/")[1] for state in states.values()})]

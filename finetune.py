@@ -30,24 +30,26 @@ import time
 import torch
 
 from core import checkpoint
-from core.classify import NO_SOS, classify_batch, classify_loss_sums
-from core.config import PRESETS, ModelConfig, depths, preset
+from core.classify import classify_batch, classify_loss_sums
+from core.config import PRESETS, ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.guards import StopSignals, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
-from core.finetuning import (DEFAULT_MAX_SRC, arch_of, build_model, fit_lengths, positions_of, elmer_options, rouge, scheduled_loss,
-                             seq2seq_arch, seq2seq_ops, summarize)
-from core.elmer import elmer_depth
+from core.guards import best_on_disk, check_continues, check_positions, parse_args, refuse_unused
+from core.architectures import ARCHS, arch_of, build_model, seq2seq_arch, seq2seq_ops
+from core.finetuning import elmer_options, scheduled_loss
+from core.generation import rouge, summarize
+from core.positions import DEFAULT_MAX_SRC, fit_lengths, positions_of
 from core.exit_measures import MEASURES, exit_flags
 from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
 from core.model import count_parameters
+from core.objectives import OBJECTIVES
 from core.optim import LR_SCHEDULES, make_optimizer
 from core.progress import Progress, fmt_duration
 from core.tasks import TASKS, Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
-from core.training import (EarlyStop, StepStats, Throughput, attention_choice, run_digests, add_run_flags, autocast, check_finite, corpus_tokenizer, evaluate, restore_rng, rng_state,
-                           start_or_resume, train_step, wrap_ddp)
+from core.training import (EarlyStop, add_run_flags, attention_choice, autocast, corpus_tokenizer, evaluate, restore_rng,
+                           rng_state, run_digests, start_or_resume, training_steps, wrap_ddp)
 
 RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype", "patience",
              "attention")
@@ -149,7 +151,7 @@ CHECKED_ELSEWHERE = ("enc_layers", "dec_layers", "adaptive_stop")  # check_nar_f
 def unused_flags(args, arch, summ):
     """guards.refuse_unused's table: each option's flags, and whether this run (a checkpoint of
     `arch`, before it is turned into its fine-tuning architecture) uses them."""
-    scratch_run, elmer, nar = args.init == "none", arch == "elmer", summ and args.nar
+    scratch_run, elmer, nar = args.init == "none", ARCHS[arch].decode == "elmer", summ and args.nar
     return dict(
         arch=(scratch_run, "with --init none (a checkpoint brings its own architecture)"),
         model=(scratch_run, "with --init none (a checkpoint brings its own size)"),
@@ -166,7 +168,7 @@ def unused_flags(args, arch, summ):
         nar=(summ, "to --task summarize"),
         length_beam=(nar, "with --nar"),
         iterations=(nar, "with --nar"),
-        style=(summ and arch in ("unilm", "mlae-a", "mlae-b"), "to summarization from a pmlm, mlm or mlae checkpoint"),
+        style=(summ and ARCHS[arch].has_style, "to summarization from a pmlm, mlm or mlae checkpoint"),
         cross_init=(summ and not scratch_run, "to summarization from a pretrained checkpoint"),
         mask_schedule=(summ, "to --task summarize"),
         mask_init=(summ, "to --task summarize"),
@@ -180,7 +182,7 @@ def unused_flags(args, arch, summ):
 
 def check_nar_flags(args):
     """The flags that shape a model from scratch, or its decoding, where they have no effect."""
-    if args.init != "none" or args.arch != "t5":
+    if args.init != "none" or not ARCHS[args.arch].depth_flags:
         for flag in ("enc_layers", "dec_layers"):
             if getattr(args, flag) is not None:
                 raise UserError(f"--{flag.replace('_', '-')} sets the depth of a model from scratch (--init none "
@@ -202,38 +204,76 @@ def scratch(args, d, train):
         texts = train.sources + (train.targets if args.task == "summarize" else [])
     tok = corpus_tokenizer(texts, args.vocab_size, d)
     cfg = preset(args.model, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
-    if args.arch == "elmer":  # the paper's 6L-6L at base
-        depth = elmer_depth(args.model, cfg.n_layers)
-        cfg = dataclasses.replace(cfg, n_layers=depth, n_dec_layers=depth)
-    elif args.arch == "t5":  # MLAE's depths: T5 and CMLM from scratch compare at equal depth
-        enc, dec = depths(args.model, args.enc_layers, args.dec_layers)
-        cfg = dataclasses.replace(cfg, n_layers=enc, n_dec_layers=dec)
+    # the depths of the objective's model it stands in for: T5 and CMLM from scratch compare with MLAE at
+    # equal depth, ELMER's 6L-6L at base
+    cfg = OBJECTIVES[ARCHS[args.arch].scratch_as].shape(cfg, args)
     counts = token_counts([i for ids in tok.encode(texts) for i in ids], tok.vocab_size)
     return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict(), tokenizer=tok.to_tensor(), counts=counts)
 
 
-def run(args, d):
-    # -----------------------------------------------------------------------------
-    # data, then the init: a pretrained checkpoint, this run's own last.pt when resuming, or none
-    measure, threshold = exit_flags(args)  # checked before any work
-    args, state, ckpt_path = start_or_resume(args, ("finetune/",), RESUMABLE, d)
-    summ = args.task == "summarize"
+def splits(args, summ):
+    """(training split, validation split shuffled so that its head samples all of it) of the task."""
     fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
     train = load_split(args.task, "train", args.train_data, *fields)
     valid_path = args.valid_data if args.valid_data or not args.train_data else None
     if args.train_data and not args.valid_data:
         raise UserError("--train-data needs a --valid-data file too")
     check_nar_flags(args)
-    valid = load_split(args.task, "valid", valid_path, *fields).shuffled()  # [:k] samples the whole split
+    return train, load_split(args.task, "valid", valid_path, *fields).shuffled()
+
+
+def validation(args, d, model, arch, tok, valid, valid_batches, loss_fn, summ, done):
+    """Validation loss and accuracy (all processes), then a quick greedy ROUGE (rank 0): the log record."""
+    ev = evaluate(model, valid_batches, loss_fn, d)
+    rec = dict(step=done, valid_loss=ev["nll"] / max(1.0, ev["n"]), valid_acc=ev["hit"] / max(1.0, ev["n"]))
+    if summ and d.master and args.rouge_examples > 0:
+        k = args.rouge_examples
+        with autocast(d.device, d.dtype):
+            preds = summarize(model, arch, tok, valid.sources[:k], args.max_src, max_len=args.max_tgt,
+                              length_beam=args.length_beam, iterations=args.iterations,
+                              adaptive_stop=args.adaptive_stop)
+        rec.update({f"valid_{m}": float(v) for m, v in rouge(preds, valid.targets[:k]).items()})
+        rec["sample"] = preds[0]
+    return rec
+
+
+def micro_batches(make, size, srcs, tgts, idx):
+    """The examples idx of (srcs, tgts) as micro-batches of `size`, each made by make(sources, targets)."""
+    return [make([srcs[i] for i in idx[j:j + size]], [tgts[i] for i in idx[j:j + size]]) for j in range(0, len(idx), size)]
+
+
+def schedule(args, d, train, valid, arch, loss_fn, state, summ):
+    """(training examples, examples per process a step, steps between validations, the loss with
+    MLAE's scheduled masking where it applies): --epochs in steps, warmup a share of them."""
+    n = len(train)
+    if args.batch % d.world or args.batch < d.world:
+        raise UserError(f"--batch {args.batch} cannot be shared evenly by {d.world} processes")
+    steps_per_epoch = math.ceil(n / args.batch)
+    args.steps = max(1, round(args.epochs * steps_per_epoch))
+    args.warmup = max(1, round(args.warmup_frac * args.steps))
+    if summ:
+        loss_fn = scheduled_loss(loss_fn, arch, args)
+        if state is None and args.mask_schedule == "none":
+            refuse_unused(args, dict(mask_init=(False, "with a --mask-schedule other than none")))
+    print0(d, f"data: {train.origin}: {n} train, {len(valid)} valid examples ({args.task}); "
+              f"{steps_per_epoch} steps per epoch, {args.steps} steps")
+    return n, args.batch // d.world, max(1, round(args.valid_every * steps_per_epoch)), loss_fn
+
+
+def source_of(args, d, train, state):
+    """(what the run starts from, the pretraining step it came from): this run's own last.pt when
+    resuming, a pretrained checkpoint, or (--init none) what one would provide."""
     if state is not None:
-        source = state
-        init_step = state.get("init_step")  # the pretraining step this run started from, kept across resumes
-    elif args.init == "none":
-        source = scratch(args, d, train)
-    else:
-        source = checkpoint.load(args.init, kinds=("pretrain/",))
-    if state is None:  # which checkpoint of its pretraining this run starts from (reproduce/runner.py reads it)
-        init_step = source.get("step") if args.init != "none" else None
+        return state, state.get("init_step")  # the pretraining step this run started from, kept across resumes
+    if args.init == "none":
+        return scratch(args, d, train), None
+    source = checkpoint.load(args.init, kinds=("pretrain/",))
+    return source, source.get("step")  # which checkpoint of its pretraining (reproduce/runner.py reads it)
+
+
+def architecture(args, source, state, summ, measure, threshold):
+    """(architecture, tokenizer, config, ELMER's options) of the run: the source's, turned into the
+    one it fine-tunes as (core/architectures.py), its lengths fitted to the positions it trained."""
     arch = arch_of(source, args.init)
     tok = Tokenizer.from_tensor(source["tokenizer"])
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
@@ -252,9 +292,15 @@ def run(args, d):
         check_positions(f"the decoder's --dec-len {elmer_opts['dec_len']}", elmer_opts["dec_len"], cfg.max_positions,
                         "give a smaller --dec-len")
     if args.label_smoothing is None:  # resolved per architecture, so the checkpoint records it
-        args.label_smoothing = 0.0 if arch == "elmer" else 0.1
-    if args.max_src > cfg.max_positions or (arch in ("unilm", "mlae-unilm") and args.max_src + args.max_tgt > cfg.max_positions):
+        args.label_smoothing = ARCHS[arch].label_smoothing
+    if args.max_src > cfg.max_positions or (ARCHS[arch].one_table and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
+    return arch, tok, cfg, elmer_opts
+
+
+def task_data(args, d, arch, tok, cfg, elmer_opts, train, valid, state, summ):
+    """(labels or None, make(sources, targets) -> a micro-batch, the loss, the training ids, the
+    validation ids) of the task: summarization by the architecture's operations, or classification."""
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
     if summ:
         ops = seq2seq_ops(arch, sos=cfg.enc_sos, **({"dec_len": elmer_opts["dec_len"]} if elmer_opts else {}))
@@ -266,32 +312,14 @@ def run(args, d):
     else:
         labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets, valid.targets, train.origin, lambda m: print0(d, m))
         tgt_ids, valid_tgt = labels.ids(train.targets), labels.ids(valid.targets[:args.valid_examples])
-        make = lambda s, t: classify_batch(s, t, tok, args.max_src, sos=arch not in NO_SOS)
+        make = lambda s, t: classify_batch(s, t, tok, args.max_src, sos=ARCHS[arch].classify_sos)
         loss_fn = classify_loss_sums
-    n = len(train)
-    if args.batch % d.world or args.batch < d.world:
-        raise UserError(f"--batch {args.batch} cannot be shared evenly by {d.world} processes")
-    per_rank = args.batch // d.world
-    steps_per_epoch = math.ceil(n / args.batch)
-    args.steps = max(1, round(args.epochs * steps_per_epoch))
-    args.warmup = max(1, round(args.warmup_frac * args.steps))
-    valid_every = max(1, round(args.valid_every * steps_per_epoch))
-    if summ:
-        loss_fn = scheduled_loss(loss_fn, arch, args)
-        if state is None and args.mask_schedule == "none":
-            refuse_unused(args, dict(mask_init=(False, "with a --mask-schedule other than none")))
-    print0(d, f"data: {train.origin}: {n} train, {len(valid)} valid examples ({args.task}); "
-              f"{steps_per_epoch} steps per epoch, {args.steps} steps")
+    return labels, make, loss_fn, (src_ids, tgt_ids), (valid_ids, valid_tgt)
 
-    def batches(srcs, tgts, idx):
-        return [make([srcs[i] for i in idx[j:j + args.micro_batch]], [tgts[i] for i in idx[j:j + args.micro_batch]])
-                for j in range(0, len(idx), args.micro_batch)]
 
-    share = max(1, len(valid_ids) // d.world)
-    valid_batches = batches(valid_ids, valid_tgt, list(range(d.rank * share, (d.rank + 1) * share)))
-
-    # -----------------------------------------------------------------------------
-    # model and optimizer
+def model_and_optimizer(args, d, arch, cfg, labels, elmer_opts, source, state, ckpt_path, summ):
+    """(model, AdamW, the step to start from, early stopping's state): the model built for its task
+    and loaded from the source (or only its output bias, from scratch), or the run's own checkpoint."""
     torch.manual_seed(args.seed)
     with checkpoint.weights_of(ckpt_path if state is not None else args.init):
         model = build_model(arch, cfg, None if summ else len(labels), elmer_opts).to(d.device)
@@ -315,6 +343,30 @@ def run(args, d):
             raise UserError(f"{ckpt_path} stopped early at step {start}: its validation loss had not improved for "
                             f"{early.since_best} validations (best.pt holds the best); there is nothing to continue")
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
+    return model, optimizer, start, early
+
+
+def run(args, d):
+    # -----------------------------------------------------------------------------
+    # data, then the init: a pretrained checkpoint, this run's own last.pt when resuming, or none
+    measure, threshold = exit_flags(args)  # checked before any work
+    args, state, ckpt_path = start_or_resume(args, ("finetune/",), RESUMABLE, d)
+    summ = args.task == "summarize"
+    train, valid = splits(args, summ)
+    source, init_step = source_of(args, d, train, state)
+    arch, tok, cfg, elmer_opts = architecture(args, source, state, summ, measure, threshold)
+    labels, make, loss_fn, (src_ids, tgt_ids), (valid_ids, valid_tgt) = task_data(args, d, arch, tok, cfg, elmer_opts,
+                                                                                train, valid, state, summ)
+    n, per_rank, valid_every, loss_fn = schedule(args, d, train, valid, arch, loss_fn, state, summ)
+
+    batches = functools.partial(micro_batches, make, args.micro_batch)
+    share = max(1, len(valid_ids) // d.world)
+    valid_batches = batches(valid_ids, valid_tgt, list(range(d.rank * share, (d.rank + 1) * share)))
+
+    # -----------------------------------------------------------------------------
+    # model and optimizer
+    model, optimizer, start, early = model_and_optimizer(args, d, arch, cfg, labels, elmer_opts, source, state,
+                                                         ckpt_path, summ)
     ddp_model = wrap_ddp(model, d)
     digests = run_digests(args, state)
     print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
@@ -330,42 +382,23 @@ def run(args, d):
             optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
             tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=vars(args)))
 
-    def validate(done):
-        """Validation loss and accuracy (all processes), then a quick greedy ROUGE (rank 0): the log record."""
-        ev = evaluate(model, valid_batches, loss_fn, d)
-        rec = dict(step=done, valid_loss=ev["nll"] / max(1.0, ev["n"]), valid_acc=ev["hit"] / max(1.0, ev["n"]))
-        if summ and d.master and args.rouge_examples > 0:
-            k = args.rouge_examples
-            with autocast(d.device, d.dtype):
-                preds = summarize(model, arch, tok, valid.sources[:k], args.max_src, max_len=args.max_tgt,
-                                  length_beam=args.length_beam, iterations=args.iterations,
-                                  adaptive_stop=args.adaptive_stop)
-            rec.update({f"valid_{m}": float(v) for m, v in rouge(preds, valid.targets[:k]).items()})
-            rec["sample"] = preds[0]
-        return rec
+    validate = functools.partial(validation, args, d, model, arch, tok, valid, valid_batches, loss_fn, summ)
 
     # -----------------------------------------------------------------------------
     # the loop
     progress = Progress(args.steps, os.path.join(args.out, "log.jsonl") if d.master else None, start)
-    speed = Throughput()
-    model.train()
     end = min(args.steps, args.stop_after or args.steps)
-    stop, window = StopSignals(), StepStats()
-    for step in range(start, end):
+
+    def batches_for(step):
         idx = examples_for_step(n, step, args.batch, args.seed)[d.rank * per_rank:(d.rank + 1) * per_rank]
         loss_fn.step = step  # the mask ratio of scheduled masking (a no-op attribute otherwise)
-        step_stats = train_step(ddp_model, model, optimizer, batches(src_ids, tgt_ids, idx), loss_fn, d, args, step)
-        window.add(step_stats, step)
-        speed.add(step_stats["tokens"])
-        done = step + 1
-        # the statistics are read (one host sync) only where they are logged, saved or validated
-        point = done % args.log_every == 0 or done == end or done % args.save_every == 0 or done % valid_every == 0
-        if point:
-            stats, skipped, first = window.read()
-            check_finite(skipped, first, done, save, ckpt_path)
+        return batches(src_ids, tgt_ids, idx)
+    # the statistics are read (one host sync) only where they are logged, saved or validated
+    read_at = lambda done: any(done % k == 0 for k in (args.log_every, args.save_every, valid_every))  # noqa: E731
+    for done, stats in training_steps(ddp_model, model, optimizer, loss_fn, d, args, start, end, batches_for, read_at,
+                                      save, ckpt_path):
         if done % args.log_every == 0 or done == end:
-            loss = stats["nll"] / stats["n"]
-            rate = speed.rate()
+            loss, rate = stats["nll"] / stats["n"], stats["tokens_per_s"]
             print0(d, progress.line(done, loss, stats["lr"], rate, f"acc {stats['hit'] / stats['n']:.3f}"))
             if d.master:
                 progress.log(dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate, grad_norm=stats["grad_norm"]))
@@ -390,7 +423,6 @@ def run(args, d):
             break
         if done == end or done % valid_every == 0 or done % args.save_every == 0:
             save(done)
-        stop.check(d, done, save, ckpt_path, point)
     print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; "
               f"checkpoints {ckpt_path}, {os.path.join(args.out, 'best.pt')}")
     return early.best

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from core.config import preset  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
 from core.distributed import Dist, native_bf16_cpu  # noqa: E402
-from core.finetuning import pretraining_window  # noqa: E402
+from core.objectives import OBJECTIVES  # noqa: E402
 from core.model import UnifiedLM  # noqa: E402
 from core.optim import make_optimizer  # noqa: E402
 from core.pmlm import pmlm_batch, pmlm_loss_sums  # noqa: E402
@@ -93,7 +93,7 @@ def main():
     d = Dist(0, 1, 0, device)
     texts, _ = pretraining_texts(None, None, "text")
     tok = corpus_tokenizer(texts, 8000, d)
-    stream = TokenStream(tok.encode(texts[:20000]), pretraining_window("pmlm", args.seq_len), 0, sep=tok.eos_id)
+    stream = TokenStream(tok.encode(texts[:20000]), OBJECTIVES["pmlm"].window(args.seq_len), 0, sep=tok.eos_id)
     batches = [pmlm_batch(stream, range(i * args.micro_batch, (i + 1) * args.micro_batch), tok).to(device)
                for i in range(max(args.repeats, args.steps) + 1)]
     tokens = args.micro_batch * args.seq_len

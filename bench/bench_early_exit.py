@@ -82,7 +82,7 @@ class Tok:  # what the decoders need of a tokenizer
 # 1. the real decode path of a fine-tuned checkpoint
 
 def real_decode(args, device):
-    from core.finetuning import arch_of, build_model
+    from core.architectures import arch_of, build_model
     from core.tasks import load_split
     from core.tokenizer import Tokenizer
     state = checkpoint.load(args.ckpt, kinds=("finetune/",))

@@ -31,7 +31,7 @@ import kernels  # noqa: E402
 from core import checkpoint  # noqa: E402
 from core.distributed import resolve_dtype  # noqa: E402
 from core.errors import UserError, main_guard  # noqa: E402
-from core.finetuning import summarize  # noqa: E402
+from core.generation import summarize  # noqa: E402
 from core.model import count_parameters  # noqa: E402
 from core.timing import clock  # noqa: E402
 from core.training import add_dtype_flag, autocast  # noqa: E402

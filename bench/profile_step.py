@@ -20,7 +20,7 @@ from core.config import preset  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
 from core.distributed import Dist, resolve_dtype  # noqa: E402
 from core.elmer import ELMER, lplm_batch, lplm_loss_sums  # noqa: E402
-from core.finetuning import pretraining_window  # noqa: E402
+from core.objectives import OBJECTIVES  # noqa: E402
 from core.model import UnifiedLM  # noqa: E402
 from core.optim import make_optimizer  # noqa: E402
 from core.pmlm import pmlm_batch, pmlm_loss_sums  # noqa: E402
@@ -32,7 +32,7 @@ def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cud
     """dtype as train.py's --dtype: auto is bf16 autocast on CUDA, as a training run there."""
     texts = pretraining_texts()[0]
     tok, _ = cached_tokenizer(texts, 8000, TOKENIZER_CACHE)
-    stream = TokenStream(tok.encode(texts[:20000]), pretraining_window(objective, seq_len), 0, sep=tok.eos_id)
+    stream = TokenStream(tok.encode(texts[:20000]), OBJECTIVES[objective].window(seq_len), 0, sep=tok.eos_id)
     cfg = preset(model, vocab_size=tok.vocab_size, dropout=0.0, pad_id=tok.pad_id)
     if objective == "elmer":
         cfg = dataclasses.replace(cfg, n_dec_layers=cfg.n_layers)

@@ -86,6 +86,21 @@ def load(path, kinds=None, need=()):
     return state
 
 
+def upgrade_args(state):
+    """A checkpoint's args as its run would read them today: flags added since it was written get the
+    value the run actually trained with. Every such shim of a resumed run is here."""
+    args, kind = dict(state.get("args") or {}), str(state.get("kind", ""))
+    objective = kind.split("/")[-1]
+    if kind.startswith("pretrain/"):
+        if objective in ("mlae", "t5-nar") and isinstance(state.get("model"), dict):
+            args["cross_rel_pos"] = "cross_rel_table" in state["model"]  # older runs had no table
+        if "keep" not in args:  # written before --keep: as it trained
+            args["keep"] = 0.1 if objective == "mlm" else 0.0
+        if "length_grad" not in args:  # written before --length-grad: the length loss reached the encoder
+            args["length_grad"] = True
+    return args
+
+
 # the keys every checkpoint must hold, and their types; `need` in load() adds those of a resume
 KEYS = dict(kind=str, model=dict, model_config=dict, args=dict, tokenizer=torch.Tensor)
 RESUME_KEYS = dict(step=int, optimizer=dict, rng=dict)

@@ -51,9 +51,6 @@ class EncoderClassifier(Classifier):
         return self.out(self.drop(h[torch.arange(len(h), device=h.device), last]))
 
 
-# pretrained architectures whose encoder never saw [SOS] (core/t5.py: "SRC [EOS]")
-NO_SOS = ("t5", "t5-nar")
-
 
 def classify_batch(texts_ids, labels, tok, max_len, sos=True):
     """texts_ids: list of token-id lists; labels: list of ints (-1 for a label unseen in training).

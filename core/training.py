@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import checkpoint
 from .distributed import DTYPES, all_reduce_sum, barrier, print0
 from .errors import UserError
-from .guards import check_out, resume_conflicts
+from .guards import StopSignals, check_out, resume_conflicts
 from .optim import lr_at, set_lr
 from .tokenizer import cached_tokenizer
 
@@ -89,7 +89,7 @@ def start_or_resume(args, kinds, resumable, d):
     if not args.resume:
         return args, None, path
     state = checkpoint.load(path, kinds=kinds, need=("step", "optimizer", "rng"))
-    saved = dict(state["args"])
+    saved = checkpoint.upgrade_args(state)
     # an input file named elsewhere (a moved folder) with the same bytes is the same input
     moved = [k for k in checkpoint.PATH_FLAGS if k in saved and getattr(args, k, None) not in (None, saved[k])
              and checkpoint.digest(getattr(args, k)) == state.get("digests", {}).get(k, "none")]
@@ -221,6 +221,33 @@ def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, arg
     # tokens: this process's input tokens times the processes, for the progress line's rate (the
     # exact sum over processes is in sums)
     return dict(keys=keys, sums=sums, grad_norm=grad_norm.detach(), skipped=skipped, lr=lr, tokens=tokens * d.world)
+
+
+def training_steps(ddp_model, model, optimizer, loss_sums, d, args, start, end, batches_for, read_at, save,
+                   ckpt_path):
+    """The optimizer steps start..end-1 that train.py and finetune.py share, one at a time: after
+    each, (done, stats), stats the step's statistics read from the device (one host sync), with the
+    tokens per second since the last read, where read_at(done) or at the end, else None. A
+    non-finite step found at a read stops the run (check_finite, after saving); a signal stops it
+    after the caller has dealt with the step (StopSignals: saved, then exit status 128 + signal).
+    batches_for(step) gives this process's micro-batches of a step."""
+    speed, window, stop = Throughput(), StepStats(), StopSignals()
+    model.train()
+    try:
+        for step in range(start, end):
+            step_stats = train_step(ddp_model, model, optimizer, batches_for(step), loss_sums, d, args, step)
+            window.add(step_stats, step)
+            speed.add(step_stats["tokens"])
+            done, stats = step + 1, None
+            point = read_at(done) or done == end
+            if point:
+                stats, skipped, first = window.read()
+                check_finite(skipped, first, done, save, ckpt_path)
+                stats["tokens_per_s"] = speed.rate()
+            yield done, stats
+            stop.check(d, done, save, ckpt_path, point)
+    finally:
+        stop.restore()
 
 
 def per_token(sums):

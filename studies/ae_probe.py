@@ -23,7 +23,7 @@ from core import checkpoint  # noqa: E402
 from core.errors import main_guard  # noqa: E402
 from core.config import ModelConfig  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
-from core.finetuning import pretraining_window  # noqa: E402
+from core.objectives import OBJECTIVES  # noqa: E402
 from core.model import UnifiedLM  # noqa: E402
 from core.pmlm import IGNORE, pmlm_batch  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
@@ -43,7 +43,7 @@ def probe(path, n, batch):
     args = state["args"]
     _, valid_texts = pretraining_texts(None, None, "text")
     # the held-out windows of train.py's evaluation (the same seed); PMLM and MLM share the window
-    stream = TokenStream(tok.encode(valid_texts), pretraining_window("pmlm", int(args["seq_len"])),
+    stream = TokenStream(tok.encode(valid_texts), OBJECTIVES["pmlm"].window(int(args["seq_len"])),
                          int(args["seed"]) + 1, sep=tok.eos_id)
     out = {}
     for name, keep in CORRUPTIONS.items():

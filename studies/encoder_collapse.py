@@ -25,7 +25,7 @@ from core.batch import Batch  # noqa: E402
 from core import checkpoint  # noqa: E402
 from core.config import ModelConfig  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
-from core.finetuning import pretraining_window  # noqa: E402
+from core.objectives import OBJECTIVES  # noqa: E402
 from core.model import EncoderDecoder, positions  # noqa: E402
 from core.nar import NARModel, t5_nar_batch, t5_nar_loss_sums  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
@@ -42,7 +42,7 @@ def probe(path, n):
     model.eval()
     tok = Tokenizer.from_tensor(state["tokenizer"])
     _, valid_texts = pretraining_texts(None, None, "text")
-    stream = TokenStream(tok.encode(valid_texts), pretraining_window("t5-nar", int(state["args"]["seq_len"])),
+    stream = TokenStream(tok.encode(valid_texts), OBJECTIVES["t5-nar"].window(int(state["args"]["seq_len"])),
                          int(state["args"]["seed"]) + 1, sep=tok.eos_id)
     b = t5_nar_batch(stream, list(range(n)), tok)  # T5's sources, T5-NAR's targets
     memory = model.encode(b.src, positions(b.src), b.src_valid)[b.src_valid]

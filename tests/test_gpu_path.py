@@ -24,7 +24,7 @@ def python(code):
 def test_scripts_import_without_rouge_score():
     r = python("import sys; sys.modules['rouge_score'] = None\n"
                "import train, finetune, eval\n"
-               "from core.finetuning import rouge\n"
+               "from core.generation import rouge\n"
                "from core.errors import UserError\n"
                "try:\n    rouge(['a'], ['a'])\nexcept UserError as e:\n    print('refused:', e)\n")
     assert r.returncode == 0, r.stderr

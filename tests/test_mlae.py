@@ -335,7 +335,7 @@ def test_nar_pipelines(init, mlae_checkpoint, text_file, task_files, tmp_path):
 
 
 def test_unilm_style_prefix_rule_and_cache():
-    from core.finetuning import generate
+    from core.generation import generate
     from core.mlae import MLAEUniLM
     torch.manual_seed(0)
     cfg = preset("tiny", vocab_size=V, n_dec_layers=2, dropout=0.0)

@@ -337,7 +337,7 @@ def test_t5_nar_pretraining_learns_and_resumes(text_file, tmp_path):
     import os
     import train
     from conftest import TINY, read_log
-    from core.finetuning import trained_positions
+    from core.objectives import OBJECTIVES
     # the CPU, where a resumed run is bit for bit the straight one (tests/test_train.py: CUDA's tolerance)
     flags = ["--data", text_file, "--objective", "t5-nar", "--steps", "12", "--lr", "3e-3", "--dropout", "0.1",
              "--device", "cpu"] + TINY
@@ -355,9 +355,9 @@ def test_t5_nar_pretraining_learns_and_resumes(text_file, tmp_path):
     assert all(torch.equal(sa["model"][k], sb["model"][k]) for k in sa["model"])
     assert sa["kind"] == "pretrain/t5-nar" and sa["step"] == 12 and "length.weight" in sa["model"]
     assert "cross_rel_table" in sa["model"]  # the anchors' cross-attention bias, on by default
-    assert sa["positions"] == trained_positions("t5-nar", 48)
+    assert sa["positions"] == OBJECTIVES["t5-nar"].positions(48)
     # the recorded decoder positions are those the batches use: the target without [EOS]
-    assert sa["positions"]["decoder"] == trained_positions("t5", 48)["decoder"] - 1
+    assert sa["positions"]["decoder"] == OBJECTIVES["t5"].positions(48)["decoder"] - 1
     assert (sa["model_config"]["n_layers"], sa["model_config"]["n_dec_layers"]) == (2, 1)  # MLAE's tiny depths
 
 

@@ -69,7 +69,7 @@ def test_length_penalty_wu_is_the_default():
 
     import eval as eval_script
     from core.decoding import beam_search
-    from core.finetuning import generate
+    from core.generation import generate
     from test_decoding import lure
     out, score = beam_search(lure(), beam=2, max_len=10, length_penalty=0.6, eos_id=3, length_norm="wu")
     assert out == [[1]]
@@ -134,7 +134,7 @@ def test_pretraining_records_its_positions_and_finetuning_fits_them(text_file, t
     import train
     from conftest import TINY
     from core.errors import UserError
-    from core.finetuning import fit_lengths, positions_of
+    from core.positions import fit_lengths, positions_of
     out = str(tmp_path / "pmlm")
     train.main(["--data", text_file, "--steps", "1", "--out", out] + TINY)  # --seq-len 48
     state = torch.load(f"{out}/last.pt", weights_only=True)
@@ -152,16 +152,16 @@ def test_t5_windows_train_every_encoder_position(tokenizer):
     """T5's windows are as long as lets the corrupted source fill --seq-len: the encoder trains
     every position fine-tuning may use (windows of seq_len - 3 stopped at 113 of 128)."""
     from core.data import TokenStream
-    from core.finetuning import trained_positions
+    from core.objectives import OBJECTIVES
     from core.t5 import t5_batch, window_for
     for seq_len in (16, 48, 128, 512):
-        pos = trained_positions("t5", seq_len)
+        pos = OBJECTIVES["t5"].positions(seq_len)
         assert pos["encoder"] == seq_len and pos["decoder"] <= seq_len // 3, (seq_len, pos)
     ids = np.random.default_rng(0).integers(tokenizer.n_special, tokenizer.vocab_size, 5000)
     stream = TokenStream([ids.tolist()], window_for(128), 0)
     b = t5_batch(stream, range(8), tokenizer)
     assert b.src.shape[1] == 128 and b.src_valid.all()
-    assert b.tgt_in.shape[1] == trained_positions("t5", 128)["decoder"]
+    assert b.tgt_in.shape[1] == OBJECTIVES["t5"].positions(128)["decoder"]
 
 
 def test_windows_respect_documents(tokenizer):
@@ -208,13 +208,14 @@ def test_mlae_records_only_positions_it_trains(tokenizer, variant):
 
     from core.config import preset
     from core.data import TokenStream
-    from core.finetuning import positions_of, pretraining_window, trained_positions
+    from core.objectives import OBJECTIVES
+    from core.positions import positions_of
     from core.mlae import MLAE, mlae_batch, mlae_loss_sums
     seq_len = 48
-    total = trained_positions("mlae", seq_len)["total"]
+    total = OBJECTIVES["mlae"].positions(seq_len)["total"]
     assert total == seq_len - 1
     ids = np.random.default_rng(0).integers(tokenizer.n_special, tokenizer.vocab_size, 5000)
-    stream = TokenStream([ids.tolist()], pretraining_window("mlae", seq_len), 0)
+    stream = TokenStream([ids.tolist()], OBJECTIVES["mlae"].window(seq_len), 0)
     torch.manual_seed(0)
     model = MLAE(preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1), variant)
     mlae_loss_sums(model, mlae_batch(stream, range(8), tokenizer))["loss"].backward()

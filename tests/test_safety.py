@@ -137,14 +137,15 @@ def test_overwrite_replaces_the_run(world, tmp_path):
 # NaN: the step is not applied (on the device), the run stops at the next logging point and saves
 
 def test_nan_keeps_the_last_good_checkpoint(world, tmp_path, monkeypatch, capsys):
-    real = train.train_step
+    from core import training
+    real = training.train_step
 
     def poisoned(ddp_model, model, opt, micro, loss_sums, d, args, step):
         if step == 4:
             loss_sums = lambda m, b, f=loss_sums: {k: (v * float("nan") if k == "loss" else v) for k, v in f(m, b).items()}
         return real(ddp_model, model, opt, micro, loss_sums, d, args, step)
 
-    monkeypatch.setattr(train, "train_step", poisoned)
+    monkeypatch.setattr(training, "train_step", poisoned)
     out = str(tmp_path / "nan")
     with pytest.raises(SystemExit) as e:
         train.main(["--data", world["text"], "--steps", "8", "--out", out] + TINY[:-2] + ["--save-every", "2"])

@@ -7,7 +7,7 @@ import torch
 from core.config import preset
 from core.model import UnifiedLM
 from core.pmlm import IGNORE
-from core.finetuning import generate
+from core.generation import generate
 from core.seq2seq import PMLMDecoder, seq2seq_batch, seq2seq_example, seq2seq_loss_sums
 from kernels import CONTEXT, ORIGINAL, PSEUDO
 
