@@ -63,7 +63,8 @@ def get_args(argv=None):
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the embedded corpus")
     p.add_argument("--src-field", default=None)
     p.add_argument("--tgt-field", default=None)
-    p.add_argument("--limit", type=int, default=None, help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
+    p.add_argument("--limit", type=int, default=None,
+                   help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
                    "checkpoint (the embedded corpus is sorted by package, so its head is not a sample)")
     p.add_argument("--beam", type=int, default=DECODING_DEFAULTS["beam"], help="beam size (UniLMv2 Table 10, XSum: 5)")
     p.add_argument("--max-len", type=int, default=None,
@@ -77,13 +78,15 @@ def get_args(argv=None):
                         "pow = len ** alpha (fairseq)")
     p.add_argument("--no-repeat-ngram", type=int, default=DECODING_DEFAULTS["no_repeat_ngram"])
     p.add_argument("--length-beam", type=int, default=None, help="NAR: length candidates (default: the fine-tuning's)")
-    p.add_argument("--iterations", type=int, default=None, help="NAR: Mask-Predict iterations (default: the fine-tuning's)")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="NAR: Mask-Predict iterations (default: the fine-tuning's)")
     p.add_argument("--adaptive-stop", action=argparse.BooleanOptionalAction, default=None,
                    help="NAR: stop a candidate once its masked state repeats (fairseq's behaviour), or run every "
                         "iteration (--no-adaptive-stop, as published; default: the fine-tuning's)")
     p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
-    p.add_argument("--no-lead", action="store_true", help="omit the baseline rows (LEAD; classification's majority class)")
+    p.add_argument("--no-lead", action="store_true",
+                   help="omit the baseline rows (LEAD; classification's majority class)")
     p.add_argument("--exit-measure", default=None, choices=MEASURES,
                    help="elmer: the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
                         "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/exit_measures.py")
@@ -91,7 +94,8 @@ def get_args(argv=None):
                    help="elmer: the measure's threshold, or several comma-separated (a sweep: one row and one "
                         "result file each); entropy 0 / state 1 / classifier 1 never exit early")
     p.add_argument("--exit-entropy", default=None,
-                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X (0 never exits early, inf at layer 1)")
+                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X (0 never exits early, inf at "
+                        "layer 1)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     add_dtype_flag(p)
     return parse_args(p, argv)
@@ -130,7 +134,8 @@ def pick_checkpoints(paths):
     for path in paths:
         if not os.path.exists(path):
             raise UserError(f"checkpoint not found: {path}" + (
-                " (finetune.py writes its runs under checkpoints/: fine-tune a model first)" if path == "checkpoints" else ""))
+                " (finetune.py writes its runs under checkpoints/: fine-tune a model first)" if path == "checkpoints"
+                else ""))
         if not os.path.isdir(path):
             out.append(path)
             continue
@@ -155,7 +160,8 @@ def data_tag(args):
     """The part of a result file's name that says which examples it scored: the split or the file,
     and the sample."""
     data = args.split if args.data is None else (
-        os.path.basename(args.data).split(".")[0] + "-" + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
+        os.path.basename(args.data).split(".")[0] + "-"
+        + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
     return data + (f"-sample{args.limit}" if args.limit else "")
 
 
@@ -202,7 +208,8 @@ def generation(args, fa, arch):
     gen = dict(beam=args.beam, max_len=args.max_len or fa.get("max_tgt", 24), min_len=args.min_len,
                length_penalty=args.length_penalty, length_norm=args.length_norm,
                no_repeat_ngram=args.no_repeat_ngram,
-               length_beam=args.length_beam or fa.get("length_beam", 3), iterations=args.iterations or fa.get("iterations", 10),
+               length_beam=args.length_beam or fa.get("length_beam", 3),
+               iterations=args.iterations or fa.get("iterations", 10),
                adaptive_stop=fa.get("adaptive_stop", False) if args.adaptive_stop is None else args.adaptive_stop)
     name = dict(nar=f"mask-predict, {gen['length_beam']} lengths", elmer="one pass, early exit").get(
         ARCHS[arch].decode, "greedy" if args.beam == 1 else f"beam {args.beam}")
@@ -241,7 +248,8 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
             # the off-ramp entropies behind an entropy exit (where the vocabulary projection ran):
             # the median and the 5th percentile per layer, "-" where a layer computed none
             for name, q in (("entropy_p50", 0.5), ("entropy_p5", 0.05)):
-                row[name] = "/".join("-" if v is None else f"{v:.2f}" for v in entropy_quantiles(model.exit_entropies, q))
+                row[name] = "/".join("-" if v is None else f"{v:.2f}"
+                                     for v in entropy_quantiles(model.exit_entropies, q))
             if model.exit_measure == "entropy" and model.exit_threshold > 0 and frac[-1] == 1.0:
                 print(f"note: no output token of {path} left before the top at entropy < {model.exit_threshold:g}: "
                       f"its off-ramp entropies per layer, median {row['entropy_p50']}, 5th percentile "
@@ -281,7 +289,8 @@ def majority_row(targets):
     names = sorted(set(targets))
     gold = [names.index(t) for t in targets]
     top = max(range(len(names)), key=gold.count)
-    return dict(model="majority class", arch="-", params_M=0, n=len(targets), accuracy=100 * gold.count(top) / len(gold),
+    return dict(model="majority class", arch="-", params_M=0, n=len(targets),
+                accuracy=100 * gold.count(top) / len(gold),
                 macro_f1=100 * macro_f1([top] * len(gold), gold, len(names)))
 
 
@@ -307,9 +316,10 @@ def write_atomically(path, text):
 
 
 def markdown(rows):
-    cols = ["model", "arch", "decoding", "iterations", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy", "macro_f1",
-            "exit_measure", "exit_threshold", "mean_exit", "exit_frac", "entropy_p50", "entropy_p5", "dec_flops", "latency_ms",
-            "samples_per_s"]
+    cols = ["model", "arch", "decoding", "iterations", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy",
+            "macro_f1",
+            "exit_measure", "exit_threshold", "mean_exit", "exit_frac", "entropy_p50", "entropy_p5", "dec_flops",
+            "latency_ms", "samples_per_s"]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -334,7 +344,8 @@ def check_settings(args, paths, states):
         length_norm=(ar, "to an autoregressive summarization checkpoint", True),
         no_repeat_ngram=(ar, "to an autoregressive summarization checkpoint", True),
         min_len=(ar, "to an autoregressive summarization checkpoint", True),
-        max_len=(bool(decodes - {"elmer"}), "to summarization checkpoints other than elmer (whose length is its --dec-len)", True),
+        max_len=(bool(decodes - {"elmer"}),
+                 "to summarization checkpoints other than elmer (whose length is its --dec-len)", True),
         src_field=(args.data is not None, "with --data", True),
         tgt_field=(args.data is not None, "with --data", True),
         split=(args.data is None, "without --data (the embedded corpus's splits)", True)), notes_to=sys.stderr)
@@ -404,7 +415,8 @@ def main(argv=None):
     if not args.no_lead and any(r.get("task") == "classify" for r in rows):
         rows.append(majority_row(examples("classify", args).targets))
     data = f"{args.split} split" if args.data is None else args.data
-    print(f"\n{data}{f' (a sample of {args.limit}, seed 0)' if args.limit else ''}, {device.type} ({str(dtype)[6:]}), beam {args.beam}\n")
+    print(f"\n{data}{f' (a sample of {args.limit}, seed 0)' if args.limit else ''}, {device.type} ({str(dtype)[6:]}), "
+          f"beam {args.beam}\n")
     print(markdown(rows))
     return rows
 

@@ -48,8 +48,8 @@ from core.optim import LR_SCHEDULES, make_optimizer
 from core.progress import Progress, fmt_duration
 from core.tasks import TASKS, Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
-from core.training import (EarlyStop, add_run_flags, attention_choice, autocast, corpus_tokenizer, evaluate, restore_rng,
-                           rng_state, run_digests, start_or_resume, training_steps, wrap_ddp)
+from core.training import (EarlyStop, add_run_flags, attention_choice, autocast, corpus_tokenizer, evaluate,
+                           restore_rng, rng_state, run_digests, start_or_resume, training_steps, wrap_ddp)
 
 RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype", "patience",
              "attention")
@@ -60,8 +60,10 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--init", default="checkpoints/pretrain/last.pt",
                    help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
-    p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"], help="with --init none: the architecture")
-    p.add_argument("--exit", default="hard", choices=["hard", "soft"], help="elmer: hard or soft early exit (ELMER 4.3)")
+    p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"],
+                   help="with --init none: the architecture")
+    p.add_argument("--exit", default="hard", choices=["hard", "soft"],
+                   help="elmer: hard or soft early exit (ELMER 4.3)")
     p.add_argument("--exit-measure", default=None, choices=MEASURES,
                    help="elmer: what decides a token's exit at inference: the off-ramp entropy (the paper, "
                         "a vocabulary projection per layer), or O(d) measures: the cosine of h^l and h^(l-1) "
@@ -74,7 +76,8 @@ def get_args(argv=None):
     p.add_argument("--exit-train", default="hard", choices=["hard", "all"],
                    help="elmer, hard exit: tokens leave during fine-tuning once their off-ramp entropy is under "
                         "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
-    p.add_argument("--dec-len", type=int, default=None, help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
+    p.add_argument("--dec-len", type=int, default=None,
+                   help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
     p.add_argument("--model", default="small", choices=sorted(PRESETS), help="with --init none: the preset")
     p.add_argument("--enc-layers", type=int, default=None,
                    help="with --init none --arch t5: encoder layers (default MLAE's: 2/4/12 at tiny/small/base)")
@@ -109,16 +112,19 @@ def get_args(argv=None):
                         "an off-ramp's entropy: -(1-e+e/V)ln(1-e+e/V) - (V-1)(e/V)ln(e/V), 1.22 nats at e=0.1, "
                         "V=8000: above the paper's delta 0.5, so no token would ever exit by entropy")
     p.add_argument("--valid-examples", type=int, default=2000,
-                   help="validation loss / accuracy on this many (the loss early stopping reads: enough tokens that its noise is under the changes it tracks)")
+                   help="validation loss / accuracy on this many (the loss early stopping reads: enough tokens that "
+                        "its noise is under the changes it tracks)")
     p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
     p.add_argument("--style", default=None, choices=["seq2seq", "unilm"],
-                   help="AR style: mlae seq2seq (default) or unilm; pmlm/mlm unilm (default) or seq2seq (a random decoder: the RoBERTa baseline)")
+                   help="AR style: mlae seq2seq (default) or unilm; pmlm/mlm unilm (default) or seq2seq (a random "
+                        "decoder: the RoBERTa baseline)")
     p.add_argument("--cross-init", default="self", choices=CROSS_INITS,
                    help="mlae/t5: cross-attention from the layer's self-attention, random, or the whole decoder random")
     p.add_argument("--mask-schedule", default=None, choices=SCHEDULES,
                    help="AR: decoder inputs masked at ratio m_t (MLAE Algorithm 1; default linear for mlae, else none)")
     p.add_argument("--mask-init", type=float, default=0.6, help="m0 of --mask-schedule")
-    p.add_argument("--nar", action="store_true", help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
+    p.add_argument("--nar", action="store_true",
+                   help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
     p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
     p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations")
     p.add_argument("--adaptive-stop", action="store_true",
@@ -143,7 +149,8 @@ def main(argv=None):
 # checks), which says which runs it applies to (tests/test_trust.py walks the parser against them)
 ALWAYS_APPLIES = ("help", "init", "task", "train_data", "valid_data", "max_src", "epochs", "batch", "warmup_frac",
                   "lr_schedule", "valid_every", "patience",
-                  "label_smoothing", "valid_examples", "micro_batch", "lr", "weight_decay", "clip", "dropout", "attention",
+                  "label_smoothing", "valid_examples", "micro_batch", "lr", "weight_decay", "clip", "dropout",
+                  "attention",
                   "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed", "device", "dtype")
 CHECKED_ELSEWHERE = ("enc_layers", "dec_layers", "adaptive_stop")  # check_nar_flags
 
@@ -239,7 +246,8 @@ def validation(args, d, model, arch, tok, valid, valid_batches, loss_fn, summ, d
 
 def micro_batches(make, size, srcs, tgts, idx):
     """The examples idx of (srcs, tgts) as micro-batches of `size`, each made by make(sources, targets)."""
-    return [make([srcs[i] for i in idx[j:j + size]], [tgts[i] for i in idx[j:j + size]]) for j in range(0, len(idx), size)]
+    return [make([srcs[i] for i in idx[j:j + size]], [tgts[i] for i in idx[j:j + size]])
+            for j in range(0, len(idx), size)]
 
 
 def schedule(args, d, train, valid, arch, loss_fn, state, summ):
@@ -294,7 +302,8 @@ def architecture(args, source, state, summ, measure, threshold):
     if args.label_smoothing is None:  # resolved per architecture, so the checkpoint records it
         args.label_smoothing = ARCHS[arch].label_smoothing
     if args.max_src > cfg.max_positions or (ARCHS[arch].one_table and args.max_src + args.max_tgt > cfg.max_positions):
-        raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions")
+        raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} "
+                        "positions")
     return arch, tok, cfg, elmer_opts
 
 
@@ -310,7 +319,9 @@ def task_data(args, d, arch, tok, cfg, elmer_opts, train, valid, state, summ):
         make = lambda s, t: batch_fn(list(zip(s, t)), tok, args.max_src, args.max_tgt)
         labels = None
     else:
-        labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets, valid.targets, train.origin, lambda m: print0(d, m))
+        labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets, valid.targets,
+                                                                                       train.origin,
+                                                                                       lambda m: print0(d, m))
         tgt_ids, valid_tgt = labels.ids(train.targets), labels.ids(valid.targets[:args.valid_examples])
         make = lambda s, t: classify_batch(s, t, tok, args.max_src, sos=ARCHS[arch].classify_sos)
         loss_fn = classify_loss_sums
@@ -338,12 +349,21 @@ def model_and_optimizer(args, d, arch, cfg, labels, elmer_opts, source, state, c
     if state is not None:
         restore_rng(state["rng"])
         start = state["step"]
-        early = EarlyStop(args.patience, best_on_disk(args.out, state.get("best_valid_loss")), state.get("since_best", 0))
+        early = EarlyStop(args.patience, best_on_disk(args.out, state.get("best_valid_loss")),
+                          state.get("since_best", 0))
         if state.get("stopped_early"):
             raise UserError(f"{ckpt_path} stopped early at step {start}: its validation loss had not improved for "
                             f"{early.since_best} validations (best.pt holds the best); there is nothing to continue")
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     return model, optimizer, start, early
+
+
+def log_step(d, progress, done, stats):
+    """The progress line of step `done` and its log.jsonl record."""
+    loss, rate = stats["nll"] / stats["n"], stats["tokens_per_s"]
+    print0(d, progress.line(done, loss, stats["lr"], rate, f"acc {stats['hit'] / stats['n']:.3f}"))
+    if d.master:
+        progress.log(dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate, grad_norm=stats["grad_norm"]))
 
 
 def run(args, d):
@@ -370,15 +390,16 @@ def run(args, d):
     ddp_model = wrap_ddp(model, d)
     digests = run_digests(args, state)
     print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
-              f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}, {str(d.dtype)[6:]}")
+              f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}, "
+              f"{str(d.dtype)[6:]}")
 
     def save(step, path=ckpt_path, with_optimizer=True, stopped_early=False):
         if not d.master:
             return
         checkpoint.save(path, dict(
             kind=f"finetune/{args.task}", arch=arch, model=model.state_dict(), model_config=cfg.to_dict(),
-            args=vars(args), step=step, best_valid_loss=early.best, since_best=early.since_best, stopped_early=stopped_early,
-            labels=labels.names if labels else None, init_step=init_step, digests=digests,
+            args=vars(args), step=step, best_valid_loss=early.best, since_best=early.since_best,
+            stopped_early=stopped_early, labels=labels.names if labels else None, init_step=init_step, digests=digests,
             optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
             tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=vars(args)))
 
@@ -398,10 +419,7 @@ def run(args, d):
     for done, stats in training_steps(ddp_model, model, optimizer, loss_fn, d, args, start, end, batches_for, read_at,
                                       save, ckpt_path):
         if done % args.log_every == 0 or done == end:
-            loss, rate = stats["nll"] / stats["n"], stats["tokens_per_s"]
-            print0(d, progress.line(done, loss, stats["lr"], rate, f"acc {stats['hit'] / stats['n']:.3f}"))
-            if d.master:
-                progress.log(dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate, grad_norm=stats["grad_norm"]))
+            log_step(d, progress, done, stats)
         stopping = False
         if done % valid_every == 0 or done == args.steps:
             rec = validate(done)

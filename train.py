@@ -60,7 +60,8 @@ def get_args(argv=None):
                         "random / 10%% kept); 0 gives 90/10, which hides every target from the [P]s (equation 5)")
     p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
     p.add_argument("--dec-layers", type=int, default=None,
-                   help="t5, t5-nar, mlae: decoder layers (default 1/2/4 at tiny/small/base, MLAE's); elmer: default as the encoder")
+                   help="t5, t5-nar, mlae: decoder layers (default 1/2/4 at tiny/small/base, MLAE's); elmer: default "
+                        "as the encoder")
     p.add_argument("--enc-layers", type=int, default=None,
                    help="t5, t5-nar, mlae: encoder layers (default 2/4/12 at tiny/small/base); elmer: the preset's")
     p.add_argument("--decoder", default="b", choices=VARIANTS,
@@ -73,7 +74,8 @@ def get_args(argv=None):
                    help="t5-nar: let the length predictor's loss reach the encoder (off: span corruption's target "
                         "length depends on the window's length alone, and that gradient collapsed the encoder)")
     p.add_argument("--permutations", type=int, default=10, help="elmer: exit-layer assignments per sequence (LPLM's k)")
-    p.add_argument("--dec-len", type=int, default=32, help="elmer: [MASK] tokens the decoder is fed when fine-tuned and generating")
+    p.add_argument("--dec-len", type=int, default=32,
+                   help="elmer: [MASK] tokens the decoder is fed when fine-tuned and generating")
     p.add_argument("--separate-offramps", action="store_true", help="elmer: one off-ramp per decoder layer, not shared")
     p.add_argument("--rel-pos", action=argparse.BooleanOptionalAction, default=True,
                    help="T5-style relative position bias")
@@ -84,7 +86,8 @@ def get_args(argv=None):
     p.add_argument("--tokenizer", default=None, help="an existing SentencePiece .model with the reserved ids")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per example before the appended part")
     p.add_argument("--batch-tokens", type=int, default=8192, help="global batch, in --seq-len tokens")
-    p.add_argument("--steps", type=int, default=400, help="optimizer steps of --batch-tokens (the default run leaves the unigram plateau: README)")
+    p.add_argument("--steps", type=int, default=400,
+                   help="optimizer steps of --batch-tokens (the default run leaves the unigram plateau: README)")
     p.add_argument("--warmup", type=int, default=40)
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-examples", type=int, default=256)
@@ -92,7 +95,8 @@ def get_args(argv=None):
     args = parse_args(p, argv)
     if not args.resume:  # resuming, the checkpoint's objective decides (and changed flags are refused)
         refuse_unused(args, dict(objective_flags(args),
-                                 vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)", True)))
+                                 vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)",
+                                             True)))
     if args.objective == "mlm":  # mlm is pmlm --losses ae
         args.losses = "ae"
     if not 0.0 <= args.keep <= 0.9:
@@ -160,7 +164,8 @@ def model_and_optimizer(args, d, obj, tok, train, state, ckpt_path):
         cfg = dataclasses.replace(cfg, **state["model_config"])
     if args.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
-    if "dec_len" in obj.flags:  # stored in the checkpoint: fine-tuning and generation feed the decoder this many [MASK]s
+    # stored in the checkpoint: fine-tuning and generation feed the decoder this many [MASK]s
+    if "dec_len" in obj.flags:
         check_positions(f"--dec-len {args.dec_len}", args.dec_len, cfg.max_positions, "lower --dec-len")
     torch.manual_seed(args.seed)
     model = obj.model(cfg, args).to(d.device)
@@ -200,7 +205,8 @@ def run(args, d):
     loss_sums = obj.loss(args)
     ddp_model = wrap_ddp(model, d)
     digests = run_digests(args, state)
-    elmer_opts = dict(dec_len=args.dec_len, separate_offramps=args.separate_offramps) if "dec_len" in obj.flags else None
+    elmer_opts = dict(dec_len=args.dec_len,
+                      separate_offramps=args.separate_offramps) if "dec_len" in obj.flags else None
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
               f"{args.objective}{f' ({args.losses})' if 'keep' in obj.flags else ''}, {d.world} process(es) on "
               f"{d.device.type} ({str(d.dtype)[6:]}), {examples_per_step} examples x {args.seq_len} tokens per step")

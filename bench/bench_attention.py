@@ -144,7 +144,8 @@ def check(meta, table, q, k, v, label="", fatal=True):
         err = ((got.float() - want.float()).norm() / want.float().norm().clamp_min(1e-12)).item()
         worst.append(f"{name} {err:.2e}")
         if not err < 2e-2:
-            why = f"check vs reference{label} failed: ||ours - ref|| / ||ref|| of {name} = {err:.3g}; " + ", ".join(worst)
+            why = (f"check vs reference{label} failed: ||ours - ref|| / ||ref|| of {name} = {err:.3g}; "
+                   + ", ".join(worst))
             if fatal:
                 sys.exit(why)
             print(f"  {why}: its row is not timed", flush=True)
@@ -213,19 +214,23 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
     rec.setdefault("config", list(cfg))
 
     # what ours computes, and the cost of building its codes and map
-    pm, _, _ = attention_plan.prepare(q, k, v, kind, step, kind, step, valid, bias=rel_pos_bias(table, pos, pos, MAX_DIST))
+    pm, _, _ = attention_plan.prepare(q, k, v, kind, step, kind, step, valid,
+                                      bias=rel_pos_bias(table, pos, pos, MAX_DIST))
     counts = pm["tiles"].q_count.sum((0, 1)).tolist()  # PARTIAL, FULL, FAR, GATHER
     computed = sum(counts) * cfg.BM * cfg.BN
     visible = reference.visible(kind, step, kind, step, valid).sum().item()
     def build():
-        return attention_plan.prepare(q, k, v, kind, step, kind, step, valid, bias=rel_pos_bias(table, pos, pos, MAX_DIST))
+        return attention_plan.prepare(q, k, v, kind, step, kind, step, valid,
+                                      bias=rel_pos_bias(table, pos, pos, MAX_DIST))
     # eager: the host's launches, which a host-bound step pays; replayed as a graph: the GPU's time,
     # which a step pays when its GPU is the bottleneck (the launches then overlap earlier work)
     map_ms, map_graph_ms = time_fn(build), graph_fn(build)
     rec.update(visible=visible, computed=computed, tiles=dict(zip(("partial", "full", "far", "gather"), counts)),
                map_ms=map_ms, map_graph_ms=map_graph_ms)
-    print(f"  visible pairs {100 * visible / (B * L * L):.1f}% of L*L; computed tiles {100 * computed / (B * L * L):.1f}% "
-          f"({cfg.BM}x{cfg.BN}: PARTIAL {counts[0]}, FULL {counts[1]}, FAR {counts[2]}, GATHER {counts[3]})", flush=True)
+    print(f"  visible pairs {100 * visible / (B * L * L):.1f}% of L*L; computed tiles "
+          f"{100 * computed / (B * L * L):.1f}% "
+          f"({cfg.BM}x{cfg.BN}: PARTIAL {counts[0]}, FULL {counts[1]}, FAR {counts[2]}, GATHER {counts[3]})",
+          flush=True)
 
     methods = [("ours", lambda: make_ours(meta, table, False), False),
                ("ours kernel", lambda: make_ours(meta, table, True), True),
@@ -242,7 +247,8 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
             continue
         try:
             with fused_dq(not attention_plan.FUSED_DQ if label == ALT_BACKWARD[attention_plan.FUSED_DQ] else None), \
-                    table_16bit(not attention_plan.TABLE_16BIT if label == ALT_TABLE[attention_plan.TABLE_16BIT] else None):
+                    table_16bit(not attention_plan.TABLE_16BIT if label == ALT_TABLE[attention_plan.TABLE_16BIT]
+                                else None):
                 f, b = timed(make(), graph)
             rec["methods"][label] = dict(fwd_ms=f, fwdbwd_ms=b)
         except Exception as e:  # noqa: BLE001  (a baseline that cannot run is reported, not fatal)
@@ -257,21 +263,24 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
             rec["flex_block_mask_ms"] = time_fn(build)
             fc, sc = flex_sanity(q.detach(), k.detach(), v.detach(), time_fn)
             rec["flex_causal_vs_sdpa"] = dict(flex_ms=fc, sdpa_ms=sc)
-            print(f"  flex sanity, causal at this shape: flex {fc:.3f} ms, SDPA {sc:.3f} ms ({sc / fc:.2f}x SDPA's speed)")
+            print(f"  flex sanity, causal at this shape: flex {fc:.3f} ms, SDPA {sc:.3f} ms ({sc / fc:.2f}x SDPA's "
+                  "speed)")
         except Exception as e:  # noqa: BLE001
             print(f"  flex: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
 
     fwd_flops = 4 * H * D * visible
     print(f"  codes + tile map: {map_ms:.3f} ms eager, {map_graph_ms:.3f} ms replayed as a graph; FLOPs on visible "
           f"pairs: forward {fwd_flops:.3g}, forward+backward 3.5x")
-    print("  | method | fwd ms | fwd+bwd ms | fwd TFLOP/s (visible) | fwd+bwd TFLOP/s | ours fwd speed-up | ours fwd+bwd speed-up |")
+    print("  | method | fwd ms | fwd+bwd ms | fwd TFLOP/s (visible) | fwd+bwd TFLOP/s | ours fwd speed-up | ours "
+          "fwd+bwd speed-up |")
     print("  | --- | --- | --- | --- | --- | --- | --- |")
     for label, m in rec["methods"].items():
         mine = rec["methods"].get("ours kernel" if "kernel" in label else "ours")
         m["fwd_tflops"] = fwd_flops / m["fwd_ms"] * 1e-9
         m["fwdbwd_tflops"] = 3.5 * fwd_flops / m["fwdbwd_ms"] * 1e-9
         up = (f"{m['fwd_ms'] / mine['fwd_ms']:.2f}x | {m['fwdbwd_ms'] / mine['fwdbwd_ms']:.2f}x" if mine else "- | -")
-        print(f"  | {label} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | {m['fwd_tflops']:.1f} | {m['fwdbwd_tflops']:.1f} | "
+        print(f"  | {label} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | {m['fwd_tflops']:.1f} | "
+              f"{m['fwdbwd_tflops']:.1f} | "
               f"{up} |")
     ok = rec["methods"].get("ours kernel")
     diag, plain = rec["diagnostics"], rec["methods"].get("sdpa-nomask")
@@ -279,7 +288,8 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
         nb, ev = diag["ours kernel, no bias"], diag["ours kernel, every pair visible, no bias"]
         all_flops = 4 * H * D * B * L * L
         print(f"  diagnostics (other work than the rows above): without the bias ours kernel's forward takes "
-              f"{nb['fwd_ms']:.3f} ms, {nb['fwd_ms'] / ok['fwd_ms']:.2f}x its time with it; every pair visible, no bias "
+              f"{nb['fwd_ms']:.3f} ms, {nb['fwd_ms'] / ok['fwd_ms']:.2f}x its time with it; every pair visible, no "
+              "bias "
               f"(every tile FULL): {ev['fwd_ms']:.3f} ms, {all_flops / ev['fwd_ms'] * 1e-9:.1f} TFLOP/s over all pairs"
               + (f", sdpa-nomask {all_flops / plain['fwd_ms'] * 1e-9:.1f}" if plain else ""), flush=True)
     if ok:
@@ -290,7 +300,9 @@ def bench(name, D, args, dev, dtype, time_fn, graph_fn):
         if alt:
             rec["bwd_over_fwd_alt"] = (alt["fwdbwd_ms"] - alt["fwd_ms"]) / ok["fwd_ms"]
         print(f"  ours kernel: forward {ok['fwd_tflops_tiles']:.1f} TFLOP/s on computed tiles; backward / forward "
-              f"{rec['bwd_over_fwd']:.2f}" + (f" ({backward_name(ALT_BACKWARD[attention_plan.FUSED_DQ])}: {rec['bwd_over_fwd_alt']:.2f})" if alt else "")
+              f"{rec['bwd_over_fwd']:.2f}"
+              + (f" ({backward_name(ALT_BACKWARD[attention_plan.FUSED_DQ])}: {rec['bwd_over_fwd_alt']:.2f})" if alt
+                 else "")
               + f"; map (graph) / forward {map_graph_ms / ok['fwd_ms']:.1%}", flush=True)
     return rec
 
@@ -331,15 +343,18 @@ def targets(records):
 
     for rec in records:
         tag = f"{rec['layout']} D{rec['D']}"
-        rows.append((f"{tag}: forward kernel-only vs SDPA-mask kernel", ratio(rec, "sdpa-mask kernel", "ours kernel", "fwd_ms"), 2.0))
+        rows.append((f"{tag}: forward kernel-only vs SDPA-mask kernel",
+                     ratio(rec, "sdpa-mask kernel", "ours kernel", "fwd_ms"), 2.0))
         rows.append((f"{tag}: fwd+bwd end to end vs SDPA-mask", ratio(rec, "sdpa-mask", "ours", "fwdbwd_ms"), 2.0))
         rows.append((f"{tag}: fwd+bwd end to end vs Flex", ratio(rec, "flex", "ours", "fwdbwd_ms"), 1.0))
         ok = rec["methods"].get("ours kernel")
         if ok:
-            rows.append((f"{tag}: map / forward kernel (at most)", rec.get("map_graph_ms", rec["map_ms"]) / ok["fwd_ms"], -0.05))
+            rows.append((f"{tag}: map / forward kernel (at most)",
+                         rec.get("map_graph_ms", rec["map_ms"]) / ok["fwd_ms"], -0.05))
             rows.append((f"{tag}: backward / forward (at most)", rec.get("bwd_over_fwd"), -2.5))
             if "bwd_over_fwd_alt" in rec:
-                rows.append((f"{tag}: backward / forward, {backward_name(rec['alt_backward'])} (at most)", rec["bwd_over_fwd_alt"], -2.5))
+                rows.append((f"{tag}: backward / forward, {backward_name(rec['alt_backward'])} (at most)",
+                             rec["bwd_over_fwd_alt"], -2.5))
             if rec["D"] == 128 and rec["layout"] == "s2s-2k":
                 rows.append((f"{tag}: forward TFLOP/s on computed tiles", ok.get("fwd_tflops_tiles"), 200.0))
     print("\n## targets")

@@ -14,7 +14,8 @@ Mask-Predict variants must return the same tokens, which the run checks.
 
 Rows, each the median of --repeats interleaved pairs against eager Mask-Predict (the ratio is the
 median of the per-pair ratios): static shapes (eager kernels), graphs (CUDA only: one replay per
-decoding, every iteration and the re-masking between them), ELMER's one pass (exit disabled: core/exit_measures.generate, graphs on CUDA) and AR
+decoding, every iteration and the re-masking between them), ELMER's one pass (exit disabled:
+core/exit_measures.generate, graphs on CUDA) and AR
 beam search (T5 and UniLMv2's PMLM decoder, beam --beam, --dec-len tokens, the EOS banned by min_len
 so every beam runs every step) eager, at static shapes and (CUDA) as one graph replay per step; the static AR
 searches must return the eager one's tokens, which the run checks. With both under graphs the
@@ -118,28 +119,33 @@ def main(argv=None):
            f"{args.model} {args.layers}L-{args.layers}L, V {args.vocab}, source {S} tokens, {args.dec_len} positions, "
            f"{args.iterations} iterations x {args.length_beam} lengths, batch 1")
     print(f"## Decoders at batch 1 ({env})\n")
-    print("| decoder | ms | eager Mask-Predict ms | time / eager Mask-Predict | work / eager Mask-Predict | tokens equal |")
+    print("| decoder | ms | eager Mask-Predict ms | time / eager Mask-Predict | work / eager Mask-Predict | tokens "
+          "equal |")
     print("|---|---|---|---|---|---|")
     rows = []
     with torch.no_grad():
         for name, fn, work in variants:
             ratio, t, t_base = interleaved(device, fn, eager, args.repeats)
-            rows.append(dict(what=name, ms=1000 * t, base_ms=1000 * t_base, ratio=ratio, work=work, same=same.get(name)))
+            rows.append(dict(what=name, ms=1000 * t, base_ms=1000 * t_base, ratio=ratio, work=work,
+                             same=same.get(name)))
             shown_work = "-" if work is None else f"{work:.2f}"
             shown_same = "-" if name not in same else ("yes" if same[name] else "NO")
-            print(f"| {name} | {1000 * t:.2f} | {1000 * t_base:.2f} | {ratio:.3f} | {shown_work} | {shown_same} |", flush=True)
+            print(f"| {name} | {1000 * t:.2f} | {1000 * t_base:.2f} | {ratio:.3f} | {shown_work} | {shown_same} |",
+                  flush=True)
     if not all(same.values()):
         print("error: a static decoder returned other tokens than its eager one", file=sys.stderr)
     by = {r["what"]: r for r in rows}
     graphed = next((r for r in rows if "CUDA graphs" in r["what"] and r["what"].startswith("Mask")), None)
     elmer_row = next(r for r in rows if r["what"].startswith("ELMER"))
-    targets = [dict(target="Mask-Predict batch 1: eager / graphs (at least)", measured=None if graphed is None else 1 / graphed["ratio"],
+    targets = [dict(target="Mask-Predict batch 1: eager / graphs (at least)",
+                    measured=None if graphed is None else 1 / graphed["ratio"],
                     wanted=2.0, met="not measured (no GPU)" if graphed is None else bool(1 / graphed["ratio"] >= 2.0))]
     for arch in ("T5", "PMLM"):
-        ar_graphed, ar_eager_row = by.get(f"AR beam {K} ({arch}), static shapes, CUDA graphs"), by[f"AR beam {K} ({arch}), eager"]
+        ar_graphed, ar_eager_row = by.get(f"AR beam {K} ({arch}), static shapes, CUDA graphs"), by[f"AR beam {K} "
+                                                                                                   f"({arch}), eager"]
         gain = None if ar_graphed is None else ar_eager_row["ratio"] / ar_graphed["ratio"]
-        targets.append(dict(target=f"AR beam {K} ({arch}) batch 1: eager / graphs (at least)", measured=gain, wanted=2.0,
-                            met="not measured (no GPU)" if gain is None else bool(gain >= 2.0)))
+        targets.append(dict(target=f"AR beam {K} ({arch}) batch 1: eager / graphs (at least)", measured=gain,
+                            wanted=2.0, met="not measured (no GPU)" if gain is None else bool(gain >= 2.0)))
         if ar_graphed is not None:  # both decoders under graphs: the NAR / AR latency ratio (a report, not a target)
             print(f"ELMER one pass / AR beam {K} ({arch}), both under CUDA graphs: "
                   f"{elmer_row['ratio'] / ar_graphed['ratio']:.3f}")

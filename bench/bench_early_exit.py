@@ -207,7 +207,8 @@ def forced(args, device):
         valid = torch.ones(B, args.src, dtype=torch.bool, device=device)
         with torch.no_grad(), precision(args, device):
             memory = model.encode_source(src, valid)
-        print(f"\n## Forced exits, random weights ({device.type}, {args.model} width {cfg.d_model}, {L} decoder layers, "
+        print(f"\n## Forced exits, random weights ({device.type}, {args.model} width {cfg.d_model}, {L} decoder "
+              "layers, "
               f"vocab {args.vocab}, batch {B}, T {T}, source {args.src}, "
               f"{args.dtype if device.type == 'cuda' else 'float32'})\n")
         print("| plan | f | mean exit layer | off-ramp work | decoder FLOPs / no exit | decoder time / no exit |")

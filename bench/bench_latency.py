@@ -99,7 +99,8 @@ def main(argv=None):
                     k = (i + j + r) % len(runs)  # rotate who goes first
                     spent[k] += clock(device, lambda: runs[k](src))
             rounds.append(spent)
-            print(f"\r  round {r + 1}/{args.repeats}", end="" if r + 1 < args.repeats else "\n", file=sys.stderr, flush=True)
+            print(f"\r  round {r + 1}/{args.repeats}", end="" if r + 1 < args.repeats else "\n", file=sys.stderr,
+                  flush=True)
     print(f"\n{len(sources)} test sources at batch 1, {args.repeats} interleaved rounds, {device.type} "
           f"({str(dtype)[6:]}, --dtype {args.dtype}), "
           f"{torch.get_num_threads()} thread(s); ratios against {rows[0]['model']}\n")
@@ -109,7 +110,8 @@ def main(argv=None):
         ms = statistics.median(s[j] for s in rounds) / len(sources) * 1e3
         ratio = statistics.median(s[j] / s[0] for s in rounds)
         row.update(ms=ms, time_ratio=ratio, flop_ratio=row["flops"] / rows[0]["flops"])
-        print(f"| {row['model']} | {row['arch']} | {row['decoding']} | {row['params_M']:.2f} | {ms:.1f} | {ratio:.2f} | "
+        print(f"| {row['model']} | {row['arch']} | {row['decoding']} | {row['params_M']:.2f} | {ms:.1f} | {ratio:.2f} "
+              "| "
               f"{row['flops'] / len(sources) / 1e9:.3f} | {row['flop_ratio']:.2f} |")
     return rows
 

@@ -74,8 +74,8 @@ def main():
     print(f"unmasked only:  {n_enc} tokens (width {b.enc_tok.shape[1]}), {1000 * t_mlae:.1f} ms; "
           f"encoder time ratio {t_full / t_mlae:.2f}x (token ratio {n_full / n_enc:.2f}x)")
     if args.json:
-        rows = [{"input": "whole sequence (the MLM's)", "tokens": n_full, "width": full_tok.shape[1], "ms": 1000 * t_full,
-                 "time_ratio": 1.0, "token_ratio": 1.0},
+        rows = [{"input": "whole sequence (the MLM's)", "tokens": n_full, "width": full_tok.shape[1],
+                 "ms": 1000 * t_full, "time_ratio": 1.0, "token_ratio": 1.0},
                 {"input": "unmasked tokens only (MLAE's)", "tokens": n_enc, "width": b.enc_tok.shape[1],
                  "ms": 1000 * t_mlae, "time_ratio": t_full / t_mlae, "token_ratio": n_full / n_enc}]
         records.write(args.json, ["python", "bench/bench_mlae_encoder.py", *sys.argv[1:]], COLUMNS, rows,

@@ -130,7 +130,8 @@ def run(args, V):
                 profile(f"V {V} N {N}, chunk {chunk}", {"ours": ours, "torch": ref})
             if N >= 4096:
                 met = t_ref / t >= 1.2 and peak <= peak_ref / 4
-                print(f"target V {V} N {N}: fwd+bwd {t_ref / t:.2f}x the chain (>= 1.2), peak memory {peak / peak_ref:.2f} "
+                print(f"target V {V} N {N}: fwd+bwd {t_ref / t:.2f}x the chain (>= 1.2), peak memory "
+                      f"{peak / peak_ref:.2f} "
                       f"of the chain's (<= 0.25): {'met' if met else 'not met'}")
         else:
             cells += ["-", "-", "-", "-"]

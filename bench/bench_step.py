@@ -34,7 +34,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-METHODS = {"ours": "triton", "sdpa-mask": "sdpa", "sdpa-nomask": "sdpa-nomask", "flex": "flex", "reference": "reference"}
+METHODS = {"ours": "triton", "sdpa-mask": "sdpa", "sdpa-nomask": "sdpa-nomask", "flex": "flex",
+           "reference": "reference"}
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16, SXM
 
 
@@ -43,7 +44,8 @@ def get_args(argv=None):
     p.add_argument("--model", default="base", help="preset (core/config.py)")
     p.add_argument("--objective", default="pmlm", choices=["pmlm", "s2s"],
                    help="pmlm: a pretraining step; s2s: a UniLMv2 seq2seq fine-tuning step on the embedded corpus")
-    p.add_argument("--tokens", type=int, default=65536, help="pretraining: window tokens a step (train.py --batch-tokens)")
+    p.add_argument("--tokens", type=int, default=65536,
+                   help="pretraining: window tokens a step (train.py --batch-tokens)")
     p.add_argument("--examples", type=int, default=512, help="s2s: examples a step")
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--micro-batch", type=int, default=16, help="examples per forward pass")

@@ -4,7 +4,8 @@
     python bench/gpu_check.py --part tests-kernels --out gpu # the Triton kernel tests on CUDA (bf16 included)
     python bench/gpu_check.py --part tests-rest --out gpu    # the rest of the suite on CUDA
     python bench/gpu_check.py --part bench --out gpu         # every bench/bench_*.py, with its target (latency:
-                                                             # after python -m reproduce --budget gpu made its checkpoints)
+                                                             # after python -m reproduce --budget gpu made its
+                                                             checkpoints)
     python bench/gpu_check.py --part profile --out gpu       # a profiled `base` PMLM and ELMER training step
     python bench/gpu_check.py --part pmlm --out gpu          # `small` PMLM, Triton vs reference, 200 steps
     python bench/gpu_check.py --part speed --out gpu         # the attention issue's check: kernel tests on CUDA,
@@ -59,12 +60,16 @@ BENCHES = [
                                                      "decoding, the same tokens"),
     # at --budget gpu's micro-batch (64 x 128 tokens), the step whose dtype `auto` picks there: the
     # default 32 x 128 step is too short on a GPU for bf16 to show (bench/RESULTS.md)
-    ("bench/bench_dtype.py", ["--repeats", "6", "--micro-batch", "64"], "bf16 autocast >= 1.5x the tokens/s of float32, losses equal to 2 digits"),
-    ("bench/bench_mlae_encoder.py", ["--model", "base"], "encoder on unmasked tokens faster than on all (no set ratio)"),
-    ("bench/bench_step.py", [], "base PMLM step at >= 64k tokens: ours >= 1.10x the tokens/s of SDPA with a dense mask, "
+    ("bench/bench_dtype.py", ["--repeats", "6", "--micro-batch", "64"],
+     "bf16 autocast >= 1.5x the tokens/s of float32, losses equal to 2 digits"),
+    ("bench/bench_mlae_encoder.py", ["--model", "base"],
+     "encoder on unmasked tokens faster than on all (no set ratio)"),
+    ("bench/bench_step.py", [],
+     "base PMLM step at >= 64k tokens: ours >= 1.10x the tokens/s of SDPA with a dense mask, "
                                 "MFU >= 30% of the bf16 peak, no host sync"),
     # trained summarizers: the runner's (python -m reproduce --budget gpu) checkpoints, AR first
-    ("bench/bench_latency.py", [f"checkpoints/reproduce-gpu/{r}/best.pt" for r in ("sum-t5", "elmer-hard", "nar-mlae-b")],
+    ("bench/bench_latency.py",
+     [f"checkpoints/reproduce-gpu/{r}/best.pt" for r in ("sum-t5", "elmer-hard", "nar-mlae-b")],
      "ELMER one pass and Mask-Predict faster than AR beam 5 at batch 1, one pass faster than Mask-Predict"),
 ]
 H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 SXM, the MFU denominator
@@ -72,11 +77,14 @@ H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 SXM, the MFU denominator
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--part", choices=PARTS + ("all",), help="what to check (all: every part, past one call's 10 minutes)")
+    p.add_argument("--part", choices=PARTS + ("all",),
+                   help="what to check (all: every part, past one call's 10 minutes)")
     p.add_argument("--out", default="gpu_check", help="directory for results.md and gpu_check.log")
-    p.add_argument("--wheels", action="store_true", help="print the wheels a GPU image needs and the commands; runs anywhere")
+    p.add_argument("--wheels", action="store_true",
+                   help="print the wheels a GPU image needs and the commands; runs anywhere")
     p.add_argument("--steps", type=int, default=200, help="pmlm: training steps per backend")
-    p.add_argument("--data", default=None, help="pmlm: pretraining text (default: the embedded corpus; carry data/cache "
+    p.add_argument("--data", default=None,
+                   help="pmlm: pretraining text (default: the embedded corpus; carry data/cache "
                                                 "to skip training its tokenizer there)")
     p.add_argument("--loss-tolerance", type=float, default=0.05,
                    help="pmlm: largest |loss difference| between the backends at any step (bf16 autocast)")
@@ -145,7 +153,9 @@ class Report:
                                timeout=timeout)
             status, out = r.returncode, r.stdout + r.stderr
         except subprocess.TimeoutExpired as e:
-            status, out = "timeout", (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            status, out = "timeout", (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout,
+                                                                                              bytes) else (e.stdout
+                                                                                                           or "")
         self.log(out)
         return status, out, time.time() - t0
 
@@ -183,7 +193,8 @@ def part_bench(rep):
         tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]
         rows.append([os.path.basename(script) + " " + " ".join(extra), target, status, f"{secs:.0f}",
                      tail[0].replace("|", "/")[:120]])
-    rep.rows("benchmarks (full tables in gpu_check.log)", ["benchmark", "target", "status", "seconds", "last line"], rows)
+    rep.rows("benchmarks (full tables in gpu_check.log)", ["benchmark", "target", "status", "seconds", "last line"],
+             rows)
 
 
 # kernel names as the profiler reports them, matched exactly (a substring such as 'tile' also
@@ -219,7 +230,8 @@ def part_profile(rep, objectives=("pmlm", "elmer")):
         share = lambda names: sum(e.self_device_time_total for e in events if e.key in names) / total  # noqa: E731
         top = sorted(events, key=lambda e: -e.self_device_time_total)[:15]
         rep.log(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40))
-        rep.rows(f"profile: base {objective} step (bf16), top kernels by CUDA time", ["kernel", "class", "share", "ms per step"],
+        rep.rows(f"profile: base {objective} step (bf16), top kernels by CUDA time",
+                 ["kernel", "class", "share", "ms per step"],
                  [[e.key[:80].replace("|", "/"), next((c for c, n in KERNEL_CLASSES.items() if e.key in n), "other"),
                    f"{e.self_device_time_total / total:.1%}", f"{e.self_device_time_total / 2e3:.2f}"] for e in top])
         mfu = 6 * step.n_params * step.tokens / wall / (H100_BF16_TFLOPS * 1e12)
@@ -246,9 +258,10 @@ def part_pmlm(rep, args):
         out = os.path.join(args.out, f"pmlm-{backend}")
         cmd = [sys.executable, "train.py", "--model", "small", "--steps", str(args.steps), "--out", out, "--overwrite",
                "--log-every", "10", "--eval-every", str(args.steps), "--device", "cuda"]
-        status, _, secs = rep.run(cmd + (["--data", args.data] if args.data else []), env={"ATTENTION_BACKEND": backend},
-                                  timeout=280)
-        log = [json.loads(l) for l in open(os.path.join(out, "log.jsonl"))] if os.path.exists(os.path.join(out, "log.jsonl")) else []
+        status, _, secs = rep.run(cmd + (["--data", args.data] if args.data else []),
+                                  env={"ATTENTION_BACKEND": backend}, timeout=280)
+        log = [json.loads(l)
+               for l in open(os.path.join(out, "log.jsonl"))] if os.path.exists(os.path.join(out, "log.jsonl")) else []
         steps = [r for r in log if "tokens_per_s" in r]
         curves[backend] = {r["step"]: r["loss"] for r in steps}
         rate = sum(r["tokens_per_s"] for r in steps[1:]) / max(1, len(steps) - 1)  # the first report holds the warm-up
@@ -259,7 +272,8 @@ def part_pmlm(rep, args):
     gap = max((abs(curves["triton"][s] - curves["reference"][s]) for s in common), default=float("nan"))
     verdict = "ok" if gap <= args.loss_tolerance else "DIFFERS"
     rep.rows(f"small PMLM, {args.steps} steps, Triton vs reference (largest loss gap {gap:.4f} over {len(common)} "
-             f"logged steps, tolerance {args.loss_tolerance}: {verdict}); MFU = 6 N tokens/s / {H100_BF16_TFLOPS:.0f} TFLOP/s, "
+             f"logged steps, tolerance {args.loss_tolerance}: {verdict}); MFU = 6 N tokens/s / {H100_BF16_TFLOPS:.0f} "
+             "TFLOP/s, "
              f"N = {n_params / 1e6:.1f}M, attention FLOPs not counted",
              ["backend", "status", "seconds", "final loss", "tokens/s", "MFU"], rows)
 
@@ -288,7 +302,8 @@ def part_speed(rep, args):
     out = os.path.abspath(args.out)
     # the tests compile dozens of kernel variants: in parallel where pytest-xdist is installed
     parallel = ["-n", "8"] if importlib.util.find_spec("xdist") else []
-    steps = [("attention and tile-map tests on CUDA", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + parallel
+    steps = [("attention and tile-map tests on CUDA",
+              [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + parallel
               + ["tests/test_pseudo_attention.py", "tests/test_tilemap.py"], 150),
              ("bench_attention.py --sweep (no Flex: next call)",
               [py, "bench/bench_attention.py", "--sweep", "--no-flex", "--json", os.path.join(out, "attention.json"),
@@ -316,7 +331,8 @@ def part_step(rep, args):
 
 def part_decode(rep, args):
     """The warm machine's second call: ours and FlexAttention in one run with the sweep's blocks, ELMER's
-    static-shape pass and its graphs, Mask-Predict's graphs beside ELMER and AR beam search, forced exits at large batch, the fused off-ramp loss, gather and
+    static-shape pass and its graphs, Mask-Predict's graphs beside ELMER and AR beam search, forced exits at large
+    batch, the fused off-ramp loss, gather and
     scatter, and the bf16 training-step profile; each within the budget."""
     py = sys.executable
     out = os.path.abspath(args.out)

@@ -60,7 +60,8 @@ def nar_ops(dec_len, sos):
 
 
 def elmer_ops(dec_len, sos):
-    batch = lambda pairs, tok, max_src, max_tgt: elmer.elmer_seq2seq_batch(pairs, tok, max_src, max_tgt, dec_len)  # noqa: E731
+    batch = lambda pairs, tok, max_src, max_tgt: elmer.elmer_seq2seq_batch(pairs, tok, max_src, max_tgt,
+                                                                           dec_len)  # noqa: E731
     return Seq2SeqOps(batch, elmer.elmer_seq2seq_loss_sums, None, 1)
 
 
@@ -129,10 +130,10 @@ ARCHS = {a.name: a for a in (
          positions_apart=True, classify_sos=False, scratch_as="t5", depth_flags=True),
     Arch("t5-nar", lambda cfg, opts: nar.NARModel(cfg), encoder=nar.NARModel, summarize_as=t5_nar_into,
          positions_apart=True, nar_decoder=True, classify_sos=False),
-    Arch("mlae-a", lambda cfg, opts: MLAE(cfg, "a"), encoder=lambda cfg: MLAE(cfg, "a"), summarize_as=mlae_into("mlae-a"),
-         has_style=True),
-    Arch("mlae-b", lambda cfg, opts: MLAE(cfg, "b"), encoder=lambda cfg: MLAE(cfg, "b"), summarize_as=mlae_into("mlae-b"),
-         has_style=True),
+    Arch("mlae-a", lambda cfg, opts: MLAE(cfg, "a"), encoder=lambda cfg: MLAE(cfg, "a"),
+         summarize_as=mlae_into("mlae-a"), has_style=True),
+    Arch("mlae-b", lambda cfg, opts: MLAE(cfg, "b"), encoder=lambda cfg: MLAE(cfg, "b"),
+         summarize_as=mlae_into("mlae-b"), has_style=True),
     Arch("mlae-s2s", lambda cfg, opts: EncoderDecoder(cfg), ops=t5_ops(t5.T5Decoder), schedule="linear",
          can_classify=False),
     Arch("mlae-unilm", lambda cfg, opts: MLAEUniLM(cfg), ops=t5_ops(MLAEUniLMDecoder), one_table=True,

@@ -76,7 +76,8 @@ def exit_flags(args):
             raise UserError("--exit-entropy X is --exit-measure entropy --exit-threshold X: give one or the other")
         measure, threshold = "entropy", args.exit_entropy
     if threshold is not None:
-        check_threshold(measure or "entropy", threshold, "--exit-entropy" if args.exit_entropy is not None else "--exit-threshold")
+        check_threshold(measure or "entropy", threshold,
+                        "--exit-entropy" if args.exit_entropy is not None else "--exit-threshold")
     return measure, threshold
 
 
@@ -98,7 +99,8 @@ def exit_settings(args, archs):
         raise UserError(f"{flag} {text}: a number, or comma-separated numbers")
     out = []
     for v in values:
-        ns = argparse.Namespace(exit_measure=args.exit_measure, exit_threshold=None if args.exit_entropy is not None else v,
+        ns = argparse.Namespace(exit_measure=args.exit_measure,
+                                exit_threshold=None if args.exit_entropy is not None else v,
                                 exit_entropy=v if args.exit_entropy is not None else None)
         measure, threshold = exit_flags(ns)
         if measure is not None:

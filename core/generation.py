@@ -32,7 +32,8 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
         return (out, torch.zeros(len(out))) if return_scores else out
     try:
         if how == "nar":
-            out, det = mask_predict.mask_predict(mask_predict.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam, iterations,
+            out, det = mask_predict.mask_predict(mask_predict.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam,
+                                                 iterations,
                                         max(1, max_len - 1), tok.pad_id, tok.eos_id, return_details=True,
                                         adaptive_stop=adaptive_stop)
             scores = det["score"]

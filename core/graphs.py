@@ -11,7 +11,8 @@ def capture(steps, model=None):
     """One CUDA graph per callable of `steps`, each step first run once, in order, outside any capture.
     Under autocast the steps run with its weight-cast cache off: a graph captured with the cache on
     would read the cached casts, which the cache frees when the caller's autocast region ends, so a
-    later replay reads freed memory (an illegal memory access). So that a replay need not cast the weights it uses either, the nn.Linear weights and
+    later replay reads freed memory (an illegal memory access). So that a replay need not cast the weights it uses
+    either, the nn.Linear weights and
     biases of `model` hold their casts while the steps are captured (`cast_linears`): the graphs
     read casts made once, which the returned list keeps alive (its `.keep`)."""
     stream = torch.cuda.Stream()

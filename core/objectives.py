@@ -70,7 +70,8 @@ def elmer_depths(cfg, args):
 
 def pmlm_record(name, paper):
     return Objective(name, paper, model=lambda cfg, args: UnifiedLM(cfg),
-                     batch=lambda stream, ix, tok, args, model: pmlm_batch(stream, ix, tok, args.losses, keep=args.keep),
+                     batch=lambda stream, ix, tok, args,
+                     model: pmlm_batch(stream, ix, tok, args.losses, keep=args.keep),
                      loss=lambda args: pmlm_loss_sums, flags=("keep",) + (("losses",) if name == "pmlm" else ()))
 
 
@@ -93,7 +94,8 @@ OBJECTIVES = {o.name: o for o in (
               batch=lambda stream, ix, tok, args, model: mlae_batch(stream, ix, tok),
               loss=lambda args: mlae_loss_sums, flags=("enc_layers", "dec_layers", "decoder", "cross_rel_pos"),
               encoder_decoder=True, corruption=2, shape=mlae_depths),
-    Objective("elmer", "ELMER's layer permutation LM: every token's loss at a drawn exit layer, k draws (--permutations)",
+    Objective("elmer", "ELMER's layer permutation LM: every token's loss at a drawn exit layer, k draws "
+                       "(--permutations)",
               model=lambda cfg, args: ELMER(cfg, dec_len=args.dec_len, separate_offramps=args.separate_offramps),
               batch=lambda stream, ix, tok, args, model: lplm_batch(stream, ix, tok, len(model.dec_layers),
                                                                     args.permutations),

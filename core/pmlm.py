@@ -124,6 +124,7 @@ def pmlm_loss_sums(model, batch):
     ce, hit = ce.detach(), hit.detach()
     # every part as a masked sum: no host sync (a boolean index would read its count)
     sums = dict(loss=ce_sum)
-    for name, part in (("ae_", 1 - par), ("par_", par), ("ae_hidden_", (1 - par) * hidden), ("par_hidden_", par * hidden)):
+    for name, part in (("ae_", 1 - par), ("par_", par), ("ae_hidden_", (1 - par) * hidden),
+                       ("par_hidden_", par * hidden)):
         sums.update({name + "loss": (ce * part).sum(), name + "hit": (hit * part).sum(), name + "n": part.sum()})
     return sums

@@ -90,7 +90,8 @@ class Tokenizer:
     def train(cls, texts, vocab_size, max_sentences=300_000):
         if vocab_size <= FIRST_SENTINEL + N_SENTINELS + N_BYTES + 100:
             raise UserError(f"--vocab-size {vocab_size} is too small: {FIRST_SENTINEL + N_SENTINELS} ids are reserved "
-                            f"and {N_BYTES} hold the byte fallback (at least {FIRST_SENTINEL + N_SENTINELS + N_BYTES + 101})")
+                            f"and {N_BYTES} hold the byte fallback (at least "
+                            f"{FIRST_SENTINEL + N_SENTINELS + N_BYTES + 101})")
         out = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(

@@ -158,5 +158,5 @@ def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, backend="a
     return reference.offramp_cross_entropy(h, weight, bias, target, ignore_index, stats=stats)
 
 
-__all__ = ["attention", "gather_rows", "scatter_rows", "offramp", "active_index", "use_backend", "resolve_backend", "rel_pos_bias", "RelPosBias", "t5_bucket",
-           "visible", "CONTEXT", "ORIGINAL", "PSEUDO"]
+__all__ = ["attention", "gather_rows", "scatter_rows", "offramp", "active_index", "use_backend", "resolve_backend",
+           "rel_pos_bias", "RelPosBias", "t5_bucket", "visible", "CONTEXT", "ORIGINAL", "PSEUDO"]

@@ -190,7 +190,8 @@ def _extension(M, H, device):
 
 def extended_table(by_distance, M, dtype=torch.float32):
     """(H, 4, width) in dtype (float32 unless TABLE_16BIT): copy s of the extended table W,
-    W[h, E + d] = by_distance[h, M + clamp(d, -M, M)] * log2(e) for d in [-E, E] (E = M + WINDOW_PAD; the kernels' scores are in
+    W[h, E + d] = by_distance[h, M + clamp(d, -M, M)] * log2(e) for d in [-E, E] (E = M + WINDOW_PAD; the kernels'
+    scores are in
     base 2), shifted left by s entries. Past +-M W holds the clamped values, so that a FULL tile's
     rows are plain windows of it; the four shifted copies let a window that starts anywhere be read
     16 bytes at a time in float32 (kernels/attention_tiles.py `_window`; 8 in 16 bits).

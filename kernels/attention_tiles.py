@@ -20,7 +20,8 @@ LOG2E = tl.constexpr(1.4426950408889634)
 # "divisible by 16" pattern of each of them
 _LENGTHS = ["Lq", "Lk", "n_qt", "n_kt"]
 _PARTIAL, _FULL, _FAR, _GATHER, _EDGE = (tl.constexpr(c) for c in range(1, 6))  # a loop's tile class
-WINDOW_PAD = tl.constexpr(128)  # kernels/attention_plan.py WINDOW_PAD  # a global a @triton.jit function reads must be a tl.constexpr object
+# kernels/attention_plan.py WINDOW_PAD; a global a @triton.jit function reads must be a tl.constexpr object
+WINDOW_PAD = tl.constexpr(128)
 
 
 @triton.jit

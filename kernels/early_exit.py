@@ -17,7 +17,8 @@ kernels make that exit pay:
     one-element device tensor. Nothing reaches the host until active_index reads the count, the
     one number a shape needs (once per layer; compact_index skips even that);
   * gather / scatter: row copies through the index, a block of rows per program, the index read
-    once per row and the columns streamed 16 bytes a thread; their backward passes are each other (a scatter of the gradient into zeros, a gather of it), which
+    once per row and the columns streamed 16 bytes a thread; their backward passes are each other (a scatter of the
+    gradient into zeros, a gather of it), which
     is exact because an index from active_index names every row at most once;
   * the off-ramp: the (N, V) logits are computed tile by tile (tl.dot over C) and folded into an
     online max m, sum s = sum exp(z - m) and u = sum exp(z - m) (z - m), so that
@@ -153,7 +154,8 @@ def _gather_launch(x, index, out, cfg):
     if N == 0 or C == 0:
         return
     BR, BC, warps = cfg
-    _gather_kernel[(triton.cdiv(N, BR),)](x, index, out, N, C, x.stride(0), out.stride(0), BR=BR, BC=BC, num_warps=warps)
+    _gather_kernel[(triton.cdiv(N, BR),)](x, index, out, N, C, x.stride(0), out.stride(0), BR=BR, BC=BC,
+                                          num_warps=warps)
 
 
 def _scatter_launch(src, index, out, cfg):
@@ -271,8 +273,10 @@ def _offramp_kernel(H, W, BIAS, PM, PS, PU, PA, N, V, C, sh, sw, v_per_split,
         for k0 in range(0, C, BK):
             ks = k0 + offs_k
             k_in = ks < C
-            h = tl.load(H + rows[:, None].to(tl.int64) * sh + ks[None, :], mask=row_in[:, None] & k_in[None, :], other=0.0)
-            w = tl.load(W + cols[:, None].to(tl.int64) * sw + ks[None, :], mask=col_in[:, None] & k_in[None, :], other=0.0)
+            h = tl.load(H + rows[:, None].to(tl.int64) * sh + ks[None, :], mask=row_in[:, None] & k_in[None, :],
+                        other=0.0)
+            w = tl.load(W + cols[:, None].to(tl.int64) * sw + ks[None, :], mask=col_in[:, None] & k_in[None, :],
+                        other=0.0)
             if UPCAST:  # exact: a product of two bf16 values fits a float32
                 h, w = h.to(tl.float32), w.to(tl.float32)
             z = tl.dot(h, tl.trans(w), z, input_precision=PRECISION)  # (BN, BV)
@@ -369,7 +373,8 @@ def _offramp_launch(h, weight, bias, cfg):
         v_per_split, HAS_BIAS=bias is not None, BN=BN, BV=BV, BK=BK,
         PRECISION="ieee" if h.dtype == torch.float32 else "tf32", UPCAST=upcast, num_warps=warps,
         num_stages=stages)
-    _offramp_combine_kernel[(n_blocks,)](*parts, part_arg, arg, ent, lse, N, splits, BN=BN, num_warps=4 if dev.type == "cuda" else 1)
+    _offramp_combine_kernel[(n_blocks,)](*parts, part_arg, arg, ent, lse, N, splits, BN=BN,
+                                         num_warps=4 if dev.type == "cuda" else 1)
     return arg, ent, lse
 
 

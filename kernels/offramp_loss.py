@@ -15,7 +15,8 @@ linear cross-entropy way): for rows n0:n1
 
 so the three products are the PyTorch chain's three (logits, dh, dW) and no product is redone;
 at most one (chunk, V) block of logits exists (default_chunk). The logits are rounded to h's dtype as the
-chain's F.linear rounds them under autocast (float32 inputs stay float32). The backward only scales the saved dh, dW, db by
+chain's F.linear rounds them under autocast (float32 inputs stay float32). The backward only scales the saved dh, dW, db
+by
 the incoming gradient (a scalar). Where no gradient is wanted (evaluation), the loss comes from
 the fused off-ramp kernel of kernels/early_exit.py, which writes no logits at all.
 
@@ -226,12 +227,14 @@ def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, chunk=None
     """Mean cross-entropy of softmax(h @ weight.T + bias) against target (N,) long, over the rows
     whose target is not ignore_index, as F.cross_entropy(F.linear(h, weight, bias), target);
     gradients to h, weight and bias, computed in the forward chunk token rows at a time (the
-    module docstring; default: default_chunk(V)). h and weight of different dtypes are cast to the narrower, as in offramp.
+    module docstring; default: default_chunk(V)). h and weight of different dtypes are cast to the narrower, as in
+    offramp.
     stats: also return, from the same pass and without gradient, the argmax (N,), the entropy
     (N,) and each row's negative log-likelihood (N,) (0 where ignored). Under CUDA autocast both
     are cast to its dtype."""
     _check_device(h, "offramp_cross_entropy")
-    assert target.shape == h.shape[:1] and not target.is_floating_point(), "offramp_cross_entropy: target must be (N,) int"
+    assert target.shape == h.shape[:1] and not target.is_floating_point(), \
+        "offramp_cross_entropy: target must be (N,) int"
     assert h.dim() == 2 and weight.dim() == 2 and weight.shape[1] == h.shape[1], \
         f"offramp_cross_entropy: h {tuple(h.shape)} and weight {tuple(weight.shape)} must be (N, C) and (V, C)"
     chunk = default_chunk(weight.shape[0]) if chunk is None else chunk

@@ -8,7 +8,8 @@ saves only the log-sum-exp of each query row; the backward pass recomputes the p
 by tile, one kernel for dK/dV (a program per key tile) and one for dQ (a program per query tile),
 so that no gradient of q, k or v needs an atomic add (kernels/attention_backward.py). With
 kernels/attention_plan.FUSED_DQ the dK/dV kernel also adds each tile's dQ by atomics and the dQ
-kernel does not run (head dims up to 64), as FlashAttention-2's own backward does. What is added for the pseudo-masked LM
+kernel does not run (head dims up to 64), as FlashAttention-2's own backward does. What is added for the pseudo-masked
+LM
 (UniLMv2, Bao et al. 2020, section 3.2):
 
   * the mask is never stored: each token carries two int32 codes from which the rule is two
@@ -218,7 +219,8 @@ def _backward(q, k, v, o, lse, do, meta, scale, dense_grad, table_grad=True):
             *do.stride()[:3], *dq.stride()[:3], *_code_args(meta), meta["table"], meta["max_dist"],
             *_bias_args(meta), tiles.q_list, tiles.q_count, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, BM=cfg.BM,
             BN=cfg.BN, num_warps=cfg.dq_warps, num_stages=cfg.dq_stages, **flags)
-    return dq, dk, dv, (fold_table_grad(dtable, meta["max_dist"]) if rel_grad else None), (dbias if dense_grad else None)
+    return dq, dk, dv, (fold_table_grad(dtable, meta["max_dist"]) if rel_grad else None), (dbias if dense_grad
+                                                                                           else None)
 
 
 def _sum_to(grad, shape):

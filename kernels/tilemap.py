@@ -164,11 +164,13 @@ def _codes_kernel(KIND, STEP, VALID, SEQ, POS, OUT, n, L, Lp, s_kind, s_step, s_
     tl.store(OUT + 2 * n_out + dst, ka, mask=inside)
     tl.store(OUT + 3 * n_out + dst, kb, mask=inside)
     if HAS_SEQ:
-        tl.store(OUT + 4 * n_out + dst, tl.load(SEQ + row * s_seq + col, mask=inside, other=0).to(tl.int32), mask=inside)
+        tl.store(OUT + 4 * n_out + dst, tl.load(SEQ + row * s_seq + col, mask=inside, other=0).to(tl.int32),
+                 mask=inside)
     else:
         tl.store(OUT + 4 * n_out + dst, tl.zeros((BLOCK,), tl.int32), mask=inside)
     if HAS_POS:
-        tl.store(OUT + 5 * n_out + dst, tl.load(POS + row * s_pos + col, mask=inside, other=0).to(tl.int32), mask=inside)
+        tl.store(OUT + 5 * n_out + dst, tl.load(POS + row * s_pos + col, mask=inside, other=0).to(tl.int32),
+                 mask=inside)
     else:
         tl.store(OUT + 5 * n_out + dst, tl.zeros((BLOCK,), tl.int32), mask=inside)
 
@@ -208,7 +210,8 @@ def _class_kernel(QC, KC, sq, sk, rq, rk, SEEN, QSUM, KSUM, Lq, Lk, n_r, n_c,
         see = see & (kq[None, :] == qq[:, None])
     see = see & (rows < Lq)[:, None]
     n_seen = tl.sum(tl.sum(see.to(tl.int32), 1), 0)
-    tl.store(SEEN + (b * n_r + r) * n_c + c, ((n_seen > 0).to(tl.int32) + 2 * (n_seen == GR * GC).to(tl.int32)).to(tl.int8))
+    tl.store(SEEN + (b * n_r + r) * n_c + c,
+             ((n_seen > 0).to(tl.int32) + 2 * (n_seen == GR * GC).to(tl.int32)).to(tl.int8))
     if c == 0:
         tl.store(QSUM + (b * n_r + r) * 2, tl.min(qp, 0))
         tl.store(QSUM + (b * n_r + r) * 2 + 1, tl.max(qp, 0))
@@ -294,7 +297,8 @@ def _list_kernel(SEEN, QSUM, KSUM, QLIST, QCOUNT, KLIST, KCOUNT, n_r, n_c, n_qt,
         kt = tl.arange(0, NKT)
         kt_ok = kt < n_kt
         q_cls, q_ahead = _tile_class(SEEN, QSUM, KSUM, b, n_r, n_c, pid, kt, kt_ok, RQ, CQ, GC, max_dist, REL)
-        _write_lists(QLIST + (b * n_qt + pid) * 4 * n_kt, QCOUNT + (b * n_qt + pid) * 4, n_kt, kt, q_cls, q_ahead, kt_ok)
+        _write_lists(QLIST + (b * n_qt + pid) * 4 * n_kt, QCOUNT + (b * n_qt + pid) * 4, n_kt, kt, q_cls, q_ahead,
+                     kt_ok)
     else:
         jt = pid - n_qt
         it = tl.arange(0, NQS)

@@ -43,7 +43,8 @@ def environment(dtype_flag=None):
     flag = dtype_flag or "auto"
     dtype = str(resolve_dtype(flag, torch.device("cuda" if torch.cuda.is_available() else "cpu"))).split(".")[-1]
     return (f"CPU {cpu} ({os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); "
-            f"GPU {gpu}; compute dtype {dtype} (--dtype {flag}); Python {platform.python_version()}, torch {torch.__version__}, triton {tv}; commit {commit}")
+            f"GPU {gpu}; compute dtype {dtype} (--dtype {flag}); Python {platform.python_version()}, torch "
+            f"{torch.__version__}, triton {tv}; commit {commit}")
 
 
 def read_jsonl(path):
@@ -138,7 +139,8 @@ def fmt(v):
 
 
 def table(cols, rows):
-    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    return ["| " + " | ".join(cols) + " |",
+            "|" + "---|" * len(cols)] + ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
 
 
 def gap_of(out, resolved, name):
@@ -154,14 +156,16 @@ def write(args, fields, state, resolved):
     lines = [f"# The papers' comparisons at the `{args.budget}` budget", "",
              f"Written by `python -m reproduce --budget {args.budget}` on {datetime.date.today()} "
              f"({datetime.datetime.now():%H:%M}). Pretraining: the plan's {fields['steps']} steps "
-             f"(`{fields['train']}`); fine-tuning `{fields['finetune']}`; evaluation `{fields['eval'] or 'the whole test split'}`.",
+             f"(`{fields['train']}`); fine-tuning `{fields['finetune']}`; evaluation "
+             f"`{fields['eval'] or 'the whole test split'}`.",
              "", f"Hardware and versions: {environment(args.dtype)}.", ""]
     elsewhere = steps_elsewhere(out, resolved, fields)
     if elsewhere:  # a row is read at the step its pretraining is at, whatever the plan says now
         lines += ["Not at the plan's steps, and read as they are: " + ", ".join(f"{n} at step {s} (the plan: {p})"
                                                                               for n, s, p in elsewhere) + ".", ""]
     unavailable = state.get("unavailable", {})
-    data = dict(budget=args.budget, written=f"{datetime.datetime.now():%Y-%m-%d %H:%M}", environment=environment(args.dtype),
+    data = dict(budget=args.budget, written=f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
+                environment=environment(args.dtype),
                 steps=fields["steps"], steps_elsewhere={n: s for n, s, _ in elsewhere}, pretraining={}, runs={},
                 orderings=[])
 
@@ -222,11 +226,13 @@ def write(args, fields, state, resolved):
                 continue
             r = metrics[seeds[0]]
             cls = "accuracy" in r
-            cols = cols or (["accuracy", "macro_f1"] if cls else ["rouge1", "rouge2", "rougeL", "decoding", "iterations",
+            cols = cols or (["accuracy", "macro_f1"] if cls
+                            else ["rouge1", "rouge2", "rougeL", "decoding", "iterations",
                                                                   "mean_exit"])
             mean = lambda c: mean_over_seeds(metrics, seeds, c)[0] if isinstance(r.get(c), float) else r.get(c)
             flat = all(data["runs"][n]["validation"]["flat"] for n in seeds)
-            rows.append([name, BY_NAME[name].label, note, len(seeds), "yes" if flat else "NO"] + [mean(c) for c in cols] +
+            rows.append([name, BY_NAME[name].label, note, len(seeds), "yes" if flat else "NO"]
+                        + [mean(c) for c in cols] +
                         [r.get("params_M"), mean("latency_ms"), mean("samples_per_s")])
         cols = ["run", "what", "pretraining", "seeds", "valid. flat"] + (cols or []) + (
             ["params_M", "latency_ms", "samples_per_s"] if cols else [])
@@ -238,7 +244,8 @@ def write(args, fields, state, resolved):
     lead = state.get("lead")
     if lead:
         lines += ["LEAD baselines on the same test examples: " + "; ".join(
-            f"{r['model']} {r['rouge1']:.2f} / {r['rouge2']:.2f} / {r['rougeL']:.2f}" for r in lead) + " (ROUGE-1/2/L).", ""]
+            f"{r['model']} {r['rouge1']:.2f} / {r['rouge2']:.2f} / {r['rougeL']:.2f}" for r in lead)
+                  + " (ROUGE-1/2/L).", ""]
 
     majority = state.get("majority")
     if majority:
@@ -259,7 +266,8 @@ def write(args, fields, state, resolved):
         lines += [f"### {measure}", ""] + table(
             ["threshold", "rougeL", "mean_exit", "exit_frac", "entropy p50 / p5 per layer", "dec_flops", "latency_ms"],
             [[f"{thr(r):g}", r.get("rougeL"), r.get("mean_exit"), r.get("exit_frac"),
-              f"{r['entropy_p50']} / {r['entropy_p5']}" if "entropy_p50" in r else "", r.get("dec_flops"), r.get("latency_ms")]
+              f"{r['entropy_p50']} / {r['entropy_p5']}" if "entropy_p50" in r else "", r.get("dec_flops"),
+              r.get("latency_ms")]
              for r in sweep])
         exits = [r.get("mean_exit") for r in sweep]
         falls = all(a >= b for a, b in zip(exits, exits[1:])) if None not in exits else None
@@ -283,7 +291,8 @@ def write(args, fields, state, resolved):
                      "; ".join(f"{p['a']} - {p['b']}: {p['difference']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]"
                                for p in o["pairs"] if "low" in p), o["verdict"]])
         data["orderings"].append(o)
-    lines += table(["paper", "ordering", "the paper's figures", "metric", "here", "difference, 95% interval", "verdict"],
+    lines += table(["paper", "ordering", "the paper's figures", "metric", "here", "difference, 95% interval",
+                    "verdict"],
                    rows) + [""]
     data["summary"] = summary(data["orderings"])
     lines += [data["summary"]["sentence"], ""]
@@ -320,7 +329,8 @@ def steps_elsewhere(out, resolved, fields):
 def validation_curve(out, name):
     """A fine-tuning's validation losses [(step, loss)] from its log, and whether the curve is flat
     at its end: the lowest loss came before the last validation (the run stopped on validation)."""
-    curve = [(r["step"], r["valid_loss"]) for r in read_jsonl(os.path.join(out, name, "log.jsonl")) if "valid_loss" in r]
+    curve = [(r["step"], r["valid_loss"]) for r in read_jsonl(os.path.join(out, name, "log.jsonl"))
+             if "valid_loss" in r]
     best = min(range(len(curve)), key=lambda i: curve[i][1]) if curve else None
     return dict(curve=curve, flat=best is not None and best < len(curve) - 1)
 

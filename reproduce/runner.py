@@ -12,7 +12,8 @@ than the checkpoint); one that stopped is continued with --resume. When a pretra
 after the runs built on it finished (a later sitting with more --steps), those runs are stale:
 the listing says so, they run again from the pretraining as it is now (the fine-tuning with
 --overwrite, then its evaluation), and until they have, RESULTS.md shows them as STALE, never as
-current. Every fine-tuned row names the pretraining step it came from. Ctrl-C stops the run in progress the way the scripts do (the step finishes, last.pt
+current. Every fine-tuned row names the pretraining step it came from. Ctrl-C stops the run in progress the way the
+scripts do (the step finishes, last.pt
 is saved) and ends the sitting; the same command continues. Runs execute in this process, one
 after another (the scripts' main(argv)); each one's output also goes to OUT/logs/NAME.log.
 OUT/state.json keeps the measured time of every run (the estimates) and which eval files are
@@ -249,8 +250,9 @@ def main(argv=None, early=None):
         if free:
             free.close()
         stale = stale_reason(r, resolved, args.out)
-        mark = unavailable.get(r.name) or "done" if done >= 1 else unavailable.get(r.name) or ("" if free else "running in another runner, ") + (
-            f"resume ({100 * done:.0f}%)" if resume else f"stale ({stale}): to run again" if stale else "to run")
+        busy = "" if free else "running in another runner, "
+        todo = f"resume ({100 * done:.0f}%)" if resume else f"stale ({stale}): to run again" if stale else "to run"
+        mark = unavailable.get(r.name) or ("done" if done >= 1 else busy + todo)
         if done >= 1 and stale and r.name not in unavailable:  # an evaluation of a stale fine-tuning
             mark = f"stale ({stale}): runs again after it"
         secs = 0.0 if done >= 1 or r.name in unavailable else estimate(r, fields, state) * (1 - done)
@@ -261,7 +263,8 @@ def main(argv=None, early=None):
         print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
               + (f" on one runner (at least {report.fmt_secs(total / args.jobs)} with --jobs {args.jobs})"
                  if args.jobs > 1 else "")
-              + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs)) else ""))
+              + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs))
+                 else ""))
     if args.dry_run:
         return 0
     if early:  # everything imported: from here on Ctrl-C stops a sitting the usual way
@@ -303,7 +306,8 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
                 argv_, needs = resolved[r.name]
                 if os.path.exists(os.path.join(args.out, "state.json")):  # what another runner recorded meanwhile
                     state = dict(load_state(args.out), unavailable=unavailable)
-                missing = [d for d in needs if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state, resolved)[0] < 1]
+                missing = [d for d in needs
+                           if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state, resolved)[0] < 1]
                 if missing:
                     mine = {p.name for p in pending}
                     if args.worker is not None and all(may_still_finish(d, args.out, state, mine) for d in missing):
@@ -329,17 +333,19 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
                         argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
                     say(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
                     t0 = time.time()
-                    code, returned, err = execute(mods[r.script], r, argv_, os.path.join(args.out, "logs", r.name + ".log"),
-                                                  args.quiet)
+                    code, returned, err = execute(mods[r.script], r, argv_,
+                                                  os.path.join(args.out, "logs", r.name + ".log"), args.quiet)
                     secs = time.time() - t0
                     rec = record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_)
                 ran, progressed = ran + 1, True
                 attempted.add(r.name)
                 if r.script == "train" and code == 0:
-                    pending += [x for x in runs if x not in pending and x.name not in attempted and x.name not in unavailable
+                    pending += [x for x in runs if x not in pending and x.name not in attempted
+                                and x.name not in unavailable
                                 and progress_of(x, resolved[x.name][0], fields, args.out, state, resolved)[0] < 1]
                 report.write(args, fields, state, resolved)
-                say(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""), flush=True)
+                say(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""),
+                    flush=True)
                 if code in STOPPED:
                     say("stopped; the same command continues where it left off")
                     return code

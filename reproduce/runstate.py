@@ -39,7 +39,8 @@ def what_it_ran(cmd):
             w = words[i]
             if "/" in w and not w.startswith("-"):
                 full = os.path.abspath(w)
-                w = "OUT/" + os.path.relpath(full, base) if base and full.startswith(base + os.sep) else os.path.relpath(full)
+                inside = base and full.startswith(base + os.sep)
+                w = "OUT/" + os.path.relpath(full, base) if inside else os.path.relpath(full)
             kept.append(w)
         i += 1
     return kept
@@ -285,4 +286,5 @@ def estimate(run, fields, state):
     s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
     if not fields.get("scale", True):  # the budget's figures are per run
         return s
-    return s * (steps_of(run, fields) if run.script == "train" else epochs_of(run, fields) if run.script == "finetune" else 1)
+    return s * (steps_of(run, fields) if run.script == "train" else epochs_of(run, fields) if run.script == "finetune"
+                else 1)

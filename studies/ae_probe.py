@@ -73,14 +73,16 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.windows < 1 or args.batch < 1:
         p.error("--windows and --batch must be at least 1")
-    print("| checkpoint | corruption | AE loss, every target | [MASK]ed | random | kept | targets ([MASK] / random / kept) |")
+    print("| checkpoint | corruption | AE loss, every target | [MASK]ed | random | kept | targets ([MASK] / random / "
+          "kept) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for path in args.checkpoints:
         label, res = probe(path, args.windows, args.batch)
         for name, sums in res.items():
             loss = lambda k: f"{sums[k][0] / sums[k][1]:.3f}" if sums[k][1] else "-"
             counts = " / ".join(str(sums[k][1]) for k in ("[MASK]", "random", "kept"))
-            print(f"| {label} | {name} | {loss('all')} | {loss('[MASK]')} | {loss('random')} | {loss('kept')} | {counts} |",
+            print(f"| {label} | {name} | {loss('all')} | {loss('[MASK]')} | {loss('random')} | {loss('kept')} | "
+                  f"{counts} |",
                   flush=True)
 
 

@@ -6,7 +6,8 @@ held-out masked-token loss of each against the unigram entropy of the held-out t
 model that ignores context.
 
     OMP_NUM_THREADS=1 python studies/mlae_decoders.py                   # word-cycle text, tiny, 300 steps
-    OMP_NUM_THREADS=1 python studies/mlae_decoders.py --variants t5,t5-nar,t5-nar-bias,t5-nar+length-grad,t5-nar-bias+length-grad
+    OMP_NUM_THREADS=1 python studies/mlae_decoders.py --variants
+    t5,t5-nar,t5-nar-bias,t5-nar+length-grad,t5-nar-bias+length-grad
     OMP_NUM_THREADS=1 python studies/mlae_decoders.py --text corpus --model small --steps 120
 
 --text cycle is the text of tests/test_train.py (a fixed cycle of 20 words, every document
@@ -41,8 +42,10 @@ VARIANTS = {"a": ["--objective", "mlae", "--decoder", "a"],
             "t5-nar-bias+length-grad": ["--objective", "t5-nar", "--no-cross-rel-pos", "--length-grad"]}
 MLAE = ("a", "b+bias", "b-bias")
 LABELS = {"a": "(a)", "b+bias": "(b) with the cross-attention bias", "b-bias": "(b) without it",
-          "t5": "T5 (AR, teacher-forced)", "t5-nar": "T5-NAR: anchor bias, length loss kept out of the encoder (default)",
-          "t5-nar-bias": "T5-NAR: no anchor bias", "t5-nar+length-grad": "T5-NAR: anchor bias, length loss into the encoder",
+          "t5": "T5 (AR, teacher-forced)",
+          "t5-nar": "T5-NAR: anchor bias, length loss kept out of the encoder (default)",
+          "t5-nar-bias": "T5-NAR: no anchor bias",
+          "t5-nar+length-grad": "T5-NAR: anchor bias, length loss into the encoder",
           "t5-nar-bias+length-grad": "T5-NAR: neither"}
 COLUMNS = [("decoder", "decoder", "{}"), ("held-out loss (nats)", "loss", "{:.3f}"), ("accuracy", "acc", "{:.1%}"),
            ("unigram entropy", "entropy", "{:.3f}"), ("under the unigram entropy", "under", "{:.3f}")]
@@ -77,11 +80,13 @@ def main():
     p.add_argument("--text", default="cycle", choices=["cycle", "corpus"])
     p.add_argument("--model", default="tiny", choices=["tiny", "small"])
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--lr", default=None, help="default 3e-3 on the word cycle (the README's), train.py's 1e-3 on the corpus")
+    p.add_argument("--lr", default=None,
+                   help="default 3e-3 on the word cycle (the README's), train.py's 1e-3 on the corpus")
     p.add_argument("--seed", default="1234")
     p.add_argument("--variants", default=",".join(MLAE), help=f"any of {', '.join(VARIANTS)}")
     p.add_argument("--out", default="checkpoints/mlae-decoders")
-    p.add_argument("--json", default=None, help="also write the table to this file (e.g. results/studies/mlae-decoders.json)")
+    p.add_argument("--json", default=None,
+                   help="also write the table to this file (e.g. results/studies/mlae-decoders.json)")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     args.lr = args.lr or ("3e-3" if args.text == "cycle" else "1e-3")

@@ -24,7 +24,8 @@ VARIANTS = {"pmlm": ("PMLM", ["--objective", "pmlm"]),
             "t5": ("T5", ["--objective", "t5"]),
             "mlae-b": ("MLAE, decoder (b)", ["--objective", "mlae", "--decoder", "b"]),
             "mlae-a": ("MLAE, decoder (a)", ["--objective", "mlae", "--decoder", "a"]),
-            "mlae-b-sym": ("MLAE, decoder (b), symmetric", ["--objective", "mlae", "--decoder", "b", "--enc-layers", "3",
+            "mlae-b-sym": ("MLAE, decoder (b), symmetric",
+                           ["--objective", "mlae", "--decoder", "b", "--enc-layers", "3",
                                                            "--dec-layers", "3"])}
 COLUMNS = [("objective", "name", "{}"), ("layers", "depths", "{}"), ("parameters", "params", "{:.2f}M"),
            ("tokens/s, best", "best", "{:,.0f}"), ("tokens/s, every repeat", "each", "{}")]

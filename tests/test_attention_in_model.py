@@ -60,7 +60,8 @@ def count_builds(monkeypatch):
     calls = []
     for name in ("build_map", "code_tensor"):
         real = getattr(attention_plan, name)
-        monkeypatch.setattr(attention_plan, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
+        monkeypatch.setattr(attention_plan, name, lambda *a, real=real, name=name,
+                            **kw: calls.append(name) or real(*a, **kw))
     return calls
 
 
@@ -112,8 +113,8 @@ def count_attention_launches(monkeypatch):
             return func(*args, **(kwargs or {}))
 
     for module in (pa, tilemap):
-        for name in ("_fwd_kernel", "_delta_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_codes_kernel", "_class_kernel",
-                     "_list_kernel"):
+        for name in ("_fwd_kernel", "_delta_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_codes_kernel",
+                     "_class_kernel", "_list_kernel"):
             fn = getattr(module, name, None)
             if fn is None:
                 continue
@@ -168,7 +169,8 @@ def test_one_training_step_launches_what_the_docs_state(monkeypatch, fused):
         launches, ops = count_attention_launches(monkeypatch)
         model(tokens, pos, None, kind, step, valid).float().pow(2).mean().backward()
     by_kernel = {k: launches.count(k) for k in set(launches)}
-    want = {"_codes_kernel": 1, "_class_kernel": 1, "_list_kernel": 1, "_fwd_kernel": n, "_delta_kernel": n, "_bwd_kv_kernel": n}
+    want = {"_codes_kernel": 1, "_class_kernel": 1, "_list_kernel": 1, "_fwd_kernel": n, "_delta_kernel": n,
+            "_bwd_kv_kernel": n}
     if not fused:
         want["_bwd_q_kernel"] = n
     assert by_kernel == want, by_kernel

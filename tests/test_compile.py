@@ -67,7 +67,8 @@ def test_forward_loops_against_plain_flash_attention(rows):
     _, table = aot.loop_table(rows)
     seen = 0
     for r in table:
-        if r["kernel"] != "_fwd_kernel" or r["case"].split("-")[0] not in ("rel", "norel") or "bfloat16" not in r["case"]:
+        if (r["kernel"] != "_fwd_kernel" or r["case"].split("-")[0] not in ("rel", "norel")
+                or "bfloat16" not in r["case"]):
             continue
         rel = r["case"].startswith("rel")
         for name, bound in LOOP_BOUNDS[rel].items():

@@ -100,7 +100,8 @@ def test_every_command_names_a_script_that_parses_it(path):
             except UserError:
                 pass  # a value judged against data or a checkpoint, not the flags
             except SystemExit as e:
-                pytest.fail(f"{os.path.relpath(path, ROOT)}: `{script} {' '.join(argv)}` is refused by its parser ({e})")
+                pytest.fail(f"{os.path.relpath(path, ROOT)}: `{script} {' '.join(argv)}` is refused by its parser "
+                            f"({e})")
         if script in ("reproduce/__main__.py", "bench/reproduce.py") and "--only" in argv:
             pattern = argv[argv.index("--only") + 1]
             assert any(re.search(pattern, n) for n in names), f"--only {pattern!r} matches no run of the plan"
@@ -113,15 +114,18 @@ def test_every_path_named_exists(path):
         if name.startswith(("checkpoints", "OUT", "gpu", "/")) or any(c.isupper() for c in name.split("/")[0]):
             continue  # what a run writes, a placeholder
         last = name.rstrip("/").split("/")[-1]
-        if "." in last and last.rsplit(".", 1)[1] not in ("py", "md", "json", "jsonl", "xz", "txt", "log", "sh", "model", "svg"):
+        if "." in last and last.rsplit(".", 1)[1] not in ("py", "md", "json", "jsonl", "xz", "txt", "log", "sh",
+                                                          "model", "svg"):
             continue  # module.attribute, not a file
         if re.search(r"(NAME|DATA|BUDGET|eval-|outputs-|state\.json|RESULTS\.md|results\.json|last\.pt|best\.pt|"
                      r"config\.json|log\.jsonl|locks/|logs/)", name):
             continue
         candidates = [os.path.join(ROOT, name), os.path.join(ROOT, "docs", name), os.path.join(ROOT, "bench", name),
                       os.path.join(ROOT, "reproduce", name), os.path.join(ROOT, "studies", name),
-                      os.path.join(ROOT, "core", name), os.path.join(ROOT, "kernels", name), os.path.join(ROOT, "tests", name)]
-        assert any(os.path.exists(c) for c in candidates), f"{os.path.relpath(path, ROOT)} names `{name}`, which does not exist"
+                      os.path.join(ROOT, "core", name), os.path.join(ROOT, "kernels", name),
+                      os.path.join(ROOT, "tests", name)]
+        assert any(os.path.exists(c)
+                   for c in candidates), f"{os.path.relpath(path, ROOT)} names `{name}`, which does not exist"
 
 
 def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distance(tmp_path, monkeypatch):
@@ -139,7 +143,8 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
                                          verdict="holds")], verdict="holds"),
                         dict(paper="P", claim="E >= F", theirs="y", metric="rougeL", chain="sum-e >= sum-f",
                              values={"sum-e": 20.0, "sum-f": 21.0}, here="sum-f 21.00 > sum-e 20.00",
-                             pairs=[dict(a="sum-e", b="sum-f", op=">=", difference=-1.0, low=-2.5, high=0.5, seeds=[2, 2],
+                             pairs=[dict(a="sum-e", b="sum-f", op=">=", difference=-1.0, low=-2.5, high=0.5,
+                                         seeds=[2, 2],
                                          verdict="not resolved", detectable=2.14)], verdict="not resolved"),
                         dict(paper="Q", claim="C > D", theirs="x", metric="rougeL", chain="sum-c > sum-d",
                              values={"sum-c": None, "sum-d": None}, pairs=[], verdict="not measured (sum-c, sum-d)")])
@@ -157,7 +162,8 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
     assert "C > D" not in render_docs.scorecard("results.json::measured")
     one = render_docs.scorecard("results.json::Q")
     assert "| Q | C > D" in one and "A > B" not in one and "0 of Q's 1 claims measured" in one
-    d["summary"] = dict(sentence="1 of 3 claims hold here; 0 reversed, 1 not resolved at this budget, 1 not measured yet.")
+    d["summary"] = dict(sentence="1 of 3 claims hold here; 0 reversed, 1 not resolved at this budget, 1 not measured "
+                                 "yet.")
     (tmp_path / "results.json").write_text(json.dumps(d))
     assert render_docs.claims_summary("results.json") == d["summary"]["sentence"] + "\n"
 
@@ -194,8 +200,8 @@ def test_a_study_file_renders_its_rows_and_where_they_came_from(tmp_path, monkey
     from tools import figures, records, render_docs
     cols = [("variant", "name", "{}"), ("loss", "loss", "{:.3f}"), ("share", "acc", "{:.1%}")]
     records.write(str(tmp_path / "s.json"), ["python", "studies/x.py", "--json", "s.json"], cols,
-                  [{"name": "a", "loss": 1.23456, "acc": 0.5}, {"name": "b", "loss": None, "acc": 0.25}], note="One run each.",
-                  dtype="float32")
+                  [{"name": "a", "loss": 1.23456, "acc": 0.5}, {"name": "b", "loss": None, "acc": 0.25}],
+                  note="One run each.", dtype="float32")
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     lines = render_docs.study("s.json").splitlines()
     assert lines[:4] == ["| variant | loss | share |", "|---|---|---|", "| a | 1.235 | 50.0% |", "| b | - | 25.0% |"]
@@ -209,16 +215,18 @@ def test_run_times_group_the_runs_by_kind(tmp_path, monkeypatch):
     from tools import figures, render_docs
     run = lambda secs, **m: dict(metrics=m, seconds=secs, eval_seconds=30.0)
     d = dict(budget="cpu", written="w", environment="e",
-             pretraining={"pre-a": dict(seconds=1200.0), "pre-b": dict(seconds=1800.0), "pre-elmer": dict(seconds=7200.0)},
+             pretraining={"pre-a": dict(seconds=1200.0), "pre-b": dict(seconds=1800.0),
+                          "pre-elmer": dict(seconds=7200.0)},
              runs={"sum-a": run(3000.0, decoding="beam 5"), "nar-a": run(2400.0, decoding="mask-predict, 3 lengths"),
                    "cls-a": run(None, accuracy=0.5), "elmer-a": run(6000.0, arch="elmer", decoding="one pass")})
     (tmp_path / "results.json").write_text(json.dumps(d))
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     rows = render_docs.run_times("results.json").splitlines()[2:8]
-    assert rows == ["| pretraining | 2 | 25 min | 20 min | 30 min |", "| LPLM pretraining (ELMER) | 1 | 2.0 h | 2.0 h | 2.0 h |",
+    assert rows == ["| pretraining | 2 | 25 min | 20 min | 30 min |",
+                    "| LPLM pretraining (ELMER) | 1 | 2.0 h | 2.0 h | 2.0 h |",
                     "| summarization fine-tuning (AR) | 1 | 50 min | 50 min | 50 min |",
-                    "| NAR fine-tuning | 1 | 40 min | 40 min | 40 min |", "| ELMER fine-tuning | 1 | 1.7 h | 1.7 h | 1.7 h |",
-                    "| evaluation | 4 | 30 s | 30 s | 30 s |"]
+                    "| NAR fine-tuning | 1 | 40 min | 40 min | 40 min |",
+                    "| ELMER fine-tuning | 1 | 1.7 h | 1.7 h | 1.7 h |", "| evaluation | 4 | 30 s | 30 s | 30 s |"]
 
 
 def test_the_quick_starts_words_are_the_codes_defaults():
@@ -229,13 +237,15 @@ def test_the_quick_starts_words_are_the_codes_defaults():
     a = train.get_args([])
     params = sum(p.numel() for p in UnifiedLM(preset(a.model, vocab_size=a.vocab_size)).parameters()) / 1e6
     text = open(os.path.join(ROOT, "README.md")).read()
-    said = (f"`python train.py` pretrains UniLMv2's PMLM (`{a.model}` preset, {params:.1f}M parameters) on the embedded "
+    said = (f"`python train.py` pretrains UniLMv2's PMLM (`{a.model}` preset, {params:.1f}M parameters) on the "
+            "embedded "
             f"corpus\nof Debian package descriptions for {a.steps} steps of {a.batch_tokens:,} tokens")
     assert said in text and a.eval_every == 50 and "its held-out loss every 50 steps" in text
 
 
 def test_the_budget_table_is_the_plans():
-    """docs/reproducing.md's budget table: each budget's steps, epochs and test sample as reproduce/plan.py sets them."""
+    """docs/reproducing.md's budget table: each budget's steps, epochs and test sample as reproduce/plan.py sets
+    them."""
     import train
     from reproduce import plan
     from reproduce.plan import BUDGETS
@@ -245,7 +255,8 @@ def test_the_budget_table_is_the_plans():
     assert f"| {tiny['steps']} steps of {tiny_tokens} tokens | {tiny['epochs']} epoch (" in text
     assert (f"| `cpu` | {cpu['model']} | `--steps {cpu['steps']}` of {train.get_args([]).batch_tokens:,} tokens | "
             f"`--epochs {cpu['epochs']}` at most | the whole test split |") in text and cpu["limit"] is None
-    assert f"| `--steps {gpu['steps']}` | `--epochs {gpu['epochs']}` at most | the whole test split |" in text and gpu["limit"] is None
+    assert (f"| `--steps {gpu['steps']}` | `--epochs {gpu['epochs']}` at most | the whole test split |" in text
+            and gpu["limit"] is None)
     assert f"| {tiny['seeds']} |" in text and max(plan.SEEDS.values()) == 3
 
 
@@ -261,7 +272,8 @@ def test_a_pretraining_table_reads_the_loss_train_py_judges_and_names_a_log_with
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     monkeypatch.setattr(render_docs, "ROOT", str(tmp_path))
     lines = render_docs.default_pretraining("par-log.jsonl").splitlines()
-    assert lines[2:4] == ["| held-out par_hidden_loss | 6.600 | 5.500 |", "| under the unigram entropy 6.500 | -0.10 | 1.00 |"]
+    assert lines[2:4] == ["| held-out par_hidden_loss | 6.600 | 5.500 |",
+                          "| under the unigram entropy 6.500 | -0.10 | 1.00 |"]
     assert "`c` took 1 min 30 s (its own)." in lines
     (tmp_path / "bad-log.jsonl").write_text(json.dumps({"step": 100, "valid_other": 1.0, "unigram_entropy": 6.5}))
     with pytest.raises(SystemExit, match="bad-log.jsonl: its last held-out record has none of the losses"):

@@ -27,7 +27,8 @@ def test_bf16_losses_follow_float32(text_file, tmp_path):
     for dtype in ("float32", "bfloat16"):
         out = str(tmp_path / dtype)
         assert TINY[:2] == ["--dtype", "float32"]
-        train.main(["--data", text_file, "--steps", "8", "--dropout", "0", "--out", out] + TINY[2:] + ["--dtype", dtype])
+        train.main(["--data", text_file, "--steps", "8", "--dropout", "0", "--out", out] + TINY[2:]
+                   + ["--dtype", dtype])
         runs[dtype] = [r["loss"] for r in read_log(out) if "loss" in r]
     a, b = runs["float32"], runs["bfloat16"]
     assert len(a) == len(b) == 8

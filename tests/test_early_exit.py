@@ -34,7 +34,8 @@ def report(name, got, want):
 
 
 def assert_exact(name, got, want):
-    assert got.shape == want.shape and got.dtype == want.dtype, f"{name}: {got.shape} {got.dtype} vs {want.shape} {want.dtype}"
+    assert got.shape == want.shape and got.dtype == want.dtype, \
+        f"{name}: {got.shape} {got.dtype} vs {want.shape} {want.dtype}"
     assert torch.equal(got, want), report(name, got, want)
 
 
@@ -125,7 +126,8 @@ def test_dispatch(monkeypatch):
         monkeypatch.setattr(ol if name == "offramp_cross_entropy" else ee, name, lambda *a, **k: "kernel")
     x, index = torch.randn(4, 8), torch.tensor([1, 3])
     calls = {"active_index": (x > 0,), "gather_rows": (x, index), "scatter_rows": (x, index, x[:2]),
-             "offramp": (x, torch.randn(5, 8)), "offramp_cross_entropy": (x, torch.randn(5, 8), None, torch.zeros(4, dtype=torch.long))}
+             "offramp": (x, torch.randn(5, 8)),
+             "offramp_cross_entropy": (x, torch.randn(5, 8), None, torch.zeros(4, dtype=torch.long))}
     for name, args in calls.items():
         with kernels.use_backend("triton"):
             assert getattr(kernels, name)(*args) == "kernel", name
@@ -253,10 +255,12 @@ def test_aot_cases_launch_with_cuda_configs(monkeypatch):
         names.append(name)
     assert len(set(names)) == len(names)
     kinds = {n for n, _ in launches}
-    assert kinds == {"_compact_kernel", "_gather_kernel", "_scatter_kernel", "_offramp_kernel", "_offramp_combine_kernel"}
+    assert kinds == {"_compact_kernel", "_gather_kernel", "_scatter_kernel", "_offramp_kernel",
+                     "_offramp_combine_kernel"}
     ramp = [k for n, k in launches if n == "_offramp_kernel"][0]
     assert ramp["UPCAST"] is False
-    assert (ramp["BN"], ramp["BV"], ramp["BK"], ramp["num_warps"]) == ee._offramp_config("cuda", 4096, 8000, 768, torch.bfloat16)[:3] + (4,)
+    assert (ramp["BN"], ramp["BV"], ramp["BK"], ramp["num_warps"]) == ee._offramp_config("cuda", 4096, 8000, 768,
+                                                                                         torch.bfloat16)[:3] + (4,)
 
 
 # -----------------------------------------------------------------------------
@@ -313,7 +317,8 @@ class LiveLogits(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
-            if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default) and t.dim() == 2 and t.shape[1] == self.V:
+            if func in (torch.ops.aten.mm.default,
+                        torch.ops.aten.addmm.default) and t.dim() == 2 and t.shape[1] == self.V:
                 self.live += 1
                 self.most = max(self.most, self.live)
                 weakref.finalize(t, self._gone)

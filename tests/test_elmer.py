@@ -107,7 +107,8 @@ def test_hard_exit_thresholds():
     # exiting at layer 1 predicts with the first off-ramp
     with torch.no_grad():
         x = []
-        model.decoder_loop(memory, valid, 12, lambda l, idx, h, x_in: (torch.ones_like(idx, dtype=torch.bool), None), trace=x)
+        model.decoder_loop(memory, valid, 12, lambda l, idx, h, x_in: (torch.ones_like(idx, dtype=torch.bool), None),
+                           trace=x)
         assert torch.equal(model.ramp_logits(0, x[0]).argmax(-1).view(3, 12), toks_inf)
     sep = tiny(separate_offramps=True)
     assert sep.ramp_head(0) is not sep.ramp_head(1) and sep.ramp_head(0).embedding is sep.emb.tok
@@ -269,7 +270,8 @@ def test_pipeline(text_file, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "mean_exit" in text and "exit_frac" in text
     for r in rows[:3]:
-        assert r["arch"] == "elmer" and r["decoding"] == "one pass, early exit" and r["mean_exit"] == 1.0 and r["latency_ms"] > 0
+        assert r["arch"] == "elmer" and r["decoding"] == "one pass, early exit"
+        assert r["mean_exit"] == 1.0 and r["latency_ms"] > 0
     assert torch.load(outs[1], weights_only=True)["elmer"]["soft"] is True
 
 
@@ -351,7 +353,8 @@ def test_fused_offramp_loss_equals_the_logits_and_allocates_no_logits(monkeypatc
             res[backend] = (out["loss"].detach(), out["nll"], {k: p.grad.clone() for k, p in model.named_parameters()
                                                                if p.grad is not None}, trace.largest)
         (l0, n0, g0, big0), (l1, n1, g1, big1) = res["reference"], res["triton"]
-        print(f"loss {l0.item():.5f} vs {l1.item():.5f}; largest tensor {big0} vs {big1} bytes, (n, V) {n_rows * Vbig * 4}")
+        print(f"loss {l0.item():.5f} vs {l1.item():.5f}; largest tensor {big0} vs {big1} bytes, (n, V) "
+              f"{n_rows * Vbig * 4}")
         assert torch.allclose(l0, l1, rtol=1e-4) and torch.allclose(n0, n1, rtol=1e-4)
         for k in g0:
             assert torch.allclose(g0[k], g1[k], atol=1e-5, rtol=1e-3), report(k, g0[k], g1[k])

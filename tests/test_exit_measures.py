@@ -81,7 +81,8 @@ def test_entropies_recorded_where_the_vocabulary_projection_ran(measure):
         pad_id, eos_id, n_special = 0, 3, 6
     model.exit_entropies = []
     generate(model, [[7, 8, 9], [10, 11]], Tok, delta=1e-9, measure="entropy")
-    assert len(model.exit_entropies) == 2 and all(r.shape[1] == L and 1 <= r.shape[0] <= 12 for r in model.exit_entropies)
+    assert len(model.exit_entropies) == 2 and all(r.shape[1] == L and 1 <= r.shape[0] <= 12
+                                                  for r in model.exit_entropies)
     med = entropy_quantiles(model.exit_entropies, 0.5)
     assert len(med) == L and all(0 < m < math.log(V) + 1e-4 for m in med)
     assert entropy_quantiles([torch.tensor([[1.0, math.nan], [3.0, math.nan]])], 0.5) == [2.0, None]

@@ -30,8 +30,8 @@ def test_masked_pass_equals_the_gathered_layout(measure, thresholds):
         want = decode_exit(model, memory, valid, 12, thr, measure=measure, work=want_w, layout="gather")
         got = decode_exit(model, memory, valid, 12, thr, measure=measure, work=got_w, layout="masked")
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (measure, thr)
-        assert torch.allclose(torch.nan_to_num(got_w["entropy"], nan=-7.0), torch.nan_to_num(want_w["entropy"], nan=-7.0),
-                              atol=1e-4), (measure, thr)
+        assert torch.allclose(torch.nan_to_num(got_w["entropy"], nan=-7.0),
+                              torch.nan_to_num(want_w["entropy"], nan=-7.0), atol=1e-4), (measure, thr)
         # the masked layout runs every row of a layer while anybody is left: its work, not the gathered one's
         run = sum(1 for q in got_w["queries"] if q)
         assert got_w["queries"][:run] == [want_w["queries"][0]] * run
@@ -174,7 +174,8 @@ def test_linear_layers_holding_their_casts_compute_what_autocast_computes():
     memory = memory.detach()
     before = [(p.dtype, p.data_ptr()) for p in model.parameters()]
     with torch.autocast("cpu", torch.bfloat16):
-        want = masked_pass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5, graphs=False).run(memory, valid)
+        want = masked_pass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5,
+                           graphs=False).run(memory, valid)
         with cast_linears(model, "cpu") as casts:
             assert casts and all(c.dtype == torch.bfloat16 for c in casts)
             got = MaskedExitPass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5, graphs=False).run(

@@ -67,9 +67,11 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         import bench_latency
         flags = [ckpt, ckpt, "--data", task_files["test"], "--n", "3", "--repeats", "2"]
-        narrow, wide = (bench_latency.main(flags + ["--beam", b, "--dtype", d]) for b, d in (("1", "float32"), ("3", "bfloat16")))
+        narrow, wide = (bench_latency.main(flags + ["--beam", b, "--dtype", d]) for b,
+                        d in (("1", "float32"), ("3", "bfloat16")))
         printed = capsys.readouterr().out
-        assert "| time ratio |" in printed and "(float32, --dtype float32)" in printed and "(bfloat16, --dtype bfloat16)" in printed
+        assert "| time ratio |" in printed and "(float32, --dtype float32)" in printed
+        assert "(bfloat16, --dtype bfloat16)" in printed
         assert narrow[0]["flops"] > 0 and narrow[1]["flop_ratio"] == 1.0 and wide[0]["flops"] > narrow[0]["flops"]
         assert all(r["ms"] > 0 and r["time_ratio"] > 0 and r["decoding"] for r in narrow + wide)
         assert (narrow[0]["decoding"], wide[0]["decoding"]) == ("greedy", "beam 3")
@@ -212,7 +214,8 @@ def test_finetune_stops_on_validation(pretrained, task_files, tmp_path, monkeypa
     assert last["stopped_early"] and last["step"] == valid[-1]["step"] < last["args"]["steps"]
     assert best["step"] == valid[1]["step"] and best["best_valid_loss"] == 1.0
     assert "early stop at step" in capsys.readouterr().out
-    fails_with(capsys, finetune.main, ["--out", out, "--resume", "--epochs", "4"], "stopped early", "nothing to continue")
+    fails_with(capsys, finetune.main, ["--out", out, "--resume", "--epochs", "4"], "stopped early",
+               "nothing to continue")
     run = runstate.BY_NAME["sum-pmlm"]
     assert runstate.progress_of(run, [], dict(epochs=3), str(tmp_path), dict(runs={}))[0] == 0.0
     os.rename(out, str(tmp_path / "sum-pmlm"))
@@ -235,8 +238,10 @@ def fails_with(capsys, main, argv, *needles):
 def test_nar_flags_where_they_do_nothing(capsys, pretrained, task_files, tmp_path):
     base = ["--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", str(tmp_path / "o")]
     fails_with(capsys, finetune.main, base + ["--init", pretrained["t5-nar"]], "--nar")
-    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--adaptive-stop"], "--adaptive-stop", "--nar")
-    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--dec-layers", "2"], "--dec-layers", "from scratch")
+    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--adaptive-stop"], "--adaptive-stop",
+               "--nar")
+    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--dec-layers", "2"], "--dec-layers",
+               "from scratch")
     fails_with(capsys, finetune.main, base + ["--init", "none", "--arch", "t5", "--enc-layers", "0"], "--enc-layers 0")
 
 
@@ -248,7 +253,8 @@ def test_eval_adaptive_stop_needs_a_nar_checkpoint(capsys, pretrained, task_file
     out = str(tmp_path / "ft")
     finetune.main(["--init", pretrained["t5"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
                    "--out", out] + FT + ["--epochs", "0.2", "--rouge-examples", "0"])
-    fails_with(capsys, evaluate_script.main, [os.path.join(out, "best.pt"), "--adaptive-stop"], "--adaptive-stop", "NAR")
+    fails_with(capsys, evaluate_script.main, [os.path.join(out, "best.pt"), "--adaptive-stop"], "--adaptive-stop",
+               "NAR")
 
 
 def test_jsonl_without_the_named_fields(capsys, pretrained, task_files, tmp_path):

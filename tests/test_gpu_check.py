@@ -16,11 +16,13 @@ def test_arguments():
     args = gpu_check.get_args(["--part", "pmlm", "--out", "x", "--steps", "20"])
     assert (args.part, args.out, args.steps, args.wheels) == ("pmlm", "x", 20, False)
     assert gpu_check.get_args(["--wheels"]).part is None
-    for bad in ([], ["--part", "everything"], ["--part", "pmlm", "--steps", "0"], ["--part", "pmlm", "--loss-tolerance", "nan"]):
+    for bad in ([], ["--part", "everything"], ["--part", "pmlm", "--steps", "0"],
+                ["--part", "pmlm", "--loss-tolerance", "nan"]):
         with pytest.raises(SystemExit) as e:
             gpu_check.get_args(bad)
         assert e.value.code == 2, bad
-    assert set(gpu_check.PARTS) == {"tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode", "step"}
+    assert set(gpu_check.PARTS) == {"tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode",
+                                    "step"}
     for bad in (["--part", "speed", "--budget", "0"],):
         with pytest.raises(SystemExit):
             gpu_check.get_args(bad)
@@ -58,8 +60,8 @@ def test_wheel_list(monkeypatch, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is what a machine without CUDA says")
 def test_refuses_on_a_cpu_in_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "bench/gpu_check.py", "--part", "bench", "--out", str(tmp_path / "g")], cwd=ROOT,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "bench/gpu_check.py", "--part", "bench", "--out", str(tmp_path / "g")],
+                       cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "CUDA" in lines[0], r.stderr
     assert not os.path.exists(tmp_path / "g")

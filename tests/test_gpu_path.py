@@ -87,7 +87,8 @@ def test_torchrun_one_rank_error_reaches_the_user(text_file, tmp_path):
     before any report of process 0 losing contact."""
     script = tmp_path / "one_rank_fails.py"
     script.write_text(ONE_RANK_FAILS)
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(script),
                         "--data", text_file, "--device", "cpu", "--out", str(tmp_path / "o"), "--steps", "2"] + TINY,
                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0

@@ -148,7 +148,8 @@ def test_b_cross_attention_sees_the_latents_positions(backend):
     model.load_state_dict(plain.state_dict())
     assert torch.equal(model.cross_rel_table, torch.zeros_like(model.cross_rel_table))
     with torch.no_grad():
-        a, c = (m.decode_masked(latents, batch.enc_pos, batch.enc_valid, dec_tok, dec_pos, dec_valid) for m in (plain, model))
+        a, c = (m.decode_masked(latents, batch.enc_pos, batch.enc_valid, dec_tok, dec_pos, dec_valid)
+                for m in (plain, model))
     assert torch.equal(a, c)
 
 

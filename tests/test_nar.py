@@ -103,7 +103,8 @@ def test_merges_consecutive_duplicates():
 def test_length_beam_picks_the_best_mean_log_probability():
     # the predictor ranks 4 > 2 > 6; the candidate of length 6 is the most confident on average
     mean = {4: -1.0, 2: -0.7, 6: -0.2}
-    make = lambda: Toy(lengths_table(1, [4, 2, 6]), token=lambda call, r, i: 10 + i, conf=lambda r, i, L: mean.get(L, -5.0))
+    make = lambda: Toy(lengths_table(1, [4, 2, 6]), token=lambda call, r, i: 10 + i, conf=lambda r, i,
+                       L: mean.get(L, -5.0))
     out, det = mask_predict(make(), MASK, length_beam=3, iterations=4, max_len=10, return_details=True)
     assert det["length"].tolist() == [6] and det["score"].item() == pytest.approx(-0.2)
     assert out == [[10, 11, 12, 13, 14, 15]]
@@ -312,7 +313,8 @@ def test_t5_nar_length_loss_stays_out_of_the_encoder(tokenizer):
         model.head.forward = lambda h: head(h.detach())
         model.dec_layers.requires_grad_(False)
         nar.t5_nar_loss_sums(model, b, length_grad=length_grad)["loss"].backward()
-        enc = sum(p.grad.abs().sum() for n, p in model.named_parameters() if n.startswith("enc_layers.") and p.grad is not None)
+        enc = sum(p.grad.abs().sum() for n,
+                  p in model.named_parameters() if n.startswith("enc_layers.") and p.grad is not None)
         assert model.length.weight.grad.abs().sum() > 0
         assert (enc > 0) == length_grad
 

@@ -27,7 +27,8 @@ def world(text_file, tmp_path_factory):
     w["run"] = str(root / "run")
     train.main(["--data", text_file, "--steps", "2", "--out", w["run"]] + TINY)
     lines = {
-        "train": ['{"document": "a b c %d", "summary": "s %d", "section": "%s"}' % (i, i, "xy"[i % 2]) for i in range(40)],
+        "train": ['{"document": "a b c %d", "summary": "s %d", "section": "%s"}' % (i, i, "xy"[i % 2])
+                  for i in range(40)],
         "valid": ['{"document": "d e %d", "summary": "t %d", "section": "%s"}' % (i, i, "xy"[i % 2]) for i in range(8)],
         "oneclass": ['{"document": "a b %d", "summary": "s", "section": "x"}' % i for i in range(8)],
         "unseen": ['{"document": "d %d", "summary": "t", "section": "zz"}' % i for i in range(8)],
@@ -83,7 +84,8 @@ CASES = [
     ("null-text", "train", "--data {null} --out {root}/new", ["record 2", "'text'", "null"]),
     ("number-text", "train", "--data {number} --out {root}/new", ["record 2", "12", "not a string"]),
     ("out-is-a-file", "train", "--data {text} --out {root}/afile", ["afile", "is a file"]),
-    ("rerun-existing-out", "train", "--data {text} --steps 2 --out {run}", ["already holds a run", "--resume", "--overwrite"]),
+    ("rerun-existing-out", "train", "--data {text} --steps 2 --out {run}",
+     ["already holds a run", "--resume", "--overwrite"]),
     ("resume-changed-model", "train", "--data {text} --steps 4 --out {run} --resume --model small --seq-len 64",
      ["--model small", "--seq-len 64", "tiny"]),
     ("resume-no-more-steps", "train", "--data {text} --steps 2 --out {run} --resume", ["already at step 2", "--steps"]),
@@ -112,7 +114,8 @@ SCRIPTS = {"train": train.main, "finetune": finetune.main, "eval": evaluate_scri
 
 @pytest.mark.parametrize("name,script,argv,needles", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(name, script, argv, needles, world, capsys):
-    extra = TINY if script == "train" and "--resume" not in argv else FT if script == "finetune" and "--resume" not in argv else []
+    fresh = "--resume" not in argv
+    extra = TINY if script == "train" and fresh else FT if script == "finetune" and fresh else []
     argv = extra + argv.format(**world).split()  # the case's flags win over the tiny preset's
     fails(capsys, SCRIPTS[script], argv, needles, world["root"])
 
@@ -142,7 +145,8 @@ def test_nan_keeps_the_last_good_checkpoint(world, tmp_path, monkeypatch, capsys
 
     def poisoned(ddp_model, model, opt, micro, loss_sums, d, args, step):
         if step == 4:
-            loss_sums = lambda m, b, f=loss_sums: {k: (v * float("nan") if k == "loss" else v) for k, v in f(m, b).items()}
+            loss_sums = lambda m, b, f=loss_sums: {k: (v * float("nan") if k == "loss" else v) for k,
+                                                   v in f(m, b).items()}
         return real(ddp_model, model, opt, micro, loss_sums, d, args, step)
 
     monkeypatch.setattr(training, "train_step", poisoned)

@@ -28,7 +28,8 @@ def runs(text_file, tmp_path_factory):
     w = {"root": root, "text": text_file}
     for objective, extra in (("pmlm", []), ("elmer", ["--dec-len", "8", "--permutations", "2"])):
         w[objective] = str(root / objective)
-        train.main(["--data", text_file, "--steps", "1", "--out", w[objective], "--objective", objective] + extra + TINY)
+        train.main(["--data", text_file, "--steps", "1", "--out", w[objective], "--objective", objective] + extra
+                   + TINY)
     w.update(write_task_files(root, {"train": 32, "valid": 8}))
     w["ft"] = str(root / "ft")
     finetune.main(["--init", os.path.join(w["pmlm"], "last.pt"), "--train-data", w["train"], "--valid-data", w["valid"],
@@ -53,7 +54,8 @@ E = "--init {elmer}/last.pt --train-data {train} --valid-data {valid} --out {roo
 # (name, script, argv with {placeholders}, words the error must contain)
 CASES = [
     ("elmer-permutations-0", "train", "--objective elmer --permutations 0 --out {root}/new", ["--permutations 0"]),
-    ("elmer-permutations-negative", "train", "--objective elmer --permutations -2 --out {root}/new", ["--permutations -2"]),
+    ("elmer-permutations-negative", "train", "--objective elmer --permutations -2 --out {root}/new",
+     ["--permutations -2"]),
     ("elmer-dec-len-0", "train", "--objective elmer --dec-len 0 --out {root}/new", ["--dec-len 0"]),
     ("elmer-dec-len-huge", "train", "--data {text} --objective elmer --dec-len 100000 --out {root}/new",
      ["--dec-len 100000", "256"]),

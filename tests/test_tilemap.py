@@ -45,7 +45,8 @@ def layouts():
     # every position run of 16 consecutive, but the runs out of order: a 32-key tile made of two
     # 16-key cells that each run is still GATHER (the map combines cells of the finer blocks)
     ctx = torch.zeros(B, 64, dtype=torch.long)
-    jumps = torch.cat([torch.arange(16), torch.arange(40, 56), torch.arange(16, 32), torch.arange(56, 72)]).expand(B, 64)
+    jumps = torch.cat([torch.arange(16), torch.arange(40, 56), torch.arange(16, 32),
+                       torch.arange(56, 72)]).expand(B, 64)
     out.append(("jumps", ctx, ctx, ctx, ctx, None, None, None, jumps, jumps))
     return out
 

@@ -47,7 +47,8 @@ RESUME_TOLERANCE = {"cpu": None, "cuda": dict(loss=2e-3, weights=1e-3)}
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA's variant of the exact-resume test"))])
 def test_resume_is_exact(text_file, tmp_path, device):
-    flags = ["--data", text_file, "--steps", "6", "--dropout", "0.1", "--device", device] + TINY  # dropout's replay is part of the test
+    flags = ["--data", text_file, "--steps", "6", "--dropout", "0.1", "--device",
+             device] + TINY  # dropout's replay is part of the test
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     train.main(flags + ["--out", straight])
     train.main(flags + ["--out", resumed, "--stop-after", "3"])

@@ -93,7 +93,8 @@ def test_the_listing_says_what_is_stale(tmp_path, capsys):
 
 def test_paths_spelled_otherwise_and_step_tied_intervals_change_nothing(tmp_path):
     a = "python train.py --objective pmlm --steps 4 --eval-every 4 --data x/../x/data/pretrain.txt --out ./r/pre-pmlm"
-    b = f"python train.py --objective pmlm --steps 10 --eval-every 10 --data x/data/pretrain.txt --out {os.path.abspath('r/pre-pmlm')}"
+    b = ("python train.py --objective pmlm --steps 10 --eval-every 10 --data x/data/pretrain.txt "
+         f"--out {os.path.abspath('r/pre-pmlm')}")
     assert runstate.what_it_ran(a) == runstate.what_it_ran(b)
     assert runstate.what_it_ran(a) != runstate.what_it_ran(a.replace("pmlm --steps", "mlm --steps"))
 
@@ -204,7 +205,8 @@ def test_ae_probe_bad_input_is_one_line(tmp_path):
         r = subprocess.run([sys.executable, "studies/ae_probe.py"] + argv, cwd=ROOT, capture_output=True, text=True,
                            timeout=120)
         lines = [l for l in r.stderr.splitlines() if l.strip()]
-        assert r.returncode == 2 and "Traceback" not in r.stderr and lines[-1].split(":")[0] in ("error", "ae_probe.py"), r.stderr
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert lines[-1].split(":")[0] in ("error", "ae_probe.py"), r.stderr
 
 
 def test_the_tokenizer_says_it_is_training(tmp_path, text_file):

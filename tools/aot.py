@@ -41,7 +41,8 @@ from triton.runtime.jit import JITFunction, create_function_from_signature  # no
 
 
 TARGET = GPUTarget("cuda", 90, 32)
-MODULES = ("pseudo_attention", "tilemap", "early_exit", "offramp_loss", "yardstick")  # the yardstick: tools/aot_cases.py
+MODULES = ("pseudo_attention", "tilemap", "early_exit", "offramp_loss",
+           "yardstick")  # the yardstick: tools/aot_cases.py
 
 
 def _ptxas():
@@ -94,7 +95,8 @@ def _key(fn, args, kwargs):
         if isinstance(a, int):
             return ("i", a == 1, a % 16 == 0, a >= 2 ** 31)
         return ("v", repr(a))
-    return (fn.__name__, tuple(one(i, a) for i, a in enumerate(args)), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+    return (fn.__name__, tuple(one(i, a) for i, a in enumerate(args)),
+            tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
 
 
 # -----------------------------------------------------------------------------
@@ -163,7 +165,8 @@ def sass_loops(cubin):
         if start < here:
             # cp.async waits in the loop: DEPBAR.LE SB0, N lets the N most recent copy groups stay in
             # flight; N = 0 waits for every outstanding copy, the next tiles' included
-            waits = [int(w.group(2), 16) for w in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+DEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)
+            waits = [int(w.group(2), 16)
+                     for w in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+DEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)
                      if start <= int(w.group(1), 16) <= here]
             loops.append(dict(start=start, instructions=(here - start) // 16 + 1, min_wait=min(waits, default=None)))
     return sorted(loops, key=lambda l: l["start"])
@@ -203,10 +206,12 @@ def table(rows):
     for r in rows:
         cases = r["cases"][0] + (f" (+{len(r['cases']) - 1} same binary)" if len(r["cases"]) > 1 else "")
         if not r["compiles"]:
-            lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} |  |  |  |  | "
+            lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} |  |  |  |  "
+                         "| "
                          f" | NO: {[l for l in r['error'].splitlines() if l.strip()][-1][:160]} |")
             continue
-        lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} | {r['registers']} | "
+        lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} | "
+                     f"{r['registers']} | "
                      f"{r['spill_stores']}/{r['spill_loads']} | {r['shared']} | {r['wgmma']} / {r['mma_sync']} | "
                      f"{', '.join(map(str, r['loops']))} | yes |")
     return "\n".join(lines)
@@ -222,8 +227,8 @@ def loop_table(rows):
     warps and stages: what the tile lists, the rule and the bias cost per tile."""
     plain = {c[-3:]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r["compiles"] and r["loops"]
              for c in r["cases"]}
-    lines = ["| kernel | case | registers | wgmma serialised | " + " | ".join(f"{n} (x plain)" for n in LOOP_NAMES[True]) + " |",
-             "|" + "---|" * 9]
+    lines = ["| kernel | case | registers | wgmma serialised | "
+             + " | ".join(f"{n} (x plain)" for n in LOOP_NAMES[True]) + " |", "|" + "---|" * 9]
     out = []
     for r in rows:
         if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
@@ -238,7 +243,8 @@ def loop_table(rows):
         row = dict(kernel=r["kernel"], case=case, registers=r["registers"], serialized=r.get("wgmma_serialized"),
                    loops=cells, plain=base)
         out.append(row)
-        ratio = lambda n: "-" if n not in cells else (f"{cells[n]} ({cells[n] / base:.2f})" if base and r["kernel"] == "_fwd_kernel" else str(cells[n]))  # noqa: E731
+        ratio = lambda n: "-" if n not in cells else (f"{cells[n]} ({cells[n] / base:.2f})" if base
+                                                      and r["kernel"] == "_fwd_kernel" else str(cells[n]))  # noqa: E731
         lines.append(f"| {r['kernel']} | {case} | {r['registers']} | {'YES' if row['serialized'] else 'no'} | "
                      + " | ".join(ratio(n) for n in LOOP_NAMES[True]) + " |")
     lines.append("plain FlashAttention loop: " + ", ".join(f"{d}: {n}" for d, n in sorted(plain.items())))
@@ -256,7 +262,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     unknown = [m for m in a.only.split(",") if m not in MODULES]
     if unknown:
-        p.error(f"--only {a.only}: no compile cases in {', '.join(unknown)} (the modules with cases: {', '.join(MODULES)})")
+        p.error(f"--only {a.only}: no compile cases in {', '.join(unknown)} (the modules with cases: "
+                f"{', '.join(MODULES)})")
     if a.cases is not None:
         try:
             re.compile(a.cases)

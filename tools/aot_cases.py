@@ -24,7 +24,8 @@ def attention():
     no bias, relative bias (the model's self-attention) with and without the table's gradient and
     with dQ fused into the dK/dV kernel (D 64; at D 128 the same binary as rel),
     packed sequences, a dense bias without and with its gradient, decoding (one query against 768
-    cached keys), and MLAE decoder (b)'s cross-attention with its relative bias. Nothing runs: tools/aot.py records the launches, so
+    cached keys), and MLAE decoder (b)'s cross-attention with its relative bias. Nothing runs: tools/aot.py records the
+    launches, so
     the codes and the map are the readable versions' and the lists empty tensors of their shapes."""
     cases = []
     # bf16 only: fp16 compiles to the same registers, spills and loop sizes (docs/LOG.md), and CI's
@@ -51,8 +52,8 @@ def _attention_meta(q, kind_q, step_q, kind_k, step_k, valid, seq_q, seq_k, bias
     tiles = TileMap((cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK), torch.empty(B, n_qt, 4, n_kt, dtype=torch.int32),
                     torch.empty(B, n_qt, 4, dtype=torch.int32), torch.empty(B, n_ks, 4, n_qs, dtype=torch.int32),
                     torch.empty(B, n_ks, 4, dtype=torch.int32))
-    meta = dict(precision="tf32", rel=rel, has_seq=seq_q is not None, qc=qc, kc=kc, tiles=tiles, cfg=cfg, scale=D ** -0.5,
-                fused=False,
+    meta = dict(precision="tf32", rel=rel, has_seq=seq_q is not None, qc=qc, kc=kc, tiles=tiles, cfg=cfg,
+                scale=D ** -0.5, fused=False,
                 max_dist=bias.max_distance if rel else 0, dense=None if dense is None else dense.expand(B, H, Lq, Lk))
     meta["table"] = torch.empty(H, 4, table_width(meta["max_dist"])) if rel else qc
     return meta
@@ -78,7 +79,8 @@ def _attention_launch(variant, dtype, D, B=2, H=12, L=768):
         bias = None
     elif variant.startswith("dense"):
         bias = dense = torch.randn(1, H, Lq, L, generator=g).to(dtype)
-    meta = _attention_meta(q, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias, dense, D)
+    meta = _attention_meta(q, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias, dense,
+                           D)
     meta["fused"] = variant == "rel_fused" and D <= 64  # as attention_plan.prepare decides
     o, lse = pa._forward(q, k, v, meta, D ** -0.5)
     pa._backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, D ** -0.5,

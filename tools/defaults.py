@@ -29,7 +29,9 @@ def current():
         parser = capture_parser(module)
         for a in parser._actions:
             if a.option_strings and a.dest != "help":
-                out[f"{name} {a.option_strings[0]}"] = a.default if isinstance(a.default, (int, float, str, bool, type(None))) else repr(a.default)
+                out[f"{name} {a.option_strings[0]}"] = a.default if isinstance(a.default,
+                                                                               (int, float, str, bool,
+                                                                                type(None))) else repr(a.default)
     for budget, fields in BUDGETS.items():
         for k, v in fields.items():
             if isinstance(v, (int, float, str, bool, type(None))):

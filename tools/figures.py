@@ -161,7 +161,8 @@ def _draw_attention(plt, path):
     labels = {"ours": "ours (codes)", "sdpa-mask": "SDPA, dense mask", "flex": "Flex, block mask (fused)",
               "sdpa-nomask": "SDPA, no mask (the floor)"}
     for ax, dim in zip(axes[0], dims):
-        recs = sorted((r for r in d["records"] if r["D"] == dim and r["layout"].startswith("s2s")), key=lambda r: r["L"])
+        recs = sorted((r for r in d["records"] if r["D"] == dim and r["layout"].startswith("s2s")),
+                      key=lambda r: r["L"])
         for k, (method, label) in enumerate(labels.items()):
             pts = [(r["L"], r["methods"][method]["fwdbwd_ms"]) for r in recs if method in r["methods"]]
             if pts:
@@ -199,12 +200,13 @@ def decoder_rows(folder):
         if r["arch"] == "elmer":
             measure = r.get("exit_measure") or "none"
             r["family"], r["setting"] = f"ELMER, exit by {measure}", r.get("exit_threshold")
-            r["shown"] = f"{measure} < {r['exit_threshold']:g}" if measure == "entropy" else f"{measure} > {r['exit_threshold']:g}"
+            r["shown"] = f"{measure} {'<' if measure == 'entropy' else '>'} {r['exit_threshold']:g}"
             if r.get("mean_exit") == len(r["exit_frac"].split("/")) and r.get("dec_flops") == 1.0:
                 r["shown"] += " (exit disabled)"
         elif r["arch"] == "nar":
             r["family"], r["setting"] = "Mask-Predict", g["iterations"]
-            r["shown"] = f"{g['iterations']} iteration{'s' * (g['iterations'] != 1)}, {g.get('length_beam') or 3} lengths"
+            n = g["iterations"]
+            r["shown"] = f"{n} iteration{'s' * (n != 1)}, {g.get('length_beam') or 3} lengths"
         else:
             r["family"], r["setting"] = f"AR ({r['arch']})", g["beam"]
             r["shown"] = r["decoding"]
@@ -231,8 +233,8 @@ def _draw_decoders(plt, folder):
     markers = {"AR": "s", "Mask-Predict": "^", "ELMER": "o"}
     for k, ((family, run), rs) in enumerate(_families(rows).items()):
         rs = sorted(rs, key=_order)
-        ax.plot([r["latency_ms"] for r in rs], [r["rougeL"] for r in rs], marker=markers[family.split(" ")[0].rstrip(",")],
-                color=f"C{k}", label=f"{family}: {run}")
+        ax.plot([r["latency_ms"] for r in rs], [r["rougeL"] for r in rs],
+                marker=markers[family.split(" ")[0].rstrip(",")], color=f"C{k}", label=f"{family}: {run}")
     ax.set_xscale("log")
     from matplotlib.ticker import NullFormatter, ScalarFormatter
     ax.xaxis.set_major_formatter(ScalarFormatter())
@@ -261,7 +263,8 @@ def _draw_exits(plt, folder):
             ax.plot([r[x] for r in rs], [r["rougeL"] for r in rs], "o-", color=f"C{k}", label=family[6:])
     off = [r for r in rows if r["shown"].endswith("(exit disabled)")][:1]
     for ax, x in zip(axes, ("dec_flops", "latency_ms")):
-        ax.plot([r[x] for r in off], [r["rougeL"] for r in off], "k*", ms=10, label="exit disabled" if x == "dec_flops" else None)
+        ax.plot([r[x] for r in off], [r["rougeL"] for r in off], "k*", ms=10,
+                label="exit disabled" if x == "dec_flops" else None)
     axes[0].set_xlabel("decoder multiply-adds / exit disabled")
     axes[1].set_xlabel("latency per summary at batch 1, ms")
     axes[0].set_ylabel("ROUGE-L (point values: no per-example outputs were kept)")

@@ -60,5 +60,6 @@ def table(d):
         raise ValueError(f"no {', '.join(missing)}: not a file tools/records.py wrote")
     out = markdown(d["columns"], d["rows"])
     load = f", load average {d['load_average']:.1f}" if d.get("load_average") is not None else ""
-    out += ["", f"`{d['command']}` ({d['date']}{load}; {d['environment']})." + (f" {d['note']}" if d.get("note") else "")]
+    out += ["", f"`{d['command']}` ({d['date']}{load}; {d['environment']})."
+            + (f" {d['note']}" if d.get("note") else "")]
     return "\n".join(out) + "\n"

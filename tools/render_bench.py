@@ -18,16 +18,19 @@ def attention(path):
     for r in d["records"]:
         t = r["tiles"]
         out += [f"**{r['layout']}, D {r['D']}** (B {r['B']}, L {r['L']}; blocks {r['config'][:2]}; visible "
-                f"{100 * r['visible'] / (r['B'] * r['L'] ** 2):.1f}% of L*L, computed {100 * r['computed'] / (r['B'] * r['L'] ** 2):.1f}%: "
+                f"{100 * r['visible'] / (r['B'] * r['L'] ** 2):.1f}% of L*L, computed "
+                f"{100 * r['computed'] / (r['B'] * r['L'] ** 2):.1f}%: "
                 f"PARTIAL {t['partial']}, FULL {t['full']}, FAR {t['far']}, GATHER {t['gather']} tiles; codes + map + "
                 f"table {r['map_ms']:.3f} ms" + (f" eager, {r['map_graph_ms']:.3f} ms as a graph" if "map_graph_ms" in r
                                                    else "") + ")", "",
-                "| method | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s | ours fwd speed-up | ours fwd+bwd speed-up |",
+                "| method | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s | ours fwd speed-up | ours fwd+bwd "
+                "speed-up |",
                 "|---|---|---|---|---|---|---|"]
         ms = r["methods"]
         for label, m in ms.items():
             mine = ms.get("ours kernel" if "kernel" in label else "ours")
-            out.append(f"| {label} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | {m['fwd_tflops']:.1f} | {m['fwdbwd_tflops']:.1f} | "
+            out.append(f"| {label} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | {m['fwd_tflops']:.1f} | "
+                       f"{m['fwdbwd_tflops']:.1f} | "
                        f"{m['fwd_ms'] / mine['fwd_ms']:.2f}x | {m['fwdbwd_ms'] / mine['fwdbwd_ms']:.2f}x |")
         if r.get("flex_causal_vs_sdpa"):
             f = r["flex_causal_vs_sdpa"]
@@ -59,7 +62,8 @@ def targets(spec):
 def sweep(path):
     """The block configurations bench_attention.py --sweep timed, per head dim."""
     d = _load(path)
-    out = ["| head dim | BM, BN, fwd warps, stages, BMK, BNK, kv warps, stages, dq warps, stages | fwd ms | fwd+bwd ms | chosen |",
+    out = ["| head dim | BM, BN, fwd warps, stages, BMK, BNK, kv warps, stages, dq warps, stages | fwd ms | fwd+bwd ms "
+           "| chosen |",
            "|---|---|---|---|---|"]
     for r in d["records"]:
         for s in r.get("sweep", []):
@@ -92,7 +96,8 @@ def loops(path):
            f"against the plain loop (x plain); after the slash, the fewest cp.async groups its waits leave in flight "
            f"(0: each iteration waits for every copy, the next tiles' too). Plain loop: "
            + ", ".join(f"{d} {n}" for d, n in sorted(plain.items())) + ".", "",
-           "| kernel | case | registers | spills | shared KB | " + " | ".join(names) + " |", "|" + "---|" * (5 + len(names))]
+           "| kernel | case | registers | spills | shared KB | " + " | ".join(names) + " |",
+           "|" + "---|" * (5 + len(names))]
     for r in rows:
         if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
             continue
@@ -103,7 +108,8 @@ def loops(path):
         cells = dict(zip(LOOP_NAMES[rel], r["loops"]))
         waits = dict(zip(LOOP_NAMES[rel], r.get("loop_waits") or [None] * len(r["loops"])))
         base = plain.get(case.rsplit("-", 1)[1]) if r["kernel"] == "_fwd_kernel" else None
-        show = lambda n: "-" if n not in cells else (f"{cells[n]}" + (f" ({cells[n] / base:.2f})" if base else "")  # noqa: E731
+        show = lambda n: "-" if n not in cells else (f"{cells[n]}"
+                                                     + (f" ({cells[n] / base:.2f})" if base else "")  # noqa: E731
                                                      + ("" if waits[n] is None else f" / {waits[n]}"))
         out.append(f"| {r['kernel']} | {case} | {r['registers']} | {r['spill_stores']}/{r['spill_loads']} | "
                    f"{r['shared'] / 1024:.0f} | "
@@ -120,7 +126,8 @@ def fused_backward(path):
 
     def ratio(m):
         return f"{(m['fwdbwd_ms'] - m['fwd_ms']) / m['fwd_ms']:.2f}" if m else "-"
-    out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}; kernel-only, ms (CUDA-graph replay).", "",
+    out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}; kernel-only, ms (CUDA-graph "
+           "replay).", "",
            "| layout | dQ kernel apart: fwd+bwd | backward / forward | dQ fused: fwd+bwd | backward / forward | "
            "fused / apart | SDPA flash, no mask: backward / forward | SDPA kernel, dense mask: backward / forward |",
            "|---|---|---|---|---|---|---|---|"]
@@ -131,7 +138,8 @@ def fused_backward(path):
             continue
         fused, apart = (m["ours kernel"], m[alt]) if alt.endswith("apart") else (m[alt], m["ours kernel"])
         fwd = m["ours kernel"]["fwd_ms"]
-        out.append(f"| {r['layout']} D{r['D']} | {apart['fwdbwd_ms']:.3f} | {(apart['fwdbwd_ms'] - apart['fwd_ms']) / fwd:.2f} | "
+        out.append(f"| {r['layout']} D{r['D']} | {apart['fwdbwd_ms']:.3f} | "
+                   f"{(apart['fwdbwd_ms'] - apart['fwd_ms']) / fwd:.2f} | "
                    f"{fused['fwdbwd_ms']:.3f} | {(fused['fwdbwd_ms'] - fused['fwd_ms']) / fwd:.2f} | "
                    f"{fused['fwdbwd_ms'] / apart['fwdbwd_ms']:.3f} | {ratio(m.get('sdpa-nomask'))} | "
                    f"{ratio(m.get('sdpa-mask kernel'))} |")

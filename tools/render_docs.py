@@ -65,7 +65,8 @@ def table(spec):
         elif seen and not l.strip():
             break
     note = _run_note(path)  # the run.json beside the file, if it names it
-    return "\n".join(o for o in out if o.startswith("|")) + "\n" + "".join(f"\n{o}" for o in out if not o.startswith("|")) \
+    return "\n".join(o for o in out if o.startswith("|")) + "\n" + "".join(f"\n{o}" for o in out
+                                                                           if not o.startswith("|")) \
         + ("\n" if any(not o.startswith("|") for o in out) else "") + (f"\n{note}\n" if note else "")
 
 
@@ -81,7 +82,8 @@ def _run_note(path):
         return ""
     secs = part["seconds"]
     took = f"{secs // 60:.0f} min {secs % 60:.0f} s" if secs >= 60 else f"{secs:.0f} s"
-    return f"`{part['command']}` took {took} ({part.get('machine', r['machine'])})."  # a run's own machine line, if it has one
+    # a run's own machine line, if it has one
+    return f"`{part['command']}` took {took} ({part.get('machine', r['machine'])})."
 
 
 def default_pretraining(path):
@@ -113,7 +115,8 @@ def decoders(folder):
     for r in figures.decoder_rows(folder):
         flops = f"{r['dec_flops']:.2f}" if "dec_flops" in r else "-"
         exit_layer = f"{r['mean_exit']:.2f}" if "mean_exit" in r else "-"
-        out.append(f"| {r['run']} | {r['family']} | {r['shown']} | {r['rouge1']:.2f} | {r['rouge2']:.2f} | {r['rougeL']:.2f} | "
+        out.append(f"| {r['run']} | {r['family']} | {r['shown']} | {r['rouge1']:.2f} | {r['rouge2']:.2f} | "
+                   f"{r['rougeL']:.2f} | "
                    f"{flops} | {exit_layer} | {r['latency_ms']:.1f} | {r['samples_per_s']:.0f} |")
     return "\n".join(out) + "\n"
 
@@ -138,7 +141,8 @@ def claims_summary(path):
     resolved and are not measured yet."""
     d = _load(path)
     if "summary" not in d:
-        raise SystemExit(f"error: {path} has no summary of the claims: write it again with python -m reproduce --report-only")
+        raise SystemExit(f"error: {path} has no summary of the claims: write it again with python -m reproduce "
+                         "--report-only")
     return d["summary"]["sentence"] + "\n"
 
 
@@ -156,7 +160,8 @@ def scorecard(spec):
     if papers and not orderings:
         raise SystemExit(f"error: {spec}: no claim of {', '.join(papers)} in {path} (its papers: "
                          f"{', '.join(sorted({o['paper'].split()[0] for o in d['orderings']}))})")
-    out = ["| paper | claim | the paper's figures | here, in the order measured | difference (seeds a side), 95% interval | verdict |",
+    out = ["| paper | claim | the paper's figures | here, in the order measured | difference (seeds a side), 95% "
+           "interval | verdict |",
            "|---|---|---|---|---|---|"]
     for o in orderings:
         if "measured" in filters and o["verdict"].startswith("not measured"):
@@ -179,7 +184,8 @@ def scorecard(spec):
 
 def mask_sweep(path):
     """reproduce's results.json: MLAE Figure 3's sweep, one row per initial mask ratio m0."""
-    out = ["| m0 | run | ROUGE-2, 95% interval | ROUGE-L | pretraining, under the unigram entropy |", "|---|---|---|---|---|"]
+    out = ["| m0 | run | ROUGE-2, 95% interval | ROUGE-L | pretraining, under the unigram entropy |",
+           "|---|---|---|---|---|"]
     for m, name, r in figures.mask_sweep_rows(path):
         if not r:
             out.append(f"| {m:g} | {name} | not run | - | - |")
@@ -198,7 +204,8 @@ def _kind_of(run):
         return "classification fine-tuning"
     if m.get("arch") == "elmer":
         return "ELMER fine-tuning"
-    return "NAR fine-tuning" if str(m.get("decoding", "")).startswith("mask-predict") else "summarization fine-tuning (AR)"
+    return "NAR fine-tuning" if str(m.get("decoding",
+                                          "")).startswith("mask-predict") else "summarization fine-tuning (AR)"
 
 
 def _minutes(secs):
@@ -211,7 +218,8 @@ def run_times(path):
     kinds = {k: [] for k in ("pretraining", "LPLM pretraining (ELMER)", "summarization fine-tuning (AR)",
                              "NAR fine-tuning", "classification fine-tuning", "ELMER fine-tuning", "evaluation")}
     for name, p in d["pretraining"].items():
-        kinds.setdefault("LPLM pretraining (ELMER)" if name == "pre-elmer" else "pretraining", []).append(p.get("seconds"))
+        kinds.setdefault("LPLM pretraining (ELMER)" if name == "pre-elmer" else "pretraining",
+                         []).append(p.get("seconds"))
     for r in d["runs"].values():
         kinds.setdefault(_kind_of(r), []).append(r.get("seconds"))
         kinds.setdefault("evaluation", []).append(r.get("eval_seconds"))
@@ -228,11 +236,13 @@ def pretrainings(path):
     """reproduce's results.json: every pretraining's held-out loss at its last step against the
     unigram entropy of the held-out text, whether it left the plateau, and its time."""
     d = _load(path)
-    out = ["| run | what | step | held-out loss | unigram entropy | under it, nats | time |", "|---|---|---|---|---|---|---|"]
+    out = ["| run | what | step | held-out loss | unigram entropy | under it, nats | time |",
+           "|---|---|---|---|---|---|---|"]
     for name, p in sorted(d["pretraining"].items()):
         time_ = _minutes(p["seconds"]) if p.get("seconds") else "-"
         out.append(f"| {name} | {p['label']} | {p['step']} | {p['held_out_loss']:.3f} ({p['loss']}) | "
-                   f"{p['unigram_entropy']:.3f} | {p['under']:.2f}{' (PLATEAU)' if p.get('plateau') else ''} | {time_} |")
+                   f"{p['unigram_entropy']:.3f} | {p['under']:.2f}{' (PLATEAU)' if p.get('plateau') else ''} | {time_} "
+                   "|")
     if not d["pretraining"]:
         out.append("| (none yet) | | | | | | |")
     return "\n".join(out + ["", f"`{d['budget']}` budget, written {d['written']}; {d['environment']}."]) + "\n"
@@ -243,13 +253,16 @@ def study(path):
     return records.table(_load(path))
 
 
-RENDERERS = {"study": study, "run-times": run_times, "default-pretraining": default_pretraining, "default-finetuning": default_finetuning, "loops": loops,
+RENDERERS = {"study": study, "run-times": run_times, "default-pretraining": default_pretraining,
+             "default-finetuning": default_finetuning, "loops": loops,
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
-             "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward, "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
+             "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward,
+             "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
              "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits, "scorecard": scorecard,
              "claims-summary": claims_summary, "pretrainings": pretrainings,
              "plot-pretrainings": figures.plot_pretrainings,
-             "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep, "plot-mask-ratio": figures.plot_mask_ratio}
+             "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep,
+             "plot-mask-ratio": figures.plot_mask_ratio}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
 
@@ -294,9 +307,11 @@ def main(argv=None):
                 with open(path, "w") as f:
                     f.write(new)
     if a.check and stale:
-        print(f"error: generated blocks out of date in {', '.join(stale)}: run python -m tools.render_docs", file=sys.stderr)
+        print(f"error: generated blocks out of date in {', '.join(stale)}: run python -m tools.render_docs",
+              file=sys.stderr)
         return 1
-    print(("checked " if a.check else "rendered ") + f"{len(files())} files" + (f"; rewrote {', '.join(stale)}" if stale and not a.check else ""))
+    print(("checked " if a.check else "rendered ") + f"{len(files())} files"
+          + (f"; rewrote {', '.join(stale)}" if stale and not a.check else ""))
     return 0
 
 
