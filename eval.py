@@ -38,7 +38,7 @@ from core.distributed import resolve_dtype
 from core.exit_measures import MEASURES, exit_settings, resolve_exit
 from core.exit_decode import entropy_quantiles
 from core.errors import UserError, main_guard
-from core.guards import check_positions, parse_args, refuse_unused
+from core.guards import HelpFormatter, check_positions, parse_args, refuse_unused
 from core.architectures import ARCHS, arch_of, build_model
 from core.generation import rouge, summarize
 from core.model import count_parameters
@@ -55,7 +55,7 @@ DECODING_TAGS = dict(beam="beam", max_len="max", min_len="min", length_penalty="
 
 
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("checkpoints", nargs="*", default=["checkpoints"],
                    help="fine-tuned checkpoints, or directories: every best.pt under them (default: "
                    "checkpoints, where finetune.py writes)")

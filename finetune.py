@@ -35,7 +35,7 @@ from core.config import PRESETS, ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.guards import best_on_disk, check_continues, check_positions, parse_args, refuse_unused
+from core.guards import HelpFormatter, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
 from core.architectures import ARCHS, arch_of, build_model, seq2seq_arch, seq2seq_ops
 from core.finetuning import elmer_options, scheduled_loss
 from core.generation import rouge, summarize
@@ -57,7 +57,7 @@ FINETUNE_LR = 1.5e-4  # the papers' fine-tuning / pretraining ratio (0.12-0.2) t
 
 
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--init", default="checkpoints/pretrain/last.pt",
                    help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
     p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"],

@@ -26,7 +26,7 @@ from core.config import preset
 from core.data import TokenStream, held_out_key, pretraining_texts, token_counts, unigram_entropy
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.guards import check_continues, check_positions, parse_args, refuse_unused
+from core.guards import HelpFormatter, check_continues, check_positions, parse_args, refuse_unused
 from core.mlae import VARIANTS
 from core.model import count_parameters
 from core.objectives import OBJECTIVES
@@ -51,7 +51,7 @@ ALWAYS_APPLIES = ("help", "objective", "model", "rel_pos", "data", "valid_data",
 
 
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--objective", default="pmlm", choices=list(OBJECTIVES),
                    help="; ".join(f"{n}: {o.paper}" for n, o in OBJECTIVES.items()))
     p.add_argument("--losses", default="ae+par", choices=LOSSES, help="PMLM ablations (UniLMv2 4.6)")
@@ -87,7 +87,8 @@ def get_args(argv=None):
     p.add_argument("--seq-len", type=int, default=128, help="tokens per example before the appended part")
     p.add_argument("--batch-tokens", type=int, default=8192, help="global batch, in --seq-len tokens")
     p.add_argument("--steps", type=int, default=400,
-                   help="optimizer steps of --batch-tokens (the default run leaves the unigram plateau: README)")
+                   help="optimizer steps of --batch-tokens (the default run leaves the unigram plateau: "
+                        "docs/design.md)")
     p.add_argument("--warmup", type=int, default=40)
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-examples", type=int, default=256)
@@ -267,12 +268,13 @@ def run(args, d):
 
 
 def under_entropy(rec):
-    """'<loss> X, D nats under the unigram entropy E' of a held-out record (negative D: above it)."""
+    """'<loss> X, D nats under (or above) the unigram entropy E' of a held-out record."""
     key = held_out_key(rec)
     if key is None:
         return ""
     gap = rec["unigram_entropy"] - rec[key]
-    return f"{key[6:]} {rec[key]:.4f}, {gap:.2f} nats under the unigram entropy {rec['unigram_entropy']:.3f}"
+    side = "under" if gap >= 0 else "above"
+    return f"{key[6:]} {rec[key]:.4f}, {abs(gap):.2f} nats {side} the unigram entropy {rec['unigram_entropy']:.3f}"
 
 
 if __name__ == "__main__":

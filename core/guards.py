@@ -74,6 +74,17 @@ class Args(argparse.Namespace):
     __slots__ = ("given",)
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help keeps the script's docstring as written and ends each flag's line with its default
+    (none for switches and for defaults resolved later, from a checkpoint or the architecture)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text or not action.option_strings:
+            return text
+        return text + (" " if text else "") + "(default: %(default)s)"
+
+
 def parse_args(p, argv=None):
     """p.parse_args(argv), then every value checked against RULES: one `error:` line naming each
     flag out of range."""

@@ -31,7 +31,8 @@ def add_run_flags(p, out, lr, save_every):
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping")
     p.add_argument("--dropout", type=float, default=0.0,
-                   help="0 for runs that see the data once or twice (measured for pretraining, README); the papers use "
+                   help="0 for runs that see the data once or twice (measured for pretraining: docs/design.md); the "
+                        "papers use "
                         "0.1 over many epochs")
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--save-every", type=int, default=save_every, help="write OUT/last.pt every this many steps")

@@ -273,8 +273,11 @@ def test_a_pretraining_table_reads_the_loss_train_py_judges_and_names_a_log_with
     monkeypatch.setattr(render_docs, "ROOT", str(tmp_path))
     lines = render_docs.default_pretraining("par-log.jsonl").splitlines()
     assert lines[2:4] == ["| held-out par_hidden_loss | 6.600 | 5.500 |",
-                          "| under the unigram entropy 6.500 | -0.10 | 1.00 |"]
+                          "| against the unigram entropy 6.500 | 0.10 above | 1.00 under |"]
     assert "`c` took 1 min 30 s (its own)." in lines
+    assert render_docs.run_time("run.json::par-log.jsonl") == "`c` took 1 min 30 s (its own).\n"
+    with pytest.raises(SystemExit, match="records no 'tests'"):
+        render_docs.run_time("run.json::tests")
     (tmp_path / "bad-log.jsonl").write_text(json.dumps({"step": 100, "valid_other": 1.0, "unigram_entropy": 6.5}))
     with pytest.raises(SystemExit, match="bad-log.jsonl: its last held-out record has none of the losses"):
         render_docs.default_pretraining("bad-log.jsonl")

@@ -62,10 +62,12 @@ def test_no_import_circle():
 
 
 def test_no_lab_notes_in_code():
-    """A date or a device's timing in a .py file is a lab note: it belongs in docs/ or docs/LOG.md."""
+    """A date or a device's timing in a .py file is a lab note: it belongs in docs/ or docs/LOG.md.
+    A result folder's path (results/h200-DATE/...) names a file, not a note."""
     bad = []
     for p in SOURCES:
         for i, line in enumerate(open(p), 1):
+            line = re.sub(r"results/[\w./-]+", "results/PATH", line)
             if re.search(r"\b20\d\d-\d\d-\d\d\b", line) or re.search(
                     r"\b(H100|H200|A100)\b[^\n]*\b\d+(\.\d+)?\s*(ms|us|x|%|TFLOP)", line):
                 bad.append(f"{rel(p)}:{i}: {line.strip()[:100]}")

@@ -237,7 +237,10 @@ def test_train_says_held_out_with_its_step_and_the_distance_under_the_entropy(te
     out = capsys.readouterr().out
     assert "held-out, step 3 |" in out and "this batch: " in out
     last = [l for l in out.splitlines() if l.startswith("done:")][-1]
-    assert "nats under the unigram entropy" in last
+    assert "nats under the unigram entropy" in last or "nats above the unigram entropy" in last
+    rec = lambda loss: {"valid_ae_hidden_loss": loss, "unigram_entropy": 6.774}  # noqa: E731
+    assert train.under_entropy(rec(6.9099)) == "ae_hidden_loss 6.9099, 0.14 nats above the unigram entropy 6.774"
+    assert train.under_entropy(rec(6.1474)) == "ae_hidden_loss 6.1474, 0.63 nats under the unigram entropy 6.774"
 
 
 # -----------------------------------------------------------------------------

@@ -78,12 +78,24 @@ def _run_note(path):
     with open(run) as f:
         r = json.load(f)
     part = r.get(os.path.basename(path))
-    if not part:
-        return ""
+    return _took(part, r) if part else ""
+
+
+def _took(part, r):
+    """'`COMMAND` took N min S s (MACHINE).': a run's own machine line, if it has one, else its file's."""
     secs = part["seconds"]
     took = f"{secs // 60:.0f} min {secs % 60:.0f} s" if secs >= 60 else f"{secs:.0f} s"
-    # a run's own machine line, if it has one
     return f"`{part['command']}` took {took} ({part.get('machine', r['machine'])})."
+
+
+def run_time(spec):
+    """PATH::KEY: the time of one command a run.json records under KEY (the test suite's, say)."""
+    path, key = spec.split("::")
+    with open(os.path.join(ROOT, path)) as f:
+        r = json.load(f)
+    if key not in r:
+        raise SystemExit(f"error: {path} records no {key!r} (it has {', '.join(sorted(r))})")
+    return _took(r[key], r) + "\n"
 
 
 def default_pretraining(path):
@@ -92,7 +104,8 @@ def default_pretraining(path):
     ent = evals[-1]["unigram_entropy"]
     out = ["| step | " + " | ".join(str(r["step"]) for r in evals) + " |", "|---|" + "---|" * len(evals),
            f"| held-out {key[6:]} | " + " | ".join(f"{r[key]:.3f}" for r in evals) + " |",
-           f"| under the unigram entropy {ent:.3f} | " + " | ".join(f"{ent - r[key]:.2f}" for r in evals) + " |"]
+           f"| against the unigram entropy {ent:.3f} | "
+           + " | ".join(f"{abs(ent - r[key]):.2f} {'under' if ent >= r[key] else 'above'}" for r in evals) + " |"]
     note = _run_note(path)
     return "\n".join(out) + ("\n\n" + note if note else "") + "\n"
 
@@ -253,7 +266,7 @@ def study(path):
     return records.table(_load(path))
 
 
-RENDERERS = {"study": study, "run-times": run_times, "default-pretraining": default_pretraining,
+RENDERERS = {"study": study, "run-times": run_times, "run-time": run_time, "default-pretraining": default_pretraining,
              "default-finetuning": default_finetuning, "loops": loops,
              "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
              "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward,
