@@ -39,8 +39,8 @@ from core.exit_measures import MEASURES, exit_settings, resolve_exit
 from core.exit_decode import entropy_quantiles
 from core.errors import UserError, main_guard
 from core.guards import HelpFormatter, check_positions, parse_args, refuse_unused
-from core.architectures import ARCHS, arch_of, build_model
-from core.generation import rouge, summarize
+from core.architectures import ARCHS, arch_of, build_model, seq2seq_ops
+from core.generation import SEARCHES, rouge, static_search, summarize
 from core.model import count_parameters
 from core.tasks import Labels, lead, load_split
 from core.timing import clock
@@ -77,6 +77,10 @@ def get_args(argv=None):
                    help="lp(len): wu = ((5 + len) / 6) ** alpha (Wu et al. 2016, UniLMv2's decoding), "
                         "pow = len ** alpha (fairseq)")
     p.add_argument("--no-repeat-ngram", type=int, default=DECODING_DEFAULTS["no_repeat_ngram"])
+    p.add_argument("--search", default="auto", choices=SEARCHES,
+                   help="beam search at fixed shapes, its steps replayed as CUDA graphs (static: T5's and "
+                        "UniLMv2's decoders, core/static_beam.py), or with shapes that shrink as sources finish "
+                        "(eager, core/decoding.py); the same tokens; auto: static on CUDA, eager on the CPU")
     p.add_argument("--length-beam", type=int, default=None, help="NAR: length candidates (default: the fine-tuning's)")
     p.add_argument("--iterations", type=int, default=None,
                    help="NAR: Mask-Predict iterations (default: the fine-tuning's)")
@@ -118,9 +122,11 @@ def progress_line(what, stream=None):
 
 
 def speed(device, run_batch, sources, batch_size, latency_samples):
-    """(ms per sample at batch size 1, samples/s at batch_size), warm-up excluded."""
+    """(ms per sample at batch size 1, samples/s at batch_size), warm-up excluded: each timed
+    sample runs once before the clock (a fixed-shape decoder captures a graph per source length)."""
     one = sources[:max(1, latency_samples)]
-    run_batch(one[:1])  # warm-up
+    for s in one:  # warm-up
+        run_batch([s])
     latency = sum(clock(device, lambda s=s: run_batch([s])) for s in one) / len(one)
     big = (sources * (1 + batch_size // max(1, len(sources))))[:batch_size]
     run_batch(big)  # warm-up
@@ -207,7 +213,7 @@ def generation(args, fa, arch):
     of the decoding algorithm, for the table."""
     gen = dict(beam=args.beam, max_len=args.max_len or fa.get("max_tgt", 24), min_len=args.min_len,
                length_penalty=args.length_penalty, length_norm=args.length_norm,
-               no_repeat_ngram=args.no_repeat_ngram,
+               no_repeat_ngram=args.no_repeat_ngram, search=args.search,
                length_beam=args.length_beam or fa.get("length_beam", 3),
                iterations=args.iterations or fa.get("iterations", 10),
                adaptive_stop=fa.get("adaptive_stop", False) if args.adaptive_stop is None else args.adaptive_stop)
@@ -233,6 +239,9 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
         if gen["max_len"] > fa.get("max_tgt", gen["max_len"]):
             print(f"warning: --max-len {gen['max_len']} generates past the {fa['max_tgt']} target positions {path} was "
                   f"fine-tuned on (its --max-tgt)", file=sys.stderr)
+        if ARCHS[arch].decode == "ar" and args.beam > 1:  # which beam search ran, by its function's name
+            fixed = static_search(model, seq2seq_ops(arch, sos=model.cfg.enc_sos).decoder, args.beam, args.search)
+            row["search"] = fixed.__name__ if fixed else "beam_search"
         used = gen["stats"] = {}
         run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
         with autocast(device, dtype):
@@ -343,6 +352,7 @@ def check_settings(args, paths, states):
         length_penalty=(ar, "to an autoregressive summarization checkpoint", True),
         length_norm=(ar, "to an autoregressive summarization checkpoint", True),
         no_repeat_ngram=(ar, "to an autoregressive summarization checkpoint", True),
+        search=(ar, "to an autoregressive summarization checkpoint", True),
         min_len=(ar, "to an autoregressive summarization checkpoint", True),
         max_len=(bool(decodes - {"elmer"}),
                  "to summarization checkpoints other than elmer (whose length is its --dec-len)", True),

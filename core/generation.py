@@ -4,15 +4,33 @@ pass with early exit for ELMER (ARCHS[arch].decode says which); ROUGE-1/2/L F1."
 import numpy as np
 import torch
 
-from . import decoding, elmer, exit_decode, mask_predict
+from . import decoding, elmer, exit_decode, mask_predict, seq2seq, t5
 from .architectures import ARCHS, seq2seq_ops
 from .errors import UserError
+from .static_beam import static_beam_pmlm, static_beam_t5
+
+# the step decoders that have a beam search at fixed shapes (core/static_beam.py: the same tokens)
+STATIC_BEAMS = {t5.T5Decoder: static_beam_t5, seq2seq.PMLMDecoder: static_beam_pmlm}
+SEARCHES = ("auto", "eager", "static")
+
+
+def static_search(model, decoder, beam, search, use_cache=True):
+    """The fixed-shape beam search to run, or None for core/decoding.beam_search: `static` where the
+    step decoder has one, `auto` only on CUDA, where its steps replay as CUDA graphs (on the CPU the
+    same steps run eagerly and gain nothing)."""
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {SEARCHES}, not {search!r}")
+    fn = STATIC_BEAMS.get(decoder)
+    on_cuda = next(model.parameters()).is_cuda
+    if beam == 1 or not use_cache or fn is None or search == "eager" or (search == "auto" and not on_cuda):
+        return None
+    return fn
 
 
 @torch.no_grad()
 def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_penalty=0.6,
              no_repeat_ngram=0, use_cache=True, return_scores=False, length_norm="wu", length_beam=3, iterations=10,
-             stats=None, adaptive_stop=False):
+             stats=None, adaptive_stop=False, search="auto"):
     """Token-id lists (without [EOS]) for a batch of (already truncated) sources: greedy for
     beam 1, else beam search; with return_scores also their (B,) scores. The length penalty
     defaults to UniLMv2's (Table 10: Wu et al.'s ((5 + len) / 6) ** 0.6; core/decoding.py). Runs in eval mode and
@@ -20,7 +38,8 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
     step (the reference the key/value cache is tested against). A "nar" model decodes with
     Mask-Predict instead (length_beam lengths, `iterations` passes, fewer with adaptive_stop;
     max_len - 1 tokens at most, the budget an AR model spends one of on [EOS]); a `stats` dict then accumulates the
-    model calls its outputs took ("iterations") and their count ("n")."""
+    model calls its outputs took ("iterations") and their count ("n"). `search` picks the beam
+    search's implementation (static_search): the tokens are the same."""
     was_training = model.training
     model.eval()
     how = ARCHS[arch].decode
@@ -41,7 +60,13 @@ def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_pe
                 stats["iterations"] = stats.get("iterations", 0) + int(det["iterations"].sum())
                 stats["n"] = stats.get("n", 0) + len(out)
             return (out, scores) if return_scores else out
-        decoder = seq2seq_ops(arch, sos=model.cfg.enc_sos).decoder(model, src_ids, tok, use_cache=use_cache)
+        step_decoder = seq2seq_ops(arch, sos=model.cfg.enc_sos).decoder
+        fixed = static_search(model, step_decoder, beam, search, use_cache)
+        if fixed is not None:
+            out, scores = fixed(model, src_ids, tok, beam, max_len, min_len, length_penalty, length_norm,
+                                no_repeat_ngram)
+            return (out, scores) if return_scores else out
+        decoder = step_decoder(model, src_ids, tok, use_cache=use_cache)
         if beam == 1:
             out, scores = decoding.greedy(decoder, max_len, min_len, tok.eos_id, no_repeat_ngram)
         else:

@@ -58,6 +58,11 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     # the dtype it ran in, not "auto"; no split with --data; none of the file's examples left out
     assert saved["generation"]["dtype"] in ("float32", "bfloat16") and saved["generation"]["split"] is None
     assert saved["skipped"] == 0
+    assert row["search"] == "beam_search"  # auto on the CPU: the eager search
+    static = evaluate_script.main([ckpt, "--data", task_files["test"], "--beam", "2", "--batch-size", "4",
+                                   "--latency-samples", "2", "--search", "static", "--no-lead"])[0]
+    assert static["search"] == f"static_beam_{'t5' if objective == 't5' else 'pmlm'}"
+    assert static["rougeL"] == row["rougeL"]  # the same tokens (and the same result file: the same name)
     # the fine-tuning names the pretraining step it started from (reproduce/runner.py's staleness)
     assert torch.load(os.path.join(out, "last.pt"), weights_only=True)["init_step"] == 4
     outputs = [json.loads(l) for l in open(outputs_jsonl)]
