@@ -1,8 +1,8 @@
 """The pseudo-mask attention kernel against the obvious alternatives, on one GPU, in one run.
 
-    python bench/bench_attention.py                       # every layout, D 64 and 128 (a few minutes)
-    python bench/bench_attention.py --sweep --json out.json
-    python bench/bench_attention.py --smoke               # tiny shapes on the CPU (interpreter): the plumbing only
+    python -m bench.bench_attention                       # every layout, D 64 and 128 (a few minutes)
+    python -m bench.bench_attention --sweep --json out.json
+    python -m bench.bench_attention --smoke               # tiny shapes on the CPU (interpreter): the plumbing only
 
 Layouts (bf16, 12 heads, the model's relative position bias, M = 128):
   pmlm     UniLMv2 pretraining: 512 tokens of CONTEXT + ~30% appended (blockwise-masked spans, each
@@ -51,7 +51,6 @@ import torch
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, backward_name, fused_dq,  # noqa: E402
                                     layout, make_flex, make_ours, make_sdpa_mask, flex_sanity, table_16bit)

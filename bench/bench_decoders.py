@@ -2,8 +2,8 @@
 CUDA graphs (core/mask_predict.py NARDecoder, core/static_beam.py), beside ELMER's one pass of the same size,
 in one run.
 
-    python bench/bench_decoders.py                                   # small, 6L-6L, on this device
-    python bench/bench_decoders.py --model base --json out.json      # what bench/gpu_check.py --part decode runs
+    python -m bench.bench_decoders                                   # small, 6L-6L, on this device
+    python -m bench.bench_decoders --model base --json out.json      # what bench/gpu_check.py --part decode runs
 
 Random weights: the time of a decoding depends on its shapes, not on what the model learnt. So that
 every variant does the same work, the length predictor is set to rank --dec-len, --dec-len - 1, ...
@@ -24,14 +24,12 @@ ELMER / AR latency ratio is printed. --json writes the rows and the early-exit i
 """
 import argparse
 import json
-import os
 import sys
 import time
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.bench_early_exit import Tok, interleaved  # noqa: E402
 from core import decoding  # noqa: E402
 from core.config import preset  # noqa: E402

@@ -1,8 +1,8 @@
 """Training throughput of train.py's PMLM step in float32 against bf16 autocast (`--dtype`), and
 optionally against torch.compile, measured in one run.
 
-    OMP_NUM_THREADS=1 python bench/bench_dtype.py --repeats 6            # float32 vs bfloat16, interleaved
-    OMP_NUM_THREADS=1 python bench/bench_dtype.py --compile --steps 40   # + torch.compile, compile time included
+    OMP_NUM_THREADS=1 python -m bench.bench_dtype --repeats 6            # float32 vs bfloat16, interleaved
+    OMP_NUM_THREADS=1 python -m bench.bench_dtype --compile --steps 40   # + torch.compile, compile time included
 
 One "run" is a forward and backward pass and an optimizer step over one micro-batch of the real
 pretraining data (the embedded corpus, --micro-batch x --seq-len tokens, the `small` preset). The
@@ -13,14 +13,12 @@ compilation included, against the same steps uncompiled: what a short CPU run wo
 --json PATH writes the dtype comparison as data (tools/records.py), which docs/design.md renders.
 """
 import argparse
-import os
 import statistics
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from core.config import preset  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
 from core.distributed import Dist, native_bf16_cpu  # noqa: E402
@@ -72,7 +70,7 @@ def compare_dtypes(tok, args, device, batches, tokens):
     print("\n".join(records.markdown(COLUMNS, rows)))
     print(f"bfloat16 / float32 tokens/s, median of {args.repeats} interleaved pairs: {ratio:.2f}x")
     if args.json:
-        records.write(args.json, ["python", "bench/bench_dtype.py", *sys.argv[1:]], COLUMNS, rows,
+        records.write(args.json, ["python", "-m", "bench.bench_dtype", *sys.argv[1:]], COLUMNS, rows,
                       note=f"`{args.model}` PMLM, one optimizer step of {tokens:,} tokens per run, {args.repeats} "
                            f"interleaved pairs; native bf16: {native_bf16_cpu() if device.type == 'cpu' else 'cuda'}.",
                       dtype="float32 against bfloat16 autocast")

@@ -1,9 +1,9 @@
 """ELMER's early exit, timed against the same decoder with exit disabled (ELMER section 4.4).
 
-    python bench/bench_early_exit.py --ckpt checkpoints/ft-elmer-small/best.pt     # the real decode path
-    python bench/bench_early_exit.py --forced                                     # random weights, forced exits
-    python bench/bench_early_exit.py --forced --model base --forced-batches 64 256   # ... at throughput batches
-    python bench/bench_early_exit.py --ar                                         # NAR one pass vs AR beam search
+    python -m bench.bench_early_exit --ckpt checkpoints/ft-elmer-small/best.pt     # the real decode path
+    python -m bench.bench_early_exit --forced                                     # random weights, forced exits
+    python -m bench.bench_early_exit --forced --model base --forced-batches 64 256   # ... at throughput batches
+    python -m bench.bench_early_exit --ar                                         # NAR one pass vs AR beam search
 
 1. --ckpt: a fine-tuned ELMER on --n test sources of the embedded corpus (batch --batch), the
    encoder run once beforehand; the decoder is core.exit_measures.decode_exit, exactly what
@@ -32,13 +32,11 @@ Clock reads are preceded by a device synchronise.
 import argparse
 import os
 import statistics
-import sys
 import time
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import kernels  # noqa: E402
 from core import checkpoint, decoding  # noqa: E402
 from core.batch import pad_stack  # noqa: E402

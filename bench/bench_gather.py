@@ -1,6 +1,6 @@
 """Benchmark of the early-exit index, gather and scatter kernels against torch's indexing.
 
-    python bench/bench_gather.py        # CUDA: ours vs torch; CPU: the torch paths only
+    python -m bench.bench_gather        # CUDA: ours vs torch; CPU: the torch paths only
 
 Shapes: M = B*T tokens of width C = 768 (the base model) in bf16, N of them active (25%, 50%,
 90%). Methods, each timed in the same run:
@@ -17,12 +17,9 @@ Under a CPU the Triton kernels would run in the interpreter, whose timings mean 
 the torch side is timed there, and the script says so.
 """
 import argparse
-import os
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import CUDA, DEV, bench  # noqa: E402
 

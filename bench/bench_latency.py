@@ -1,7 +1,7 @@
 """Decoding latency at batch 1 of fine-tuned summarizers, timed interleaved on the same sources,
 with the FLOPs each decoding did beside the time (MLAE Table 3, ELMER Table 3: NAR against AR).
 
-    python bench/bench_latency.py BASE.pt CKPT.pt ... [--n 20] [--repeats 5] [--beam 5]
+    python -m bench.bench_latency BASE.pt CKPT.pt ... [--n 20] [--repeats 5] [--beam 5]
 
 The first checkpoint is the baseline of the ratios. Every checkpoint decodes the same --n sources
 (eval.py's --limit sample of the test split, or of --data) one at a time, with eval.py's decoding: beam --beam
@@ -25,7 +25,6 @@ import sys
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as evaluate  # noqa: E402
 import kernels  # noqa: E402
 from core import checkpoint  # noqa: E402

@@ -1,21 +1,19 @@
 """MLAE's encoder on the unmasked tokens only against the same encoder on the whole sequence
 (the MLM baseline's input), forward + backward, same weights, same batch, in one run.
 
-    OMP_NUM_THREADS=1 python bench/bench_mlae_encoder.py --model small --batch 64 --seq-len 128
+    OMP_NUM_THREADS=1 python -m bench.bench_mlae_encoder --model small --batch 64 --seq-len 128
 
 The removed tokens are 15% of the window (MLAE section 4.1), so the ideal ratio is about 1/0.85
 in the linear layers and more in attention (quadratic in the length). --json PATH writes the two
 rows as data (tools/records.py), which docs/mlae.md renders.
 """
 import argparse
-import os
 import sys
 import time
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from core.config import preset  # noqa: E402
 from core.mlae import MLAE, collate, mlae_example  # noqa: E402
 from tools import records  # noqa: E402
@@ -78,7 +76,7 @@ def main():
                  "ms": 1000 * t_full, "time_ratio": 1.0, "token_ratio": 1.0},
                 {"input": "unmasked tokens only (MLAE's)", "tokens": n_enc, "width": b.enc_tok.shape[1],
                  "ms": 1000 * t_mlae, "time_ratio": t_full / t_mlae, "token_ratio": n_full / n_enc}]
-        records.write(args.json, ["python", "bench/bench_mlae_encoder.py", *sys.argv[1:]], COLUMNS, rows,
+        records.write(args.json, ["python", "-m", "bench.bench_mlae_encoder", *sys.argv[1:]], COLUMNS, rows,
                       note=f"`{args.model}`, {cfg.n_layers} encoder layers, batch {args.batch} x {args.seq_len}, "
                            f"forward + backward on {dev.type}, interleaved, best of {args.repeats}.", dtype="float32")
 

@@ -1,6 +1,6 @@
 """Benchmark of the fused off-ramp against the PyTorch chain logits -> softmax -> entropy / argmax.
 
-    python bench/bench_offramp.py       # CUDA: ours vs torch; CPU: the torch chain only
+    python -m bench.bench_offramp       # CUDA: ours vs torch; CPU: the torch chain only
 
 An ELMER off-ramp (Li et al. 2022, sections 4.1, 4.3) on N active tokens of width C = 768 against
 the tied (V, C) embedding, V = 8000 (the embedded corpus's vocabulary), bf16 on CUDA. Methods:
@@ -22,14 +22,11 @@ against the (N, V) float32 logits' 4 N V bytes. Under a CPU the Triton kernel wo
 interpreter, whose timings mean nothing: only the torch chain is timed there (in float32).
 """
 import argparse
-import os
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import CUDA, DEV, bench  # noqa: E402
 

@@ -1,9 +1,9 @@
 """A training step, the number a user feels: the same model and batches with each attention, timed
 the same way.
 
-    python bench/bench_step.py --json results/DEVICE-DATE/step.json            # base PMLM, >= 64k tokens
-    python bench/bench_step.py --objective s2s --json ...                       # a seq2seq fine-tuning step
-    python bench/bench_step.py --smoke                                          # tiny, on a CPU: it runs
+    python -m bench.bench_step --json results/DEVICE-DATE/step.json            # base PMLM, >= 64k tokens
+    python -m bench.bench_step --objective s2s --json ...                       # a seq2seq fine-tuning step
+    python -m bench.bench_step --smoke                                          # tiny, on a CPU: it runs
 
 Methods (train.py --attention, kernels/baselines.py): ours (the Triton kernel), sdpa-mask (SDPA with
 the dense mask and bias built once per step, shared by every layer), sdpa-nomask (SDPA with no
@@ -32,7 +32,6 @@ import time
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 METHODS = {"ours": "triton", "sdpa-mask": "sdpa", "sdpa-nomask": "sdpa-nomask", "flex": "flex",
            "reference": "reference"}

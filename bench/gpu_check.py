@@ -1,19 +1,19 @@
 """The first step of validating a GPU: one command, in parts that each fit a 10-minute call.
 
-    python bench/gpu_check.py --wheels                       # any machine: the wheels a GPU image lacks
-    python bench/gpu_check.py --part tests-kernels --out gpu # the Triton kernel tests on CUDA (bf16 included)
-    python bench/gpu_check.py --part tests-rest --out gpu    # the rest of the suite on CUDA
-    python bench/gpu_check.py --part bench --out gpu         # every bench/bench_*.py, with its target (latency:
+    python -m bench.gpu_check --wheels                       # any machine: the wheels a GPU image lacks
+    python -m bench.gpu_check --part tests-kernels --out gpu # the Triton kernel tests on CUDA (bf16 included)
+    python -m bench.gpu_check --part tests-rest --out gpu    # the rest of the suite on CUDA
+    python -m bench.gpu_check --part bench --out gpu         # every bench/bench_*.py, with its target (latency:
                                                              # after python -m reproduce --budget gpu made its
                                                              checkpoints)
-    python bench/gpu_check.py --part profile --out gpu       # a profiled `base` PMLM and ELMER training step
-    python bench/gpu_check.py --part pmlm --out gpu          # `small` PMLM, Triton vs reference, 200 steps
-    python bench/gpu_check.py --part speed --out gpu         # the attention issue's check: kernel tests on CUDA,
+    python -m bench.gpu_check --part profile --out gpu       # a profiled `base` PMLM and ELMER training step
+    python -m bench.gpu_check --part pmlm --out gpu          # `small` PMLM, Triton vs reference, 200 steps
+    python -m bench.gpu_check --part speed --out gpu         # the attention issue's check: kernel tests on CUDA,
                                                              # then every layout against SDPA with a block sweep
-    python bench/gpu_check.py --part step --out gpu          # the GPU-step issue's one call: the baselines' and the
+    python -m bench.gpu_check --part step --out gpu          # the GPU-step issue's one call: the baselines' and the
                                                              # step's tests on CUDA, then a base PMLM and a seq2seq
                                                              # step with each attention (bench/bench_step.py)
-    python bench/gpu_check.py --part decode --out gpu        # the next call on the warm machine: Flex beside ours
+    python -m bench.gpu_check --part decode --out gpu        # the next call on the warm machine: Flex beside ours
                                                              # (the sweep's blocks), early exit (and a carried
                                                              # --elmer-ckpt's learnt exit), off-ramp, gather,
                                                              # the bf16 training-step profile
@@ -34,7 +34,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode", "step")
 # where --part speed leaves the fastest blocks of its sweep for --part decode (an ignored folder: it
@@ -49,26 +48,26 @@ NEEDED = {"numpy": "numpy", "sentencepiece": "sentencepiece", "rouge_score": "ro
 GPU_IMAGE_LACKS = ["rouge-score", "nltk"]
 # every benchmark, its arguments, and the target its header (or bench/RESULTS.md) sets
 BENCHES = [
-    ("bench/bench_attention.py", [], "fwd+bwd >= 1.3x FlexAttention (BlockMask build included), >= 3x SDPA "
+    ("bench.bench_attention", [], "fwd+bwd >= 1.3x FlexAttention (BlockMask build included), >= 3x SDPA "
                                      "with a dense mask at 1k, >= 300 TFLOP/s forward at D = 64"),
-    ("bench/bench_gather.py", [], "gather / scatter >= 2.5 TB/s at 4k+ tokens x 768, bf16"),
-    ("bench/bench_offramp.py", [], "fused off-ramp >= 2x the PyTorch chain"),
-    ("bench/bench_early_exit.py", ["--model", "base", "--forced", "--ar"],
+    ("bench.bench_gather", [], "gather / scatter >= 2.5 TB/s at 4k+ tokens x 768, bf16"),
+    ("bench.bench_offramp", [], "fused off-ramp >= 2x the PyTorch chain"),
+    ("bench.bench_early_exit", ["--model", "base", "--forced", "--ar"],
      "forced exits: every time ratio between its FLOP ratio and 1.1x it (below it: a measurement bug); "
      "NAR one pass >= 10x lower latency than AR beam 4"),
-    ("bench/bench_decoders.py", ["--model", "base"], "Mask-Predict at batch 1 under CUDA graphs >= 2x its eager "
+    ("bench.bench_decoders", ["--model", "base"], "Mask-Predict at batch 1 under CUDA graphs >= 2x its eager "
                                                      "decoding, the same tokens"),
     # at --budget gpu's micro-batch (64 x 128 tokens), the step whose dtype `auto` picks there: the
     # default 32 x 128 step is too short on a GPU for bf16 to show (bench/RESULTS.md)
-    ("bench/bench_dtype.py", ["--repeats", "6", "--micro-batch", "64"],
+    ("bench.bench_dtype", ["--repeats", "6", "--micro-batch", "64"],
      "bf16 autocast >= 1.5x the tokens/s of float32, losses equal to 2 digits"),
-    ("bench/bench_mlae_encoder.py", ["--model", "base"],
+    ("bench.bench_mlae_encoder", ["--model", "base"],
      "encoder on unmasked tokens faster than on all (no set ratio)"),
-    ("bench/bench_step.py", [],
+    ("bench.bench_step", [],
      "base PMLM step at >= 64k tokens: ours >= 1.10x the tokens/s of SDPA with a dense mask, "
                                 "MFU >= 30% of the bf16 peak, no host sync"),
     # trained summarizers: the runner's (python -m reproduce --budget gpu) checkpoints, AR first
-    ("bench/bench_latency.py",
+    ("bench.bench_latency",
      [f"checkpoints/reproduce-gpu/{r}/best.pt" for r in ("sum-t5", "elmer-hard", "nar-mlae-b")],
      "ELMER one pass and Mask-Predict faster than AR beam 5 at batch 1, one pass faster than Mask-Predict"),
 ]
@@ -186,12 +185,12 @@ def part_bench(rep):
     for script, extra, target in BENCHES:
         absent = [a for a in extra if a.endswith(".pt") and not os.path.exists(os.path.join(ROOT, a))]
         if absent:  # a benchmark of trained models, before the runner made them
-            rows.append([os.path.basename(script), target, "not run", "0", f"{absent[0]} missing: run "
+            rows.append([script, target, "not run", "0", f"{absent[0]} missing: run "
                          "python -m reproduce --budget gpu first, then this part again"])
             continue
-        status, out, secs = rep.run([sys.executable, script] + extra)
+        status, out, secs = rep.run([sys.executable, "-m", script] + extra)
         tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]
-        rows.append([os.path.basename(script) + " " + " ".join(extra), target, status, f"{secs:.0f}",
+        rows.append([script + " " + " ".join(extra), target, status, f"{secs:.0f}",
                      tail[0].replace("|", "/")[:120]])
     rep.rows("benchmarks (full tables in gpu_check.log)", ["benchmark", "target", "status", "seconds", "last line"],
              rows)
@@ -306,7 +305,7 @@ def part_speed(rep, args):
               [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + parallel
               + ["tests/test_pseudo_attention.py", "tests/test_tilemap.py"], 150),
              ("bench_attention.py --sweep (no Flex: next call)",
-              [py, "bench/bench_attention.py", "--sweep", "--no-flex", "--json", os.path.join(out, "attention.json"),
+              [py, "-m", "bench.bench_attention", "--sweep", "--no-flex", "--json", os.path.join(out, "attention.json"),
                "--save-configs", SWEPT], 240)]
     rep.rows("speed: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget))
     if os.path.exists(os.path.join(ROOT, SWEPT)):
@@ -322,9 +321,9 @@ def part_step(rep, args):
     out = os.path.abspath(args.out)
     steps = [("baselines and step-sync tests on CUDA", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                                                         "tests/test_baselines.py", "tests/test_step_syncs.py"], 120),
-             ("bench_step.py: base PMLM, 64k tokens a step", [py, "bench/bench_step.py", "--json",
+             ("bench_step.py: base PMLM, 64k tokens a step", [py, "-m", "bench.bench_step", "--json",
                                                               os.path.join(out, "step.json")], 240),
-             ("bench_step.py: base seq2seq fine-tuning", [py, "bench/bench_step.py", "--objective", "s2s", "--json",
+             ("bench_step.py: base seq2seq fine-tuning", [py, "-m", "bench.bench_step", "--objective", "s2s", "--json",
                                                           os.path.join(out, "step-s2s.json")], 180)]
     rep.rows("step: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget))
 
@@ -337,22 +336,22 @@ def part_decode(rep, args):
     py = sys.executable
     out = os.path.abspath(args.out)
     configs = ["--configs", SWEPT] if os.path.exists(os.path.join(ROOT, SWEPT)) else []
-    steps = [("bench_early_exit.py --graphs (base)", [py, "bench/bench_early_exit.py", "--graphs", "--model", "base",
+    steps = [("bench_early_exit.py --graphs (base)", [py, "-m", "bench.bench_early_exit", "--graphs", "--model", "base",
                                                      "--json", os.path.join(out, "exit.json"), "--repeats", "10"], 70),
              ("bench_decoders.py (base): Mask-Predict and AR beam (T5, PMLM) eager / static / graphs, ELMER",
-              [py, "bench/bench_decoders.py", "--model", "base", "--json", os.path.join(out, "decoders.json")], 90),
+              [py, "-m", "bench.bench_decoders", "--model", "base", "--json", os.path.join(out, "decoders.json")], 90),
              ("bench_early_exit.py --ckpt (a trained ELMER's exit)",
-              [py, "bench/bench_early_exit.py", "--ckpt", args.elmer_ckpt, "--n", "16", "--repeats", "5", "--measures",
-               "classifier", "state", "--thresholds", "classifier=0.6,0.9;state=0.99", "--json",
+              [py, "-m", "bench.bench_early_exit", "--ckpt", args.elmer_ckpt, "--n", "16", "--repeats", "5",
+               "--measures", "classifier", "state", "--thresholds", "classifier=0.6,0.9;state=0.99", "--json",
                os.path.join(out, "ckpt.json")], 50) if os.path.exists(args.elmer_ckpt) else
              ("bench_early_exit.py --ckpt (no checkpoint carried)", [py, "-c", f"print('no {args.elmer_ckpt}')"], 5),
              ("bench_early_exit.py --forced at batch 64 and 256 (base): time ratio against FLOP ratio",
-              [py, "bench/bench_early_exit.py", "--forced", "--model", "base", "--forced-batches", "64", "256",
+              [py, "-m", "bench.bench_early_exit", "--forced", "--model", "base", "--forced-batches", "64", "256",
                "--repeats", "5", "--json", os.path.join(out, "forced.json")], 60),
-             ("bench_offramp.py (V 8000, 50000)", [py, "bench/bench_offramp.py", "--vocab", "8000", "50000",
+             ("bench_offramp.py (V 8000, 50000)", [py, "-m", "bench.bench_offramp", "--vocab", "8000", "50000",
                                                   "--tokens", "4096", "16384"], 45),
-             ("bench_gather.py (16k x 768)", [py, "bench/bench_gather.py", "--tokens", "16384"], 25),
-             ("bench_attention.py with FlexAttention", [py, "bench/bench_attention.py", "--json",
+             ("bench_gather.py (16k x 768)", [py, "-m", "bench.bench_gather", "--tokens", "16384"], 25),
+             ("bench_attention.py with FlexAttention", [py, "-m", "bench.bench_attention", "--json",
                                                         os.path.join(out, "attention-flex.json"), "--deadline",
                                                         str(max(30, args.budget - 220))] + configs, args.budget - 180)]
     rep.rows("decode: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget - 40))

@@ -8,13 +8,11 @@ The embedded corpus with its 8000-piece tokenizer (train.py's default, cached un
 windows of 512 tokens, 16 examples per step (one micro-batch), the optimizer train.py makes.
 """
 import dataclasses
-import os
 import sys
 from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from core.config import preset  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
@@ -62,4 +60,4 @@ def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cud
 
 if __name__ == "__main__":  # a module of gpu_check.py's profile, with no flags of its own
     sys.exit("error: bench/profile_step.py is the step that `bench/gpu_check.py --part profile` profiles, not a "
-             "script; to time a training step with each attention, run bench/bench_step.py (--help)")
+             "script; to time a training step with each attention, run python -m bench.bench_step (--help)")

@@ -42,8 +42,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 from reproduce import report  # noqa: E402
 from reproduce.execute import execute, rejected, scripts, write_subset  # noqa: E402

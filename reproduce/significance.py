@@ -7,8 +7,8 @@ one seed a side it is the plain paired bootstrap over examples. With two or thre
 draw is coarse (a side's seeds drawn with replacement from two runs): it widens the interval by
 the seeds' spread, without claiming to estimate that spread well.
 
-    python reproduce/significance.py A/outputs-best-test.jsonl B/outputs-best-test.jsonl
-    python reproduce/significance.py A/outputs.jsonl,A-s2/outputs.jsonl B/outputs.jsonl,B-s2/outputs.jsonl
+    python -m reproduce.significance A/outputs-best-test.jsonl B/outputs-best-test.jsonl
+    python -m reproduce.significance A/outputs.jsonl,A-s2/outputs.jsonl B/outputs.jsonl,B-s2/outputs.jsonl
 
 Summarization outputs are compared on ROUGE-1/2/L, classification outputs on accuracy. The report
 of reproduce/runner.py reads every ordering of either through it (verdict): "holds" only where the

@@ -27,7 +27,7 @@ def worker_argv(argv, k):
             skip = True
         elif not a.startswith("--jobs="):
             out.append(a)
-    return [sys.executable, os.path.join(HERE, "__main__.py"), *out, "--quiet", "--worker", str(k)]
+    return [sys.executable, "-m", "reproduce", *out, "--quiet", "--worker", str(k)]
 
 
 def supervise(argv, jobs, threads=None):
@@ -35,6 +35,8 @@ def supervise(argv, jobs, threads=None):
     non-zero exit status (130/143 when stopped), else 0. THREADS sets each worker's
     OMP_NUM_THREADS where the caller has not."""
     env = dict(os.environ)
+    # the workers import this tree whatever their directory: its root leads their module path
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH")) if p)
     if threads and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(threads)
     procs = []

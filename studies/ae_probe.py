@@ -7,18 +7,16 @@ under each corruption, and the loss is reported over every AE target and over th
 random and kept ones apart. The AE part alone is fed (losses "ae"): the appended part of a PMLM
 batch changes no AE prediction, since context attends to context only.
 
-    OMP_NUM_THREADS=1 python studies/ae_probe.py checkpoints/reproduce-cpu/pre-pmlm/last.pt \\
+    OMP_NUM_THREADS=1 python -m studies.ae_probe checkpoints/reproduce-cpu/pre-pmlm/last.pt \\
         checkpoints/reproduce-cpu/pre-mlm/last.pt
 """
 import argparse
 import os
-import sys
 
 import torch
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 from core import checkpoint  # noqa: E402
 from core.errors import main_guard  # noqa: E402
 from core.config import ModelConfig  # noqa: E402

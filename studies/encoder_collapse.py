@@ -6,7 +6,7 @@ pretraining checkpoint, on held-out windows of the embedded corpus:
   * T5-NAR only: its held-out text loss with each window's own source, and with the source of the
     next window (anchors clipped to that source): equal when the decoder ignores the source.
 
-    OMP_NUM_THREADS=1 python studies/encoder_collapse.py checkpoints/reproduce-cpu/pre-t5/last.pt \\
+    OMP_NUM_THREADS=1 python -m studies.encoder_collapse checkpoints/reproduce-cpu/pre-t5/last.pt \\
         checkpoints/reproduce-cpu/pre-t5-nar/last.pt
 
 The README's T5-NAR notes quote it (a T5-NAR whose length loss reached its encoder: cosine 0.97
@@ -14,13 +14,11 @@ and the same loss for any source).
 """
 import argparse
 import os
-import sys
 
 import torch
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 from core.batch import Batch  # noqa: E402
 from core import checkpoint  # noqa: E402
 from core.config import ModelConfig  # noqa: E402

@@ -5,10 +5,10 @@ cross-attention bias and the length predictor's gradient into the encoder (core/
 held-out masked-token loss of each against the unigram entropy of the held-out text, the loss of a
 model that ignores context.
 
-    OMP_NUM_THREADS=1 python studies/mlae_decoders.py                   # word-cycle text, tiny, 300 steps
-    OMP_NUM_THREADS=1 python studies/mlae_decoders.py --variants
+    OMP_NUM_THREADS=1 python -m studies.mlae_decoders                   # word-cycle text, tiny, 300 steps
+    OMP_NUM_THREADS=1 python -m studies.mlae_decoders --variants
     t5,t5-nar,t5-nar-bias,t5-nar+length-grad,t5-nar-bias+length-grad
-    OMP_NUM_THREADS=1 python studies/mlae_decoders.py --text corpus --model small --steps 120
+    OMP_NUM_THREADS=1 python -m studies.mlae_decoders --text corpus --model small --steps 120
 
 --text cycle is the text of tests/test_train.py (a fixed cycle of 20 words, every document
 starting anywhere in it: a masked word follows from its neighbours), with its tokenizer (856 pieces
@@ -25,7 +25,6 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 from core.data import embedded_records  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
 from tools import records  # noqa: E402
@@ -104,7 +103,7 @@ def main():
         key = "text_" if "valid_text_loss" in ev else ""  # T5-NAR: the token loss, without the length's
         rows.append({"decoder": LABELS.get(name, name), "loss": ev[f"valid_{key}loss"], "acc": ev[f"valid_{key}acc"],
                      "entropy": ev["unigram_entropy"], "under": ev["unigram_entropy"] - ev[f"valid_{key}loss"]})
-    command = ["python", "studies/mlae_decoders.py", *sys.argv[1:]]
+    command = ["python", "-m", "studies.mlae_decoders", *sys.argv[1:]]
     print("\n" + "\n".join(records.markdown(COLUMNS, rows)))
     if args.json:
         records.write(args.json, command, COLUMNS, rows,

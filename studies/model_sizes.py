@@ -1,7 +1,7 @@
 """The parameters of MLAE and of the encoder-decoders compared with it, at every preset and its
 depths (core/config.py DEPTHS), vocabulary 8,000: instantiated, no training.
 
-    python studies/model_sizes.py --json results/studies/model-sizes.json
+    python -m studies.model_sizes --json results/studies/model-sizes.json
 
 One class serves several rows of the papers' tables: `EncoderDecoder` is MLAE's AR seq2seq
 fine-tuning and T5; `NARModel` (a length predictor on the encoder) is MLAE NAR, T5-NAR and CMLM.
@@ -12,7 +12,6 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 from core import nar  # noqa: E402
 from core.config import DEPTHS, preset  # noqa: E402
 from core.mlae import MLAE  # noqa: E402
@@ -49,7 +48,7 @@ def main():
     rows = [sizes(name, args.vocab_size) for name in DEPTHS]
     print("\n".join(records.markdown(COLUMNS, rows)))
     if args.json:
-        records.write(args.json, ["python", "studies/model_sizes.py", *sys.argv[1:]], COLUMNS, rows,
+        records.write(args.json, ["python", "-m", "studies.model_sizes", *sys.argv[1:]], COLUMNS, rows,
                       note=f"Vocabulary {args.vocab_size:,}.")
 
 

@@ -2,7 +2,7 @@
 few `python train.py` steps of each objective, the runs interleaved (repeat r of every variant
 before repeat r + 1 of any), on the embedded corpus.
 
-    OMP_NUM_THREADS=1 python studies/pretrain_speed.py --json results/studies/pretrain-speed.json
+    OMP_NUM_THREADS=1 python -m studies.pretrain_speed --json results/studies/pretrain-speed.json
 
 The rate is train.py's own over the steps after the first --log-every (the first ones pay for
 warm-up). On a CPU shared with other jobs it moves with their load, which the file records.
@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 from core.config import PRESETS, depths  # noqa: E402
 from tools import records  # noqa: E402
 
@@ -84,7 +83,7 @@ def main():
     rows = list(rows.values())
     print("\n".join(records.markdown(COLUMNS, rows)))
     if args.json:
-        records.write(args.json, ["python", "studies/pretrain_speed.py", *sys.argv[1:]], COLUMNS, rows,
+        records.write(args.json, ["python", "-m", "studies.pretrain_speed", *sys.argv[1:]], COLUMNS, rows,
                       note=f"`{args.model}`, steps {args.log_every + 1}-{2 * args.log_every} of each run timed, "
                            f"{args.repeats} runs per objective interleaved.")
 

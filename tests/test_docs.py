@@ -90,7 +90,7 @@ def test_every_command_names_a_script_that_parses_it(path):
     from core.errors import UserError
     from reproduce import plan, runner
     parsers = {"train.py": train.get_args, "finetune.py": finetune.get_args, "eval.py": evaluate_script.get_args,
-               "reproduce/__main__.py": runner.get_args, "bench/reproduce.py": runner.get_args}
+               "reproduce/__main__.py": runner.get_args}
     names = {r.name for r in plan.PLAN}
     for script, argv in commands(path):
         assert os.path.exists(os.path.join(ROOT, script)), f"{os.path.relpath(path, ROOT)}: {script} does not exist"
@@ -102,7 +102,7 @@ def test_every_command_names_a_script_that_parses_it(path):
             except SystemExit as e:
                 pytest.fail(f"{os.path.relpath(path, ROOT)}: `{script} {' '.join(argv)}` is refused by its parser "
                             f"({e})")
-        if script in ("reproduce/__main__.py", "bench/reproduce.py") and "--only" in argv:
+        if script == "reproduce/__main__.py" and "--only" in argv:
             pattern = argv[argv.index("--only") + 1]
             assert any(re.search(pattern, n) for n in names), f"--only {pattern!r} matches no run of the plan"
 
@@ -199,13 +199,13 @@ def test_a_study_file_renders_its_rows_and_where_they_came_from(tmp_path, monkey
     a missing value, the command, the date, the load average and the machine."""
     from tools import figures, records, render_docs
     cols = [("variant", "name", "{}"), ("loss", "loss", "{:.3f}"), ("share", "acc", "{:.1%}")]
-    records.write(str(tmp_path / "s.json"), ["python", "studies/x.py", "--json", "s.json"], cols,
+    records.write(str(tmp_path / "s.json"), ["python", "-m", "studies.x", "--json", "s.json"], cols,
                   [{"name": "a", "loss": 1.23456, "acc": 0.5}, {"name": "b", "loss": None, "acc": 0.25}],
                   note="One run each.", dtype="float32")
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     lines = render_docs.study("s.json").splitlines()
     assert lines[:4] == ["| variant | loss | share |", "|---|---|---|", "| a | 1.235 | 50.0% |", "| b | - | 25.0% |"]
-    assert lines[5].startswith("`python studies/x.py --json s.json` (") and lines[5].endswith("One run each.")
+    assert lines[5].startswith("`python -m studies.x --json s.json` (") and lines[5].endswith("One run each.")
     assert "compute dtype float32;" in lines[5] and "torch " in lines[5]
 
 

@@ -29,14 +29,15 @@ def test_arguments():
 
 
 def test_every_benchmark_is_run_with_a_target():
-    scripts = sorted(f"bench/{f}" for f in os.listdir(os.path.join(ROOT, "bench")) if f.startswith("bench_"))
+    scripts = sorted(f"bench.{f[:-3]}" for f in os.listdir(os.path.join(ROOT, "bench"))
+                     if f.startswith("bench_") and f.endswith(".py"))
     assert sorted(s for s, _, _ in gpu_check.BENCHES) == scripts
     assert all(target for _, _, target in gpu_check.BENCHES)
     assert all(os.path.exists(os.path.join(ROOT, f)) for f in gpu_check.KERNEL_TESTS)
 
 
 def test_a_benchmark_of_trained_models_waits_for_them(monkeypatch, tmp_path):
-    latency = [b for b in gpu_check.BENCHES if b[0] == "bench/bench_latency.py"]
+    latency = [b for b in gpu_check.BENCHES if b[0] == "bench.bench_latency"]
     assert latency and all(a.startswith("checkpoints/reproduce-gpu/") for a in latency[0][1])
     monkeypatch.setattr(gpu_check, "BENCHES", [(latency[0][0], ["checkpoints/no-such-run/best.pt"], latency[0][2])])
     monkeypatch.setattr(gpu_check.Report, "run", lambda *a, **k: pytest.fail("ran a benchmark without its checkpoints"))
@@ -60,7 +61,7 @@ def test_wheel_list(monkeypatch, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is what a machine without CUDA says")
 def test_refuses_on_a_cpu_in_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "bench/gpu_check.py", "--part", "bench", "--out", str(tmp_path / "g")],
+    r = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--part", "bench", "--out", str(tmp_path / "g")],
                        cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "CUDA" in lines[0], r.stderr

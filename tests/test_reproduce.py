@@ -216,7 +216,7 @@ def test_a_run_recorded_by_another_runner_meanwhile_is_not_run_again(tmp_path, m
 def runner(out, *flags):
     """reproduce/runner.py at the tiny budget as its own process (a worker or a --jobs supervisor)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "bench", "reproduce.py"), "--budget", "tiny",
+    return subprocess.Popen([sys.executable, "-m", "reproduce", "--budget", "tiny",
                              "--out", out, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 

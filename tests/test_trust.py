@@ -202,7 +202,7 @@ def test_ae_probe_bad_input_is_one_line(tmp_path):
     bad = tmp_path / "x.pt"
     bad.write_text("not a checkpoint")
     for argv in ([str(bad)], [str(bad), "--windows", "0"]):
-        r = subprocess.run([sys.executable, "studies/ae_probe.py"] + argv, cwd=ROOT, capture_output=True, text=True,
+        r = subprocess.run([sys.executable, "-m", "studies.ae_probe"] + argv, cwd=ROOT, capture_output=True, text=True,
                            timeout=120)
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr

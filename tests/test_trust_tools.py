@@ -24,15 +24,15 @@ def test_aot_refuses_before_compiling(argv, words):
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["bench/bench_gather.py", "--reps", "0"], "--reps 0: must be at least 1"),
-    (["bench/bench_offramp.py", "--vocab", "0"], "--vocab 0: must be at least 2"),
-    (["bench/bench_early_exit.py", "--forced", "--measures", "bogus"], "invalid choice: 'bogus'"),
-    (["bench/bench_early_exit.py", "--forced", "--thresholds", "state=2"], "must be in [-1, 1]"),
-    (["bench/bench_early_exit.py", "--forced", "--json", "README.md/x.json"], "is a file, not a folder"),
-    (["bench/bench_attention.py", "--smoke", "--configs", "no-such.json"], "no-such.json: no such file"),
-    (["bench/bench_attention.py", "--smoke", "--deadline", "-5"], "--deadline -5"),
-    (["bench/bench_decoders.py", "--device", "cuda"], "no CUDA device"),
-    (["bench/bench_step.py", "--steps", "0"], "--steps must be at least 1"),
+    (["-m", "bench.bench_gather", "--reps", "0"], "--reps 0: must be at least 1"),
+    (["-m", "bench.bench_offramp", "--vocab", "0"], "--vocab 0: must be at least 2"),
+    (["-m", "bench.bench_early_exit", "--forced", "--measures", "bogus"], "invalid choice: 'bogus'"),
+    (["-m", "bench.bench_early_exit", "--forced", "--thresholds", "state=2"], "must be in [-1, 1]"),
+    (["-m", "bench.bench_early_exit", "--forced", "--json", "README.md/x.json"], "is a file, not a folder"),
+    (["-m", "bench.bench_attention", "--smoke", "--configs", "no-such.json"], "no-such.json: no such file"),
+    (["-m", "bench.bench_attention", "--smoke", "--deadline", "-5"], "--deadline -5"),
+    (["-m", "bench.bench_decoders", "--device", "cuda"], "no CUDA device"),
+    (["-m", "bench.bench_step", "--steps", "0"], "--steps must be at least 1"),
 ])
 def test_bench_scripts_refuse_before_measuring(argv, words):
     if "cuda" in argv:
@@ -44,5 +44,5 @@ def test_bench_scripts_refuse_before_measuring(argv, words):
 
 
 def test_profile_step_is_not_a_script():
-    r = run("bench/profile_step.py", "--steps", "3")
-    assert r.returncode != 0 and "bench/bench_step.py" in r.stderr and "Traceback" not in r.stderr
+    r = run("-m", "bench.profile_step", "--steps", "3")
+    assert r.returncode != 0 and "python -m bench.bench_step" in r.stderr and "Traceback" not in r.stderr

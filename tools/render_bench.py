@@ -3,7 +3,6 @@ bench/bench_early_exit.py's --json, tools/aot.py's SASS loops and bench/bench_of
 profile log, each rendered as a markdown table (what bench/RESULTS.md and docs/kernels.md show)."""
 import os
 import re
-import sys
 
 from tools.figures import ROOT, _load
 
@@ -85,7 +84,6 @@ def exit_rows(path):
 def loops(path):
     """tools/aot.py --loops --json: the SASS per loop iteration of each tile class of the attention
     kernels, against the plain FlashAttention loop compiled with the forward's blocks."""
-    sys.path.insert(0, ROOT)
     from tools.aot import LOOP_NAMES, REL_CASES
     rows = _load(path)
     version = os.path.basename(path)[:-5].split("triton-")[-1]
