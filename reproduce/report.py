@@ -151,6 +151,8 @@ def gap_of(out, resolved, name):
 
 
 def write(args, fields, state, resolved):
+    """RESULTS.md and results.json of OUT: the pretrainings, every fine-tuning's result and
+    validation curve, the papers' tables and orderings, ELMER's exit curves, every run."""
     out = args.out
     state = dict(state, _out=out)  # where the recorded result files are (run_files)
     lines = [f"# The papers' comparisons at the `{args.budget}` budget", "",
@@ -163,17 +165,32 @@ def write(args, fields, state, resolved):
     if elsewhere:  # a row is read at the step its pretraining is at, whatever the plan says now
         lines += ["Not at the plan's steps, and read as they are: " + ", ".join(f"{n} at step {s} (the plan: {p})"
                                                                               for n, s, p in elsewhere) + ".", ""]
-    unavailable = state.get("unavailable", {})
     data = dict(budget=args.budget, written=f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
                 environment=environment(args.dtype),
                 steps=fields["steps"], steps_elsewhere={n: s for n, s, _ in elsewhere}, pretraining={}, runs={},
                 orderings=[])
+    lines += pretraining_section(out, state, resolved, data)
+    metrics, stale_names = finetuned(out, state, resolved, data)
+    lines += tables_section(out, state, resolved, data, metrics, stale_names)
+    lines += exit_section(state)
+    lines += orderings_section(state, resolved, data, metrics, stale_names)
+    lines += runs_section(state, resolved)
+    path = os.path.join(out, "RESULTS.md")
+    for name, text in ((path, "\n".join(lines)), (os.path.join(out, "results.json"), json.dumps(data, indent=1))):
+        tmp = f"{name}.{os.getpid()}.tmp"  # two runners may write at once: each its own, then one rename
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, name)
+    return path
 
-    # pretraining against the unigram plateau
-    lines += ["## Pretraining: held-out loss against the unigram entropy", "",
-              f"Every pretraining reads the same tokens. A row under {PLATEAU} nats below the unigram entropy "
-              "(the loss of a model that ignores context) is marked PLATEAU: what its fine-tuned rows show says "
-              "little about the objective.", ""]
+
+def pretraining_section(out, state, resolved, data):
+    """The pretrainings against the unigram plateau (recorded in data["pretraining"])."""
+    unavailable = state.get("unavailable", {})
+    lines = ["## Pretraining: held-out loss against the unigram entropy", "",
+             f"Every pretraining reads the same tokens. A row under {PLATEAU} nats below the unigram entropy "
+             "(the loss of a model that ignores context) is marked PLATEAU: what its fine-tuned rows show says "
+             "little about the objective.", ""]
     rows = []
     for name in (n for n in resolved if n.startswith("pre-")):
         p = pretraining(out, name)
@@ -187,9 +204,14 @@ def write(args, fields, state, resolved):
                                          seconds=rec.get("seconds"))
         rows.append([name, BY_NAME[name].label, step, f"{loss:.3f} ({key})", f"{ent:.3f}", f"{ent - loss:.3f}",
                      "PLATEAU" if ent - loss < PLATEAU else "left it", fmt_secs(rec.get("seconds"))])
-    lines += table(["run", "what", "step", "held-out loss", "unigram entropy", "below it", "", "time"], rows) + [""]
+    return lines + table(["run", "what", "step", "held-out loss", "unigram entropy", "below it", "", "time"],
+                         rows) + [""]
 
-    # every fine-tuning's test result and validation curve, then the papers' tables of them
+
+def finetuned(out, state, resolved, data):
+    """({fine-tuning: its test result}, the stale ones' names): every evaluated, current fine-tuning,
+    recorded in data["runs"] with its validation curve."""
+    unavailable = state.get("unavailable", {})
     metrics, stale_names = {}, set()
     for name in (n for n in resolved if BY_NAME[n].script == "finetune"):
         got = results(state, "eval-" + name)
@@ -209,6 +231,13 @@ def write(args, fields, state, resolved):
         spread = intervals_of(state, name)
         if spread:
             data["runs"][name]["intervals"] = spread
+    return metrics, stale_names
+
+
+def tables_section(out, state, resolved, data, metrics, stale_names):
+    """The papers' tables: each run's pretraining, seeds, whether its validation flattened, its
+    test metrics (means over seeds); then the LEAD and majority-class floors."""
+    unavailable, lines = state.get("unavailable", {}), []
     for title, names in TABLES:
         rows, cols = [], None
         for name in names.split():
@@ -225,10 +254,8 @@ def write(args, fields, state, resolved):
                 rows.append([name, BY_NAME[name].label, why])
                 continue
             r = metrics[seeds[0]]
-            cls = "accuracy" in r
-            cols = cols or (["accuracy", "macro_f1"] if cls
-                            else ["rouge1", "rouge2", "rougeL", "decoding", "iterations",
-                                                                  "mean_exit"])
+            cols = cols or (["accuracy", "macro_f1"] if "accuracy" in r
+                            else ["rouge1", "rouge2", "rougeL", "decoding", "iterations", "mean_exit"])
             mean = lambda c: mean_over_seeds(metrics, seeds, c)[0] if isinstance(r.get(c), float) else r.get(c)
             flat = all(data["runs"][n]["validation"]["flat"] for n in seeds)
             rows.append([name, BY_NAME[name].label, note, len(seeds), "yes" if flat else "NO"]
@@ -246,15 +273,19 @@ def write(args, fields, state, resolved):
         lines += ["LEAD baselines on the same test examples: " + "; ".join(
             f"{r['model']} {r['rouge1']:.2f} / {r['rouge2']:.2f} / {r['rougeL']:.2f}" for r in lead)
                   + " (ROUGE-1/2/L).", ""]
-
     majority = state.get("majority")
     if majority:
         lines += [f"Majority class on the same test examples (the best a classifier that ignores its input scores): "
                   f"accuracy {majority['accuracy']:.2f}, macro-F1 {majority['macro_f1']:.2f}.", ""]
+    return lines
 
-    # the exit curves, one per measure
-    lines += ["## ELMER: the exit curves (hard exit, one checkpoint, a threshold per row)", "",
-              "dec_flops: the decoder's multiply-adds relative to exit disabled (eval.py).", ""]
+
+def exit_section(state):
+    """ELMER's exit curves, one table per measure, and whether tokens leave earlier as the
+    threshold loosens."""
+    unavailable = state.get("unavailable", {})
+    lines = ["## ELMER: the exit curves (hard exit, one checkpoint, a threshold per row)", "",
+             "dec_flops: the decoder's multiply-adds relative to exit disabled (eval.py).", ""]
     for name in (n for n in BY_NAME if n.startswith("eval-sweep-elmer-hard")):
         sweep = results(state, name)
         if not sweep:
@@ -273,16 +304,19 @@ def write(args, fields, state, resolved):
         falls = all(a >= b for a, b in zip(exits, exits[1:])) if None not in exits else None
         lines += ["", f"Tokens leave earlier as the threshold loosens (mean exit layer never increases): "
                       f"{'holds' if falls else 'does not hold' if falls is False else 'not measured'}.", ""]
+    return lines
 
-    # the orderings
-    lines += ["## The papers' orderings here", "",
-              "A ROUGE or accuracy ordering is read pair by pair from a bootstrap over the test examples both "
-              "sides were scored on and over each side's fine-tuning seeds (reproduce/significance.py): `>` holds "
-              "where the 95% interval of the difference lies above zero and is reversed where it lies below; "
-              f"`>=` holds where it lies above -{MARGIN:g} (the equivalence margin, fixed before the runs), `~` "
-              f"where it lies inside +-{MARGIN:g}; a pair is not resolved otherwise, with the smallest difference "
-              "a comparison this wide would detect. A claim holds when every pair holds, is reversed when a pair "
-              "is; 'here' lists the runs in the order measured. Latency compares the mean over seeds.", ""]
+
+def orderings_section(state, resolved, data, metrics, stale_names):
+    """The papers' orderings read pair by pair (recorded in data["orderings"]), and the summary."""
+    lines = ["## The papers' orderings here", "",
+             "A ROUGE or accuracy ordering is read pair by pair from a bootstrap over the test examples both "
+             "sides were scored on and over each side's fine-tuning seeds (reproduce/significance.py): `>` holds "
+             "where the 95% interval of the difference lies above zero and is reversed where it lies below; "
+             f"`>=` holds where it lies above -{MARGIN:g} (the equivalence margin, fixed before the runs), `~` "
+             f"where it lies inside +-{MARGIN:g}; a pair is not resolved otherwise, with the smallest difference "
+             "a comparison this wide would detect. A claim holds when every pair holds, is reversed when a pair "
+             "is; 'here' lists the runs in the order measured. Latency compares the mean over seeds.", ""]
     rows = []
     for paper, claim, metric, chain, theirs in ORDERINGS:
         o = ordering(state, resolved, metrics, stale_names, claim, metric, chain)
@@ -292,27 +326,20 @@ def write(args, fields, state, resolved):
                                for p in o["pairs"] if "low" in p), o["verdict"]])
         data["orderings"].append(o)
     lines += table(["paper", "ordering", "the paper's figures", "metric", "here", "difference, 95% interval",
-                    "verdict"],
-                   rows) + [""]
+                    "verdict"], rows) + [""]
     data["summary"] = summary(data["orderings"])
-    lines += [data["summary"]["sentence"], ""]
+    return lines + [data["summary"]["sentence"], ""]
 
-    # every run
-    lines += ["## Runs", ""]
-    rows = []
+
+def runs_section(state, resolved):
+    """Every run of the plan: its status, time and command."""
+    unavailable, rows = state.get("unavailable", {}), []
     for name in resolved:
         rec = state["runs"].get(name, {})
         status = rec.get("status") or unavailable.get(name) or "not run"
         rows.append([name, status + (f": {rec['error']}" if rec.get("error") else ""), fmt_secs(rec.get("seconds")),
                      f"`{rec.get('command') or ''}`"])
-    lines += table(["run", "status", "time", "command"], rows) + [""]
-    path = os.path.join(out, "RESULTS.md")
-    for name, text in ((path, "\n".join(lines)), (os.path.join(out, "results.json"), json.dumps(data, indent=1))):
-        tmp = f"{name}.{os.getpid()}.tmp"  # two runners may write at once: each its own, then one rename
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, name)
-    return path
+    return ["## Runs", ""] + table(["run", "status", "time", "command"], rows) + [""]
 
 
 def steps_elsewhere(out, resolved, fields):

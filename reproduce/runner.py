@@ -204,26 +204,7 @@ def main(argv=None, early=None):
     resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in plan}
     runs = select(plan, resolved, args.only, args.skip)
 
-    # what each run of the plan needs before it can start (every run, whatever --only picks, so that
-    # runners sharing OUT record the same): a flag this checkout has, no TODO note, and no result
-    # of other flags in its directory
-    unavailable = {}
-    for r in plan:
-        why = r.todo or rejected(mods[r.script], resolved[r.name][0])
-        if why:
-            unavailable[r.name] = ("TODO: " if r.todo else "not on this branch: ") + why
-        elif recorded := ran_otherwise(r, resolved[r.name][0], args.out, state):
-            unavailable[r.name] = (f"ran with other flags than the plan's (`{recorded}`): "
-                                   f"move {os.path.join(args.out, r.name)} aside to run it again")
-        elif wrong := wrong_checkpoint(r, resolved[r.name][0], args.out):
-            unavailable[r.name] = f"{wrong}: move {os.path.join(args.out, r.name)} aside to run it again"
-    changed = True
-    while changed:
-        changed = False
-        for r in plan:
-            bad = [d for d in resolved[r.name][1] if d in unavailable]
-            if r.name not in unavailable and bad:
-                unavailable[r.name], changed = f"needs {bad[0]}", True
+    unavailable = unavailable_runs(plan, resolved, mods, args.out, state)
     if args.report_only:
         state["unavailable"] = unavailable
         print(f"wrote {report.write(args, fields, state, resolved)}")
@@ -232,10 +213,59 @@ def main(argv=None, early=None):
     state["unavailable"] = unavailable
     if BUDGETS[args.budget]["data"] == "subset" and not args.dry_run:
         write_subset(fields["data"])
-    left, total = [], 0.0
     say = print if args.worker is None else lambda msg="", **kw: print(f"[{args.worker}] {msg.strip()}", flush=True)
     if args.worker is None:
         print(f"reproduce: budget {args.budget}, {len(runs)} runs in {args.out}")
+    left, total = runs_left(args, fields, state, resolved, runs, unavailable)
+    if args.worker is None:
+        print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
+              + (f" on one runner (at least {report.fmt_secs(total / args.jobs)} with --jobs {args.jobs})"
+                 if args.jobs > 1 else "")
+              + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs))
+                 else ""))
+    if args.dry_run:
+        return 0
+    if early:  # everything imported: from here on Ctrl-C stops a sitting the usual way
+        for sig, handler in early.items():
+            signal.signal(sig, handler)
+    if args.jobs > 1:
+        from reproduce.workers import supervise
+        code = supervise(sys.argv[1:] if argv is None else argv, args.jobs, max(1, (os.cpu_count() or 1) // args.jobs))
+        state = dict(load_state(args.out), unavailable=unavailable)
+        print(f"\nresults: {report.write(args, fields, state, resolved)}")
+        return code
+    return run_left(args, fields, state, resolved, mods, left, unavailable, say, runs)
+
+
+def unavailable_runs(plan, resolved, mods, out, state):
+    """{run: why it cannot start}: what each run of the plan needs before it can start (every run,
+    whatever --only picks, so that runners sharing OUT record the same): a flag this checkout has,
+    no TODO note, no result of other flags in its directory, the right checkpoint, and runs it
+    depends on that can start."""
+    unavailable = {}
+    for r in plan:
+        why = r.todo or rejected(mods[r.script], resolved[r.name][0])
+        if why:
+            unavailable[r.name] = ("TODO: " if r.todo else "not on this branch: ") + why
+        elif recorded := ran_otherwise(r, resolved[r.name][0], out, state):
+            unavailable[r.name] = (f"ran with other flags than the plan's (`{recorded}`): "
+                                   f"move {os.path.join(out, r.name)} aside to run it again")
+        elif wrong := wrong_checkpoint(r, resolved[r.name][0], out):
+            unavailable[r.name] = f"{wrong}: move {os.path.join(out, r.name)} aside to run it again"
+    changed = True
+    while changed:
+        changed = False
+        for r in plan:
+            bad = [d for d in resolved[r.name][1] if d in unavailable]
+            if r.name not in unavailable and bad:
+                unavailable[r.name], changed = f"needs {bad[0]}", True
+    return unavailable
+
+
+def runs_left(args, fields, state, resolved, runs, unavailable):
+    """([runs not done that can start], their estimated seconds); a runner (not a worker) prints
+    each run's state, and with --dry-run its command."""
+    left, total = [], 0.0
     for r in runs:
         argv_, _ = resolved[r.name]
         done, resume = progress_of(r, argv_, fields, args.out, state, resolved)
@@ -257,24 +287,7 @@ def main(argv=None, early=None):
         total += secs
         print(f"  {r.name:<24} {mark}" + (f" ~{report.fmt_secs(secs)}" if secs else "") +
               (f"\n      {command(r, argv_)}" if args.dry_run else ""))
-    if args.worker is None:
-        print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
-              + (f" on one runner (at least {report.fmt_secs(total / args.jobs)} with --jobs {args.jobs})"
-                 if args.jobs > 1 else "")
-              + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs))
-                 else ""))
-    if args.dry_run:
-        return 0
-    if early:  # everything imported: from here on Ctrl-C stops a sitting the usual way
-        for sig, handler in early.items():
-            signal.signal(sig, handler)
-    if args.jobs > 1:
-        from reproduce.workers import supervise
-        code = supervise(sys.argv[1:] if argv is None else argv, args.jobs, max(1, (os.cpu_count() or 1) // args.jobs))
-        state = dict(load_state(args.out), unavailable=unavailable)
-        print(f"\nresults: {report.write(args, fields, state, resolved)}")
-        return code
-    return run_left(args, fields, state, resolved, mods, left, unavailable, say, runs)
+    return left, total
 
 
 def may_still_finish(name, out, state, mine):
