@@ -7,6 +7,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bench.attention_harness import Method
+
 BUCKETS, MAX_DIST = 32, 128
 LAYOUTS = {"pmlm": (32, 512, (64,)), "s2s-1k": (16, 1024, (64, 128)), "s2s-2k": (8, 2048, (64, 128))}
 
@@ -59,14 +61,14 @@ def layout(name, dev, smoke):
 
 
 # -----------------------------------------------------------------------------
-# the methods: each returns fn(q, k, v) -> out
+# the methods (bench/attention_harness.Method): setup once a step, a call per layer
 
 # the row that times the backward this kernel does not use by default (attention_plan.FUSED_DQ -> its label)
-ALT_BACKWARD = {False: "ours kernel, dQ fused", True: "ours kernel, dQ kernel apart"}
+ALT_BACKWARD = {False: "ours, dQ fused", True: "ours, dQ kernel apart"}
 
 
 def backward_name(label):
-    """"dQ fused" of "ours kernel, dQ fused": the backward a row names."""
+    """"dQ fused" of "ours, dQ fused": the backward a row names."""
     return label.split(", ", 1)[1]
 
 
@@ -93,58 +95,80 @@ def table_16bit(on):
     return plan_flag("TABLE_16BIT", on)
 
 
-def make_ours(meta, table, prebuilt):
+class Built:
+    """What a method's setup made for one step: `bias` and `cache`, what the layers read (the bias,
+    the tile map or the mask; those that collect the layers' gradients are leaves), and `links`,
+    (built, leaf) pairs, which the step's backward goes through once, after its layers, last first."""
+    def __init__(self):
+        self.links, self.cache = [], {}
+
+    def leaf(self, built):
+        """A leaf standing for `built` in the layers (its gradient summed over them), linked back."""
+        if not built.requires_grad:
+            return built
+        leaf = built.detach().requires_grad_()
+        self.links.append((built, leaf))
+        return leaf
+
+    def reduce(self):
+        """The step's one way back from the layers' summed gradients to the table."""
+        for built, leaf in reversed(self.links):
+            if leaf.grad is not None:
+                built.backward(leaf.grad, retain_graph=True)
+
+
+def relative_bias(st, table, pos):
+    """The layers' RelPosBias: its (H, 2M+1) row per distance built from the table once a step."""
+    from kernels import RelPosBias, rel_pos_bias
+    rel = rel_pos_bias(table, pos, pos, MAX_DIST)
+    return RelPosBias(st.leaf(rel.by_distance), pos, pos, MAX_DIST)
+
+
+def ours_method(label, meta, frozen=False, bias=True):
+    """kernels/pseudo_attention.py as the model runs it: the codes, tile map and bias pieces built
+    once a step into the metadata's cache, every layer's call reading them. frozen: the table
+    requires no gradient (the kernel then skips the bias gradient: the work of a constant bias);
+    bias False: no relative bias at all (a diagnostic)."""
+    from kernels import attention_plan
     from kernels import pseudo_attention as pa
-    from kernels import rel_pos_bias
     kind, step, pos, valid = meta
-    cache = {} if prebuilt else None
 
-    def fn(q, k, v):
-        return pa.pseudo_attention(q, k, v, kind, step, kind, step, valid, bias=rel_pos_bias(table, pos, pos, MAX_DIST),
-                                   cache=cache)
-    return fn
+    def setup(table, q, k, v):
+        st = Built()
+        st.bias = relative_bias(st, table.detach() if frozen else table, pos) if bias else None
+        attention_plan.prepare(q, k, v, kind, step, kind, step, valid, bias=st.bias, cache=st.cache)
+        return st
+
+    def call(st, q, k, v):
+        return pa.pseudo_attention(q, k, v, kind, step, kind, step, valid, bias=st.bias, cache=st.cache)
+    return Method(label, setup, call, Built.reduce, bias_grad=bias and not frozen)
 
 
-def dense_mask(meta, table, dtype):
-    from kernels import reference, rel_pos_bias
+def baseline_method(label, name, meta, frozen=False):
+    """kernels/baselines.py's NAME (what train.py --attention NAME runs): its per-step entries (SDPA's
+    dense bias + mask, Flex's block mask) built once a step into the cache, the dense mask a leaf
+    whose gradient the layers sum (a step gathers it back into the table once). frozen: the table
+    requires no gradient."""
+    from kernels import baselines
     kind, step, pos, valid = meta
-    see = reference.visible(kind, step, kind, step, valid)[:, None]  # (B, 1, L, L)
-    bias = reference.dense_bias(rel_pos_bias(table.detach(), pos, pos, MAX_DIST))
-    return bias.masked_fill(~see, float("-inf")).to(dtype)  # (B, H, L, L)
+    biased = name != "sdpa-nomask"
+
+    def setup(table, q, k, v):
+        st = Built()
+        st.bias = relative_bias(st, table.detach() if frozen else table, pos) if biased else None
+        baselines.prepare(name, kind, step, kind, step, valid, None, None, st.bias, q.dtype, st.cache,
+                          leaf=st.leaf)
+        return st
+
+    def call(st, q, k, v):
+        return baselines.attention(name, q, k, v, kind, step, kind, step, valid, bias=st.bias, cache=st.cache)
+    return Method(label, setup, call, Built.reduce, bias_grad=biased and not frozen)
 
 
-def make_sdpa_mask(meta, table, prebuilt, dtype):
-    fixed = dense_mask(meta, table, dtype) if prebuilt else None
-    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=fixed if prebuilt else
-                                                          dense_mask(meta, table, dtype))
-
-
-def make_flex(meta, table):
-    """(end to end, kernel only, block-mask build): compiled flex_attention whose score_mod adds the
-    bias from a detached (H, 2M+1) table, so that nothing keeps it off its fused kernel."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    from kernels import CONTEXT, ORIGINAL, PSEUDO, rel_pos_bias
-    kind, step, pos, valid = meta
-    flex = torch.compile(flex_attention, dynamic=False)
-    by_distance = rel_pos_bias(table, pos, pos, MAX_DIST).by_distance.detach().contiguous()  # (H, 2M+1)
-
-    def mask_mod(b, h, qi, ki):
-        qk, qs, kk, ks = kind[b, qi], step[b, qi], kind[b, ki], step[b, ki]
-        see = (kk == CONTEXT) | ((qk == ORIGINAL) & (kk == ORIGINAL) & (ks <= qs))
-        see = see | ((qk == PSEUDO) & (((kk == ORIGINAL) & (ks < qs)) | ((kk == PSEUDO) & (ks == qs))))
-        return see & valid[b, ki]
-
-    def score_mod(score, b, h, qi, ki):
-        d = (pos[b, ki] - pos[b, qi]).clamp(-MAX_DIST, MAX_DIST) + MAX_DIST
-        return score + by_distance[h, d]
-
-    B, L = kind.shape
-
-    def build():
-        return create_block_mask(mask_mod, B, None, L, L, device=kind.device, _compile=True)
-    block_mask = build()
-    return (lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=build()),
-            lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=block_mask), build)
+def flex_blocks(st):
+    """The share of (query block, key block) pairs Flex's block mask computes, or None."""
+    bm = st.cache.get("flex-block-mask")
+    return None if bm is None else 1 - bm.sparsity() / 100
 
 
 def flex_sanity(q, k, v, time_fn):

@@ -12,32 +12,37 @@ Layouts (bf16, 12 heads, the model's relative position bias, M = 128):
   s2s-2k   the same at 2048 tokens, batch 8, D 64 and 128.
 Rows are padded to a multiple of 128 with invalid keys (FlexAttention's block), the same for all.
 
-Methods, forward and forward+backward, every one on the same q, k, v:
-  ours            kernels/pseudo_attention.py end to end: codes and tile map built in the call;
-  ours kernel     with the codes and map prebuilt (as the model runs: once per step), timed by CUDA
-                  graph replay where the call can be captured; "bias table frozen": the same
-                  with a table that requires no gradient (the kernel then skips it: the work the
-                  baselines do); "dQ fused": the backward as one kernel, dQ added by atomics
-                  from the dK/dV kernel (kernels/attention_plan.FUSED_DQ); "16-bit bias table":
-                  the relative bias table in q's dtype (kernels/attention_plan.TABLE_16BIT);
-  sdpa-mask       F.scaled_dot_product_attention with the dense (B, H, L, L) bias + -inf mask built
-                  from the metadata in the call; "kernel": prebuilt;
-  flex            FlexAttention, torch.compile'd, with a mask_mod and a score_mod reading the
-                  metadata; create_block_mask in the call; "kernel": the block mask prebuilt;
-  sdpa-nomask     SDPA with no mask at all: what a plain kernel costs over every pair (upper bound).
-Two diagnostic rows, other work than the above and in no target (printed after the table, in --json
-under "diagnostics"): ours kernel-only with the same mask and no bias (what the bias costs), and
-with every pair visible and no bias (every tile FULL: the work of sdpa-nomask, so the two set the
-cost of the tile lists and loops against a plain kernel's).
-The baselines get no gradient for the bias (a constant to them): less work than ours, which also
-returns the bias table's gradient. Flex is checked against its usual speed first: causal at the
-same shape against SDPA's causal kernel (a Flex far off that is misconfigured, not slow).
+Every method is timed by one function (bench/attention_harness.py: do_bench, the L2 cache flushed
+and the gradients reset before each run), on the same q, k, v made as the model makes them (views
+of (B, L, H, D) projections), and asked the same gradients: q, k, v and the relative bias table
+wherever the method has one. Each is split where a training step splits it, its setup built once
+a step for all its layers and shown apart: a layer is charged its call plus its share
+(1/--layers) of the step's setup and of the bias gradient's one way back to the table.
 
-The codes + map + table build (once per step for every layer) is timed eager, the host's launches
-a host-bound step pays, and replayed as a CUDA graph, the GPU's time, which the map target uses.
+  ours            kernels/pseudo_attention.py: codes, tile map and bias row once a step;
+                  "bias table frozen": a table that requires no gradient (the kernel skips it);
+                  "dQ fused" / "dQ kernel apart": the backward the plan does not pick
+                  (kernels/attention_plan.FUSED_DQ); "16-bit bias table": the other table dtype
+                  (attention_plan.TABLE_16BIT);
+  sdpa-mask       kernels/baselines.py's sdpa (train.py --attention sdpa): SDPA with the dense
+                  (B, H, L, L) bias + -inf mask built once a step, its gradient summed over the
+                  layers and gathered back into the table once;
+  flex            kernels/baselines.py's flex: FlexAttention, compiled, over int32 metadata, its
+                  block mask once a step, the bias read by a score_mod from the (H, 2M+1) row
+                  (its gradient through the captured row); fused or not is read off the kernel
+                  names, and a causal run at the same shape against SDPA's causal kernel;
+  sdpa-nomask     SDPA with no mask at all: what a plain kernel costs over every pair (the dense
+                  upper bound; wrong for these layouts).
+The kernels each method ran are recorded by name (the profiler, one forward+backward): which
+SDPA backend ran, and whether Flex ran fused. Two diagnostic rows, other work than the above and
+in no target (--json "diagnostics"): ours with the same mask and no bias (what the bias costs),
+and with every pair visible and no bias (every tile FULL: the work of sdpa-nomask).
+
 FLOPs are counted on the visible pairs, the same count for every method: forward 4 H D visible,
-forward+backward 3.5 times that (five matmuls to two); "tiles" TFLOP/s counts ours on the tiles it
-computes. Before anything is timed, ours is checked against kernels/reference.py in bf16 on two rows
+forward+backward 3.5 times that (five matmuls to two). The work ratio beside each speed-up is the
+pairs the other method computes (every pair for SDPA; Flex's non-empty blocks) over the pairs in
+ours' computed tiles: ours ahead of sdpa-nomask by more than it is a measurement to doubt, and is
+flagged. Before anything is timed, ours is checked against kernels/reference.py in bf16 on two rows
 (output and the gradients of q, k, v and the bias table); the run stops on a mismatch.
 Targets of the attention issue are printed last, met or not, and --json writes every figure.
 """
@@ -48,17 +53,13 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, backward_name, fused_dq,  # noqa: E402
-                                    layout, make_flex, make_ours, make_sdpa_mask, flex_sanity, table_16bit)
+from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, backward_name, baseline_method,
+                                   flex_blocks, flex_sanity, fused_dq, layout, ours_method, table_16bit)
+from bench.attention_harness import charge, fused_flex, kernel_names, timer
 
 # the row that times the bias table's other dtype (attention_plan.TABLE_16BIT -> its label)
-ALT_TABLE = {False: "ours kernel, 16-bit bias table", True: "ours kernel, float32 bias table"}
-
-H = 12
+ALT_TABLE = {False: "ours, 16-bit bias table", True: "ours, float32 bias table"}
 
 
 def get_args(argv=None):
@@ -72,6 +73,8 @@ def get_args(argv=None):
     p.add_argument("--deadline", type=float, default=None,
                    help="seconds: layouts not started by then are skipped, and Flex is left out of a layout that "
                         "starts within 60 s of it (a lease's budget)")
+    p.add_argument("--layers", type=int, default=12,
+                   help="layers a training step runs, each charged 1/LAYERS of the step's setup (12: base)")
     p.add_argument("--json", default=None, help="write every figure to this file")
     p.add_argument("--save-configs", default=None, help="--sweep: write the fastest configuration per head dim here")
     p.add_argument("--configs", default=None, help="run with the configurations a --save-configs file holds")
@@ -87,6 +90,8 @@ def get_args(argv=None):
         p.error(f"--dims must be comma-separated integers, got {a.dims!r}")
     if not set(a.dims) <= {64, 128}:
         p.error("--dims takes 64 and/or 128")
+    if a.layers < 1:
+        p.error(f"--layers {a.layers}: a step has at least one layer")
     if a.deadline is not None and not a.deadline > 0:
         p.error(f"--deadline {a.deadline:g}: seconds, above 0 (without it, no deadline)")
     from bench.common import check_flags
@@ -95,34 +100,234 @@ def get_args(argv=None):
 
 
 # -----------------------------------------------------------------------------
-# timing
+# one layout
 
-def timer(smoke):
-    """(time(fn) -> ms, how): triton's do_bench (CUDA events, median) on a GPU; one wall-clock run on the CPU."""
-    if smoke:
-        def once(fn, grad_to_none=None):
-            fn()
-            t0 = time.perf_counter()
-            fn()
-            return 1e3 * (time.perf_counter() - t0)
-        return once, once
-    from triton.testing import do_bench, do_bench_cudagraph
+def operands(name, D, dev, dtype, smoke):
+    """(metadata, q k v leaves as the model makes them (B, L, H, D), bias table, output gradient)."""
+    meta = layout(name, dev, smoke)
+    B, L = meta[0].shape
+    H = 2 if smoke else 12
+    torch.manual_seed(0)
+    leaves = [torch.randn(B, L, H, D, device=dev, dtype=dtype, requires_grad=True) for _ in range(3)]
+    table = torch.randn(H, BUCKETS, device=dev, requires_grad=True)
+    return meta, leaves, table, torch.randn(B, H, L, D, device=dev, dtype=dtype)
 
-    def events(fn, grad_to_none=None):
-        return do_bench(fn, grad_to_none=grad_to_none, return_mode="median")
 
-    def graphed(fn, grad_to_none=None):
+def views(leaves):
+    return [x.transpose(1, 2) for x in leaves]
+
+
+def checks(meta, table, q, k, v):
+    """Ours against the reference with the plan's choices, then with each alternative the run
+    times (a mismatch of an alternative drops its row): the labels whose check passed."""
+    from kernels import attention_plan
+    check(meta, table, q, k, v)
+    ok = []
+    if q.shape[-1] <= 64:  # at D 128 there is one backward
+        label = ALT_BACKWARD[attention_plan.FUSED_DQ]
+        with fused_dq(not attention_plan.FUSED_DQ):
+            check(meta, table, q, k, v, ", " + backward_name(label))
+        ok.append(label)
+    label = ALT_TABLE[attention_plan.TABLE_16BIT]
+    with table_16bit(not attention_plan.TABLE_16BIT):
+        if check(meta, table, q, k, v, ", " + backward_name(label), fatal=False):
+            ok.append(label)
+    return ok
+
+
+def sweep(meta, leaves, table, dout, D, time_fn, n_layers, rec):
+    """Time ours under each candidate block configuration; the fastest forward+backward is kept in
+    kernels/attention_plan.OVERRIDE for the rest of the run."""
+    from kernels import attention_plan
+    rows = []
+    for cfg in candidates(D):
+        attention_plan.OVERRIDE[D] = cfg
         try:
-            return do_bench_cudagraph(fn, return_mode="median")
-        except Exception as e:  # noqa: BLE001  (a call that cannot be captured is timed with events instead)
-            print(f"  (CUDA graph capture failed: {type(e).__name__}; timed with events)")
-            torch.cuda.synchronize()
-            return events(fn, grad_to_none)
-    return events, graphed
+            t = charge(ours_method("ours", meta), leaves, table, dout, time_fn, n_layers)
+        except Exception as e:  # noqa: BLE001  (a configuration that does not launch is reported)
+            print(f"  {tuple(cfg)}: failed ({type(e).__name__}: {str(e)[:100]})")
+            continue
+        rows.append((t["fwdbwd_ms"], t["fwd_ms"], cfg))
+        print(f"  sweep {tuple(cfg)}: fwd {t['fwd_ms']:.3f} ms, fwd+bwd {t['fwdbwd_ms']:.3f} ms", flush=True)
+    best = min(rows, key=lambda r: r[0])[2]
+    attention_plan.OVERRIDE[D] = best
+    rec["sweep"] = [dict(config=list(c), fwd_ms=f, fwdbwd_ms=b) for b, f, c in rows]
+    rec["config"] = list(best)
+    print(f"  fastest: {tuple(best)}", flush=True)
+
+
+def tiles(meta, table, q, k, v, rec):
+    """What ours computes: its tiles by class and the pairs in them, against the visible pairs."""
+    from kernels import attention_plan, reference, rel_pos_bias
+    kind, step, pos, valid = meta
+    cfg = attention_plan.config(q.device, q.shape[-1])
+    rec.setdefault("config", list(cfg))
+    pm, _, _ = attention_plan.prepare(q, k, v, kind, step, kind, step, valid,
+                                      bias=rel_pos_bias(table, pos, pos, MAX_DIST))
+    counts = pm["tiles"].q_count.sum((0, 1)).tolist()  # PARTIAL, FULL, FAR, GATHER
+    B, L = kind.shape
+    rec.update(visible=reference.visible(kind, step, kind, step, valid).sum().item(),
+               computed=sum(counts) * cfg.BM * cfg.BN, tiles=dict(zip(("partial", "full", "far", "gather"), counts)))
+    print(f"  visible pairs {100 * rec['visible'] / (B * L * L):.1f}% of L*L; computed tiles "
+          f"{100 * rec['computed'] / (B * L * L):.1f}% ({cfg.BM}x{cfg.BN}: PARTIAL {counts[0]}, FULL {counts[1]}, "
+          f"FAR {counts[2]}, GATHER {counts[3]})", flush=True)
+
+
+def methods(meta, D, alternatives, with_flex):
+    """(method, the plan flags it runs under) for every row, ours first."""
+    from kernels import attention_plan
+    rows = [(ours_method("ours", meta), {}), (ours_method("ours, bias table frozen", meta, frozen=True), {})]
+    for label in alternatives:
+        flags = ({"dq": not attention_plan.FUSED_DQ} if label in ALT_BACKWARD.values()
+                 else {"table": not attention_plan.TABLE_16BIT})
+        rows.append((ours_method(label, meta), flags))
+    rows += [(baseline_method("sdpa-mask", "sdpa", meta), {})]
+    if with_flex:
+        rows += [(baseline_method("flex", "flex", meta), {})]
+    rows += [(baseline_method("sdpa-nomask", "sdpa-nomask", meta), {})]
+    return rows
+
+
+def time_methods(rows, leaves, table, dout, time_fn, n_layers, rec):
+    """Every method charged by one function, and the kernels one forward+backward of it ran."""
+    for m, flags in rows:
+        try:
+            with fused_dq(flags.get("dq")), table_16bit(flags.get("table")):
+                t = charge(m, leaves, table, dout, time_fn, n_layers)
+                st = m.setup(table, *views(leaves))
+                t["kernels"] = kernel_names(lambda: m.call(st, *views(leaves)).backward(dout))
+        except Exception as e:  # noqa: BLE001  (a baseline that cannot run is reported, not fatal)
+            print(f"  {m.label}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
+            continue
+        if m.label == "flex":
+            t["fused"], t["blocks"] = fused_flex(t["kernels"]), flex_blocks(st)
+        rec["methods"][m.label] = t
+
+
+def bench(name, D, args, dev, dtype, time_fn):
+    meta, leaves, table, dout = operands(name, D, dev, dtype, args.smoke)
+    q, k, v = (x.detach().transpose(1, 2).contiguous() for x in leaves)
+    B, L, H = q.shape[0], q.shape[2], q.shape[1]
+    print(f"\n## {name}, D {D}: B={B} H={H} L={L} (mean {meta[3].sum().item() / B:.0f} real tokens a row)", flush=True)
+    from kernels import attention_plan
+    alternatives = checks(meta, table, q, k, v)
+    rec = dict(layout=name, D=D, B=B, H=H, L=L, layers=args.layers, methods={},
+               alt_backward=ALT_BACKWARD[attention_plan.FUSED_DQ])
+    if args.sweep and D not in attention_plan.OVERRIDE:  # once per head dim: the first layout that has it
+        sweep(meta, leaves, table, dout, D, time_fn, args.layers, rec)
+    tiles(meta, table, q, k, v, rec)
+    with_flex = not args.no_flex and not getattr(args, "skip_flex", False)
+    time_methods(methods(meta, D, alternatives, with_flex), leaves, table, dout, time_fn, args.layers, rec)
+    rec["diagnostics"] = diagnostics(meta, leaves, table, dout, time_fn, args.layers)
+    if with_flex and not args.smoke:
+        try:
+            fc, sc = flex_sanity(q, k, v, time_fn)
+            rec["flex_causal_vs_sdpa"] = dict(flex_ms=fc, sdpa_ms=sc)
+        except Exception as e:  # noqa: BLE001
+            print(f"  flex sanity: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
+    report(rec)
+    return rec
+
+
+def diagnostics(meta, leaves, table, dout, time_fn, n_layers):
+    """Where ours spends its time (not baselines: other work than the rows of the table): the same
+    mask without the relative bias (what the bias costs), and every pair visible without a bias
+    (every tile FULL: ours as a plain FlashAttention over all pairs, beside sdpa-nomask, which does
+    the same work: what the tile lists and the loops cost)."""
+    from kernels import CONTEXT
+    kind, step, pos, valid = meta
+    every = (torch.full_like(kind, CONTEXT), torch.zeros_like(step), pos, torch.ones_like(valid))
+    out = {}
+    for label, m in (("ours, no bias", meta), ("ours, every pair visible, no bias", every)):
+        try:
+            out[label] = charge(ours_method(label, m, bias=False), leaves, table, dout, time_fn, n_layers)
+        except Exception as e:  # noqa: BLE001  (a diagnostic that cannot run is reported, not fatal)
+            print(f"  {label}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
+            return {}
+    return out
 
 
 # -----------------------------------------------------------------------------
-# one layout
+# what a layout's record says
+
+def work(rec, label):
+    """The pairs a method computes: ours its tiles, Flex its non-empty blocks, SDPA every pair."""
+    dense = rec["B"] * rec["L"] ** 2
+    if label.startswith("ours"):
+        return rec["computed"]
+    m = rec["methods"][label]
+    return dense * m["blocks"] if m.get("blocks") is not None else dense
+
+
+def report(rec):
+    """The table of a layout: each method's kernel and setup times, its charge a layer, TFLOP/s on
+    the visible pairs, ours' speed-up against it beside the work ratio, and the kernels it ran."""
+    H, D, n = rec["H"], rec["D"], rec["layers"]
+    fwd_flops = 4 * H * D * rec["visible"]
+    ours = rec["methods"].get("ours")
+    print(f"  a layer is charged its call + 1/{n} of the step's setup and reduce; FLOPs on visible pairs: forward "
+          f"{fwd_flops:.3g}, forward+backward 3.5x")
+    print("  | method | fwd ms | fwd+bwd ms | setup ms | reduce ms | layer fwd+bwd ms | fwd+bwd TFLOP/s (visible) "
+          "| ours speed-up (layer fwd+bwd) | work ratio | kernels |")
+    print("  | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for label, m in rec["methods"].items():
+        m["fwd_tflops"] = fwd_flops / m["fwd_ms"] * 1e-9
+        m["fwdbwd_tflops"] = 3.5 * fwd_flops / m["fwdbwd_ms"] * 1e-9
+        up = f"{m['layer_fwdbwd_ms'] / ours['layer_fwdbwd_ms']:.2f}x" if ours else "-"
+        print(f"  | {label}{'' if m['bias_grad'] else ' (no bias gradient)'} | {m['fwd_ms']:.3f} | "
+              f"{m['fwdbwd_ms']:.3f} | {m['setup_ms']:.3f} | {m['reduce_ms']:.3f} | {m['layer_fwdbwd_ms']:.3f} | "
+              f"{m['fwdbwd_tflops']:.1f} | {up} | {work(rec, label) / rec['computed']:.2f} | "
+              f"{', '.join(n[:60] for n in m['kernels'])} |", flush=True)
+    plain = rec["methods"].get("sdpa-nomask")
+    if ours and plain:
+        rec["density_bound"] = work(rec, "sdpa-nomask") / rec["computed"]
+        rec["over_dense_fwd"] = plain["fwd_ms"] / ours["fwd_ms"]
+        if rec["over_dense_fwd"] > rec["density_bound"]:
+            print(f"  ours' forward is {rec['over_dense_fwd']:.2f}x sdpa-nomask's, above the "
+                  f"{rec['density_bound']:.2f}x its tiles' share of the pairs allows: a measurement to doubt",
+                  flush=True)
+        for key, flops in (("fwd", fwd_flops), ("bwd", 2.5 * fwd_flops)):
+            ms = (lambda m: m["fwd_ms"]) if key == "fwd" else (lambda m: m["fwdbwd_ms"] - m["fwd_ms"])
+            tiles_tf = flops * rec["computed"] / rec["visible"] / ms(ours) * 1e-9
+            dense_tf = flops * work(rec, "sdpa-nomask") / rec["visible"] / ms(plain) * 1e-9
+            rec[f"{key}_tiles_over_dense"] = tiles_tf / dense_tf
+        print(f"  TFLOP/s on computed tiles against sdpa-nomask's on every pair: forward "
+              f"{rec['fwd_tiles_over_dense']:.2f}x, backward {rec['bwd_tiles_over_dense']:.2f}x", flush=True)
+    if rec.get("flex_causal_vs_sdpa"):
+        f = rec["flex_causal_vs_sdpa"]
+        print(f"  flex sanity, causal at this shape: flex {f['flex_ms']:.3f} ms, SDPA {f['sdpa_ms']:.3f} ms "
+              f"({f['sdpa_ms'] / f['flex_ms']:.2f}x SDPA's speed)", flush=True)
+
+
+# -----------------------------------------------------------------------------
+# the targets of the attention issue
+
+def targets(records):
+    rows = []
+
+    def ratio(rec, other):
+        m = rec["methods"]
+        return m[other]["layer_fwdbwd_ms"] / m["ours"]["layer_fwdbwd_ms"] if "ours" in m and other in m else None
+
+    for rec in records:
+        tag = f"{rec['layout']} D{rec['D']}"
+        rows.append((f"{tag}: a layer's fwd+bwd, setup once a step, vs SDPA-mask", ratio(rec, "sdpa-mask"), 1.5))
+        fused = rec["methods"].get("flex", {}).get("fused")
+        rows.append((f"{tag}: a layer's fwd+bwd, setup once a step, vs Flex shown fused",
+                     ratio(rec, "flex") if fused else None, 1.0))
+        for key in ("fwd", "bwd"):
+            rows.append((f"{tag}: {key} TFLOP/s on computed tiles / SDPA without a mask's",
+                         rec.get(f"{key}_tiles_over_dense"), 0.65))
+    print("\n## targets")
+    print("| target | measured | wanted | met |")
+    print("| --- | --- | --- | --- |")
+    out = []
+    for what, got, want in rows:
+        met = "not measured" if got is None else "yes" if got >= want else "no"
+        print(f"| {what} | {'-' if got is None else f'{got:.2f}'} | >= {want:g} | {met} |")
+        out.append(dict(target=what, measured=got, wanted=want, met=met))
+    return out
+
 
 def check(meta, table, q, k, v, label="", fatal=True):
     """bf16 forward and backward of ours against the reference on two rows; exits on a mismatch
@@ -163,214 +368,6 @@ def candidates(D):
     return [base] + [c for c in more if c != base]
 
 
-def bench(name, D, args, dev, dtype, time_fn, graph_fn):
-    from kernels import attention_plan, reference, rel_pos_bias
-    global H
-    H = 2 if args.smoke else 12
-    meta = layout(name, dev, args.smoke)
-    kind, step, pos, valid = meta
-    B, L = kind.shape
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(B, H, L, D, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
-    table = torch.randn(H, BUCKETS, device=dev, requires_grad=True)
-    print(f"\n## {name}, D {D}: B={B} H={H} L={L} (mean {valid.sum().item() / B:.0f} real tokens a row)", flush=True)
-    check(meta, table, q, k, v)
-    if D <= 64:  # the other backward (at D 128 there is one)
-        alt_label = ", " + backward_name(ALT_BACKWARD[attention_plan.FUSED_DQ])
-        with fused_dq(not attention_plan.FUSED_DQ):
-            check(meta, table, q, k, v, alt_label)
-    alt_label = ", " + backward_name(ALT_TABLE[attention_plan.TABLE_16BIT])
-    with table_16bit(not attention_plan.TABLE_16BIT):  # the other bias table: a mismatch skips its row
-        alt_table_ok = check(meta, table, q, k, v, alt_label, fatal=False)
-    rec = dict(layout=name, D=D, B=B, H=H, L=L, methods={}, alt_backward=ALT_BACKWARD[attention_plan.FUSED_DQ])
-    dout = torch.randn_like(q)
-
-    def timed(fn, graph=False):
-        t = graph_fn if graph else time_fn
-        f = t(lambda: fn(q, k, v))
-
-        def both():
-            fn(q, k, v).backward(dout)
-        return f, t(both, grad_to_none=[q, k, v, table])
-
-    if args.sweep and D not in attention_plan.OVERRIDE:  # once per head dim: the first layout that has it
-        rows = []
-        for cfg in candidates(D):
-            attention_plan.OVERRIDE[D] = cfg
-            try:
-                f, b = timed(make_ours(meta, table, True), graph=True)
-            except Exception as e:  # noqa: BLE001  (a configuration that does not launch is reported)
-                print(f"  {tuple(cfg)}: failed ({type(e).__name__}: {str(e)[:100]})")
-                continue
-            rows.append((b, f, cfg))
-            print(f"  sweep {tuple(cfg)}: fwd {f:.3f} ms, fwd+bwd {b:.3f} ms", flush=True)
-        best = min(rows, key=lambda r: r[0])[2]
-        attention_plan.OVERRIDE[D] = best
-        rec["sweep"] = [dict(config=list(c), fwd_ms=f, fwdbwd_ms=b) for b, f, c in rows]
-        rec["config"] = list(best)
-        print(f"  fastest: {tuple(best)}", flush=True)
-    cfg = attention_plan.config(torch.device(dev), D)
-    rec.setdefault("config", list(cfg))
-
-    # what ours computes, and the cost of building its codes and map
-    pm, _, _ = attention_plan.prepare(q, k, v, kind, step, kind, step, valid,
-                                      bias=rel_pos_bias(table, pos, pos, MAX_DIST))
-    counts = pm["tiles"].q_count.sum((0, 1)).tolist()  # PARTIAL, FULL, FAR, GATHER
-    computed = sum(counts) * cfg.BM * cfg.BN
-    visible = reference.visible(kind, step, kind, step, valid).sum().item()
-    def build():
-        return attention_plan.prepare(q, k, v, kind, step, kind, step, valid,
-                                      bias=rel_pos_bias(table, pos, pos, MAX_DIST))
-    # eager: the host's launches, which a host-bound step pays; replayed as a graph: the GPU's time,
-    # which a step pays when its GPU is the bottleneck (the launches then overlap earlier work)
-    map_ms, map_graph_ms = time_fn(build), graph_fn(build)
-    rec.update(visible=visible, computed=computed, tiles=dict(zip(("partial", "full", "far", "gather"), counts)),
-               map_ms=map_ms, map_graph_ms=map_graph_ms)
-    print(f"  visible pairs {100 * visible / (B * L * L):.1f}% of L*L; computed tiles "
-          f"{100 * computed / (B * L * L):.1f}% "
-          f"({cfg.BM}x{cfg.BN}: PARTIAL {counts[0]}, FULL {counts[1]}, FAR {counts[2]}, GATHER {counts[3]})",
-          flush=True)
-
-    methods = [("ours", lambda: make_ours(meta, table, False), False),
-               ("ours kernel", lambda: make_ours(meta, table, True), True),
-               ("ours kernel, bias table frozen", lambda: make_ours(meta, table.detach(), True), True),
-               (ALT_BACKWARD[attention_plan.FUSED_DQ], lambda: make_ours(meta, table, True), True),
-               (ALT_TABLE[attention_plan.TABLE_16BIT], lambda: make_ours(meta, table, True), True),
-               ("sdpa-mask", lambda: make_sdpa_mask(meta, table, False, dtype), False),
-               ("sdpa-mask kernel", lambda: make_sdpa_mask(meta, table, True, dtype), False),
-               ("sdpa-nomask", lambda: (lambda q, k, v: F.scaled_dot_product_attention(q, k, v)), False)]
-    for label, make, graph in methods:
-        if label == "ours kernel, dQ fused" and D > 64:
-            continue  # the plan keeps two backward kernels at D 128 (kernels/attention_plan.FUSED_DQ)
-        if label == ALT_TABLE[attention_plan.TABLE_16BIT] and not alt_table_ok:
-            continue
-        try:
-            with fused_dq(not attention_plan.FUSED_DQ if label == ALT_BACKWARD[attention_plan.FUSED_DQ] else None), \
-                    table_16bit(not attention_plan.TABLE_16BIT if label == ALT_TABLE[attention_plan.TABLE_16BIT]
-                                else None):
-                f, b = timed(make(), graph)
-            rec["methods"][label] = dict(fwd_ms=f, fwdbwd_ms=b)
-        except Exception as e:  # noqa: BLE001  (a baseline that cannot run is reported, not fatal)
-            print(f"  {label}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
-    rec["diagnostics"] = diagnostics(meta, timed)
-    if not args.smoke and not args.no_flex and not getattr(args, "skip_flex", False):
-        try:
-            with_build, kernel_only, build = make_flex(meta, table)
-            for label, fn in (("flex", with_build), ("flex kernel", kernel_only)):
-                f, b = timed(fn)
-                rec["methods"][label] = dict(fwd_ms=f, fwdbwd_ms=b)
-            rec["flex_block_mask_ms"] = time_fn(build)
-            fc, sc = flex_sanity(q.detach(), k.detach(), v.detach(), time_fn)
-            rec["flex_causal_vs_sdpa"] = dict(flex_ms=fc, sdpa_ms=sc)
-            print(f"  flex sanity, causal at this shape: flex {fc:.3f} ms, SDPA {sc:.3f} ms ({sc / fc:.2f}x SDPA's "
-                  "speed)")
-        except Exception as e:  # noqa: BLE001
-            print(f"  flex: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
-
-    fwd_flops = 4 * H * D * visible
-    print(f"  codes + tile map: {map_ms:.3f} ms eager, {map_graph_ms:.3f} ms replayed as a graph; FLOPs on visible "
-          f"pairs: forward {fwd_flops:.3g}, forward+backward 3.5x")
-    print("  | method | fwd ms | fwd+bwd ms | fwd TFLOP/s (visible) | fwd+bwd TFLOP/s | ours fwd speed-up | ours "
-          "fwd+bwd speed-up |")
-    print("  | --- | --- | --- | --- | --- | --- | --- |")
-    for label, m in rec["methods"].items():
-        mine = rec["methods"].get("ours kernel" if "kernel" in label else "ours")
-        m["fwd_tflops"] = fwd_flops / m["fwd_ms"] * 1e-9
-        m["fwdbwd_tflops"] = 3.5 * fwd_flops / m["fwdbwd_ms"] * 1e-9
-        up = (f"{m['fwd_ms'] / mine['fwd_ms']:.2f}x | {m['fwdbwd_ms'] / mine['fwdbwd_ms']:.2f}x" if mine else "- | -")
-        print(f"  | {label} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | {m['fwd_tflops']:.1f} | "
-              f"{m['fwdbwd_tflops']:.1f} | "
-              f"{up} |")
-    ok = rec["methods"].get("ours kernel")
-    diag, plain = rec["diagnostics"], rec["methods"].get("sdpa-nomask")
-    if ok and diag:
-        nb, ev = diag["ours kernel, no bias"], diag["ours kernel, every pair visible, no bias"]
-        all_flops = 4 * H * D * B * L * L
-        print(f"  diagnostics (other work than the rows above): without the bias ours kernel's forward takes "
-              f"{nb['fwd_ms']:.3f} ms, {nb['fwd_ms'] / ok['fwd_ms']:.2f}x its time with it; every pair visible, no "
-              "bias "
-              f"(every tile FULL): {ev['fwd_ms']:.3f} ms, {all_flops / ev['fwd_ms'] * 1e-9:.1f} TFLOP/s over all pairs"
-              + (f", sdpa-nomask {all_flops / plain['fwd_ms'] * 1e-9:.1f}" if plain else ""), flush=True)
-    if ok:
-        ok["fwd_tflops_tiles"] = 4 * H * D * computed / ok["fwd_ms"] * 1e-9
-        bwd = ok["fwdbwd_ms"] - ok["fwd_ms"]
-        rec["bwd_over_fwd"] = bwd / ok["fwd_ms"]
-        alt = rec["methods"].get(ALT_BACKWARD[attention_plan.FUSED_DQ])
-        if alt:
-            rec["bwd_over_fwd_alt"] = (alt["fwdbwd_ms"] - alt["fwd_ms"]) / ok["fwd_ms"]
-        print(f"  ours kernel: forward {ok['fwd_tflops_tiles']:.1f} TFLOP/s on computed tiles; backward / forward "
-              f"{rec['bwd_over_fwd']:.2f}"
-              + (f" ({backward_name(ALT_BACKWARD[attention_plan.FUSED_DQ])}: {rec['bwd_over_fwd_alt']:.2f})" if alt
-                 else "")
-              + f"; map (graph) / forward {map_graph_ms / ok['fwd_ms']:.1%}", flush=True)
-    return rec
-
-
-def diagnostics(meta, timed):
-    """Where ours spends its time, kernel-only, on the layout's q, k, v (not baselines: other work
-    than the rows of the table): the same mask without the relative bias (what the bias costs), and
-    every pair visible without a bias (every tile FULL: ours as a plain FlashAttention over all pairs,
-    beside sdpa-nomask, which does the same work: what the tile lists and the loops cost)."""
-    from kernels import CONTEXT
-    from kernels.pseudo_attention import pseudo_attention
-    kind, step, _, valid = meta
-    every = torch.full_like(kind, CONTEXT)
-    out = {}
-    for label, (kk, ss, vv) in (("ours kernel, no bias", (kind, step, valid)),
-                                ("ours kernel, every pair visible, no bias", (every, torch.zeros_like(step),
-                                                                             torch.ones_like(valid)))):
-        cache = {}
-        try:
-            f, b = timed(lambda q, k, v, kk=kk, ss=ss, vv=vv, cache=cache:
-                         pseudo_attention(q, k, v, kk, ss, kk, ss, vv, cache=cache), graph=True)
-        except Exception as e:  # noqa: BLE001  (a diagnostic that cannot run is reported, not fatal)
-            print(f"  {label}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
-            return {}
-        out[label] = dict(fwd_ms=f, fwdbwd_ms=b)
-    return out
-
-
-# -----------------------------------------------------------------------------
-# the targets of the attention issue
-
-def targets(records):
-    rows = []
-
-    def ratio(rec, a, b, key):
-        m = rec["methods"]
-        return m[a][key] / m[b][key] if a in m and b in m else None
-
-    for rec in records:
-        tag = f"{rec['layout']} D{rec['D']}"
-        rows.append((f"{tag}: forward kernel-only vs SDPA-mask kernel",
-                     ratio(rec, "sdpa-mask kernel", "ours kernel", "fwd_ms"), 2.0))
-        rows.append((f"{tag}: fwd+bwd end to end vs SDPA-mask", ratio(rec, "sdpa-mask", "ours", "fwdbwd_ms"), 2.0))
-        rows.append((f"{tag}: fwd+bwd end to end vs Flex", ratio(rec, "flex", "ours", "fwdbwd_ms"), 1.0))
-        ok = rec["methods"].get("ours kernel")
-        if ok:
-            rows.append((f"{tag}: map / forward kernel (at most)",
-                         rec.get("map_graph_ms", rec["map_ms"]) / ok["fwd_ms"], -0.05))
-            rows.append((f"{tag}: backward / forward (at most)", rec.get("bwd_over_fwd"), -2.5))
-            if "bwd_over_fwd_alt" in rec:
-                rows.append((f"{tag}: backward / forward, {backward_name(rec['alt_backward'])} (at most)",
-                             rec["bwd_over_fwd_alt"], -2.5))
-            if rec["D"] == 128 and rec["layout"] == "s2s-2k":
-                rows.append((f"{tag}: forward TFLOP/s on computed tiles", ok.get("fwd_tflops_tiles"), 200.0))
-    print("\n## targets")
-    print("| target | measured | wanted | met |")
-    print("| --- | --- | --- | --- |")
-    out = []
-    for what, got, want in rows:
-        if got is None:
-            met = "not measured"
-        else:
-            met = "yes" if (got >= want if want > 0 else got <= -want) else "no"
-        shown = "-" if got is None else (f"{got:.1%}" if "map" in what else f"{got:.2f}")
-        print(f"| {what} | {shown} | {'>=' if want > 0 else '<='} {abs(want):g} | {met} |")
-        out.append(dict(target=what, measured=got, wanted=want, met=met))
-    return out
-
-
 def main(argv=None):
     args = get_args(argv)
     if args.smoke:
@@ -382,7 +379,7 @@ def main(argv=None):
                      "the kernel tests run there: python -m pytest -q tests/test_pseudo_attention.py")
         dev, dtype = "cuda", torch.bfloat16
     import triton
-    time_fn, graph_fn = timer(args.smoke)
+    time_fn = timer(args.smoke)
     if args.configs:
         from kernels import attention_plan
         with open(args.configs) as f:
@@ -402,7 +399,7 @@ def main(argv=None):
                 print(f"\n## {name}, D {D}: skipped, the deadline has passed", flush=True)
                 continue
             args.skip_flex = left is not None and left < 60
-            records.append(bench(name, D, args, dev, dtype, time_fn, graph_fn))
+            records.append(bench(name, D, args, dev, dtype, time_fn))
     result = dict(device=device, torch=torch.__version__, triton=triton.__version__, date=time.strftime("%Y-%m-%d"),
                   records=records, targets=targets(records))
     if args.save_configs:

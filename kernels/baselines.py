@@ -52,14 +52,18 @@ def dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtyp
     return add.masked_fill(~see, float("-inf")).to(dtype), blind
 
 
+def _sdpa_key(bias, dtype):
+    """One mask per forward: the metadata cache's entry for this bias (every layer passes the same one)."""
+    return ("sdpa", id(bias.by_distance if isinstance(bias, RelPosBias) else bias), dtype)
+
+
 def sdpa(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None, scale=None,
          cache=None, masked=True):
     if not masked:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
-    # one mask per forward: the metadata's cache entry, for this bias (every layer passes the same one)
-    key = ("sdpa", id(bias.by_distance if isinstance(bias, RelPosBias) else bias), q.dtype)
-    held, mask, blind = _entry(cache, key, lambda: (bias, *dense_mask(q_kind, q_step, k_kind, k_step, k_valid,
-                                                                      q_seq, k_seq, bias, q.dtype)))
+    held, mask, blind = _entry(cache, _sdpa_key(bias, q.dtype),
+                               lambda: (bias, *dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq,
+                                                          bias, q.dtype)))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return out.masked_fill(blind, 0.0)
 
@@ -116,6 +120,18 @@ def score_mod_of(bias, q_shape, Lk):
         dense = bias.expand(*q_shape[:3], Lk)
         return lambda score, b, h, qi, ki: score + dense[b, h, qi, ki]
     return None
+
+
+def prepare(name, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype, cache, leaf=None):
+    """Build into `cache` what NAME's layers read for one forward (SDPA's dense mask, Flex's block
+    mask), as its first layer would. leaf: a function the dense mask goes through (a benchmark's
+    stand-in whose gradient the layers sum)."""
+    if name == "sdpa":
+        mask, blind = dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype)
+        cache[_sdpa_key(bias, dtype)] = (bias, mask if leaf is None else leaf(mask), blind)
+    elif name == "flex":
+        cache["flex-block-mask"] = block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)
+    return cache
 
 
 def attention(name, *args, **kwargs):

@@ -9,8 +9,11 @@ from tools.figures import ROOT, _load
 
 def attention(path):
     """bench/bench_attention.py --json: per layout, every method's times, TFLOP/s on visible pairs
-    and ours' speed-up (kernel-only rows against ours kernel-only, end-to-end against ours)."""
+    and ours' speed-up (kernel-only rows against ours kernel-only, end-to-end against ours); a file
+    of the equal-work harness (each layer charged its share of the step's setup) by charged_attention."""
     d = _load(path)
+    if any("layer_fwdbwd_ms" in m for r in d["records"] for m in r["methods"].values()):
+        return charged_attention(d)
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}. Times in ms (median, CUDA events; "
            "ours kernel-only by CUDA-graph replay); TFLOP/s count the visible pairs only (forward 4 H D visible, "
            "forward+backward 3.5x that).", ""]
@@ -35,6 +38,28 @@ def attention(path):
             f = r["flex_causal_vs_sdpa"]
             out.append(f"\nFlex checked: causal at this shape {f['flex_ms']:.3f} ms against SDPA's causal kernel "
                        f"{f['sdpa_ms']:.3f} ms ({f['sdpa_ms'] / f['flex_ms']:.2f}x its speed): fused.")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def charged_attention(d):
+    """The equal-work harness's file: per layout, each method's call, setup and reduce times, a
+    layer's charge, ours' speed-up beside the work ratio, and the kernels that ran."""
+    out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}. Times in ms (median, CUDA events, "
+           "L2 flushed, gradients reset, one function for every method); a layer is charged its call and its share "
+           "of the step's setup and reduce; TFLOP/s count the visible pairs only.", ""]
+    for r in d["records"]:
+        dense, ours = r["B"] * r["L"] ** 2, r["methods"].get("ours")
+        out += [f"**{r['layout']}, D {r['D']}** (B {r['B']}, L {r['L']}, {r['layers']} layers a step; visible "
+                f"{100 * r['visible'] / dense:.1f}% of L*L, ours computes {100 * r['computed'] / dense:.1f}%)", "",
+                "| method | bias gradient | fwd ms | fwd+bwd ms | setup ms | reduce ms | layer fwd+bwd ms | "
+                "fwd+bwd TFLOP/s | ours speed-up | work ratio | kernels |", "|---" * 11 + "|"]
+        for label, m in r["methods"].items():
+            work = (r["computed"] if label.startswith("ours") else dense * (m.get("blocks") or 1)) / r["computed"]
+            up = f"{m['layer_fwdbwd_ms'] / ours['layer_fwdbwd_ms']:.2f}x" if ours else "-"
+            out.append(f"| {label} | {'yes' if m['bias_grad'] else 'no'} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | "
+                       f"{m['setup_ms']:.3f} | {m['reduce_ms']:.3f} | {m['layer_fwdbwd_ms']:.3f} | "
+                       f"{m['fwdbwd_tflops']:.1f} | {up} | {work:.2f} | {', '.join(m.get('kernels', []))} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
