@@ -13,11 +13,11 @@ Mask-Predict (core/mask_predict.py). Classification puts a fresh linear layer on
 [EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). An encoder reads its source laid
 out as its pretraining laid out its text ([SOS] first for PMLM, MLM and MLAE; core/finetuning.py).
 
-The recipe is the papers' (UniLMv2 appendix D, MLAE Table 11): a peak learning rate well under
-pretraining's (1.5e-4 after train.py's 1e-3, between UniLMv2's 7e-5 / 6e-4 and MLAE's 1e-4 / 5e-4),
-warmup then MLAE's inverse square root decay, label smoothing 0.1 (ELMER: none), and early stopping:
-the validation loss every half epoch, best.pt at its lowest, the run ends after --patience
-validations without a new lowest (or at --epochs, a maximum). docs/design.md says why each.
+The recipe follows the papers (UniLMv2 appendix D, MLAE Table 11): a peak learning rate chosen on
+validation from a grid up to pretraining's (results/cpu-finetune-lr), warmup then MLAE's inverse
+square root decay, label smoothing 0.1 (ELMER: none), and early stopping: the validation loss every
+half epoch, best.pt at its lowest, the run ends after --patience validations without a new lowest
+(or at --epochs, a maximum). docs/design.md says why each.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
 """
 import argparse
@@ -53,7 +53,7 @@ from core.training import (EarlyStop, add_run_flags, attention_choice, autocast,
 
 RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype", "patience",
              "attention")
-FINETUNE_LR = 1.5e-4  # the papers' fine-tuning / pretraining ratio (0.12-0.2) times train.py's 1e-3
+FINETUNE_LR = 1e-3  # the lowest validation loss of a grid up to pretraining's rate (docs/design.md)
 
 
 def get_args(argv=None):

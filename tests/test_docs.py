@@ -281,3 +281,22 @@ def test_a_pretraining_table_reads_the_loss_train_py_judges_and_names_a_log_with
     (tmp_path / "bad-log.jsonl").write_text(json.dumps({"step": 100, "valid_other": 1.0, "unigram_entropy": 6.5}))
     with pytest.raises(SystemExit, match="bad-log.jsonl: its last held-out record has none of the losses"):
         render_docs.default_pretraining("bad-log.jsonl")
+
+
+def test_the_lr_grid_reads_each_runs_lr_and_chooses_the_lowest_validation_loss(tmp_path, monkeypatch):
+    """The fine-tuning learning-rate grid: one row per run, by its config's --lr, its validation loss
+    at every validation ('-' where it ran none), its lowest, and the lr of the lowest of all."""
+    from tools import figures, render_docs
+    for lr, losses in ((1e-3, [3.7, 3.6]), (1.5e-4, [4.3, 4.0, 3.9]), (5e-4, [3.8, 3.5, 3.55])):
+        d = tmp_path / "grid" / f"lr{lr}"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"args": {"lr": lr}}))
+        rows = [{"step": 444 * (i + 1), "valid_loss": v, "valid_rougeL": 20.0 + i} for i, v in enumerate(losses)]
+        (d / "log.jsonl").write_text("\n".join(json.dumps(r) for r in rows + [{"step": 444 * len(losses) + 3}]))
+    monkeypatch.setattr(figures, "ROOT", str(tmp_path))
+    monkeypatch.setattr(render_docs, "ROOT", str(tmp_path))
+    lines = render_docs.lr_grid("grid").splitlines()
+    assert lines[0] == "| peak lr | step 444 | step 888 | step 1332 | lowest | ROUGE-L there (sample) | steps run |"
+    assert lines[2] == "| 1.5e-4 | 4.300 | 4.000 | 3.900 | 3.900 (step 1332) | 22.00 | 1335 |"
+    assert lines[4] == "| 1e-3 | 3.700 | 3.600 | - | 3.600 (step 888) | 21.00 | 891 |"
+    assert lines[-1] == "Lowest validation loss: `--lr 5e-4`."

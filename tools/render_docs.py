@@ -261,6 +261,32 @@ def pretrainings(path):
     return "\n".join(out + ["", f"`{d['budget']}` budget, written {d['written']}; {d['environment']}."]) + "\n"
 
 
+def _lr(v):
+    """A learning rate as the flags write it: 1.5e-4, 1e-3."""
+    m, e = f"{v:.2e}".split("e")
+    return f"{m.rstrip('0').rstrip('.')}e{int(e)}"
+
+
+def lr_grid(folder):
+    """A folder of finetune.py runs that differ in --lr only (one sub-folder each, its config.json and
+    log.jsonl): the validation loss of each at every validation, its lowest, and the one chosen."""
+    runs = []
+    for d in sorted(glob.glob(os.path.join(ROOT, folder, "*", "config.json"))):
+        lr = _load(os.path.relpath(d, ROOT))["args"]["lr"]
+        log = list(_jsonl(os.path.join(os.path.dirname(os.path.relpath(d, ROOT)), "log.jsonl")))
+        evals = [r for r in log if "valid_loss" in r]
+        runs.append((lr, {r["step"]: r for r in evals}, min(evals, key=lambda r: r["valid_loss"]), log[-1]["step"]))
+    runs.sort(key=lambda r: r[0])
+    steps = sorted({s for _, by, _, _ in runs for s in by})
+    out = ["| peak lr | " + " | ".join(f"step {s}" for s in steps) + " | lowest | ROUGE-L there (sample) | steps run |",
+           "|---|" + "---|" * (len(steps) + 3)]
+    for lr, by, best, last in runs:
+        out.append(f"| {_lr(lr)} | " + " | ".join(f"{by[s]['valid_loss']:.3f}" if s in by else "-" for s in steps)
+                   + f" | {best['valid_loss']:.3f} (step {best['step']}) | {best['valid_rougeL']:.2f} | {last} |")
+    chosen = min(runs, key=lambda r: r[2]["valid_loss"])
+    return "\n".join(out) + f"\n\nLowest validation loss: `--lr {_lr(chosen[0])}`.\n"
+
+
 def study(path):
     """A study's or benchmark's --json (tools/records.py): its table and the command that made it."""
     return records.table(_load(path))
@@ -275,7 +301,7 @@ RENDERERS = {"study": study, "run-times": run_times, "run-time": run_time, "defa
              "claims-summary": claims_summary, "pretrainings": pretrainings,
              "plot-pretrainings": figures.plot_pretrainings,
              "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep,
-             "plot-mask-ratio": figures.plot_mask_ratio}
+             "plot-mask-ratio": figures.plot_mask_ratio, "lr-grid": lr_grid}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
 

@@ -130,11 +130,12 @@ def summary_words():
 
 
 LOG = "docs/LOG.md"
+LR_GRID = "results/cpu-finetune-lr/RUN.md"
 COMPILE_TEST = "tests/test_compile.py"
 SOURCES = {
     "README.md": {},
     "CHANGELOG.md": {
-        "1.5e-4": "finetune.py", "0.05": "finetune.py", "0.1": "results/defaults.json", "0.5": "finetune.py",
+        "1.5e-4": LR_GRID, "0.05": "finetune.py", "0.1": "results/defaults.json", "0.5": "finetune.py",
         "3%": LOG, "3.6": "results/h200-2026-11-26/RUN.md", "80%": Paper("UniLMv2 4.1"),
         "10%": Paper("UniLMv2 4.1"), "4.1": Paper("UniLMv2 4.1"), "90%": "train.py",
         "2.03x": "results/studies/dtype.json",
@@ -142,7 +143,7 @@ SOURCES = {
     "bench/RESULTS.md": {"2.02x": "results/h200-2026-11-27/RUN.md", "2.37x": "results/h200-2026-11-27/RUN.md"},
     "docs/design.md": {
         "80%": Paper("UniLMv2 4.1"), "10%": Paper("UniLMv2 4.1"), "4.6": Paper("UniLMv2 4.6"), "90%": "train.py",
-        "0.1": ("core/pmlm.py", Paper("UniLMv2 Table 10: dropout")), "0.22": LOG, "1.5e-4": "finetune.py",
+        "0.1": ("core/pmlm.py", Paper("UniLMv2 Table 10: dropout")), "0.22": LOG, "1.5e-4": LR_GRID,
         "0.6": Paper("Wu et al. 2016, UniLMv2 Table 10"),
         "6.6": summary_words, "0.02": Paper("BERT's initializer"), "0.8": lambda: 331 / 400,
         "13%": lambda: (331 / 400) / (75 / 12), "1%": LOG,
@@ -167,7 +168,7 @@ SOURCES = {
     "docs/unilmv2.md": {
         "15%": Paper("UniLMv2 Algorithm 1"), "0.4": Paper("UniLMv2 Algorithm 1"), "80%": Paper("UniLMv2 4.1"),
         "10%": Paper("UniLMv2 4.1"), "0.1": Paper("UniLMv2 Table 10"), "0.6": Paper("UniLMv2 Table 10"),
-        "16x": "core/model.py", "1.5e-4": "finetune.py",
+        "16x": "core/model.py",
     },
 }
 
