@@ -134,16 +134,44 @@ def wrong_checkpoint(run, argv, out):
     return None
 
 
+# finetune.py's flags that make its recipe and that it keeps as given: a run made under other
+# values (an earlier default) is not the plan's run now
+RECIPE = ("lr", "lr_schedule", "warmup_frac", "batch", "patience", "valid_every", "valid_examples", "weight_decay",
+          "clip", "seed")
+
+
+def recipe_change(run, argv, out):
+    """'fine-tuned with --lr 0.00015, the plan now runs 0.001' where the recipe that fine-tuning NAME
+    recorded (its config.json) differs from what the plan's command runs now, else None."""
+    path = os.path.join(out, run.name, "config.json")
+    try:
+        with open(path) as f:
+            saved = json.load(f)["args"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no record (not started, or a run older than config.json): nothing to compare
+    import finetune
+    now = vars(finetune.get_args(argv))
+    diffs = [(k, saved[k], now[k]) for k in RECIPE if k in saved and k in now and saved[k] != now[k]]
+    if not diffs:
+        return None
+    return ("fine-tuned with " + ", ".join(f"--{k.replace('_', '-')} {a}" for k, a, _ in diffs) + "; the plan now runs "
+            + ", ".join(f"{b}" for _, _, b in diffs))
+
+
 def stale_reason(run, resolved, out):
-    """Why a fine-tuning's result is not that of its pretraining as it is now, else None: it started
-    from another step of it (a pretraining extended by a later sitting), or, for a run older than
-    that record, the pretraining's checkpoint was written after the fine-tuning's. An evaluation is
+    """Why a fine-tuning's result is not the plan's run as it is now, else None: it ran another recipe
+    (recipe_change), it started from another step of its pretraining (a pretraining extended by a
+    later sitting), or, for a run older than that record, the pretraining's checkpoint was written
+    after the fine-tuning's. An evaluation is
     stale when the fine-tuning it reads is."""
     if run.script == "eval":
         ft = next((d for d in resolved[run.name][1] if not d.startswith("pre-")), None)
         return stale_reason(BY_NAME[ft], resolved, out) if ft in BY_NAME else None
     if run.script != "finetune":
         return None
+    changed = recipe_change(run, resolved[run.name][0], out)
+    if changed:
+        return changed
     pre = next((d for d in resolved[run.name][1] if d.startswith("pre-")), None)
     if pre is None:
         return None

@@ -154,6 +154,23 @@ def test_a_sitting_that_extends_a_pretraining_runs_what_it_made_stale(tmp_path, 
     assert ran == ["pre-pmlm", "sum-pmlm"]
 
 
+def test_a_fine_tuning_made_under_another_recipe_is_stale(tmp_path):
+    """A fine-tuning whose config.json records another learning rate (an earlier default) is not the
+    plan's run now: it is stale, by the flag and both values; the same recipe is not."""
+    import finetune
+    out = str(tmp_path / "r")
+    _, _, resolved = resolved_for(out)
+    run = plan.BY_NAME["sum-pmlm"]
+    os.makedirs(os.path.join(out, "sum-pmlm"))
+    now = vars(finetune.get_args(resolved["sum-pmlm"][0]))
+    for lr, stale in ((now["lr"], False), (now["lr"] / 4, True)):
+        with open(os.path.join(out, "sum-pmlm", "config.json"), "w") as f:
+            json.dump(dict(model={}, args=dict(now, lr=lr)), f)
+        why = runstate.stale_reason(run, resolved, out)
+        assert bool(why) == stale, why
+    assert why == f"fine-tuned with --lr {now['lr'] / 4}; the plan now runs {now['lr']}"
+
+
 # -----------------------------------------------------------------------------
 # damaged files: left out or refused in one line
 
