@@ -98,8 +98,7 @@ def _bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, skb, skh, skn
     v = _rows(V + b * svb + h * svh, cols, offs_d, svn, Lk, True)
     ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, True)
     k0 = _k0(KC, sk, rk, b, pid_n * BN)
-    dk = tl.zeros((BN, D), tl.float32)
-    dv = tl.zeros((BN, D), tl.float32)
+    dk, dv = tl.zeros((BN, D), tl.float32), tl.zeros((BN, D), tl.float32)
     Qb, DOb = Q + b * sqb + h * sqh, DO + b * sdob + h * sdoh
     LSEb, DELTAb = LSE + bh64 * Lq, DELTA + bh64 * Lq
     DQb = DQ + b * sdqb + h * sdqh
