@@ -117,11 +117,16 @@ class Built:
                 built.backward(leaf.grad, retain_graph=True)
 
 
-def relative_bias(st, table, pos):
-    """The layers' RelPosBias: its (H, 2M+1) row per distance built from the table once a step."""
+def step_bias(table, pos, frozen, biased):
+    """A step's Built with its RelPosBias: the (H, 2M+1) row per distance built from the table once,
+    a leaf for the layers (none when not `biased`; from a table without gradient when `frozen`)."""
     from kernels import RelPosBias, rel_pos_bias
-    rel = rel_pos_bias(table, pos, pos, MAX_DIST)
-    return RelPosBias(st.leaf(rel.by_distance), pos, pos, MAX_DIST)
+    st = Built()
+    st.bias = None
+    if biased:
+        rel = rel_pos_bias(table.detach() if frozen else table, pos, pos, MAX_DIST)
+        st.bias = RelPosBias(st.leaf(rel.by_distance), pos, pos, MAX_DIST)
+    return st
 
 
 def ours_method(label, meta, frozen=False, bias=True):
@@ -134,8 +139,7 @@ def ours_method(label, meta, frozen=False, bias=True):
     kind, step, pos, valid = meta
 
     def setup(table, q, k, v):
-        st = Built()
-        st.bias = relative_bias(st, table.detach() if frozen else table, pos) if bias else None
+        st = step_bias(table, pos, frozen, bias)
         attention_plan.prepare(q, k, v, kind, step, kind, step, valid, bias=st.bias, cache=st.cache)
         return st
 
@@ -154,15 +158,14 @@ def baseline_method(label, name, meta, frozen=False):
     biased = name != "sdpa-nomask"
 
     def setup(table, q, k, v):
-        st = Built()
-        st.bias = relative_bias(st, table.detach() if frozen else table, pos) if biased else None
+        st = step_bias(table, pos, frozen, biased)
         baselines.prepare(name, kind, step, kind, step, valid, None, None, st.bias, q.dtype, st.cache,
                           leaf=st.leaf)
         return st
 
     def call(st, q, k, v):
         return baselines.attention(name, q, k, v, kind, step, kind, step, valid, bias=st.bias, cache=st.cache)
-    return Method(label, setup, call, Built.reduce, bias_grad=biased and not frozen)
+    return Method(label, setup, call, Built.reduce if biased else None, bias_grad=biased and not frozen)
 
 
 def flex_blocks(st):

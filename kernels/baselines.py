@@ -57,13 +57,18 @@ def _sdpa_key(bias, dtype):
     return ("sdpa", id(bias.by_distance if isinstance(bias, RelPosBias) else bias), dtype)
 
 
+def _sdpa_entry(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype, leaf=None):
+    """The cache entry: (the bias it was built for, the mask, possibly through `leaf`, the blind rows)."""
+    mask, blind = dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype)
+    return bias, mask if leaf is None else leaf(mask), blind
+
+
 def sdpa(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None, scale=None,
          cache=None, masked=True):
     if not masked:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
-    held, mask, blind = _entry(cache, _sdpa_key(bias, q.dtype),
-                               lambda: (bias, *dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq,
-                                                          bias, q.dtype)))
+    meta = (q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)
+    held, mask, blind = _entry(cache, _sdpa_key(bias, q.dtype), lambda: _sdpa_entry(*meta, bias, q.dtype))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return out.masked_fill(blind, 0.0)
 
@@ -127,8 +132,8 @@ def prepare(name, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, d
     mask), as its first layer would. leaf: a function the dense mask goes through (a benchmark's
     stand-in whose gradient the layers sum)."""
     if name == "sdpa":
-        mask, blind = dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype)
-        cache[_sdpa_key(bias, dtype)] = (bias, mask if leaf is None else leaf(mask), blind)
+        cache[_sdpa_key(bias, dtype)] = _sdpa_entry(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype,
+                                                    leaf)
     elif name == "flex":
         cache["flex-block-mask"] = block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)
     return cache

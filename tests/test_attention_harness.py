@@ -43,7 +43,8 @@ def test_every_method_gives_the_gradients_a_step_of_two_layers_gives():
         st = m.setup(table, q, k, v)
         for _ in range(2):
             m.call(st, q, k, v).backward(dout)
-        m.reduce(st)
+        if m.reduce is not None:  # None: nothing to take back to a table
+            m.reduce(st)
         assert (table.grad is not None) == m.bias_grad, m.label
         if m.label == "sdpa-nomask":
             continue
