@@ -180,6 +180,11 @@ def seed_number(name):
     return int(m.group(1)) if m else 1
 
 
+def seed_one(name):
+    """The run NAME is a copy of under another seed (NAME itself if it is the seed-1 run)."""
+    return re.sub(r"-s\d+$", "", name)
+
+
 def plan_for(fields):
     """The plan at a budget: its runs under at most the budget's `seeds` seeds."""
     return [r for r in PLAN if seed_number(r.name) <= fields.get("seeds", 3)]
@@ -209,9 +214,10 @@ BUDGETS = {
         train="--model small --steps {steps} --warmup 60 --eval-every 100",
         finetune="--epochs {epochs}", eval="--limit {limit}",
         scratch="--model small", elmer="--permutations {permutations}", elmer_ft="", sym="3",
-        # seconds per pretraining step, per LPLM step at k = 2, per fine-tuning epoch and per evaluation,
-        # at one thread beside a second runner: the estimates until state.json's measured runs replace them
-        seconds=dict(train=4.6, train_elmer=17.0, finetune=2000, eval=90)),
+        # seconds per pretraining step, per LPLM step at k = 2, per fine-tuning epoch (results/cpu-finetune-lr)
+        # and per evaluation of the whole test split, at one thread beside a second runner: the
+        # estimates until state.json's measured runs replace them
+        seconds=dict(train=4.6, train_elmer=17.0, finetune=1000, eval=250)),
     # the paper-sized run for us: small preset still (the embedded corpus is a few million tokens:
     # base would only memorise it), 20,000 steps of 8192 tokens, 10 epochs, dropout 0.1 for the
     # many passes, the whole test split, LPLM's k = 10
@@ -313,3 +319,62 @@ def parse_chain(chain):
 def fill(text, fields):
     """Replace {key} by fields[key]; unknown keys stay (the runner resolves run paths)."""
     return re.sub(r"\{([\w-]+)\}", lambda m: str(fields.get(m.group(1), m.group(0))), text)
+
+
+# -----------------------------------------------------------------------------
+# the order the runner takes the runs in, so that a sitting stopped anywhere leaves claims measured:
+# the central claims under all their seeds first, then every other claim under its first seed,
+# then the further seeds, claim by claim in ORDERINGS' order within a stage. A run from no
+# pretraining (a control) is the first to cut when a budget runs short: its further seeds wait
+# for the last stage, central claim or not
+
+STAGES = ("the central claims, every seed", "the other claims, first seed",
+          "the further seeds of the other claims and of the controls")
+
+
+def needs_of(run):
+    """The runs RUN's flags name ({pre-X}: pre-X; {ft-X}: X)."""
+    return [m.group(1) if m.group(1).startswith("pre-") else m.group(1)[3:]
+            for m in re.finditer(r"\{((?:pre|ft)-[\w-]+)\}", run.flags)]
+
+
+def _claim_rank(name):
+    """The index of the first claim whose chain names NAME's seed-1 run, a central run's first central
+    claim (one whose chain starts with a central run); a run no claim reads comes last."""
+    base = seed_one(name)
+    chains = [parse_chain(o[3])[0] for o in ORDERINGS]
+    reads = [i for i, c in enumerate(chains) if base in c]
+    central = [i for i in reads if chains[i][0] in CENTRAL] if base in CENTRAL else []
+    return (central or reads or [len(ORDERINGS)])[0]
+
+
+def _order_keys():
+    """{run name: its place}: a fine-tuning's is (stage, claim, seed, 1); its evaluations follow it
+    (2); a pretraining goes just before the first run that needs it (0)."""
+    keys = {}
+    for i, r in enumerate(PLAN):
+        if r.script == "finetune":
+            control_seed = seed_number(r.name) > 1 and not needs_of(r)
+            stage = 2 if control_seed else 0 if seed_one(r.name) in CENTRAL else 1 if seed_number(r.name) == 1 else 2
+            keys[r.name] = (stage, _claim_rank(r.name), seed_number(r.name), 1, i)
+    for i, r in enumerate(PLAN):
+        if r.script == "eval":
+            keys[r.name] = keys[needs_of(r)[0]][:3] + (2, i)
+    for i, r in enumerate(PLAN):
+        if r.script == "train":
+            users = [keys[u.name] for u in PLAN if r.name in needs_of(u)]
+            keys[r.name] = min(users)[:3] + (0, i) if users else (len(STAGES), 0, 0, 0, i)
+    return keys
+
+
+ORDER = _order_keys()
+
+
+def stage_of(name):
+    """The index in STAGES of the stage run NAME is taken in."""
+    return min(ORDER[name][0], len(STAGES) - 1)
+
+
+def in_order(runs):
+    """RUNS in the order the runner takes them (ORDER)."""
+    return sorted(runs, key=lambda r: ORDER[r.name])

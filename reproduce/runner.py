@@ -19,6 +19,12 @@ after another (the scripts' main(argv)); each one's output also goes to OUT/logs
 OUT/state.json keeps the measured time of every run (the estimates) and which eval files are
 whose; OUT/RESULTS.md is rewritten after every run.
 
+The runs are taken in the plan's order of claims (reproduce/plan.py, STAGES): the central claims
+under all their seeds, then every other claim under its first seed, then the further seeds; each
+evaluation right after its fine-tuning, each pretraining just before the first run that needs it.
+A sitting stopped anywhere has measured as many claims as its time allowed; --dry-run prints each
+stage's runs left and their estimated time.
+
 Several runners share OUT (two 1-thread jobs use 2 cores better than one 2-thread job; small
 models leave a GPU idle between launches), either as one command or started by hand:
 
@@ -45,7 +51,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from reproduce import report  # noqa: E402
 from reproduce.execute import execute, rejected, scripts, write_subset  # noqa: E402
-from reproduce.plan import BUDGETS, BY_NAME, epochs_of, fill, plan_for, steps_of  # noqa: E402
+from reproduce.plan import (BUDGETS, BY_NAME, STAGES, epochs_of, fill, in_order, plan_for, stage_of,  # noqa: E402
+                            steps_of)
 from reproduce.runstate import (claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
                                 progress_of, ran_otherwise, stale_reason, wrong_checkpoint)
 
@@ -202,7 +209,7 @@ def main(argv=None, early=None):
     mods = scripts()
     plan = plan_for(fields)
     resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in plan}
-    runs = select(plan, resolved, args.only, args.skip)
+    runs = in_order(select(plan, resolved, args.only, args.skip))
 
     unavailable = unavailable_runs(plan, resolved, mods, args.out, state)
     if args.report_only:
@@ -216,13 +223,15 @@ def main(argv=None, early=None):
     say = print if args.worker is None else lambda msg="", **kw: print(f"[{args.worker}] {msg.strip()}", flush=True)
     if args.worker is None:
         print(f"reproduce: budget {args.budget}, {len(runs)} runs in {args.out}")
-    left, total = runs_left(args, fields, state, resolved, runs, unavailable)
+    left, total, stages = runs_left(args, fields, state, resolved, runs, unavailable)
     if args.worker is None:
         print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
               + (f" on one runner (at least {report.fmt_secs(total / args.jobs)} with --jobs {args.jobs})"
                  if args.jobs > 1 else "")
               + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs))
                  else ""))
+        for k, (n, secs) in sorted(stages.items()):
+            print(f"  stage {k + 1}, {STAGES[k]}: {n} runs left, about {report.fmt_secs(secs)}")
     if args.dry_run:
         return 0
     if early:  # everything imported: from here on Ctrl-C stops a sitting the usual way
@@ -263,9 +272,9 @@ def unavailable_runs(plan, resolved, mods, out, state):
 
 
 def runs_left(args, fields, state, resolved, runs, unavailable):
-    """([runs not done that can start], their estimated seconds); a runner (not a worker) prints
-    each run's state, and with --dry-run its command."""
-    left, total = [], 0.0
+    """([runs not done that can start], their estimated seconds, {stage: (runs left, seconds)}); a
+    runner (not a worker) prints each run's state under its stage, and with --dry-run its command."""
+    left, total, stages, shown = [], 0.0, {}, None
     for r in runs:
         argv_, _ = resolved[r.name]
         done, resume = progress_of(r, argv_, fields, args.out, state, resolved)
@@ -273,6 +282,9 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
             left.append(r)
         if args.worker is not None:
             continue
+        if stage_of(r.name) != shown:
+            shown = stage_of(r.name)
+            print(f" stage {shown + 1}, {STAGES[shown]}:")
         # None: another runner is running it (a dry run takes no lock: it creates nothing under OUT)
         free = (claim(args.out, r.name) if not args.dry_run else open(os.devnull)) if done < 1 else None
         if free:
@@ -285,9 +297,11 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
             mark = f"stale ({stale}): runs again after it"
         secs = 0.0 if done >= 1 or r.name in unavailable else estimate(r, fields, state) * (1 - done)
         total += secs
+        n, t = stages.get(shown, (0, 0.0))
+        stages[shown] = (n + (r in left), t + secs)
         print(f"  {r.name:<24} {mark}" + (f" ~{report.fmt_secs(secs)}" if secs else "") +
               (f"\n      {command(r, argv_)}" if args.dry_run else ""))
-    return left, total
+    return left, total, stages
 
 
 def may_still_finish(name, out, state, mine):

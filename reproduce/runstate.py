@@ -303,14 +303,19 @@ def kind_of(run):
     return run.script + "_elmer" * (elmer and run.script != "eval")
 
 
+def _multiple(run):
+    """A run's length in its kind's unit: a pretraining's steps multiple, a fine-tuning's epochs one."""
+    return run.epochs_x if run.script == "finetune" else run.steps_x
+
+
 def estimate(run, fields, state):
     """Seconds for the whole run: the mean measured time of finished runs of its kind here, else
     the budget's figure (per step for pretraining, per epoch for fine-tuning)."""
     key = kind_of(run)
-    same = [r["seconds"] / BY_NAME[name].steps_x for name, r in state["runs"].items()
+    same = [r["seconds"] / _multiple(BY_NAME[name]) for name, r in state["runs"].items()
             if name in BY_NAME and kind_of(BY_NAME[name]) == key and r.get("status") == "done"]
     if same:
-        return sum(same) / len(same) * run.steps_x
+        return sum(same) / len(same) * _multiple(run)
     s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
     if not fields.get("scale", True):  # the budget's figures are per run
         return s

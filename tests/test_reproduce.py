@@ -56,7 +56,39 @@ def test_plan(tmp_path, capsys):
     for r in plan.plan_for(plan.BUDGETS["tiny"]):  # one seed a fine-tuning at the tiny budget
         assert re.search(rf"^  {re.escape(r.name)} ", text, re.M), r.name
     assert "python train.py --objective mlae --decoder b" in text and "left: " in text
+    assert text.index(" stage 1, the central claims") < text.index("  sum-pmlm ") < text.index(" stage 2, ")
     assert not os.path.exists(os.path.join(out, "pre-pmlm"))
+
+
+def test_run_order():
+    """The runner takes the central claims' runs (every seed, but a control's first only) first, then
+    every other fine-tuning's first seed, then the further seeds; every run after the runs it needs,
+    every evaluation right
+    after its fine-tuning's seed group; a NAR fine-tuning is estimated at its multiple of epochs."""
+    order = [r.name for r in plan.in_order(plan.PLAN)]
+    assert sorted(order) == sorted(r.name for r in plan.PLAN)
+    at = {n: i for i, n in enumerate(order)}
+    for r in plan.PLAN:
+        assert all(at[d] < at[r.name] for d in plan.needs_of(r)), r.name
+    stages = [plan.stage_of(n) for n in order]
+    assert stages == sorted(stages)
+    tuned = [n for n in order if plan.BY_NAME[n].script == "finetune"]
+    control = {n for n in tuned if not plan.needs_of(plan.BY_NAME[n])}  # from no pretraining
+    assert {"sum-unilm-scratch-s2", "cls-scratch", "nar-cmlm-s3"} <= control
+    central = [n for n in tuned if plan.seed_one(n) in plan.CENTRAL and not (n in control and plan.seed_number(n) > 1)]
+    assert tuned[:len(central)] == central and len(central) > 3 * 10
+    assert all(plan.stage_of(n) == 2 for n in control if plan.seed_number(n) > 1)
+    rest = tuned[len(central):]
+    assert [plan.seed_number(n) > 1 for n in rest] == sorted(plan.seed_number(n) > 1 for n in rest)
+    assert order[:order.index("eval-sum-pmlm")] == ["pre-pmlm", "pre-mlm", "sum-pmlm", "sum-mlm", "sum-unilm-scratch"]
+    for n in tuned:
+        group = [m for m in tuned if plan.ORDER[m][:3] == plan.ORDER[n][:3]]
+        assert at[max(group, key=at.get)] < at["eval-" + n] < min(
+            (at[m] for m in tuned if plan.ORDER[m][:3] > plan.ORDER[n][:3]), default=len(order)), n
+    state = {"runs": {"sum-pmlm": {"seconds": 100.0, "status": "done"}}}
+    fields = plan.BUDGETS["cpu"]
+    assert reproduce.estimate(plan.BY_NAME["nar-t5"], fields, state) == 100.0 * plan.NAR_EPOCHS
+    assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, state) == 100.0
 
 
 def log_commands(out, name):
@@ -67,7 +99,8 @@ def log_commands(out, name):
 
 def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     """The whole tiny plan (the runs whose flags this checkout has) over three sittings: a
-    pretraining left half done by hand, a sitting stopped after 3 runs, a sitting that runs only
+    pretraining left half done by hand, a sitting stopped after 3 runs (the central claim's
+    pretrainings and its first fine-tuning), a sitting that runs only
     what is left, and one that finds nothing to do."""
     import train
     out = str(tmp_path / "r")
@@ -80,7 +113,7 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert reproduce.main(["--budget", "tiny", "--out", out, "--stop-after-runs", "3", "--quiet"]) == 0
     text = capsys.readouterr().out
     assert "pre-pmlm                 resume (50%)" in text and "stopped after 3 runs" in text
-    first = ["pre-pmlm", "pre-mlm", "pre-pmlm-par"]
+    first = ["pre-pmlm", "pre-mlm", "sum-pmlm"]  # the central claim's first runs (plan.in_order)
     assert any("--resume" in l for l in log_commands(out, "pre-pmlm"))
     with open(os.path.join(out, "logs", "pre-pmlm.log")) as f:
         assert "resuming from" in f.read()
