@@ -102,7 +102,9 @@ def get_args(argv=None):
     p.add_argument("--lr-schedule", default="inverse-sqrt", choices=LR_SCHEDULES,
                    help="after warmup: MLAE's inverse square root decay (its Table 11), or UniLMv2's linear "
                         "decay to 0 at the last of --epochs")
-    p.add_argument("--warmup-frac", type=float, default=0.05, help="warmup, as a fraction of --epochs' steps")
+    p.add_argument("--warmup-epochs", type=float, default=0.15,
+                   help="warmup, in epochs: the same steps whatever --epochs allows, so that a run given more "
+                        "epochs follows the same schedule")
     p.add_argument("--valid-every", type=float, default=0.5, help="validate every this many epochs")
     p.add_argument("--patience", type=int, default=2,
                    help="stop after this many validations in a row without a lower validation loss (0: never; "
@@ -123,6 +125,9 @@ def get_args(argv=None):
     p.add_argument("--mask-schedule", default=None, choices=SCHEDULES,
                    help="AR: decoder inputs masked at ratio m_t (MLAE Algorithm 1; default linear for mlae, else none)")
     p.add_argument("--mask-init", type=float, default=0.6, help="m0 of --mask-schedule")
+    p.add_argument("--mask-epochs", type=float, default=3,
+                   help="linear --mask-schedule: m_t falls from m0 to 0 over this many epochs, unmasked after, "
+                        "whatever --epochs allows")
     p.add_argument("--nar", action="store_true",
                    help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
     p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
@@ -147,7 +152,7 @@ def main(argv=None):
 
 # the flags every run uses; every other flag enters unused_flags' table (or CHECKED_ELSEWHERE's
 # checks), which says which runs it applies to (tests/test_trust.py walks the parser against them)
-ALWAYS_APPLIES = ("help", "init", "task", "train_data", "valid_data", "max_src", "epochs", "batch", "warmup_frac",
+ALWAYS_APPLIES = ("help", "init", "task", "train_data", "valid_data", "max_src", "epochs", "batch", "warmup_epochs",
                   "lr_schedule", "valid_every", "patience",
                   "label_smoothing", "valid_examples", "micro_batch", "lr", "weight_decay", "clip", "dropout",
                   "attention",
@@ -179,6 +184,7 @@ def unused_flags(args, arch, summ):
         cross_init=(summ and not scratch_run, "to summarization from a pretrained checkpoint"),
         mask_schedule=(summ, "to --task summarize"),
         mask_init=(summ, "to --task summarize"),
+        mask_epochs=(summ, "to --task summarize"),
         rouge_examples=(summ, "to --task summarize", True),
         max_tgt=(summ, "to --task summarize", True),
         src_field=(summ, "to --task summarize"),
@@ -252,17 +258,21 @@ def micro_batches(make, size, srcs, tgts, idx):
 
 def schedule(args, d, train, valid, arch, loss_fn, state, summ):
     """(training examples, examples per process a step, steps between validations, the loss with
-    MLAE's scheduled masking where it applies): --epochs in steps, warmup a share of them."""
+    MLAE's scheduled masking where it applies): --epochs in steps; warmup and the masking's span in
+    epochs of their own, so that --epochs, a maximum, changes neither."""
     n = len(train)
     if args.batch % d.world or args.batch < d.world:
         raise UserError(f"--batch {args.batch} cannot be shared evenly by {d.world} processes")
     steps_per_epoch = math.ceil(n / args.batch)
     args.steps = max(1, round(args.epochs * steps_per_epoch))
-    args.warmup = max(1, round(args.warmup_frac * args.steps))
+    args.warmup = max(1, round(args.warmup_epochs * steps_per_epoch))
+    args.mask_steps = max(1, round(args.mask_epochs * steps_per_epoch))
     if summ:
         loss_fn = scheduled_loss(loss_fn, arch, args)
         if state is None and args.mask_schedule == "none":
             refuse_unused(args, dict(mask_init=(False, "with a --mask-schedule other than none")))
+        if state is None and args.mask_schedule != "linear":
+            refuse_unused(args, dict(mask_epochs=(False, "with --mask-schedule linear")))
     print0(d, f"data: {train.origin}: {n} train, {len(valid)} valid examples ({args.task}); "
               f"{steps_per_epoch} steps per epoch, {args.steps} steps")
     return n, args.batch // d.world, max(1, round(args.valid_every * steps_per_epoch)), loss_fn

@@ -98,6 +98,19 @@ def upgrade_args(state):
             args["keep"] = 0.1 if objective == "mlm" else 0.0
         if "length_grad" not in args:  # written before --length-grad: the length loss reached the encoder
             args["length_grad"] = True
+    if kind.startswith("finetune/"):
+        args = upgrade_finetune_args(args)
+    return args
+
+
+def upgrade_finetune_args(args):
+    """A fine-tuning's args written before --warmup-epochs and --mask-epochs: its warmup was a share
+    of its --epochs' steps, and its masking schedule spanned them; the same in epochs."""
+    args = dict(args)
+    if "warmup_frac" in args and "warmup_epochs" not in args and "epochs" in args:
+        args["warmup_epochs"] = round(args.pop("warmup_frac") * args["epochs"], 9)
+    if "mask_epochs" not in args and "epochs" in args:
+        args["mask_epochs"] = args["epochs"]
     return args
 
 

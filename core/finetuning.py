@@ -17,7 +17,7 @@ def scheduled_loss(loss_fn, arch, args):
             raise UserError(f"--mask-schedule {args.mask_schedule} masks decoder inputs: the {arch} architecture "
                             "has none to mask (use an encoder-decoder: t5, mlae, or --style seq2seq)")
         return loss_fn
-    return ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, args.steps)
+    return ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, args.mask_steps)
 
 
 def elmer_options(arch, source, exit_mode="hard", exit_measure=None, exit_threshold=None, dec_len=None,

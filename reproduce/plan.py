@@ -208,9 +208,11 @@ BUDGETS = {
         seconds=dict(train=8, finetune=8, eval=5), scale=False),
     # the CPU table: the small preset (5.4M parameters as a PMLM) on the whole embedded corpus;
     # 1,600 steps: at 800 the PMLM without its relative bias had barely left the unigram plateau
-    # (docs/LOG.md), and every curve was still falling
+    # (docs/LOG.md), and every curve was still falling. Fine-tuning's most epochs are twice
+    # finetune.py's default: at the default every run of the learning-rate grid still had its lowest
+    # validation loss at its last (results/cpu-finetune-lr); a run ends on validation before the cap
     "cpu": dict(
-        model="small", steps=1600, epochs=3, limit=None, permutations=2, data=None,
+        model="small", steps=1600, epochs=6, limit=None, permutations=2, data=None,
         train="--model small --steps {steps} --warmup 60 --eval-every 100",
         finetune="--epochs {epochs}", eval="--limit {limit}",
         scratch="--model small", elmer="--permutations {permutations}", elmer_ft="", sym="3",

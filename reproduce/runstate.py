@@ -136,8 +136,8 @@ def wrong_checkpoint(run, argv, out):
 
 # finetune.py's flags that make its recipe and that it keeps as given: a run made under other
 # values (an earlier default) is not the plan's run now
-RECIPE = ("lr", "lr_schedule", "warmup_frac", "batch", "patience", "valid_every", "valid_examples", "weight_decay",
-          "clip", "seed")
+RECIPE = ("lr", "lr_schedule", "warmup_epochs", "mask_epochs", "batch", "patience", "valid_every", "valid_examples",
+          "weight_decay", "clip", "seed")
 
 
 def recipe_change(run, argv, out):
@@ -150,6 +150,8 @@ def recipe_change(run, argv, out):
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no record (not started, or a run older than config.json): nothing to compare
     import finetune
+    from core.checkpoint import upgrade_finetune_args
+    saved = upgrade_finetune_args(saved)
     now = vars(finetune.get_args(argv))
     diffs = [(k, saved[k], now[k]) for k in RECIPE if k in saved and k in now and saved[k] != now[k]]
     if not diffs:

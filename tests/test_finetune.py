@@ -176,6 +176,25 @@ def test_finetune_resume_is_exact(pretrained, task_files, tmp_path):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def test_more_epochs_by_resume_is_the_same_run(pretrained, task_files, tmp_path):
+    """--epochs is a maximum: warmup (--warmup-epochs) and MLAE's masking span (--mask-epochs) are
+    set in epochs of their own, so a run given one epoch and then resumed with two follows, step for
+    step, the run given two from the start (the runner extends a fine-tuning this way); a checkpoint
+    written with --warmup-frac reads as the same warmup in epochs."""
+    from core.checkpoint import upgrade_finetune_args
+    flags = ["--init", pretrained["t5"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
+             "--rouge-examples", "0", "--mask-schedule", "linear", "--mask-epochs", "1", "--warmup-epochs", "0.4",
+             "--patience", "0", "--device", "cpu"] + FT[2:] + ["--log-every", "1"]
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    finetune.main(flags + ["--epochs", "2", "--out", a])
+    finetune.main(flags + ["--epochs", "1", "--out", b])
+    finetune.main(flags + ["--epochs", "2", "--out", b, "--resume"])
+    steps = lambda out: [(r["step"], r["loss"], r["lr"]) for r in read_log(out) if "loss" in r]
+    assert len(steps(a)) == 10 and steps(a) == steps(b)
+    old = upgrade_finetune_args(dict(epochs=3, warmup_frac=0.05))
+    assert old == dict(epochs=3, warmup_epochs=0.15, mask_epochs=3)
+
+
 def test_lr_schedules():
     """Warmup, then linear decay to 0 at the last step, or the inverse square root (which does not
     depend on the run's length)."""

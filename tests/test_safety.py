@@ -93,7 +93,8 @@ CASES = [
     ("ft-label-smoothing-1", "finetune", "--label-smoothing 1 --out {root}/new", ["--label-smoothing 1"]),
     ("ft-epochs-0", "finetune", "--epochs 0 --out {root}/new", ["--epochs 0"]),
     ("ft-batch-0", "finetune", "--batch 0 --out {root}/new", ["--batch 0"]),
-    ("ft-warmup-frac-1", "finetune", "--warmup-frac 1 --out {root}/new", ["--warmup-frac 1"]),
+    ("ft-warmup-epochs-neg", "finetune", "--warmup-epochs -1 --out {root}/new", ["--warmup-epochs -1"]),
+    ("ft-mask-epochs-0", "finetune", "--mask-epochs 0 --out {root}/new", ["--mask-epochs 0"]),
     ("ft-one-class", "finetune", "--init {run}/last.pt --task classify --train-data {oneclass} --valid-data {oneclass} "
      "--out {root}/new", ["only one label", "'x'"]),
     ("ft-null-source", "finetune", "--init {run}/last.pt --train-data {nullsrc} --valid-data {valid} --out {root}/new",

@@ -132,10 +132,17 @@ def summary_words():
 LOG = "docs/LOG.md"
 LR_GRID = "results/cpu-finetune-lr/RUN.md"
 COMPILE_TEST = "tests/test_compile.py"
+def warmup_share():
+    """--warmup-frac's default before --warmup-epochs: the same warmup, as a share of the default epochs."""
+    with open(os.path.join(ROOT, "results", "defaults.json")) as f:
+        d = json.load(f)["defaults"]
+    return d["finetune.py --warmup-epochs"] / d["finetune.py --epochs"]
+
+
 SOURCES = {
     "README.md": {},
     "CHANGELOG.md": {
-        "1.5e-4": LR_GRID, "0.05": "finetune.py", "0.1": "results/defaults.json", "0.5": "finetune.py",
+        "1.5e-4": LR_GRID, "0.05": warmup_share, "0.1": "results/defaults.json", "0.5": "finetune.py",
         "3%": LOG, "3.6": "results/h200-2026-11-26/RUN.md", "80%": Paper("UniLMv2 4.1"),
         "10%": Paper("UniLMv2 4.1"), "4.1": Paper("UniLMv2 4.1"), "90%": "train.py",
         "2.03x": "results/studies/dtype.json",
