@@ -37,6 +37,7 @@ from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.guards import HelpFormatter, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
 from core.architectures import ARCHS, arch_of, build_model, seq2seq_arch, seq2seq_ops
+from core.finetune_flags import check_nar_flags, unused_flags
 from core.finetuning import elmer_options, scheduled_loss
 from core.generation import rouge, summarize
 from core.positions import DEFAULT_MAX_SRC, fit_lengths, positions_of
@@ -103,8 +104,7 @@ def get_args(argv=None):
                    help="after warmup: MLAE's inverse square root decay (its Table 11), or UniLMv2's linear "
                         "decay to 0 at the last of --epochs")
     p.add_argument("--warmup-epochs", type=float, default=0.15,
-                   help="warmup, in epochs: the same steps whatever --epochs allows, so that a run given more "
-                        "epochs follows the same schedule")
+                   help="warmup, in epochs: the same steps whatever --epochs allows (more epochs, the same schedule)")
     p.add_argument("--valid-every", type=float, default=0.5, help="validate every this many epochs")
     p.add_argument("--patience", type=int, default=2,
                    help="stop after this many validations in a row without a lower validation loss (0: never; "
@@ -126,8 +126,7 @@ def get_args(argv=None):
                    help="AR: decoder inputs masked at ratio m_t (MLAE Algorithm 1; default linear for mlae, else none)")
     p.add_argument("--mask-init", type=float, default=0.6, help="m0 of --mask-schedule")
     p.add_argument("--mask-epochs", type=float, default=3,
-                   help="linear --mask-schedule: m_t falls from m0 to 0 over this many epochs, unmasked after, "
-                        "whatever --epochs allows")
+                   help="linear --mask-schedule: m_t falls from m0 to 0 over this many epochs, whatever --epochs")
     p.add_argument("--nar", action="store_true",
                    help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
     p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
@@ -148,62 +147,6 @@ def main(argv=None):
             return run(args, d)
     finally:
         compute_cleanup()
-
-
-# the flags every run uses; every other flag enters unused_flags' table (or CHECKED_ELSEWHERE's
-# checks), which says which runs it applies to (tests/test_trust.py walks the parser against them)
-ALWAYS_APPLIES = ("help", "init", "task", "train_data", "valid_data", "max_src", "epochs", "batch", "warmup_epochs",
-                  "lr_schedule", "valid_every", "patience",
-                  "label_smoothing", "valid_examples", "micro_batch", "lr", "weight_decay", "clip", "dropout",
-                  "attention",
-                  "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed", "device", "dtype")
-CHECKED_ELSEWHERE = ("enc_layers", "dec_layers", "adaptive_stop")  # check_nar_flags
-
-
-def unused_flags(args, arch, summ):
-    """guards.refuse_unused's table: each option's flags, and whether this run (a checkpoint of
-    `arch`, before it is turned into its fine-tuning architecture) uses them."""
-    scratch_run, elmer, nar = args.init == "none", ARCHS[arch].decode == "elmer", summ and args.nar
-    return dict(
-        arch=(scratch_run, "with --init none (a checkpoint brings its own architecture)"),
-        model=(scratch_run, "with --init none (a checkpoint brings its own size)"),
-        vocab_size=(scratch_run, "with --init none (a checkpoint brings its own tokenizer)"),
-        exit=(elmer, "to an elmer checkpoint (or --init none --arch elmer)"),
-        exit_entropy=(elmer and args.exit == "hard", "to an elmer checkpoint with --exit hard"),
-        exit_train=(elmer and args.exit == "hard", "to an elmer checkpoint with --exit hard (under soft exit no "
-                                                    "token leaves in training)"),
-        exit_measure=(elmer, "to an elmer checkpoint (or --init none --arch elmer)"),
-        # soft exit with the entropy measure decodes every layer (threshold 0): another would be recorded unused
-        exit_threshold=(elmer and (args.exit == "hard" or args.exit_measure not in (None, "entropy")),
-                        "to an elmer checkpoint with --exit hard, or soft with a cheap --exit-measure"),
-        dec_len=(elmer, "to an elmer checkpoint (or --init none --arch elmer)"),
-        nar=(summ, "to --task summarize"),
-        length_beam=(nar, "with --nar"),
-        iterations=(nar, "with --nar"),
-        style=(summ and ARCHS[arch].has_style, "to summarization from a pmlm, mlm or mlae checkpoint"),
-        cross_init=(summ and not scratch_run, "to summarization from a pretrained checkpoint"),
-        mask_schedule=(summ, "to --task summarize"),
-        mask_init=(summ, "to --task summarize"),
-        mask_epochs=(summ, "to --task summarize"),
-        rouge_examples=(summ, "to --task summarize", True),
-        max_tgt=(summ, "to --task summarize", True),
-        src_field=(summ, "to --task summarize"),
-        tgt_field=(summ, "to --task summarize"),
-        text_field=(not summ, "to --task classify"),
-        label_field=(not summ, "to --task classify"))
-
-
-def check_nar_flags(args):
-    """The flags that shape a model from scratch, or its decoding, where they have no effect."""
-    if args.init != "none" or not ARCHS[args.arch].depth_flags:
-        for flag in ("enc_layers", "dec_layers"):
-            if getattr(args, flag) is not None:
-                raise UserError(f"--{flag.replace('_', '-')} sets the depth of a model from scratch (--init none "
-                                f"--arch t5); a pretrained checkpoint has its own")
-    elif args.enc_layers is not None and args.enc_layers < 1:
-        raise UserError(f"--enc-layers {args.enc_layers} must be at least 1")
-    if args.adaptive_stop and not args.nar:
-        raise UserError("--adaptive-stop changes Mask-Predict decoding: it needs --nar")
 
 
 def scratch(args, d, train):
