@@ -319,6 +319,15 @@ def log_step(d, progress, done, stats):
         progress.log(dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate, grad_norm=stats["grad_norm"]))
 
 
+def stopped_at_resume(d, save, step, early):
+    """A run resumed with more --epochs whose last validation had already used up its patience: it
+    stops where a run given those epochs from the start stopped, with no step more."""
+    save(step, stopped_early=True)
+    print0(d, f"early stop at step {step}: no lower validation loss in {early.since_best} validations before this "
+              f"--resume; best.pt holds the lowest ({early.best:.4f})")
+    return early.best
+
+
 def run(args, d):
     # -----------------------------------------------------------------------------
     # data, then the init: a pretrained checkpoint, this run's own last.pt when resuming, or none
@@ -357,6 +366,8 @@ def run(args, d):
             tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=vars(args)))
 
     validate = functools.partial(validation, args, d, model, arch, tok, valid, valid_batches, loss_fn, summ)
+    if early.stop:  # resumed with more --epochs after patience ran out at the old maximum's last validation
+        return stopped_at_resume(d, save, start, early)
 
     # -----------------------------------------------------------------------------
     # the loop

@@ -246,6 +246,33 @@ def test_finetune_stops_on_validation(pretrained, task_files, tmp_path, monkeypa
     assert runstate.progress_of(run, [], dict(epochs=3), str(tmp_path), dict(runs={})) == (1.0, None)
 
 
+def test_a_run_resumed_past_its_patience_stops_where_a_longer_run_stops(pretrained, task_files, tmp_path, monkeypatch,
+                                                                        capsys):
+    """A run whose patience ran out at its last validation, at --epochs, and is then given more
+    epochs (how the runner extends it) stops at that step, as the run given them from the start
+    did: no step more, no validation more."""
+    import finetune as ft_script
+    real = ft_script.evaluate
+    runs = {}
+    for name, epochs in (("long", ["2"]), ("short", ["0.8", "2"])):  # 0.8: four steps, four validations
+        losses = iter([2.0, 1.0, 1.5, 1.2, 0.5, 0.4])  # patience 2 runs out at the fourth validation
+
+        def fake(model, batches, loss_fn, d, losses=losses):
+            ev = real(model, batches, loss_fn, d)
+            return dict(ev, nll=next(losses) * ev["n"])
+        monkeypatch.setattr(ft_script, "evaluate", fake)
+        out = str(tmp_path / name)
+        flags = ["--init", pretrained["pmlm"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
+                 "--out", out, "--rouge-examples", "0", "--valid-every", "0.25", "--patience", "2"] + FT[2:-4]
+        for k, e in enumerate(epochs):
+            finetune.main(flags + ["--epochs", e] + (["--resume"] if k else []))
+        runs[name] = torch.load(os.path.join(out, "last.pt"), weights_only=True)
+        runs[name + "-valid"] = [r["step"] for r in read_log(out) if "valid_loss" in r]
+    assert runs["long"]["stopped_early"] and runs["short"]["stopped_early"]
+    assert runs["long"]["step"] == runs["short"]["step"] and runs["long-valid"] == runs["short-valid"]
+    assert "before this --resume" in capsys.readouterr().out
+
+
 # -----------------------------------------------------------------------------
 # bad input: one clear line, exit status 2, no traceback
 
