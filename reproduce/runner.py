@@ -399,7 +399,7 @@ def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0,
         shared["budget"] = args.budget
         rec = shared["runs"].setdefault(r.name, {})
         rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
-                   seconds=rec.get("seconds", 0.0) * (rec.get("status") != "done") + secs,
+                   seconds=rec.get("seconds", 0.0) * ("--resume" in argv_) + secs,  # over its sittings
                    finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
                    "stopped" if code in STOPPED else "failed", error=err)
         if args.worker is not None:

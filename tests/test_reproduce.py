@@ -91,6 +91,18 @@ def test_run_order():
     assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, state) == 100.0
 
 
+def test_a_runs_time_adds_its_sittings(tmp_path):
+    """A run's recorded time is the sum over its sittings when it resumes (a stopped run continued,
+    a finished one extended to more epochs), and starts again when the run does."""
+    out = str(tmp_path)
+    args = reproduce.get_args(["--budget", "tiny", "--out", out])
+    resolved, state = commands(out), {"runs": {}}
+    run, argv = plan.BY_NAME["sum-pmlm"], commands(out)["sum-pmlm"][0]
+    for secs, extra, total in ((10.0, [], 10.0), (5.0, ["--resume"], 15.0), (7.0, ["--overwrite"], 7.0)):
+        reproduce.record(args, run, resolved, state, {}, 0, None, None, secs, 0.0, argv + extra)
+        assert state["runs"]["sum-pmlm"]["seconds"] == total and reproduce.load_state(out) == state
+
+
 def log_commands(out, name):
     path = os.path.join(out, "logs", name + ".log")
     with open(path) as f:
