@@ -334,10 +334,12 @@ STAGES = ("the central claims, every seed", "the other claims, first seed",
           "the further seeds of the other claims and of the controls")
 
 
+PLACEHOLDER = re.compile(r"\{((?:pre|ft)-[\w-]+)\}")  # {pre-X}: run pre-X's last.pt; {ft-X}: run X's best.pt
+
+
 def needs_of(run):
     """The runs RUN's flags name ({pre-X}: pre-X; {ft-X}: X)."""
-    return [m.group(1) if m.group(1).startswith("pre-") else m.group(1)[3:]
-            for m in re.finditer(r"\{((?:pre|ft)-[\w-]+)\}", run.flags)]
+    return [m.group(1) if m.group(1).startswith("pre-") else m.group(1)[3:] for m in PLACEHOLDER.finditer(run.flags)]
 
 
 def _claim_rank(name):

@@ -51,8 +51,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from reproduce import report  # noqa: E402
 from reproduce.execute import execute, rejected, scripts, write_subset  # noqa: E402
-from reproduce.plan import (BUDGETS, BY_NAME, STAGES, epochs_of, fill, in_order, plan_for, stage_of,  # noqa: E402
-                            steps_of)
+from reproduce.plan import (BUDGETS, BY_NAME, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
+                            plan_for, stage_of, steps_of)
 from reproduce.runstate import (claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
                                 progress_of, ran_otherwise, stale_reason, wrong_checkpoint)
 
@@ -128,13 +128,10 @@ def budget_fields(args):
 def resolve(run, fields, out, dtype=None):
     """(argv of the script, names of the runs it needs). {pre-X} is OUT/pre-X/last.pt, {ft-X} is
     OUT/X/best.pt."""
-    needs = []
-
     def path(m):
         name = m.group(1)
-        needs.append(name if name.startswith("pre-") else name[3:])
         return os.path.join(out, name, "last.pt") if name.startswith("pre-") else os.path.join(out, name[3:], "best.pt")
-    flags = re.sub(r"\{((?:pre|ft)-[\w-]+)\}", path, fill(run.flags, fields))
+    flags = PLACEHOLDER.sub(path, fill(run.flags, fields))
     budget = fields[run.script]
     if run.steps_x != 1:
         budget = re.sub(r"--steps \d+", f"--steps {steps_of(run, fields)}", budget)
@@ -145,7 +142,7 @@ def resolve(run, fields, out, dtype=None):
         argv += ["--out", os.path.join(out, run.name)]
     if dtype:
         argv += ["--dtype", dtype]
-    return argv, needs
+    return argv, needs_of(run)
 
 
 def select(plan, resolved, only, skip):
