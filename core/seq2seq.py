@@ -59,14 +59,14 @@ def seq2seq_loss_sums(model, batch, label_smoothing=0.1):
     """Sums over the [P] targets of the batch (normalise by the global count, like pmlm_loss_sums):
     loss, label-smoothed cross-entropy (differentiable); nll, plain cross-entropy; hit, argmax
     == target; n, the count."""
-    sel = batch.target != IGNORE
+    # the [P]s as flat positions made on the host by collate: a boolean index would read its count
+    sel, target = batch.predict, batch.predict_target
     logits = model(batch.tokens, batch.pos, batch.seg, batch.kind, batch.step, batch.valid,
                    predict=sel).float()  # (N, V), the vocabulary projection at the [P]s only
-    target = batch.target[sel]
     loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=label_smoothing)
     nll = F.cross_entropy(logits.detach(), target, reduction="sum")
     hit = (logits.argmax(-1) == target).float().sum()
-    return dict(loss=loss, nll=nll, hit=hit, n=sel.sum().float())
+    return dict(loss=loss, nll=nll, hit=hit, n=(batch.target != IGNORE).sum().float())
 
 
 # -----------------------------------------------------------------------------

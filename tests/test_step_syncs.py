@@ -104,3 +104,29 @@ def test_a_non_finite_step_is_skipped_on_the_device(tokenizer, text_file):
     assert not all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     _, skipped, first = window.read()
     assert (skipped, first) == (1, 1)
+
+
+def test_a_seq2seq_step_makes_no_host_sync(tokenizer):
+    """UniLMv2's fine-tuning step reads its [P] positions from the batch (collate made them on the
+    host), and its losses are those of the boolean selection it replaced."""
+    import torch.nn.functional as F
+    from core.seq2seq import seq2seq_batch, seq2seq_loss_sums
+    torch.manual_seed(0)
+    model = UnifiedLM(preset("tiny", vocab_size=tokenizer.vocab_size))
+    g = torch.Generator().manual_seed(1)
+    ids = lambda n: torch.randint(tokenizer.n_special, tokenizer.vocab_size, (n,), generator=g).tolist()
+    batches = [seq2seq_batch([(ids(9 + k), ids(3 + k)), (ids(5), ids(6))], tokenizer, 16, 8) for k in range(2)]
+    args = argparse.Namespace(lr=1e-3, warmup=2, steps=10, seed=0, clip=1.0)
+    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
+    optimizer = make_optimizer(model, 1e-3)
+    train_step(model, model, optimizer, batches, seq2seq_loss_sums, d, args, 0)
+    with SyncCounter() as counter:
+        train_step(model, model, optimizer, batches, seq2seq_loss_sums, d, args, 1)
+    assert counter.seen == [], counter.seen
+    b, _ = batches[0], model.eval()  # no dropout: the two forwards see the same network
+    sel = b.target != -100
+    logits = model.head(model(b.tokens, b.pos, b.seg, b.kind, b.step, b.valid)[sel]).float()
+    want = F.cross_entropy(logits, b.target[sel], reduction="sum", label_smoothing=0.1)
+    got = seq2seq_loss_sums(model, b)
+    torch.testing.assert_close(got["loss"], want)
+    assert got["n"] == sel.sum()
