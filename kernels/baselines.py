@@ -44,7 +44,10 @@ def dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtyp
     if isinstance(bias, RelPosBias):
         m = bias.max_distance
         d = (bias.k_pos[:, None, :] - bias.q_pos[:, :, None]).clamp(-m, m) + m  # (B, Lq, Lk)
-        add = bias.by_distance[:, d].permute(1, 0, 2, 3)  # (B, H, Lq, Lk)
+        # an embedding lookup, as T5-style models gather their bias: its backward sorts the indices
+        # and sums each distance's run in parallel chunks, where advanced indexing's backward gives
+        # each of the 2M+1 distances' runs one warp (results/h100-2026-11-28/RUN.md)
+        add = F.embedding(d, bias.by_distance.t()).permute(0, 3, 1, 2)  # (B, H, Lq, Lk)
     elif bias is not None:
         add = bias
     else:
