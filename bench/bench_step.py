@@ -9,10 +9,13 @@ Methods (train.py --attention, kernels/baselines.py): ours (the Triton kernel), 
 the dense mask and bias built once per step, shared by every layer), sdpa-nomask (SDPA with no
 mask: every pair visible; wrong for these layouts, the dense upper bound), flex (FlexAttention,
 block mask built once per step). Each method gets a fresh model from one seed, the same batches,
-the same optimizer (fused AdamW), `--warmup-steps` untimed steps, then `--steps` steps between two
-synchronizations, no profiler: tokens/s is input tokens over that wall time. One more step under
-the profiler names the kernels that ran (the backend SDPA picked, whether Flex ran fused), and
-one under torch.cuda.set_sync_debug_mode("error") says whether the step made a host sync.
+the same optimizer (fused AdamW) and `--warmup-steps` untimed steps (their seconds, compilation
+included, reported apart). Then `--steps` timed steps each, in `--rounds` interleaved rounds with
+the methods' order rotated each round, every round between two synchronizations, no profiler:
+tokens/s is input tokens over the rounds' wall time, and each round's step time shows the drift.
+One more step under the profiler names the kernels that ran (the backend SDPA picked, whether Flex
+ran fused), and one under torch.cuda.set_sync_debug_mode("error") says whether the step made a
+host sync. With --json, the file is written after each method's last round.
 
 FLOPs of a step (for MFU): 6 x the non-embedding parameters x the input tokens (the vocabulary
 projection counted only at the predicted positions: 6 x V x C x predicted), plus attention
@@ -49,7 +52,10 @@ def get_args(argv=None):
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--micro-batch", type=int, default=16, help="examples per forward pass")
     p.add_argument("--steps", type=int, default=30, help="timed steps per method")
-    p.add_argument("--warmup-steps", type=int, default=3)
+    p.add_argument("--warmup-steps", type=int, default=3,
+                   help="untimed steps per method first (compilation, autotuning); their seconds are reported")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="the timed steps in this many interleaved rounds, the methods' order rotated each round")
     p.add_argument("--methods", default="ours,sdpa-mask,sdpa-nomask,flex")
     p.add_argument("--json", default=None, help="write the rows here (results/<device>-<date>/step.json)")
     p.add_argument("--smoke", action="store_true", help="tiny model, few tokens, the CPU's methods: the script runs")
@@ -58,14 +64,16 @@ def get_args(argv=None):
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         p.error(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHODS)})")
-    for flag in ("tokens", "examples", "seq_len", "micro_batch", "steps"):
+    for flag in ("tokens", "examples", "seq_len", "micro_batch", "steps", "rounds"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.steps < args.rounds:
+        p.error(f"--steps {args.steps} is fewer than --rounds {args.rounds}: each round times at least one step")
     if args.warmup_steps < 0:
         p.error("--warmup-steps must be 0 or more")
     if args.smoke:
         args.model, args.tokens, args.examples, args.seq_len, args.micro_batch = "tiny", 256, 16, 64, 4
-        args.steps, args.warmup_steps = 2, 1
+        args.steps, args.warmup_steps, args.rounds = 2, 1, 2
         args.methods = [m for m in args.methods if m in ("sdpa-mask", "sdpa-nomask")] + ["reference"]
     if not torch.cuda.is_available() and any(m in ("ours", "flex") for m in args.methods):
         p.error("ours and flex train on CUDA only (flex has no CPU backward): on a CPU use --smoke, or "
@@ -134,40 +142,73 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def measure(method, args, micro, fresh, device, dtype):
-    """One row: the timed steps of `method`, then the kernels it ran and its sync check."""
-    import kernels
-    from core.distributed import Dist
-    from core.optim import make_optimizer
-    from core.training import StepStats, train_step
-    model = fresh()
-    optimizer = make_optimizer(model, 1e-4)
-    d = Dist(0, 1, 0, device, dtype)
-    targs = argparse.Namespace(lr=1e-4, warmup=10, steps=10_000, seed=0, clip=1.0)
-    loss_sums, window = loss_fn(args), StepStats()
-    with kernels.use_backend(METHODS[method]):
-        step = 0
+class Method:
+    """One method's model, optimizer and step counter, kept between rounds: `one()` is a training
+    step with its attention."""
 
-        def one():
-            nonlocal step
-            window.add(train_step(model, model, optimizer, micro, loss_sums, d, targs, step), step)
-            step += 1
-        for _ in range(args.warmup_steps):
-            one()
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            one()
-        sync(device)
-        seconds = (time.perf_counter() - t0) / args.steps
-        stats, skipped, _ = window.read()
-        row = dict(method=method, backend=METHODS[method], step_ms=1e3 * seconds, loss=stats["loss"] / stats["norm"],
-                   skipped=skipped)
-        row["kernels"] = kernels_of(one, device)
-        row["host_syncs"] = sync_check(one, device)
-    if device.type == "cuda":  # the next method's model starts on a clean allocator
-        torch.cuda.empty_cache()
-    return row
+    def __init__(self, method, args, micro, fresh, device, dtype):
+        import kernels
+        from core.distributed import Dist
+        from core.optim import make_optimizer
+        from core.training import StepStats, train_step
+        self.name, self.device, self.backend = method, device, kernels.use_backend
+        self.model = fresh()
+        self.optimizer = make_optimizer(self.model, 1e-4)
+        self.d = Dist(0, 1, 0, device, dtype)
+        self.targs = argparse.Namespace(lr=1e-4, warmup=10, steps=10_000, seed=0, clip=1.0)
+        self.loss_sums, self.window, self.micro, self.step = loss_fn(args), StepStats(), micro, 0
+        self.train_step, self.seconds, self.warmup_s = train_step, [], 0.0
+
+    def one(self):
+        self.window.add(self.train_step(self.model, self.model, self.optimizer, self.micro, self.loss_sums, self.d,
+                                        self.targs, self.step), self.step)
+        self.step += 1
+
+    def run(self, steps):
+        """`steps` steps under this method's attention, between two synchronizations: their seconds."""
+        with self.backend(METHODS[self.name]):
+            sync(self.device)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                self.one()
+            sync(self.device)
+        return time.perf_counter() - t0
+
+    def row(self, timed_steps):
+        """The method's row: its mean step time over every round, each round's, and the checks."""
+        stats, skipped, _ = self.window.read()
+        row = dict(method=self.name, backend=METHODS[self.name], step_ms=1e3 * sum(self.seconds) / timed_steps,
+                   round_ms=[1e3 * s / (timed_steps / len(self.seconds)) for s in self.seconds],
+                   loss=stats["loss"] / stats["norm"], skipped=skipped, warmup_s=self.warmup_s)
+        with self.backend(METHODS[self.name]):
+            row["kernels"] = kernels_of(self.one, self.device)
+            row["host_syncs"] = sync_check(self.one, self.device)
+        return row
+
+
+def rounds(args):
+    """The methods' order in each round: rotated by one each round, so that no method always runs
+    first (on a fresh allocator) or last (after the others warmed the clocks)."""
+    n = len(args.methods)
+    return [[args.methods[(r + i) % n] for i in range(n)] for r in range(args.rounds)]
+
+
+def measure_all(args, micro, fresh, device, dtype, report):
+    """Every method's model made and warmed (compilation included, its seconds kept apart), then
+    `--rounds` rounds of `--steps / --rounds` timed steps each, interleaved; `report(rows)` after
+    each method's last round, so that a run cut short keeps what it measured."""
+    methods, per_round = {}, args.steps // args.rounds
+    for name in args.methods:
+        m = methods[name] = Method(name, args, micro, fresh, device, dtype)
+        m.warmup_s = m.run(args.warmup_steps)
+    rows = []
+    for r, order in enumerate(rounds(args)):
+        for name in order:
+            methods[name].seconds.append(methods[name].run(per_round))
+            if r == args.rounds - 1:
+                rows.append(methods[name].row(per_round * args.rounds))
+                report(rows)
+    return sorted(rows, key=lambda row: args.methods.index(row["method"]))
 
 
 def kernels_of(one, device, top=12):
@@ -211,6 +252,12 @@ def environment(device):
                 commit=commit, date=datetime.date.today().isoformat())
 
 
+def write_json(path, out):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def main(argv=None):
     args = get_args(argv)
     from core.distributed import resolve_dtype
@@ -226,29 +273,35 @@ def main(argv=None):
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in env["device"]), None)
     print(f"{args.model} {args.objective} step: {tokens:,} input tokens in {len(micro)} micro-batches, "
           f"{n_params / 1e6:.1f}M parameters, {flops / 1e12:.2f} TFLOP a step; {env['device']}, {str(dtype)[6:]}")
-    rows = []
-    for method in args.methods:
-        row = measure(method, args, micro, fresh, device, dtype)
+    out = dict(env, command=shlex.join([sys.executable.split("/")[-1]] + sys.argv), model=args.model,
+               objective=args.objective, tokens_per_step=tokens, visible_pairs=pairs, flops_per_step=flops,
+               flop_count="6 x non-embedding parameters x input tokens + 6 x V x C x predicted tokens + "
+                          "12 x C x visible pairs x layers", peak_tflops=peak, dtype=str(dtype)[6:],
+               rounds=args.rounds, timed_steps=args.steps // args.rounds * args.rounds, rows=[])
+
+    def report(rows):
+        row = rows[-1]
         row.update(tokens_per_s=tokens / (row["step_ms"] / 1e3), tflops=flops / (row["step_ms"] / 1e3) / 1e12)
         row["mfu"] = row["tflops"] / peak if peak else None
-        rows.append(row)
-        print(f"  {method:<12} {row['step_ms']:9.1f} ms a step, {row['tokens_per_s']:>10,.0f} tokens/s, "
-              f"{row['tflops']:.1f} TFLOP/s" + (f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] else "") +
-              f"; host syncs: {row['host_syncs']}")
+        spread = ", ".join(f"{ms:.1f}" for ms in row["round_ms"])
+        print(f"  {row['method']:<12} {row['step_ms']:9.1f} ms a step (rounds {spread}), "
+              f"{row['tokens_per_s']:>10,.0f} tokens/s, {row['tflops']:.1f} TFLOP/s" +
+              (f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] else "") +
+              f"; warm-up {row['warmup_s']:.0f} s; host syncs: {row['host_syncs']}", flush=True)
+        out["rows"] = rows
+        if args.json:  # after every method: a run cut short keeps its rows
+            write_json(args.json, out)
+
+    rows = measure_all(args, micro, fresh, device, dtype, report)
     base = next((r for r in rows if r["method"] == "sdpa-mask"), None)
     for r in rows:
         r["vs_sdpa_mask"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
     if base:
         print("tokens/s against sdpa-mask (above 1: faster than SDPA with the dense mask): " +
               ", ".join(f"{r['method']} {r['vs_sdpa_mask']:.2f}x" for r in rows))
-    out = dict(env, command=shlex.join([sys.executable.split("/")[-1]] + sys.argv), model=args.model,
-               objective=args.objective, tokens_per_step=tokens, visible_pairs=pairs, flops_per_step=flops,
-               flop_count="6 x non-embedding parameters x input tokens + 6 x V x C x predicted tokens + "
-                          "12 x C x visible pairs x layers", peak_tflops=peak, dtype=str(dtype)[6:], rows=rows)
+    out["rows"] = rows
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(args.json, out)
         print(f"wrote {args.json}")
     return out
 

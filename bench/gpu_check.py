@@ -320,11 +320,11 @@ def part_step(rep, args):
     py = sys.executable
     out = os.path.abspath(args.out)
     steps = [("baselines and step-sync tests on CUDA", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                                        "tests/test_baselines.py", "tests/test_step_syncs.py"], 120),
+                                                        "tests/test_baselines.py", "tests/test_step_syncs.py"], 60),
              ("bench_step.py: base PMLM, 64k tokens a step", [py, "-m", "bench.bench_step", "--json",
-                                                              os.path.join(out, "step.json")], 240),
+                                                              os.path.join(out, "step.json")], 330),
              ("bench_step.py: base seq2seq fine-tuning", [py, "-m", "bench.bench_step", "--objective", "s2s", "--json",
-                                                          os.path.join(out, "step-s2s.json")], 180)]
+                                                          os.path.join(out, "step-s2s.json")], 150)]
     rep.rows("step: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget))
 
 

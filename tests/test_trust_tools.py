@@ -33,6 +33,7 @@ def test_aot_refuses_before_compiling(argv, words):
     (["-m", "bench.bench_attention", "--smoke", "--deadline", "-5"], "--deadline -5"),
     (["-m", "bench.bench_decoders", "--device", "cuda"], "no CUDA device"),
     (["-m", "bench.bench_step", "--steps", "0"], "--steps must be at least 1"),
+    (["-m", "bench.bench_step", "--steps", "2", "--rounds", "3"], "--steps 2 is fewer than --rounds 3"),
 ])
 def test_bench_scripts_refuse_before_measuring(argv, words):
     if "cuda" in argv:

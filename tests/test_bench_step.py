@@ -1,0 +1,26 @@
+"""bench/bench_step.py on the CPU (--smoke): every method timed in interleaved rounds, each method
+first in one round, and the JSON written with each round's time."""
+import argparse
+import json
+
+from bench import bench_step
+
+
+def test_each_round_rotates_the_methods():
+    order = bench_step.rounds(argparse.Namespace(methods=["ours", "sdpa-mask", "flex"], rounds=3))
+    assert sorted(r[0] for r in order) == ["flex", "ours", "sdpa-mask"]
+    assert all(sorted(r) == ["flex", "ours", "sdpa-mask"] for r in order)
+
+
+def test_the_smoke_run_times_every_method_in_rounds(tmp_path):
+    path = tmp_path / "step.json"
+    out = bench_step.main(["--smoke", "--json", str(path)])
+    saved = json.loads(path.read_text())
+    assert [r["method"] for r in saved["rows"]] == [r["method"] for r in out["rows"]] == \
+        ["sdpa-mask", "sdpa-nomask", "reference"]
+    for r in saved["rows"]:
+        assert len(r["round_ms"]) == saved["rounds"] == 2 and r["step_ms"] > 0 and r["warmup_s"] > 0
+        gap = abs(sum(r["round_ms"]) / len(r["round_ms"]) - r["step_ms"])
+        assert gap < 1e-6 * r["step_ms"] + 1e-9
+    losses = {r["method"]: r["loss"] for r in saved["rows"]}
+    assert abs(losses["sdpa-mask"] - losses["reference"]) < 1e-2  # the same model, batches and steps
