@@ -198,3 +198,28 @@ def loss_profile(path):
         out.append(f"| {v} | {n} | {chunk} | {g_ref:.3f} | {g:.3f} | {g_ref / g:.2f} | {t_ref:.3f} | {t:.3f} | "
                    f"{t_ref / t:.2f} | {l_ref} / {l} |")
     return "\n".join(out) + "\n"
+
+
+def _attention_kernels(kernels):
+    """The attention kernels among a step's top kernels by device time: the backend that ran."""
+    keys = ("fmha", "flash", "sdpa", "attention", "_fwd_kernel", "_bwd_", "flex", "triton_tem")
+    names = [k.split("(")[0].split("<")[0].replace("void ", "") for k in kernels if any(s in k for s in keys)]
+    return ", ".join(f"`{n[:60]}`" for n in names[:2]) or "-"
+
+
+def step(path):
+    """bench/bench_step.py --json: each method's training step, its tokens/s and MFU, its ratio to
+    SDPA with the dense mask, its host syncs and the attention kernels that ran."""
+    d = _load(path)
+    rounds = f", {d['timed_steps']} timed steps in {d['rounds']} rounds" if "rounds" in d else ""
+    out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, commit {d['commit']}, {d['date']}: "
+           f"`{d['model']}` {d['objective']} step, {d['tokens_per_step']:,} input tokens, "
+           f"{d['flops_per_step'] / 1e12:.2f} TFLOP a step ({d['flop_count']}){rounds}; `{d['command']}`.", "",
+           "| method | ms a step | tokens/s | TFLOP/s | MFU | / sdpa-mask | host syncs | attention kernels |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
+        vs = f"{r['vs_sdpa_mask']:.2f}x" if r.get("vs_sdpa_mask") else "-"
+        out.append(f"| {r['method']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | {mfu} "
+                   f"| {vs} | {r['host_syncs'][:50]} | {_attention_kernels(r['kernels'])} |")
+    return "\n".join(out) + "\n"

@@ -33,7 +33,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
     sys.exit("error: run it from the repository root as a module: python -m tools.render_docs [--check]")
 
 from tools import figures, records  # noqa: E402
-from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, sweep, targets  # noqa: E402
+from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, step, sweep, targets  # noqa: E402
 from tools.figures import ROOT, _jsonl, _load  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- render: (\S+) (\S+) -->\n)(.*?)(<!-- /render -->)", re.S)
@@ -294,7 +294,8 @@ def study(path):
 
 RENDERERS = {"study": study, "run-times": run_times, "run-time": run_time, "default-pretraining": default_pretraining,
              "default-finetuning": default_finetuning, "loops": loops,
-             "attention": attention, "targets": targets, "sweep": sweep, "exit": exit_rows, "table": table,
+             "attention": attention, "step": step, "targets": targets, "sweep": sweep, "exit": exit_rows,
+             "table": table,
              "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward,
              "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
              "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits, "scorecard": scorecard,
