@@ -15,7 +15,7 @@ the methods' order rotated each round, every round between two synchronizations,
 tokens/s is input tokens over the rounds' wall time, and each round's step time shows the drift.
 One more step under the profiler names the kernels that ran (the backend SDPA picked, whether Flex
 ran fused), and one under torch.cuda.set_sync_debug_mode("error") says whether the step made a
-host sync. With --json, the file is written after each method's last round.
+host sync. With --json, the file is written after each round (`complete` false until the end).
 
 FLOPs of a step (for MFU): 6 x the non-embedding parameters x the input tokens (the vocabulary
 projection counted only at the predicted positions: 6 x V x C x predicted), plus attention
@@ -174,12 +174,16 @@ class Method:
             sync(self.device)
         return time.perf_counter() - t0
 
-    def row(self, timed_steps):
-        """The method's row: its mean step time over every round, each round's, and the checks."""
+    def timing(self, per_round):
+        """The method's time so far: its mean step time over the rounds run, and each round's."""
+        return dict(method=self.name, backend=METHODS[self.name], warmup_s=self.warmup_s,
+                    step_ms=1e3 * sum(self.seconds) / (per_round * len(self.seconds)),
+                    round_ms=[1e3 * s / per_round for s in self.seconds])
+
+    def row(self, per_round):
+        """The method's row after every round: its timing, loss, and the kernels and sync checks."""
         stats, skipped, _ = self.window.read()
-        row = dict(method=self.name, backend=METHODS[self.name], step_ms=1e3 * sum(self.seconds) / timed_steps,
-                   round_ms=[1e3 * s / (timed_steps / len(self.seconds)) for s in self.seconds],
-                   loss=stats["loss"] / stats["norm"], skipped=skipped, warmup_s=self.warmup_s)
+        row = dict(self.timing(per_round), loss=stats["loss"] / stats["norm"], skipped=skipped)
         with self.backend(METHODS[self.name]):
             row["kernels"] = kernels_of(self.one, self.device)
             row["host_syncs"] = sync_check(self.one, self.device)
@@ -195,20 +199,21 @@ def rounds(args):
 
 def measure_all(args, micro, fresh, device, dtype, report):
     """Every method's model made and warmed (compilation included, its seconds kept apart), then
-    `--rounds` rounds of `--steps / --rounds` timed steps each, interleaved; `report(rows)` after
-    each method's last round, so that a run cut short keeps what it measured."""
+    `--rounds` rounds of `--steps / --rounds` timed steps each, interleaved, then each method's
+    kernels and sync check. `report(rows, final)` after each round with the timings so far, so
+    that a run cut short keeps what it measured, and once more with the final rows."""
     methods, per_round = {}, args.steps // args.rounds
     for name in args.methods:
         m = methods[name] = Method(name, args, micro, fresh, device, dtype)
         m.warmup_s = m.run(args.warmup_steps)
-    rows = []
-    for r, order in enumerate(rounds(args)):
+        print(f"  {name:<12} warmed up in {m.warmup_s:.0f} s ({args.warmup_steps} steps)", flush=True)
+    for order in rounds(args):
         for name in order:
             methods[name].seconds.append(methods[name].run(per_round))
-            if r == args.rounds - 1:
-                rows.append(methods[name].row(per_round * args.rounds))
-                report(rows)
-    return sorted(rows, key=lambda row: args.methods.index(row["method"]))
+        report([methods[name].timing(per_round) for name in args.methods], False)
+    rows = [methods[name].row(per_round) for name in args.methods]
+    report(rows, True)
+    return rows
 
 
 def kernels_of(one, device, top=12):
@@ -279,29 +284,31 @@ def main(argv=None):
                           "12 x C x visible pairs x layers", peak_tflops=peak, dtype=str(dtype)[6:],
                rounds=args.rounds, timed_steps=args.steps // args.rounds * args.rounds, rows=[])
 
-    def report(rows):
-        row = rows[-1]
-        row.update(tokens_per_s=tokens / (row["step_ms"] / 1e3), tflops=flops / (row["step_ms"] / 1e3) / 1e12)
-        row["mfu"] = row["tflops"] / peak if peak else None
-        spread = ", ".join(f"{ms:.1f}" for ms in row["round_ms"])
-        print(f"  {row['method']:<12} {row['step_ms']:9.1f} ms a step (rounds {spread}), "
-              f"{row['tokens_per_s']:>10,.0f} tokens/s, {row['tflops']:.1f} TFLOP/s" +
-              (f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] else "") +
-              f"; warm-up {row['warmup_s']:.0f} s; host syncs: {row['host_syncs']}", flush=True)
-        out["rows"] = rows
-        if args.json:  # after every method: a run cut short keeps its rows
+    def report(rows, final):
+        for row in rows:
+            row.update(tokens_per_s=tokens / (row["step_ms"] / 1e3), tflops=flops / (row["step_ms"] / 1e3) / 1e12)
+            row["mfu"] = row["tflops"] / peak if peak else None
+        base = next((r for r in rows if r["method"] == "sdpa-mask"), None)
+        for row in rows:
+            row["vs_sdpa_mask"] = row["tokens_per_s"] / base["tokens_per_s"] if base else None
+        if not final:
+            print(f"  round {len(rows[0]['round_ms'])}: " +
+                  ", ".join(f"{r['method']} {r['round_ms'][-1]:.1f} ms" for r in rows), flush=True)
+        for row in rows if final else []:
+            spread = ", ".join(f"{ms:.1f}" for ms in row["round_ms"])
+            print(f"  {row['method']:<12} {row['step_ms']:9.1f} ms a step (rounds {spread}), "
+                  f"{row['tokens_per_s']:>10,.0f} tokens/s, {row['tflops']:.1f} TFLOP/s" +
+                  (f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] else "") +
+                  f"; host syncs: {row['host_syncs']}", flush=True)
+        out.update(rows=rows, complete=final)
+        if args.json:  # after every round: a run cut short keeps its timings
             write_json(args.json, out)
 
     rows = measure_all(args, micro, fresh, device, dtype, report)
-    base = next((r for r in rows if r["method"] == "sdpa-mask"), None)
-    for r in rows:
-        r["vs_sdpa_mask"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
-    if base:
+    if "sdpa-mask" in args.methods:
         print("tokens/s against sdpa-mask (above 1: faster than SDPA with the dense mask): " +
               ", ".join(f"{r['method']} {r['vs_sdpa_mask']:.2f}x" for r in rows))
-    out["rows"] = rows
     if args.json:
-        write_json(args.json, out)
         print(f"wrote {args.json}")
     return out
 

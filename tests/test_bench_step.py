@@ -12,15 +12,22 @@ def test_each_round_rotates_the_methods():
     assert all(sorted(r) == ["flex", "ours", "sdpa-mask"] for r in order)
 
 
-def test_the_smoke_run_times_every_method_in_rounds(tmp_path):
-    path = tmp_path / "step.json"
+def test_the_smoke_run_times_every_method_in_rounds(tmp_path, monkeypatch):
+    path, written = tmp_path / "step.json", []
+    real = bench_step.write_json
+    monkeypatch.setattr(bench_step, "write_json",
+                        lambda p, out: written.append(json.loads(json.dumps(out))) or real(p, out))
     out = bench_step.main(["--smoke", "--json", str(path)])
     saved = json.loads(path.read_text())
     assert [r["method"] for r in saved["rows"]] == [r["method"] for r in out["rows"]] == \
         ["sdpa-mask", "sdpa-nomask", "reference"]
+    assert saved["complete"] and saved["rounds"] == 2
     for r in saved["rows"]:
-        assert len(r["round_ms"]) == saved["rounds"] == 2 and r["step_ms"] > 0 and r["warmup_s"] > 0
-        gap = abs(sum(r["round_ms"]) / len(r["round_ms"]) - r["step_ms"])
-        assert gap < 1e-6 * r["step_ms"] + 1e-9
+        assert len(r["round_ms"]) == 2 and r["step_ms"] > 0 and r["warmup_s"] > 0 and r["kernels"]
+        assert abs(sum(r["round_ms"]) / 2 - r["step_ms"]) < 1e-6 * r["step_ms"]
     losses = {r["method"]: r["loss"] for r in saved["rows"]}
     assert abs(losses["sdpa-mask"] - losses["reference"]) < 1e-2  # the same model, batches and steps
+    # a run cut short after its first round leaves every method's timing of that round on disk
+    first = written[0]
+    assert not first["complete"] and [len(r["round_ms"]) for r in first["rows"]] == [1, 1, 1]
+    assert all(r["tokens_per_s"] > 0 and "host_syncs" not in r for r in first["rows"])

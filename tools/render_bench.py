@@ -212,6 +212,8 @@ def step(path):
     SDPA with the dense mask, its host syncs and the attention kernels that ran."""
     d = _load(path)
     rounds = f", {d['timed_steps']} timed steps in {d['rounds']} rounds" if "rounds" in d else ""
+    if d.get("complete") is False:
+        rounds += f" (cut short after {len(d['rows'][0]['round_ms'])} of them)"
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, commit {d['commit']}, {d['date']}: "
            f"`{d['model']}` {d['objective']} step, {d['tokens_per_step']:,} input tokens, "
            f"{d['flops_per_step'] / 1e12:.2f} TFLOP a step ({d['flop_count']}){rounds}; `{d['command']}`.", "",
@@ -221,5 +223,6 @@ def step(path):
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
         vs = f"{r['vs_sdpa_mask']:.2f}x" if r.get("vs_sdpa_mask") else "-"
         out.append(f"| {r['method']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | {mfu} "
-                   f"| {vs} | {r['host_syncs'][:50]} | {_attention_kernels(r['kernels'])} |")
+                   f"| {vs} | {r.get('host_syncs', 'not checked (cut short)')[:50]} "
+                   f"| {_attention_kernels(r.get('kernels', []))} |")
     return "\n".join(out) + "\n"
