@@ -22,6 +22,14 @@ class Batch:
         return next(iter(self.tensors.values())).shape[0]
 
 
+def flat_positions(mask, values):
+    """(flat indices of the True entries of a (B, L) bool mask, `values` there), made on the host with
+    the batch: a model reads them by index_select with no host sync, where a boolean index on the
+    device would read its count."""
+    idx = mask.flatten().nonzero().squeeze(1)
+    return idx, values.flatten()[idx]
+
+
 def source_array(ids, tok, max_src, sos=False):
     """An encoder's source: "SRC [EOS]", or "[SOS] SRC [EOS]" with sos, at most max_src tokens in all."""
     head = [tok.sos_id] if sos else []

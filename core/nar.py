@@ -53,7 +53,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .batch import Batch, pad_stack, source_array
+from .batch import Batch, flat_positions, pad_stack, source_array
 from .model import EncoderDecoder, Meta, local_rel_table, positions, select
 from .t5 import IGNORE, N_SPECIAL, span_corruption
 from .tokenizer import FIRST_SENTINEL
@@ -152,8 +152,10 @@ def nar_batch(pairs, tok, max_src, max_tgt, sos=False):
     tgt_in, _ = pad_stack(tgt_in, tok.pad_id)
     tgt_out, _ = pad_stack(tgt_out, IGNORE)
     length = torch.tensor([len(t) for t in targets])
+    predict, predict_target = flat_positions(tgt_out != IGNORE, tgt_out)
     return Batch(norm=(tgt_out != IGNORE).sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src,
-                 src_valid=src_valid, tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out, length=length)
+                 src_valid=src_valid, tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out, length=length,
+                 predict=predict, predict_target=predict_target)
 
 
 def nar_loss_sums(model, batch, label_smoothing=0.1, length_grad=True):
@@ -161,11 +163,11 @@ def nar_loss_sums(model, batch, label_smoothing=0.1, length_grad=True):
     cross-entropy scaled to the masked count: after normalisation it is token mean + 0.1 x
     length mean), nll, hit, n; and the length's len_nll, len_hit, len_n. A batch with an
     `anchor` field (T5-NAR pretraining) passes it to the model; length_grad: NARModel.forward."""
-    predict = batch.tgt_out != IGNORE
-    logits, len_logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, predict,
+    # the masked positions as flat indices made on the host with the batch (no host sync)
+    logits, len_logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, batch.predict,
                                batch.tensors.get("anchor"), length_grad)
-    logits, len_logits, target = logits.float(), len_logits.float(), batch.tgt_out[predict]
-    n = predict.sum().float()
+    logits, len_logits, target = logits.float(), len_logits.float(), batch.predict_target
+    n = (batch.tgt_out != IGNORE).sum().float()
     len_ce = F.cross_entropy(len_logits, batch.length, reduction="sum")
     loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=label_smoothing)
     loss = loss + LENGTH_LOSS * len_ce * n / len(batch.length)
@@ -197,9 +199,11 @@ def t5_nar_batch(stream, indices, tok, ratio=0.15, mean_span=3):
     text = tgt_valid & (tgt >= tok.n_special)  # the masked tokens; the rest are sentinels
     tgt_in = tgt.masked_fill(text, tok.mask_id)
     tgt_out = tgt.masked_fill(~text, IGNORE)
+    predict, predict_target = flat_positions(text, tgt_out)
     return Batch(norm=text.sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src, src_valid=src_valid,
                  tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out,
-                 length=torch.tensor([len(t) for t in targets]), anchor=anchor)
+                 length=torch.tensor([len(t) for t in targets]), anchor=anchor, predict=predict,
+                 predict_target=predict_target)
 
 
 def sentinel_anchors(src, tgt):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .batch import Batch, pad_stack, source_array
+from .batch import Batch, flat_positions, pad_stack, source_array
 from .model import positions
 from .tokenizer import FIRST_SENTINEL, N_SENTINELS
 
@@ -129,8 +129,10 @@ def collate(sources, targets, tok):
     src, src_valid = pad_stack(sources, tok.pad_id)
     tgt_in, tgt_valid = pad_stack([np.concatenate([[tok.sos_id], t[:-1]]) for t in targets], tok.pad_id)
     tgt_out, _ = pad_stack(targets, IGNORE)
+    predict, predict_target = flat_positions(tgt_valid, tgt_out)
     return Batch(norm=tgt_valid.sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src,
-                 src_valid=src_valid, tgt_in=tgt_in, tgt_out=tgt_out, tgt_valid=tgt_valid)
+                 src_valid=src_valid, tgt_in=tgt_in, tgt_out=tgt_out, tgt_valid=tgt_valid, predict=predict,
+                 predict_target=predict_target)
 
 
 def t5_batch(stream, indices, tok, ratio=0.15, mean_span=3):
@@ -145,8 +147,9 @@ def t5_batch(stream, indices, tok, ratio=0.15, mean_span=3):
 
 
 def _logits(model, batch):
-    logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, predict=batch.tgt_valid)
-    return logits.float(), batch.tgt_out[batch.tgt_valid]  # (N, V), (N,)
+    """(logits (N, V), targets (N,)) at the target tokens, read by the positions collate made."""
+    logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, predict=batch.predict)
+    return logits.float(), batch.predict_target
 
 
 def text_sums(logits, target):

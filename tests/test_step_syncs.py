@@ -5,6 +5,7 @@ test counts the operations that would wait on a GPU, under a dispatch mode: read
 (bench/gpu_check.py) runs the same step under torch.cuda.set_sync_debug_mode("error")."""
 import argparse
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -130,3 +131,24 @@ def test_a_seq2seq_step_makes_no_host_sync(tokenizer):
     got = seq2seq_loss_sums(model, b)
     torch.testing.assert_close(got["loss"], want)
     assert got["n"] == sel.sum()
+
+
+@pytest.mark.parametrize("arch", ["t5", "mlae-s2s", "mlae-unilm", "roberta-s2s", "nar"])
+def test_an_encoder_decoders_fine_tuning_step_makes_no_host_sync(tokenizer, arch):
+    """T5's, MLAE's and the CMLM's fine-tuning steps read their targets' positions from the batch,
+    which its builder made on the host. (ELMER's step still syncs: its exit losses index by layer.)"""
+    from core.architectures import build_model, seq2seq_ops
+    torch.manual_seed(0)
+    model = build_model(arch, preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id))
+    ops = seq2seq_ops(arch)
+    g = torch.Generator().manual_seed(1)
+    ids = lambda n: torch.randint(tokenizer.n_special, tokenizer.vocab_size, (n,), generator=g).tolist()
+    batches = [ops.batch([(ids(9 + k), ids(3 + k)), (ids(5), ids(6))], tokenizer, 16, 8) for k in range(2)]
+    args = argparse.Namespace(lr=1e-3, warmup=2, steps=10, seed=0, clip=1.0)
+    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
+    optimizer = make_optimizer(model, 1e-3)
+    loss_sums = lambda m, b: ops.loss_sums(m, b)  # noqa: E731
+    train_step(model, model, optimizer, batches, loss_sums, d, args, 0)
+    with SyncCounter() as counter:
+        train_step(model, model, optimizer, batches, loss_sums, d, args, 1)
+    assert counter.seen == [], counter.seen
