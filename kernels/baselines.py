@@ -34,6 +34,17 @@ def _entry(cache, key, make):
 # -----------------------------------------------------------------------------
 # SDPA with a dense mask
 
+def gather_bias(by_distance, d, lookup):
+    """(B, H, Lq, Lk) bias from the (H, 2M+1) table at the (B, Lq, Lk) distance indices d.
+    "embedding": a lookup, as T5-style models gather their bias: its CUDA backward sums each
+    distance's entries in parallel chunks, where advanced indexing's gives each of the 2M+1
+    distances one warp (results/h100-2026-11-28/RUN.md). "index": advanced indexing, whose
+    backward is the faster of the two on a CPU. The same values and gradients either way."""
+    if lookup == "embedding":
+        return F.embedding(d, by_distance.t()).permute(0, 3, 1, 2)
+    return by_distance[:, d].permute(1, 0, 2, 3)
+
+
 def dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype):
     """(additive (B, H or 1, Lq, Lk) mask in `dtype`, (B, 1, Lq, 1) bool of the queries that see no
     key). The bias is gathered from the RelPosBias's (H, 2M+1) row per distance; a dense bias
@@ -44,10 +55,7 @@ def dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtyp
     if isinstance(bias, RelPosBias):
         m = bias.max_distance
         d = (bias.k_pos[:, None, :] - bias.q_pos[:, :, None]).clamp(-m, m) + m  # (B, Lq, Lk)
-        # an embedding lookup, as T5-style models gather their bias: its backward sorts the indices
-        # and sums each distance's run in parallel chunks, where advanced indexing's backward gives
-        # each of the 2M+1 distances' runs one warp (results/h100-2026-11-28/RUN.md)
-        add = F.embedding(d, bias.by_distance.t()).permute(0, 3, 1, 2)  # (B, H, Lq, Lk)
+        add = gather_bias(bias.by_distance, d, "embedding" if d.is_cuda else "index")
     elif bias is not None:
         add = bias
     else:

@@ -90,6 +90,22 @@ def test_a_baseline_chooses_the_attention_only():
         assert kernels.resolve_backend("auto", torch.device("cpu")) == "reference"
 
 
+def test_both_bias_gathers_give_the_same_bias_and_gradient():
+    """SDPA's mask gathers its bias by an embedding lookup on CUDA and by indexing on a CPU."""
+    g = torch.Generator().manual_seed(4)
+    d = torch.randint(0, 33, (2, 7, 9), generator=g)
+    w = torch.randn(2, 3, 7, 9, generator=g)  # a different weight for every head and pair
+    out = {}
+    for lookup in ("embedding", "index"):
+        table = torch.randn(3, 33, generator=torch.Generator().manual_seed(5)).requires_grad_()
+        bias = baselines.gather_bias(table, d, lookup)
+        (bias * w).sum().backward()
+        out[lookup] = (bias.detach(), table.grad)
+    assert out["embedding"][0].shape == (2, 3, 7, 9)
+    for a, b in zip(out["embedding"], out["index"]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward runs on CUDA only")
 def test_flex_gradients_are_the_reference_on_cuda():
     qkv, meta, pos = case(5, packed=True, D=16)  # compiled Flex takes head dims of 16 and more
