@@ -46,7 +46,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL
-from .batch import Batch, pad_stack
+from .batch import Batch, flat_positions, pad_stack
 from .model import EncoderDecoder, Layer, Meta, local_rel_table, positions, select, _init
 from .t5 import IGNORE, encoder_input, span_ids
 from .tokenizer import MASK
@@ -160,6 +160,9 @@ def collate(examples, tok):
     out["full_target"], _ = pad_stack([e["full_target"] for e in examples], IGNORE)
     out["msk_pos"], out["msk_valid"] = pad_stack([e["msk_pos"] for e in examples], 0)
     out["msk_target"], _ = pad_stack([e["msk_target"] for e in examples], IGNORE)
+    # each decoder's predicted positions as flat indices, made here on the host (no host sync)
+    out["a_predict"], out["a_target"] = flat_positions(out["full_target"] != IGNORE, out["full_target"])
+    out["b_predict"], out["b_target"] = flat_positions(out["msk_valid"], out["msk_target"])
     return Batch(norm=out["msk_valid"].sum(), n_tokens=out["full_valid"].sum(), **out)
 
 
@@ -176,10 +179,9 @@ def decoder_inputs(batch, variant, mask_id):
     """(dec_tok, dec_pos, dec_valid, predict, target) of the variant's decoder layout."""
     if variant == "a":
         pos = positions(batch.full_tok)
-        predict = batch.full_target != IGNORE
-        return batch.full_tok, pos, batch.full_valid, predict, batch.full_target[predict]
+        return batch.full_tok, pos, batch.full_valid, batch.a_predict, batch.a_target
     dec_tok = torch.full_like(batch.msk_pos, mask_id)
-    return dec_tok, batch.msk_pos, batch.msk_valid, batch.msk_valid, batch.msk_target[batch.msk_valid]
+    return dec_tok, batch.msk_pos, batch.msk_valid, batch.b_predict, batch.b_target
 
 
 def mlae_loss_sums(model, batch, mask_id=MASK):

@@ -152,3 +152,23 @@ def test_an_encoder_decoders_fine_tuning_step_makes_no_host_sync(tokenizer, arch
     with SyncCounter() as counter:
         train_step(model, model, optimizer, batches, loss_sums, d, args, 1)
     assert counter.seen == [], counter.seen
+
+
+@pytest.mark.parametrize("objective", ["mlm", "t5", "t5-nar", "mlae"])
+def test_every_pretraining_step_makes_no_host_sync(tokenizer, text_file, objective):
+    """Each objective of train.py (the PMLM above; ELMER's layer-permutation step still syncs)."""
+    import train
+    from core.data import TokenStream, read_texts
+    from core.objectives import OBJECTIVES
+    o, a = OBJECTIVES[objective], train.get_args(["--objective", objective, "--model", "tiny"])
+    torch.manual_seed(0)
+    model = o.model(o.shape(preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id), a), a)
+    stream = TokenStream(tokenizer.encode(read_texts(text_file)[:200]), o.window(64), seed=0, sep=tokenizer.eos_id)
+    batches = [o.batch(stream, list(range(4 * k, 4 * k + 4)), tokenizer, a, model) for k in range(2)]
+    args = argparse.Namespace(lr=1e-3, warmup=2, steps=10, seed=0, clip=1.0)
+    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
+    optimizer, loss_sums = make_optimizer(model, 1e-3), o.loss(a)
+    train_step(model, model, optimizer, batches, loss_sums, d, args, 0)
+    with SyncCounter() as counter:
+        train_step(model, model, optimizer, batches, loss_sums, d, args, 1)
+    assert counter.seen == [], counter.seen
