@@ -50,7 +50,9 @@ def get_args(argv=None):
                    help="pretraining: window tokens a step (train.py --batch-tokens)")
     p.add_argument("--examples", type=int, default=512, help="s2s: examples a step")
     p.add_argument("--seq-len", type=int, default=512)
-    p.add_argument("--micro-batch", type=int, default=16, help="examples per forward pass")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="examples per forward pass (default: 16 windows of --seq-len for pmlm, 128 examples for "
+                        "s2s, whose examples are short: micro-batches of a GPU's size)")
     p.add_argument("--steps", type=int, default=30, help="timed steps per method")
     p.add_argument("--warmup-steps", type=int, default=3,
                    help="untimed steps per method first (compilation, autotuning); their seconds are reported")
@@ -64,6 +66,8 @@ def get_args(argv=None):
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         p.error(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHODS)})")
+    if args.micro_batch is None:
+        args.micro_batch = 16 if args.objective == "pmlm" else 128
     for flag in ("tokens", "examples", "seq_len", "micro_batch", "steps", "rounds"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1")
