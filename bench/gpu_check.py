@@ -24,6 +24,12 @@ network) lacks rouge-score and its dependency nltk, which the test suite needs (
 in fine-tuning and eval tests): --wheels prints the command that builds them on a machine with
 network, to carry in wheels/ and install there with the command it also prints. On a machine
 without CUDA every part is refused in one line.
+
+Compilation caches: a fresh machine compiles our kernels (and Flex) in the first steps of each
+benchmark, which can take most of a call. Every part keeps Triton's and Inductor's caches in
+--cache (an ignored folder) and packs them into OUT/gpu-cache.tgz at its end: unpack that into
+checkpoints/ on this side and name the folder in the device call's `carry`, and the next machine
+starts with them.
 """
 import argparse
 import importlib.util
@@ -89,6 +95,8 @@ def get_args(argv=None):
                    help="pmlm: largest |loss difference| between the backends at any step (bf16 autocast)")
     p.add_argument("--elmer-ckpt", default="checkpoints/reproduce-cpu/elmer-hard-scratch/best.pt",
                    help="decode: a fine-tuned ELMER to time its learnt exit (carry it: it is ignored by git)")
+    p.add_argument("--cache", default="checkpoints/gpu-cache",
+                   help="Triton's and Inductor's compilation caches, kept here and packed into OUT/gpu-cache.tgz")
     p.add_argument("--budget", type=float, default=540,
                    help="speed, decode: seconds the part may take in all; a step that would start too late is skipped")
     args = p.parse_args(argv)
@@ -99,6 +107,24 @@ def get_args(argv=None):
     if not args.budget > 0:
         p.error("--budget must be above 0 seconds")
     return args
+
+
+def use_cache(folder):
+    """Point Triton's and Inductor's caches (this process's and every child's) into `folder`."""
+    folder = os.path.abspath(os.path.join(ROOT, folder))
+    for var, sub in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+        os.makedirs(os.path.join(folder, sub), exist_ok=True)
+        os.environ[var] = os.path.join(folder, sub)
+    return folder
+
+
+def pack_cache(folder, out):
+    """OUT/gpu-cache.tgz holding `folder` as gpu-cache/, to be unpacked into checkpoints/ and carried."""
+    import tarfile
+    path = os.path.join(out, "gpu-cache.tgz")
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(folder, arcname="gpu-cache")
+    return path
 
 
 def missing_here():
@@ -379,6 +405,7 @@ def main(argv=None):
         print(f"error: the test suite needs {', '.join(missing)}: build the wheels with `{build}` on a machine "
               f"with network, then `{install}` here", file=sys.stderr)
         return 2
+    cache = use_cache(args.cache)
     rep = Report(args.out)
     rep.rows("environment", ["GPU, versions, date"], [[environment()]])
     for part in (PARTS[:5] if args.part == "all" else (args.part,)):
@@ -400,7 +427,7 @@ def main(argv=None):
             part_step(rep, args)
         else:
             part_pmlm(rep, args)
-    print(f"rows: {rep.rows_path}; log: {rep.log_path}")
+    print(f"rows: {rep.rows_path}; log: {rep.log_path}; caches: {pack_cache(cache, args.out)}")
     return 0
 
 

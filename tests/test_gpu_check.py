@@ -1,4 +1,4 @@
-"""bench/gpu_check.py's CPU side: its arguments, the wheels it names, its one-line refusal."""
+"""bench/gpu_check.py's CPU side: its arguments, the wheels it names, its one-line refusal, its caches."""
 import os
 import subprocess
 import sys
@@ -66,3 +66,17 @@ def test_refuses_on_a_cpu_in_one_line(tmp_path):
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "CUDA" in lines[0], r.stderr
     assert not os.path.exists(tmp_path / "g")
+
+
+def test_the_compilation_caches_go_to_one_folder_and_come_back_packed(monkeypatch, tmp_path):
+    import tarfile
+    for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.setenv(var, "unset")  # restored after the test
+    folder = gpu_check.use_cache(str(tmp_path / "cache"))
+    assert os.environ["TRITON_CACHE_DIR"] == os.path.join(folder, "triton")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(folder, "inductor")
+    (tmp_path / "cache" / "triton" / "kernel.cubin").write_bytes(b"x")
+    out = tmp_path / "out"
+    out.mkdir()
+    with tarfile.open(gpu_check.pack_cache(folder, str(out))) as tar:
+        assert "gpu-cache/triton/kernel.cubin" in tar.getnames()
