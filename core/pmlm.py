@@ -28,7 +28,7 @@ import numpy as np
 import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL, PSEUDO
-from .batch import Batch, pad_stack
+from .batch import Batch, flat_positions, pad_stack
 from .masking import blockwise_mask, corrupt
 
 IGNORE = -100
@@ -91,11 +91,9 @@ def collate(examples, pad_id, losses="ae+par"):
     predicted = out["target"] != IGNORE
     # L_AE + L_PAR, each a mean over the masked tokens: both make one prediction per masked token
     counted = predicted & (out["kind"] == (PSEUDO if losses == "par" else CONTEXT))
-    # the predicted positions as flat indices, and their targets, made here on the host: the model
-    # reads them with no host sync (a boolean mask's count would be read on the device)
-    predict = predicted.flatten().nonzero().squeeze(1)
+    predict, predict_target = flat_positions(predicted, out["target"])
     return Batch(norm=counted.sum(), n_tokens=valid.sum(), valid=valid, predict=predict,
-                 predict_target=out["target"].flatten()[predict], **out)
+                 predict_target=predict_target, **out)
 
 
 def pmlm_batch(stream, indices, tok, losses="ae+par", keep=KEEP):

@@ -58,6 +58,22 @@ class SyncCounter(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def syncs_of_a_step(model, batches, loss_sums):
+    """What one training step after a warm-up step did that would wait for a GPU."""
+    args = argparse.Namespace(lr=1e-3, warmup=2, steps=10, seed=0, clip=1.0)
+    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
+    optimizer = make_optimizer(model, 1e-3)
+    train_step(model, model, optimizer, batches, loss_sums, d, args, 0)  # warm: lazy state made
+    with SyncCounter() as counter:
+        train_step(model, model, optimizer, batches, loss_sums, d, args, 1)
+    return counter.seen
+
+
+def random_ids(tokenizer):
+    g = torch.Generator().manual_seed(1)
+    return lambda n: torch.randint(tokenizer.n_special, tokenizer.vocab_size, (n,), generator=g).tolist()
+
+
 def pmlm_setup(tokenizer, text_file):
     from core.data import TokenStream, read_texts
     torch.manual_seed(0)
@@ -114,16 +130,10 @@ def test_a_seq2seq_step_makes_no_host_sync(tokenizer):
     from core.seq2seq import seq2seq_batch, seq2seq_loss_sums
     torch.manual_seed(0)
     model = UnifiedLM(preset("tiny", vocab_size=tokenizer.vocab_size))
-    g = torch.Generator().manual_seed(1)
-    ids = lambda n: torch.randint(tokenizer.n_special, tokenizer.vocab_size, (n,), generator=g).tolist()
+    ids = random_ids(tokenizer)
     batches = [seq2seq_batch([(ids(9 + k), ids(3 + k)), (ids(5), ids(6))], tokenizer, 16, 8) for k in range(2)]
-    args = argparse.Namespace(lr=1e-3, warmup=2, steps=10, seed=0, clip=1.0)
-    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
-    optimizer = make_optimizer(model, 1e-3)
-    train_step(model, model, optimizer, batches, seq2seq_loss_sums, d, args, 0)
-    with SyncCounter() as counter:
-        train_step(model, model, optimizer, batches, seq2seq_loss_sums, d, args, 1)
-    assert counter.seen == [], counter.seen
+    seen = syncs_of_a_step(model, batches, seq2seq_loss_sums)
+    assert seen == [], seen
     b, _ = batches[0], model.eval()  # no dropout: the two forwards see the same network
     sel = b.target != -100
     logits = model.head(model(b.tokens, b.pos, b.seg, b.kind, b.step, b.valid)[sel]).float()
@@ -141,17 +151,10 @@ def test_an_encoder_decoders_fine_tuning_step_makes_no_host_sync(tokenizer, arch
     torch.manual_seed(0)
     model = build_model(arch, preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id))
     ops = seq2seq_ops(arch)
-    g = torch.Generator().manual_seed(1)
-    ids = lambda n: torch.randint(tokenizer.n_special, tokenizer.vocab_size, (n,), generator=g).tolist()
+    ids = random_ids(tokenizer)
     batches = [ops.batch([(ids(9 + k), ids(3 + k)), (ids(5), ids(6))], tokenizer, 16, 8) for k in range(2)]
-    args = argparse.Namespace(lr=1e-3, warmup=2, steps=10, seed=0, clip=1.0)
-    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
-    optimizer = make_optimizer(model, 1e-3)
-    loss_sums = lambda m, b: ops.loss_sums(m, b)  # noqa: E731
-    train_step(model, model, optimizer, batches, loss_sums, d, args, 0)
-    with SyncCounter() as counter:
-        train_step(model, model, optimizer, batches, loss_sums, d, args, 1)
-    assert counter.seen == [], counter.seen
+    seen = syncs_of_a_step(model, batches, lambda m, b: ops.loss_sums(m, b))
+    assert seen == [], seen
 
 
 @pytest.mark.parametrize("objective", ["mlm", "t5", "t5-nar", "mlae"])
@@ -165,10 +168,5 @@ def test_every_pretraining_step_makes_no_host_sync(tokenizer, text_file, objecti
     model = o.model(o.shape(preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id), a), a)
     stream = TokenStream(tokenizer.encode(read_texts(text_file)[:200]), o.window(64), seed=0, sep=tokenizer.eos_id)
     batches = [o.batch(stream, list(range(4 * k, 4 * k + 4)), tokenizer, a, model) for k in range(2)]
-    args = argparse.Namespace(lr=1e-3, warmup=2, steps=10, seed=0, clip=1.0)
-    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
-    optimizer, loss_sums = make_optimizer(model, 1e-3), o.loss(a)
-    train_step(model, model, optimizer, batches, loss_sums, d, args, 0)
-    with SyncCounter() as counter:
-        train_step(model, model, optimizer, batches, loss_sums, d, args, 1)
-    assert counter.seen == [], counter.seen
+    seen = syncs_of_a_step(model, batches, o.loss(a))
+    assert seen == [], seen
