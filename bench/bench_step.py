@@ -20,7 +20,10 @@ host sync. With --json, the file is written after each round (`complete` false u
 FLOPs of a step (for MFU): 6 x the non-embedding parameters x the input tokens (the vocabulary
 projection counted only at the predicted positions: 6 x V x C x predicted), plus attention
 3 x 4 x D x H x the visible (query, key) pairs per layer (forward QK^T and PV, backward twice
-that). MFU divides by the device's dense bf16 peak (PEAK_TFLOPS).
+that). MFU divides by the device's dense bf16 peak (PEAK_TFLOPS). The same count over every
+(query, key) pair of the padded micro-batches is what a dense kernel computes (SDPA, with or
+without its mask): the FLOP ratio of the two bounds how much faster than SDPA skipping the
+invisible pairs alone can make a step; a larger speed-up is a measurement bug.
 """
 import argparse
 import datetime
@@ -122,14 +125,16 @@ def batches_and_model(args, device):
 
 
 def step_flops(micro, cfg, n_params_nonemb):
-    """The FLOPs of one step (module docstring), and its input tokens."""
+    """(the FLOPs of one step (module docstring), its input tokens, its visible pairs, the FLOPs with
+    every pair of the padded micro-batches computed)."""
     from kernels import reference
     tokens = sum(b.n_tokens for b in micro)
     predicted = sum(int((b.target != -100).sum()) for b in micro)
     pairs = sum(int(reference.visible(b.kind, b.step, b.kind, b.step, b.valid).sum()) for b in micro)
+    dense = sum(b.tokens.shape[0] * b.tokens.shape[1] ** 2 for b in micro)  # what a dense kernel computes
     flops = 6 * n_params_nonemb * tokens + 6 * cfg.vocab_size * cfg.d_model * predicted
-    flops += 3 * 4 * cfg.d_model * pairs * cfg.n_layers
-    return flops, tokens, pairs
+    per_pair = 3 * 4 * cfg.d_model * cfg.n_layers
+    return flops + per_pair * pairs, tokens, pairs, flops + per_pair * dense
 
 
 def loss_fn(args):
@@ -277,13 +282,15 @@ def main(argv=None):
     n_emb = sum(p.numel() for n, p in probe.named_parameters() if n.startswith("emb."))
     n_params = sum(p.numel() for p in probe.parameters())
     del probe
-    flops, tokens, pairs = step_flops(micro, cfg, n_params - n_emb)
+    flops, tokens, pairs, dense_flops = step_flops(micro, cfg, n_params - n_emb)
     env = environment(device)
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in env["device"]), None)
     print(f"{args.model} {args.objective} step: {tokens:,} input tokens in {len(micro)} micro-batches, "
-          f"{n_params / 1e6:.1f}M parameters, {flops / 1e12:.2f} TFLOP a step; {env['device']}, {str(dtype)[6:]}")
+          f"{n_params / 1e6:.1f}M parameters, {flops / 1e12:.2f} TFLOP a step ({dense_flops / 1e12:.2f} with every "
+          f"pair computed: FLOP ratio {dense_flops / flops:.2f}); {env['device']}, {str(dtype)[6:]}")
     out = dict(env, command=shlex.join([sys.executable.split("/")[-1]] + sys.argv), model=args.model,
                objective=args.objective, tokens_per_step=tokens, visible_pairs=pairs, flops_per_step=flops,
+               dense_flops_per_step=dense_flops,
                flop_count="6 x non-embedding parameters x input tokens + 6 x V x C x predicted tokens + "
                           "12 x C x visible pairs x layers", peak_tflops=peak, dtype=str(dtype)[6:],
                rounds=args.rounds, timed_steps=args.steps // args.rounds * args.rounds, rows=[])

@@ -22,6 +22,7 @@ def test_the_smoke_run_times_every_method_in_rounds(tmp_path, monkeypatch):
     assert [r["method"] for r in saved["rows"]] == [r["method"] for r in out["rows"]] == \
         ["sdpa-mask", "sdpa-nomask", "reference"]
     assert saved["complete"] and saved["rounds"] == 2
+    assert saved["dense_flops_per_step"] > saved["flops_per_step"]  # padding and invisible pairs computed
     for r in saved["rows"]:
         assert len(r["round_ms"]) == 2 and r["step_ms"] > 0 and r["warmup_s"] > 0 and r["kernels"]
         assert abs(sum(r["round_ms"]) / 2 - r["step_ms"]) < 1e-6 * r["step_ms"]

@@ -212,6 +212,10 @@ def step(path):
     SDPA with the dense mask, its host syncs and the attention kernels that ran."""
     d = _load(path)
     rounds = f", {d['timed_steps']} timed steps in {d['rounds']} rounds" if "rounds" in d else ""
+    if "dense_flops_per_step" in d:
+        rounds += (f"; with every pair computed, as a dense kernel does, {d['dense_flops_per_step'] / 1e12:.2f} "
+                   f"TFLOP (FLOP ratio {d['dense_flops_per_step'] / d['flops_per_step']:.2f}: no faster than "
+                   "that over SDPA by skipping pairs alone)")
     if d.get("complete") is False:
         rounds += f" (cut short after {len(d['rows'][0]['round_ms'])} of them)"
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, commit {d['commit']}, {d['date']}: "
