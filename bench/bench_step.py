@@ -14,8 +14,9 @@ included, reported apart). Then `--steps` timed steps each, in `--rounds` interl
 the methods' order rotated each round, every round between two synchronizations, no profiler:
 tokens/s is input tokens over the rounds' wall time, and each round's step time shows the drift.
 One more step under the profiler names the kernels that ran (the backend SDPA picked, whether Flex
-ran fused), and one under torch.cuda.set_sync_debug_mode("error") says whether the step made a
-host sync. With --json, the file is written after each round (`complete` false until the end).
+ran fused) with each one's milliseconds in that step (where the time went), and one under
+torch.cuda.set_sync_debug_mode("error") says whether the step made a host sync. With --json, the
+file is written after each round (`complete` false until the end).
 
 FLOPs of a step (for MFU): 6 x the non-embedding parameters x the input tokens (the vocabulary
 projection counted only at the predicted positions: 6 x V x C x predicted), plus attention
@@ -194,7 +195,7 @@ class Method:
         stats, skipped, _ = self.window.read()
         row = dict(self.timing(per_round), loss=stats["loss"] / stats["norm"], skipped=skipped)
         with self.backend(METHODS[self.name]):
-            row["kernels"] = kernels_of(self.one, self.device)
+            row["kernels"], row["kernel_ms"] = kernels_of(self.one, self.device)
             row["host_syncs"] = sync_check(self.one, self.device)
         return row
 
@@ -225,16 +226,17 @@ def measure_all(args, micro, fresh, device, dtype, report):
     return rows
 
 
-def kernels_of(one, device, top=12):
-    """The names of the kernels one step ran, by device time: which backend did the work."""
+def kernels_of(one, device, top=16):
+    """The kernels one step ran, by device time: their names (which backend did the work) and the
+    milliseconds each took in the step (where the step's time went)."""
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
     with profile(activities=acts) as prof:
         one()
         sync(device)
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)
-    return [e.key[:120] for e in events[:top]]
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)[:top]
+    return [e.key[:120] for e in events], [getattr(e, key, 0) / 1e3 for e in events]
 
 
 def sync_check(one, device):

@@ -237,7 +237,7 @@ def part_profile(rep, objectives=("pmlm", "elmer")):
     FLOPs not counted)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    from profile_step import make_step
+    from bench.profile_step import make_step
     rows_all = []
     for objective in objectives:
         step = make_step(objective, "base")

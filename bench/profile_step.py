@@ -1,6 +1,6 @@
 """One training step of a preset on the GPU, as train.py takes it, for bench/gpu_check.py's profile:
 
-    from profile_step import make_step
+    from bench.profile_step import make_step
     step = make_step("pmlm", "base"); step()   # forward + backward + AdamW under bf16 autocast
     step.n_params, step.tokens                 # parameters, and tokens of the last step (MFU)
 
@@ -14,16 +14,16 @@ from types import SimpleNamespace
 import torch
 
 
-from core.config import preset  # noqa: E402
-from core.data import TokenStream, pretraining_texts  # noqa: E402
-from core.distributed import Dist, resolve_dtype  # noqa: E402
-from core.elmer import ELMER, lplm_batch, lplm_loss_sums  # noqa: E402
-from core.objectives import OBJECTIVES  # noqa: E402
-from core.model import UnifiedLM  # noqa: E402
-from core.optim import make_optimizer  # noqa: E402
-from core.pmlm import pmlm_batch, pmlm_loss_sums  # noqa: E402
-from core.tokenizer import cached_tokenizer  # noqa: E402
-from core.training import TOKENIZER_CACHE, train_step  # noqa: E402
+from core.config import preset
+from core.data import TokenStream, pretraining_texts
+from core.distributed import Dist, resolve_dtype
+from core.elmer import ELMER, lplm_batch, lplm_loss_sums
+from core.objectives import OBJECTIVES
+from core.model import UnifiedLM
+from core.optim import make_optimizer
+from core.pmlm import pmlm_batch, pmlm_loss_sums
+from core.tokenizer import cached_tokenizer
+from core.training import TOKENIZER_CACHE, train_step
 
 
 def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cuda", dtype="auto"):

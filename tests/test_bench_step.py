@@ -26,6 +26,8 @@ def test_the_smoke_run_times_every_method_in_rounds(tmp_path, monkeypatch):
     for r in saved["rows"]:
         assert len(r["round_ms"]) == 2 and r["step_ms"] > 0 and r["warmup_s"] > 0 and r["kernels"]
         assert abs(sum(r["round_ms"]) / 2 - r["step_ms"]) < 1e-6 * r["step_ms"]
+        assert len(r["kernel_ms"]) == len(r["kernels"]) and r["kernel_ms"] == sorted(r["kernel_ms"], reverse=True)
+        assert r["kernel_ms"][0] > 0
     losses = {r["method"]: r["loss"] for r in saved["rows"]}
     assert abs(losses["sdpa-mask"] - losses["reference"]) < 1e-2  # the same model, batches and steps
     # a run cut short after its first round leaves every method's timing of that round on disk

@@ -6,10 +6,19 @@ import sys
 import pytest
 import torch
 
+from bench import gpu_check
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import gpu_check  # noqa: E402
+
+def test_every_module_it_imports_is_found_as_it_is_run():
+    """`python -m bench.gpu_check` from the root has no bench/ on its path: each module the script
+    imports, at its top or inside a part, must be found from there."""
+    code = ("import ast, importlib.util; t = ast.parse(open('bench/gpu_check.py').read()); "
+            "mods = {a.name for n in ast.walk(t) if isinstance(n, ast.Import) for a in n.names} | "
+            "{n.module for n in ast.walk(t) if isinstance(n, ast.ImportFrom) and n.level == 0}; "
+            "print(sorted(m for m in mods if importlib.util.find_spec(m) is None))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
 def test_arguments():

@@ -200,16 +200,20 @@ def loss_profile(path):
     return "\n".join(out) + "\n"
 
 
-def _attention_kernels(kernels):
-    """The attention kernels among a step's top kernels by device time: the backend that ran."""
+def _attention_kernels(kernels, ms=None):
+    """The attention kernels among a step's top kernels by device time: the backend that ran, with
+    the milliseconds each took in the profiled step where the file has them."""
     keys = ("fmha", "flash", "sdpa", "attention", "_fwd_kernel", "_bwd_", "flex", "triton_tem")
-    names = [k.split("(")[0].split("<")[0].replace("void ", "") for k in kernels if any(s in k for s in keys)]
-    return ", ".join(f"`{n[:60]}`" for n in names[:2]) or "-"
+    ms = ms or [None] * len(kernels)
+    picked = [(k.split("(")[0].split("<")[0].replace("void ", ""), t) for k, t in zip(kernels, ms)
+              if any(s in k for s in keys)]
+    return ", ".join(f"`{n[:60]}`" + (f" {t:.1f} ms" if t is not None else "") for n, t in picked[:2]) or "-"
 
 
 def step(path):
     """bench/bench_step.py --json: each method's training step, its tokens/s and MFU, its ratio to
-    SDPA with the dense mask, its host syncs and the attention kernels that ran."""
+    SDPA with the dense mask (with the lowest and highest of the rounds' ratios where the file has
+    rounds), its host syncs and the attention kernels that ran."""
     d = _load(path)
     rounds = f", {d['timed_steps']} timed steps in {d['rounds']} rounds" if "rounds" in d else ""
     if "dense_flops_per_step" in d:
@@ -221,12 +225,20 @@ def step(path):
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, commit {d['commit']}, {d['date']}: "
            f"`{d['model']}` {d['objective']} step, {d['tokens_per_step']:,} input tokens, "
            f"{d['flops_per_step'] / 1e12:.2f} TFLOP a step ({d['flop_count']}){rounds}; `{d['command']}`.", "",
-           "| method | ms a step | tokens/s | TFLOP/s | MFU | / sdpa-mask | host syncs | attention kernels |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| method | ms a step | each round, ms | tokens/s | TFLOP/s | MFU | / sdpa-mask | host syncs "
+           "| attention kernels |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    base = next((r.get("round_ms") for r in d["rows"] if r["method"] == "sdpa-mask"), None)
     for r in d["rows"]:
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
         vs = f"{r['vs_sdpa_mask']:.2f}x" if r.get("vs_sdpa_mask") else "-"
-        out.append(f"| {r['method']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | {mfu} "
+        if base and r.get("round_ms") and r["method"] != "sdpa-mask":
+            # the rounds interleave the methods, so each round's ratio pairs steps run side by side
+            each_ratio = [b / t for b, t in zip(base, r["round_ms"])]
+            vs += f" (rounds {min(each_ratio):.2f}-{max(each_ratio):.2f})"
+        each = ", ".join(f"{t:.1f}" for t in r.get("round_ms", [])) or "-"
+        out.append(f"| {r['method']} | {r['step_ms']:.1f} | {each} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} "
+                   f"| {mfu} "
                    f"| {vs} | {r.get('host_syncs', 'not checked (cut short)')[:50]} "
-                   f"| {_attention_kernels(r.get('kernels', []))} |")
+                   f"| {_attention_kernels(r.get('kernels', []), r.get('kernel_ms'))} |")
     return "\n".join(out) + "\n"
