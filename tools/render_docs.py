@@ -41,8 +41,8 @@ BLOCK = re.compile(r"(<!-- render: (\S+) (\S+) -->\n)(.*?)(<!-- /render -->)", r
 
 def table(spec):
     """PATH::MARKER: the markdown tables (and their target lines) that follow the first line holding
-    MARKER in a text result file (a benchmark's log), up to the next blank line after them, and the
-    run's time where a run.json beside the file names it."""
+    MARKER in a text result file (a benchmark's log, indented or not), up to the next blank line
+    after them, and the run's time where a run.json beside the file names it."""
     path, marker = spec.split("::", 1)
     nth = 1
     if re.search(r"#\d+$", marker):  # MARKER#N: the N-th line holding it
@@ -59,6 +59,7 @@ def table(spec):
         raise SystemExit(f"error: no line holding {marker!r} in {path}")
     out, seen = [], False
     for l in lines[start + 1:]:
+        l = l.strip()  # a log may indent its tables under a case's heading
         if l.startswith("|") or l.startswith("target "):
             out.append(l if l.startswith("|") else f"({l})")
             seen = True
