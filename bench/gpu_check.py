@@ -341,16 +341,25 @@ def part_speed(rep, args):
 
 def part_step(rep, args):
     """A training step with each attention, the number a user feels: the tests that hold the
-    baselines to the reference on CUDA (Flex's backward included) and the step's host syncs, then
-    bench_step.py at base size (pretraining, then fine-tuning), each writing its JSON to OUT."""
+    baselines to the reference on CUDA (Flex's backward included; every test runs, a failure's
+    message kept, the compilers' debug log not) and the step's host syncs, then bench_step.py at
+    base size, pretraining and then fine-tuning, ours against SDPA with and without the mask (the
+    first fair step needs those three; Flex, whose compilation is slow, runs last in its own
+    step), each writing its JSON to OUT."""
     py = sys.executable
     out = os.path.abspath(args.out)
-    steps = [("baselines and step-sync tests on CUDA", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                                        "tests/test_baselines.py", "tests/test_step_syncs.py"], 60),
-             ("bench_step.py: base PMLM, 64k tokens a step", [py, "-m", "bench.bench_step", "--json",
-                                                              os.path.join(out, "step.json")], 330),
-             ("bench_step.py: base seq2seq fine-tuning", [py, "-m", "bench.bench_step", "--objective", "s2s", "--json",
-                                                          os.path.join(out, "step-s2s.json")], 150)]
+    three = ["--methods", "ours,sdpa-mask,sdpa-nomask"]
+    steps = [("baselines and step-sync tests on CUDA", [py, "-m", "pytest", "-q", "-rf", "--tb=short", "-p",
+                                                        "no:cacheprovider", "-p", "no:logging",
+                                                        "tests/test_baselines.py", "tests/test_step_syncs.py"], 80),
+             ("bench_step.py: base PMLM, 64k tokens a step", [py, "-m", "bench.bench_step", "--steps", "21"] + three
+              + ["--json", os.path.join(out, "step.json")], 240),
+             ("bench_step.py: base seq2seq fine-tuning", [py, "-m", "bench.bench_step", "--objective", "s2s",
+                                                          "--steps", "9"] + three
+              + ["--json", os.path.join(out, "step-s2s.json")], 120),
+             ("bench_step.py: base PMLM, Flex beside ours", [py, "-m", "bench.bench_step", "--methods", "ours,flex",
+                                                             "--steps", "12", "--json",
+                                                             os.path.join(out, "step-flex.json")], 150)]
     rep.rows("step: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget))
 
 
