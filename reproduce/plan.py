@@ -10,11 +10,12 @@ A run whose flags this checkout's scripts reject (a flag or a choice not there y
 "not on this branch" and skipped with everything that depends on it; a run with a TODO note is
 skipped the same way until the note goes.
 
-Fine-tuning follows finetune.py's defaults, the papers' recipe (a peak learning rate under
-pretraining's, inverse square root decay, early stopping on the validation loss), the same for
-both sides of every pair. A compared fine-tuning runs under several seeds (SEEDS: NAME, NAME-s2,
-NAME-s3 with --seed 2, 3): three for the runs of each paper's central claim, two for the others;
-the report reads a pair over its seeds and its test examples together (reproduce/significance.py).
+Fine-tuning follows finetune.py's defaults (the peak learning rate a grid chose on validation,
+MLAE's inverse square root decay, early stopping on the validation loss: docs/design.md,
+"Fine-tuning recipe"), the same for both sides of every pair. A compared fine-tuning runs under
+several seeds (SEEDS: NAME, NAME-s2, NAME-s3 with --seed 2, 3): three for the runs of each paper's
+central claim, two for the others; the report reads a pair over its seeds and its test examples
+together (reproduce/significance.py).
 """
 import re
 from typing import NamedTuple
