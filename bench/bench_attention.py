@@ -44,7 +44,8 @@ pairs the other method computes (every pair for SDPA; Flex's non-empty blocks) o
 ours' computed tiles: ours ahead of sdpa-nomask by more than it is a measurement to doubt, and is
 flagged. Before anything is timed, ours is checked against kernels/reference.py in bf16 on two rows
 (output and the gradients of q, k, v and the bias table); the run stops on a mismatch.
-Targets of the attention issue are printed last, met or not, and --json writes every figure.
+Targets of the attention issue are printed last, met or not, and --json writes every figure (after
+each layout, so that a run cut short keeps what it finished: `complete` false until the end).
 """
 import argparse
 import json
@@ -400,19 +401,29 @@ def main(argv=None):
                 continue
             args.skip_flex = left is not None and left < 60
             records.append(bench(name, D, args, dev, dtype, time_fn))
-    result = dict(device=device, torch=torch.__version__, triton=triton.__version__, date=time.strftime("%Y-%m-%d"),
-                  records=records, targets=targets(records))
+            write_result(args.json, device, triton.__version__, records, complete=False)
     if args.save_configs:
         from kernels import attention_plan
         os.makedirs(os.path.dirname(os.path.abspath(args.save_configs)), exist_ok=True)
         with open(args.save_configs, "w") as f:
             json.dump({str(D): list(c) for D, c in attention_plan.OVERRIDE.items()}, f)
+    write_result(args.json, device, triton.__version__, records, complete=True)
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
         print(f"figures: {args.json}")
     return 0
+
+
+def write_result(path, device, triton_version, records, complete):
+    """Every figure so far to `path` (nothing without --json), after each layout and at the end:
+    a run cut short by its lease keeps the layouts it finished (`complete` false)."""
+    if not path:
+        return
+    result = dict(device=device, torch=torch.__version__, triton=triton_version, date=time.strftime("%Y-%m-%d"),
+                  records=records, targets=targets(records), complete=complete)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

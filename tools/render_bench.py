@@ -47,7 +47,8 @@ def charged_attention(d):
     layer's charge, ours' speed-up beside the work ratio, and the kernels that ran."""
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}. Times in ms (median, CUDA events, "
            "L2 flushed, gradients reset, one function for every method); a layer is charged its call and its share "
-           "of the step's setup and reduce; TFLOP/s count the visible pairs only.", ""]
+           "of the step's setup and reduce; TFLOP/s count the visible pairs only."
+           + (" The run was cut short: these are the layouts it finished." if d.get("complete") is False else ""), ""]
     for r in d["records"]:
         dense, ours = r["B"] * r["L"] ** 2, r["methods"].get("ours")
         out += [f"**{r['layout']}, D {r['D']}** (B {r['B']}, L {r['L']}, {r['layers']} layers a step; visible "
