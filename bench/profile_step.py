@@ -13,7 +13,6 @@ from types import SimpleNamespace
 
 import torch
 
-
 from core.config import preset
 from core.data import TokenStream, pretraining_texts
 from core.distributed import Dist, resolve_dtype
