@@ -31,6 +31,8 @@ a step for all its layers and shown apart: a layer is charged its call plus its 
                   block mask once a step, the bias read by a score_mod from the (H, 2M+1) row
                   (its gradient through the captured row); fused or not is read off the kernel
                   names, and a causal run at the same shape against SDPA's causal kernel;
+                  "flex, bias table frozen": the same with a table that requires no gradient
+                  (what the captured table's gradient costs Flex);
   sdpa-nomask     SDPA with no mask at all: what a plain kernel costs over every pair (the dense
                   upper bound; wrong for these layouts).
 The kernels each method ran are recorded by name (the profiler, one forward+backward): which
@@ -183,8 +185,9 @@ def methods(meta, D, alternatives, with_flex):
                  else {"table": not attention_plan.TABLE_16BIT})
         rows.append((ours_method(label, meta), flags))
     rows += [(baseline_method("sdpa-mask", "sdpa", meta), {})]
-    if with_flex:
-        rows += [(baseline_method("flex", "flex", meta), {})]
+    if with_flex:  # frozen: whether the gradient of the table its score_mod reads is what costs Flex
+        rows += [(baseline_method("flex", "flex", meta), {}),
+                 (baseline_method("flex, bias table frozen", "flex", meta, frozen=True), {})]
     rows += [(baseline_method("sdpa-nomask", "sdpa-nomask", meta), {})]
     return rows
 

@@ -26,3 +26,13 @@ def test_a_run_cut_short_keeps_the_layouts_it_finished(tmp_path, monkeypatch):
     bench_attention.main(["--smoke", "--layouts", "pmlm,s2s-1k", "--dims", "64", "--json", str(path)])
     saved = json.loads(path.read_text())
     assert [r["layout"] for r in saved["records"]] == ["pmlm", "s2s-1k"] and saved["complete"] is True
+
+
+def test_flex_is_also_timed_with_its_table_frozen():
+    """Whether the gradient of the table Flex's score_mod reads is what costs Flex: the same Flex
+    with a table that asks no gradient, beside it."""
+    from bench.attention_cases import layout
+    rows = {m.label: m for m, _ in bench_attention.methods(layout("pmlm", "cpu", True), 64, [], True)}
+    assert rows["flex"].bias_grad and not rows["flex, bias table frozen"].bias_grad
+    assert "flex, bias table frozen" not in {m.label for m, _ in bench_attention.methods(
+        layout("pmlm", "cpu", True), 64, [], False)}
