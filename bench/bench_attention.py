@@ -60,6 +60,7 @@ import torch
 from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, backward_name, baseline_method,
                                    flex_blocks, flex_sanity, fused_dq, layout, ours_method, table_16bit)
 from bench.attention_harness import charge, fused_flex, kernel_names, timer
+from bench.common import write_json
 
 # the row that times the bias table's other dtype (attention_plan.TABLE_16BIT -> its label)
 ALT_TABLE = {False: "ours, 16-bit bias table", True: "ours, float32 bias table"}
@@ -421,12 +422,8 @@ def write_result(path, device, triton_version, records, complete):
     a run cut short by its lease keeps the layouts it finished (`complete` false)."""
     if not path:
         return
-    result = dict(device=device, torch=torch.__version__, triton=triton_version, date=time.strftime("%Y-%m-%d"),
-                  records=records, targets=targets(records), complete=complete)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(path, dict(device=device, torch=torch.__version__, triton=triton_version,
+                          date=time.strftime("%Y-%m-%d"), records=records, targets=targets(records), complete=complete))
 
 
 if __name__ == "__main__":

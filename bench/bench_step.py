@@ -28,7 +28,6 @@ invisible pairs alone can make a step; a larger speed-up is a measurement bug.
 """
 import argparse
 import datetime
-import json
 import os
 import platform
 import shlex
@@ -37,6 +36,8 @@ import sys
 import time
 
 import torch
+
+from bench.common import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -266,12 +267,6 @@ def environment(device):
         commit = "unknown"
     return dict(device=name, torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
                 commit=commit, date=datetime.date.today().isoformat())
-
-
-def write_json(path, out):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
 
 
 def main(argv=None):

@@ -54,3 +54,13 @@ def precision(args, device):
     if device.type == "cuda" and args.dtype == "bfloat16":
         return torch.autocast("cuda", torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def write_json(path, out):
+    """`out` to `path` as JSON, whole or not at all: a benchmark writes it after each part, so that a
+    run cut short keeps what it finished."""
+    import json
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f, indent=1)
+    os.replace(path + ".tmp", path)
