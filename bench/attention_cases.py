@@ -2,6 +2,8 @@
 each layout, and each method as fn(q, k, v) -> out (ours, SDPA with the dense mask, FlexAttention).
 The module docstring of bench_attention.py says what each is."""
 import contextlib
+import json
+import os
 
 import numpy as np
 import torch
@@ -93,6 +95,82 @@ def fused_dq(on):
 def table_16bit(on):
     """The relative bias table in q's dtype (True) or float32 (False), or as set (None)."""
     return plan_flag("TABLE_16BIT", on)
+
+
+# -----------------------------------------------------------------------------
+# the block sweep's candidates, and the file that carries its winners from one run to the next
+
+def candidates(D):
+    """[(Config, dQ fused)] that --sweep times at head dim D, the plan's own first. At D 64 the
+    backward's blocks vary with its structure: 4 warps on 64 x 64 tiles (one warpgroup, no second
+    one repeating the first's S^T and dP^T rows), and 32 x 128 tiles (half the q and dO reloads per
+    key). At D 128 (one backward structure: None) the dK/dV kernel keeps a copy in flight at 3 stages.
+    The dK/dV kernel of each compiles for sm_90a without spills (tools/aot.py with
+    attention_plan.OVERRIDE set). The last rows vary the forward instead."""
+    from kernels.attention_plan import CUDA_CONFIGS, FUSED_DQ, Config
+    base = CUDA_CONFIGS[D]
+    if D == 64:
+        rows = [(base, FUSED_DQ), (base._replace(kv_warps=4), False),
+                (base._replace(BMK=32, BNK=128), True), (base._replace(BMK=32, BNK=128), False),
+                (base._replace(fwd_stages=4), FUSED_DQ), (Config(128, 128, 8, 3, 64, 64, 8, 3, 8, 3), FUSED_DQ)]
+    else:
+        rows = [(base, None), (base._replace(kv_stages=3), None),
+                (base._replace(fwd_stages=3), None)]  # the forward with K and V two tiles ahead
+    out = []
+    for row in rows:
+        if row not in out:
+            out.append(row)
+    return out
+
+
+def save_configs(path):
+    """The configurations in force (attention_plan.OVERRIDE, and FUSED_DQ) to `path` as JSON:
+    {"64": [BM, BN, ...], "128": [...], "fused_dq": bool}."""
+    from kernels import attention_plan
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(dict({str(D): list(c) for D, c in attention_plan.OVERRIDE.items()},
+                       fused_dq=attention_plan.FUSED_DQ), f)
+
+
+def read_configs(path):
+    """A save_configs file: {head dim: Config, "fused_dq": bool or None}, refused in one line
+    (SystemExit) when it is not one."""
+    from kernels import attention_plan
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        out = {int(k): attention_plan.Config(*v) for k, v in saved.items() if k != "fused_dq"}
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        raise SystemExit(f"{path}: not a file of swept configurations ({type(e).__name__}: {e})") from None
+    out["fused_dq"] = saved.get("fused_dq")
+    return out
+
+
+def apply_configs(saved):
+    """Put read_configs' `saved` in force in this process: attention_plan.OVERRIDE per head dim, and
+    FUSED_DQ where it says."""
+    from kernels import attention_plan
+    for key, value in saved.items():
+        if key != "fused_dq":
+            attention_plan.OVERRIDE[key] = value
+    if saved.get("fused_dq") is not None:
+        attention_plan.FUSED_DQ = saved["fused_dq"]
+
+
+@contextlib.contextmanager
+def configs_in_force(saved):
+    """read_configs' `saved` in force inside the block (None: the plan's own), what was before after."""
+    from kernels import attention_plan
+    before = dict(attention_plan.OVERRIDE), attention_plan.FUSED_DQ
+    if saved:
+        apply_configs(saved)
+    try:
+        yield
+    finally:
+        attention_plan.OVERRIDE.clear()
+        attention_plan.OVERRIDE.update(before[0])
+        attention_plan.FUSED_DQ = before[1]
 
 
 class Built:

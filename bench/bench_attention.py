@@ -50,7 +50,6 @@ Targets of the attention issue are printed last, met or not, and --json writes e
 each layout, so that a run cut short keeps what it finished: `complete` false until the end).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -58,7 +57,8 @@ import time
 import torch
 
 from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, backward_name, baseline_method,
-                                   flex_blocks, flex_sanity, fused_dq, layout, ours_method, table_16bit)
+                                   apply_configs, candidates, flex_blocks, flex_sanity, fused_dq, layout,
+                                   ours_method, read_configs, save_configs, table_16bit)
 from bench.attention_harness import charge, fused_flex, kernel_names, timer
 from bench.common import write_json
 
@@ -140,24 +140,34 @@ def checks(meta, table, q, k, v):
 
 
 def sweep(meta, leaves, table, dout, D, time_fn, n_layers, rec):
-    """Time ours under each candidate block configuration; the fastest forward+backward is kept in
-    kernels/attention_plan.OVERRIDE for the rest of the run."""
+    """Time ours under each candidate configuration (attention_cases.candidates), each checked
+    against the reference first (a mismatch drops it); the fastest forward+backward is kept in
+    kernels/attention_plan.OVERRIDE, and its backward structure in FUSED_DQ, for the rest of the run."""
     from kernels import attention_plan
+    q, k, v = (x.detach().transpose(1, 2).contiguous() for x in leaves)
     rows = []
-    for cfg in candidates(D):
+    for cfg, fused in candidates(D):
         attention_plan.OVERRIDE[D] = cfg
+        name = f"{tuple(cfg)}" + ("" if fused is None else f", dQ {'fused' if fused else 'apart'}")
         try:
-            t = charge(ours_method("ours", meta), leaves, table, dout, time_fn, n_layers)
+            with fused_dq(fused):
+                if not check(meta, table, q, k, v, f", {name}", fatal=False):
+                    continue
+                t = charge(ours_method("ours", meta), leaves, table, dout, time_fn, n_layers)
         except Exception as e:  # noqa: BLE001  (a configuration that does not launch is reported)
-            print(f"  {tuple(cfg)}: failed ({type(e).__name__}: {str(e)[:100]})")
+            print(f"  {name}: failed ({type(e).__name__}: {str(e)[:100]})")
             continue
-        rows.append((t["fwdbwd_ms"], t["fwd_ms"], cfg))
-        print(f"  sweep {tuple(cfg)}: fwd {t['fwd_ms']:.3f} ms, fwd+bwd {t['fwdbwd_ms']:.3f} ms", flush=True)
-    best = min(rows, key=lambda r: r[0])[2]
+        rows.append((t["fwdbwd_ms"], t["fwd_ms"], cfg, fused))
+        print(f"  sweep {name}: fwd {t['fwd_ms']:.3f} ms, fwd+bwd {t['fwdbwd_ms']:.3f} ms", flush=True)
+    if not rows:
+        sys.exit(f"--sweep: no candidate configuration at D {D} matched the reference")
+    _, _, best, fused = min(rows, key=lambda r: r[0])
     attention_plan.OVERRIDE[D] = best
-    rec["sweep"] = [dict(config=list(c), fwd_ms=f, fwdbwd_ms=b) for b, f, c in rows]
-    rec["config"] = list(best)
-    print(f"  fastest: {tuple(best)}", flush=True)
+    if fused is not None:
+        attention_plan.FUSED_DQ = fused
+    rec["sweep"] = [dict(config=list(c), fused_dq=fz, fwd_ms=f, fwdbwd_ms=b) for b, f, c, fz in rows]
+    rec["config"], rec["fused_dq"] = list(best), fused
+    print(f"  fastest: {tuple(best)}" + ("" if fused is None else f", dQ {'fused' if fused else 'apart'}"), flush=True)
 
 
 def tiles(meta, table, q, k, v, rec):
@@ -215,11 +225,11 @@ def bench(name, D, args, dev, dtype, time_fn):
     B, L, H = q.shape[0], q.shape[2], q.shape[1]
     print(f"\n## {name}, D {D}: B={B} H={H} L={L} (mean {meta[3].sum().item() / B:.0f} real tokens a row)", flush=True)
     from kernels import attention_plan
-    alternatives = checks(meta, table, q, k, v)
-    rec = dict(layout=name, D=D, B=B, H=H, L=L, layers=args.layers, methods={},
-               alt_backward=ALT_BACKWARD[attention_plan.FUSED_DQ])
+    rec = dict(layout=name, D=D, B=B, H=H, L=L, layers=args.layers, methods={})
     if args.sweep and D not in attention_plan.OVERRIDE:  # once per head dim: the first layout that has it
         sweep(meta, leaves, table, dout, D, time_fn, args.layers, rec)
+    alternatives = checks(meta, table, q, k, v)  # with the configuration the sweep chose
+    rec["alt_backward"] = ALT_BACKWARD[attention_plan.FUSED_DQ]
     tiles(meta, table, q, k, v, rec)
     with_flex = not args.no_flex and not getattr(args, "skip_flex", False)
     time_methods(methods(meta, D, alternatives, with_flex), leaves, table, dout, time_fn, args.layers, rec)
@@ -363,16 +373,6 @@ def check(meta, table, q, k, v, label="", fatal=True):
     return True
 
 
-def candidates(D):
-    from kernels.attention_plan import CUDA_CONFIGS, Config
-    base = CUDA_CONFIGS[D]
-    if D == 64:
-        more = [Config(64, 64, 4, 4, 64, 64, 8, 3, 4, 3), Config(128, 128, 8, 3, 64, 64, 8, 3, 8, 3)]
-    else:
-        more = [Config(64, 64, 4, 3, 32, 64, 8, 2, 4, 3)]  # the forward with K and V two tiles ahead (147 KB)
-    return [base] + [c for c in more if c != base]
-
-
 def main(argv=None):
     args = get_args(argv)
     if args.smoke:
@@ -386,11 +386,9 @@ def main(argv=None):
     import triton
     time_fn = timer(args.smoke)
     if args.configs:
-        from kernels import attention_plan
-        with open(args.configs) as f:
-            for D, cfg in json.load(f).items():
-                attention_plan.OVERRIDE[int(D)] = attention_plan.Config(*cfg)
-        print(f"configurations from {args.configs}: {attention_plan.OVERRIDE}")
+        saved = read_configs(args.configs)
+        apply_configs(saved)
+        print(f"configurations from {args.configs}: {saved}")
     device = torch.cuda.get_device_name() if dev == "cuda" else "cpu (smoke)"
     print(f"# {device}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
     records = []
@@ -407,10 +405,7 @@ def main(argv=None):
             records.append(bench(name, D, args, dev, dtype, time_fn))
             write_result(args.json, device, triton.__version__, records, complete=False)
     if args.save_configs:
-        from kernels import attention_plan
-        os.makedirs(os.path.dirname(os.path.abspath(args.save_configs)), exist_ok=True)
-        with open(args.save_configs, "w") as f:
-            json.dump({str(D): list(c) for D, c in attention_plan.OVERRIDE.items()}, f)
+        save_configs(args.save_configs)
     write_result(args.json, device, triton.__version__, records, complete=True)
     if args.json:
         print(f"figures: {args.json}")

@@ -28,6 +28,7 @@ invisible pairs alone can make a step; a larger speed-up is a measurement bug.
 """
 import argparse
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -41,8 +42,8 @@ from bench.common import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-METHODS = {"ours": "triton", "sdpa-mask": "sdpa", "sdpa-nomask": "sdpa-nomask", "flex": "flex",
-           "reference": "reference"}
+METHODS = {"ours": "triton", "ours-swept": "triton", "sdpa-mask": "sdpa", "sdpa-nomask": "sdpa-nomask",
+           "flex": "flex", "reference": "reference"}
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16, SXM
 
 
@@ -64,6 +65,9 @@ def get_args(argv=None):
     p.add_argument("--rounds", type=int, default=3,
                    help="the timed steps in this many interleaved rounds, the methods' order rotated each round")
     p.add_argument("--methods", default="ours,sdpa-mask,sdpa-nomask,flex")
+    p.add_argument("--configs", default=None,
+                   help="ours-swept: the kernel configurations a bench_attention.py --save-configs file holds "
+                        "(ours keeps the plan's own, so the two run side by side)")
     p.add_argument("--json", default=None, help="write the rows here (results/<device>-<date>/step.json)")
     p.add_argument("--smoke", action="store_true", help="tiny model, few tokens, the CPU's methods: the script runs")
     args = p.parse_args(argv)
@@ -71,6 +75,10 @@ def get_args(argv=None):
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         p.error(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHODS)})")
+    if ("ours-swept" in args.methods) != (args.configs is not None):
+        p.error("--methods ours-swept and --configs FILE go together: the method runs the file's configurations")
+    if args.configs is not None and not os.path.isfile(args.configs):
+        p.error(f"--configs {args.configs}: no such file")
     if args.micro_batch is None:
         args.micro_batch = 16 if args.objective == "pmlm" else 128
     for flag in ("tokens", "examples", "seq_len", "micro_batch", "steps", "rounds"):
@@ -84,7 +92,7 @@ def get_args(argv=None):
         args.model, args.tokens, args.examples, args.seq_len, args.micro_batch = "tiny", 256, 16, 64, 4
         args.steps, args.warmup_steps, args.rounds = 2, 1, 2
         args.methods = [m for m in args.methods if m in ("sdpa-mask", "sdpa-nomask")] + ["reference"]
-    if not torch.cuda.is_available() and any(m in ("ours", "flex") for m in args.methods):
+    if not torch.cuda.is_available() and any(m in ("ours", "ours-swept", "flex") for m in args.methods):
         p.error("ours and flex train on CUDA only (flex has no CPU backward): on a CPU use --smoke, or "
                 "--methods reference,sdpa-mask,sdpa-nomask")
     from core.guards import unwritable
@@ -162,7 +170,10 @@ class Method:
         from core.distributed import Dist
         from core.optim import make_optimizer
         from core.training import StepStats, train_step
+        from bench.attention_cases import configs_in_force, read_configs
         self.name, self.device, self.backend = method, device, kernels.use_backend
+        saved = read_configs(args.configs) if method == "ours-swept" else None
+        self.configs = lambda: configs_in_force(saved)  # noqa: E731  (ours-swept: the file's; else the plan's)
         self.model = fresh()
         self.optimizer = make_optimizer(self.model, 1e-4)
         self.d = Dist(0, 1, 0, device, dtype)
@@ -177,7 +188,7 @@ class Method:
 
     def run(self, steps):
         """`steps` steps under this method's attention, between two synchronizations: their seconds."""
-        with self.backend(METHODS[self.name]):
+        with self.backend(METHODS[self.name]), self.configs():
             sync(self.device)
             t0 = time.perf_counter()
             for _ in range(steps):
@@ -195,7 +206,7 @@ class Method:
         """The method's row after every round: its timing, loss, and the kernels and sync checks."""
         stats, skipped, _ = self.window.read()
         row = dict(self.timing(per_round), loss=stats["loss"] / stats["norm"], skipped=skipped)
-        with self.backend(METHODS[self.name]):
+        with self.backend(METHODS[self.name]), self.configs():
             row["kernels"], row["kernel_ms"] = kernels_of(self.one, self.device)
             row["host_syncs"] = sync_check(self.one, self.device)
         return row
@@ -291,6 +302,11 @@ def main(argv=None):
                flop_count="6 x non-embedding parameters x input tokens + 6 x V x C x predicted tokens + "
                           "12 x C x visible pairs x layers", peak_tflops=peak, dtype=str(dtype)[6:],
                rounds=args.rounds, timed_steps=args.steps // args.rounds * args.rounds, rows=[])
+    if args.configs:  # what ours-swept ran, beside what ours ran (the plan's own)
+        from kernels.attention_plan import CUDA_CONFIGS, FUSED_DQ
+        with open(args.configs) as f:
+            out.update(swept_configs=json.load(f),
+                       plan_configs=dict({str(D): list(c) for D, c in CUDA_CONFIGS.items()}, fused_dq=FUSED_DQ))
 
     def report(rows, final):
         for row in rows:

@@ -13,6 +13,8 @@
     python -m bench.gpu_check --part step --out gpu          # the GPU-step issue's one call: the baselines' and the
                                                              # step's tests on CUDA, then a base PMLM and a seq2seq
                                                              # step with each attention (bench/bench_step.py)
+    python -m bench.gpu_check --part tune --out gpu          # the backward's blocks: a sweep on the PMLM layout,
+                                                             # then the steps with ours as planned and as swept
     python -m bench.gpu_check --part decode --out gpu        # the next call on the warm machine: Flex beside ours
                                                              # (the sweep's blocks), early exit (and a carried
                                                              # --elmer-ckpt's learnt exit), off-ramp, gather,
@@ -35,23 +37,20 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import time
 
+from bench.gpu_lease import (Report, environment, missing_here, pack_cache, print_wheels, timed_steps, use_cache,
+                             wheel_commands)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode", "step")
+PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode", "step", "tune")
 # where --part speed leaves the fastest blocks of its sweep for --part decode (an ignored folder: it
 # stays on a machine kept warm between the two calls)
 SWEPT = "checkpoints/gpu-swept-configs.json"
 KERNEL_TESTS = ["tests/test_pseudo_attention.py", "tests/test_attention_in_model.py", "tests/test_attention_rule.py",
                 "tests/test_early_exit.py", "tests/test_compile.py"]
-# module -> the distribution that provides it: what the code and the tests import beyond torch
-NEEDED = {"numpy": "numpy", "sentencepiece": "sentencepiece", "rouge_score": "rouge-score", "nltk": "nltk",
-          "absl": "absl-py", "pytest": "pytest", "triton": "triton"}
-# read off the GPU image's package list (the device's KINDS.md): present there, except these
-GPU_IMAGE_LACKS = ["rouge-score", "nltk"]
 # every benchmark, its arguments, and the target its header (or bench/RESULTS.md) sets
 BENCHES = [
     ("bench.bench_attention", [], "a layer's fwd+bwd with setup once a step >= 1.5x SDPA with a dense mask and >= "
@@ -107,89 +106,6 @@ def get_args(argv=None):
     if not args.budget > 0:
         p.error("--budget must be above 0 seconds")
     return args
-
-
-def use_cache(folder):
-    """Point Triton's and Inductor's caches (this process's and every child's) into `folder`."""
-    folder = os.path.abspath(os.path.join(ROOT, folder))
-    for var, sub in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
-        os.makedirs(os.path.join(folder, sub), exist_ok=True)
-        os.environ[var] = os.path.join(folder, sub)
-    return folder
-
-
-def pack_cache(folder, out):
-    """OUT/gpu-cache.tgz holding `folder` as gpu-cache/, to be unpacked into checkpoints/ and carried."""
-    import tarfile
-    path = os.path.join(out, "gpu-cache.tgz")
-    with tarfile.open(path, "w:gz") as tar:
-        tar.add(folder, arcname="gpu-cache")
-    return path
-
-
-def missing_here():
-    """The distributions of NEEDED that this Python cannot import."""
-    return sorted({dist for mod, dist in NEEDED.items() if importlib.util.find_spec(mod) is None})
-
-
-def wheel_commands(dists):
-    """(build on a machine with network, install on the GPU machine). rouge-score publishes only a
-    source archive, so its wheel is built (pure Python, any interpreter); --no-deps: the image has
-    the rest (absl-py, numpy, six, click, joblib, regex, tqdm)."""
-    build = f"python3 -m pip wheel --no-deps -w wheels {' '.join(dists)}"
-    install = "python3 -m pip install --no-index --no-deps wheels/*.whl"
-    return build, install
-
-
-def print_wheels():
-    here = missing_here()
-    build, install = wheel_commands(GPU_IMAGE_LACKS)
-    print(f"the GPU image lacks: {', '.join(GPU_IMAGE_LACKS)}")
-    print(f"  build them here (network):   {build}")
-    print(f"  install them there (no network; wheels/ travels with the working tree):   {install}")
-    print(f"missing in this Python ({sys.version.split()[0]}): {', '.join(here) or 'nothing'}")
-
-
-# -----------------------------------------------------------------------------
-# the log and the rows
-
-class Report:
-    def __init__(self, out):
-        os.makedirs(out, exist_ok=True)
-        self.log_path, self.rows_path = os.path.join(out, "gpu_check.log"), os.path.join(out, "results.md")
-
-    def log(self, text):
-        with open(self.log_path, "a") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
-
-    def rows(self, title, header, rows):
-        lines = [f"\n### {title}\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-        with open(self.rows_path, "a") as f:
-            f.write("\n".join(lines) + "\n")
-        print("\n".join(lines), flush=True)
-
-    def run(self, cmd, env=None, timeout=560):
-        """Run a command, its output to the log; (status, output, seconds)."""
-        t0 = time.time()
-        self.log(f"$ {' '.join(cmd)}")
-        try:
-            r = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, **(env or {})), capture_output=True, text=True,
-                               timeout=timeout)
-            status, out = r.returncode, r.stdout + r.stderr
-        except subprocess.TimeoutExpired as e:
-            status, out = "timeout", (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout,
-                                                                                              bytes) else (e.stdout
-                                                                                                           or "")
-        self.log(out)
-        return status, out, time.time() - t0
-
-
-def environment():
-    import torch
-    import triton
-    return (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-            f"Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
 
 
 # -----------------------------------------------------------------------------
@@ -303,23 +219,6 @@ def part_pmlm(rep, args):
              ["backend", "status", "seconds", "final loss", "tokens/s", "MFU"], rows)
 
 
-def timed_steps(rep, steps, budget):
-    """Run (title, command, cap seconds) in order, each within what is left of `budget`; a step with
-    under 20 s left is skipped and says so. Rows: title, status, seconds, its last line."""
-    t0, rows = time.time(), []
-    for title, cmd, cap in steps:
-        left = budget - (time.time() - t0)
-        if left < 20:
-            rows.append([title, "skipped (budget spent)", "0", "-"])
-            continue
-        print(f"== {title}", flush=True)
-        status, out, secs = rep.run(cmd, env={"TRITON_INTERPRET": "0", "PYTHONUNBUFFERED": "1"}, timeout=min(cap, left))
-        tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]
-        print(out[-4000:], flush=True)
-        rows.append([title, status, f"{secs:.0f}", tail[0].replace("|", "/")[:140]])
-    return rows
-
-
 def part_speed(rep, args):
     """The attention issue's one command: the kernel tests on CUDA, then bench_attention.py over every
     layout with its block sweep (the winners saved for --part decode)."""
@@ -363,6 +262,36 @@ def part_step(rep, args):
     rep.rows("step: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget))
 
 
+def part_tune(rep, args):
+    """The backward's blocks tried where the step runs them: bench_attention.py's sweep on the PMLM
+    layout at D 64 (each candidate checked against the reference, then timed; the fastest saved),
+    then the base PMLM and seq2seq steps with ours as the plan has it, ours with the sweep's
+    fastest (ours-swept) and SDPA with the dense mask, interleaved in one run."""
+    py = sys.executable
+    out = os.path.abspath(args.out)
+    swept = os.path.join(ROOT, SWEPT)
+    if os.path.exists(swept):
+        os.remove(swept)  # a file left by an older sweep would stand in for this one's
+    methods = ["--methods", "ours,ours-swept,sdpa-mask", "--configs", swept]
+    steps = [("bench_attention.py --sweep, PMLM at D 64 (no Flex)",
+              [py, "-m", "bench.bench_attention", "--sweep", "--layouts", "pmlm", "--dims", "64", "--no-flex",
+               "--json", os.path.join(out, "sweep.json"), "--save-configs", swept], 200)]
+    rows = timed_steps(rep, steps, args.budget)
+    if not os.path.exists(swept):
+        rows.append(["the steps", "skipped (the sweep saved no configuration)", "0", "-"])
+    else:
+        import shutil
+        shutil.copy(swept, os.path.join(out, "swept-configs.json"))
+        steps = [("bench_step.py: base PMLM, ours as planned and as swept", [py, "-m", "bench.bench_step", "--steps",
+                                                                            "15"] + methods
+                  + ["--json", os.path.join(out, "step-swept.json")], 200),
+                 ("bench_step.py: base seq2seq, ours as planned and as swept",
+                  [py, "-m", "bench.bench_step", "--objective", "s2s", "--steps", "9"] + methods
+                  + ["--json", os.path.join(out, "step-s2s-swept.json")], 120)]
+        rows += timed_steps(rep, steps, args.budget - sum(float(r[2]) for r in rows))
+    rep.rows("tune: steps", ["step", "status", "seconds", "last line"], rows)
+
+
 def part_decode(rep, args):
     """The warm machine's second call: ours and FlexAttention in one run with the sweep's blocks, ELMER's
     static-shape pass and its graphs, Mask-Predict's graphs beside ELMER and AR beam search, forced exits at large
@@ -397,6 +326,18 @@ def part_decode(rep, args):
             rep.rows("profile", ["error"], [[f"{type(e).__name__}: {str(e)[:200]}"]])
 
 
+RUNS = {"tests-kernels": lambda rep, args: part_tests(rep, KERNEL_TESTS),
+        "tests-rest": lambda rep, args: part_tests(rep, other_tests()),
+        "bench": lambda rep, args: part_bench(rep),
+        "profile": lambda rep, args: part_profile(rep),
+        "pmlm": part_pmlm, "speed": part_speed, "decode": part_decode, "step": part_step, "tune": part_tune}
+
+
+def other_tests():
+    return sorted(os.path.join("tests", f) for f in os.listdir(os.path.join(ROOT, "tests"))
+                  if f.startswith("test_") and f.endswith(".py") and f"tests/{f}" not in KERNEL_TESTS)
+
+
 def main(argv=None):
     args = get_args(argv)
     if args.wheels:
@@ -419,23 +360,7 @@ def main(argv=None):
     rep.rows("environment", ["GPU, versions, date"], [[environment()]])
     for part in (PARTS[:5] if args.part == "all" else (args.part,)):
         print(f"== {part}", flush=True)
-        if part == "tests-kernels":
-            part_tests(rep, KERNEL_TESTS)
-        elif part == "tests-rest":
-            part_tests(rep, sorted(os.path.join("tests", f) for f in os.listdir(os.path.join(ROOT, "tests"))
-                                   if f.startswith("test_") and f.endswith(".py") and f"tests/{f}" not in KERNEL_TESTS))
-        elif part == "bench":
-            part_bench(rep)
-        elif part == "profile":
-            part_profile(rep)
-        elif part == "speed":
-            part_speed(rep, args)
-        elif part == "decode":
-            part_decode(rep, args)
-        elif part == "step":
-            part_step(rep, args)
-        else:
-            part_pmlm(rep, args)
+        RUNS[part](rep, args)
     print(f"rows: {rep.rows_path}; log: {rep.log_path}; caches: {pack_cache(cache, args.out)}")
     return 0
 

@@ -34,3 +34,28 @@ def test_the_smoke_run_times_every_method_in_rounds(tmp_path, monkeypatch):
     first = written[0]
     assert not first["complete"] and [len(r["round_ms"]) for r in first["rows"]] == [1, 1, 1]
     assert all(r["tokens_per_s"] > 0 and "host_syncs" not in r for r in first["rows"])
+
+
+def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
+    """--methods ours-swept needs --configs and the other way round (refused in one line); the
+    method runs its steps under the file's configurations, ours under the plan's own."""
+    import pytest
+    import torch
+
+    from kernels import attention_plan
+    for bad in (["--methods", "ours-swept"], ["--configs", str(tmp_path / "x.json")],
+                ["--methods", "ours-swept", "--configs", str(tmp_path / "none.json")]):
+        with pytest.raises(SystemExit) as e:
+            bench_step.get_args(bad + ["--smoke"])
+        assert e.value.code == 2, bad
+    path = tmp_path / "swept.json"
+    path.write_text(json.dumps({"64": list(attention_plan.CUDA_CONFIGS[64]._replace(kv_warps=4)), "fused_dq": False}))
+    args = argparse.Namespace(configs=str(path), objective="pmlm")
+    monkeypatch.setattr(attention_plan, "FUSED_DQ", True)
+    made = {name: bench_step.Method(name, args, [], lambda: torch.nn.Linear(2, 2), torch.device("cpu"), torch.float32)
+            for name in ("ours", "ours-swept")}
+    with made["ours-swept"].configs():
+        assert attention_plan.config(torch.device("cuda"), 64).kv_warps == 4 and not attention_plan.FUSED_DQ
+    with made["ours"].configs():
+        assert attention_plan.config(torch.device("cuda"), 64) == attention_plan.CUDA_CONFIGS[64]
+    assert attention_plan.FUSED_DQ and not attention_plan.OVERRIDE

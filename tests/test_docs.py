@@ -300,3 +300,25 @@ def test_the_lr_grid_reads_each_runs_lr_and_chooses_the_lowest_validation_loss(t
     assert lines[2] == "| 1.5e-4 | 4.300 | 4.000 | 3.900 | 3.900 (step 1332) | 22.00 | 1335 |"
     assert lines[4] == "| 1e-3 | 3.700 | 3.600 | - | 3.600 (step 888) | 21.00 | 891 |"
     assert lines[-1] == "Lowest validation loss: `--lr 5e-4`."
+
+
+def test_a_sweep_and_a_step_say_which_backward_and_blocks_ran(tmp_path):
+    """The sweep's table names each candidate's backward structure and marks the chosen by blocks and
+    structure together; a step run with ours-swept names the configurations each ours ran."""
+    from tools import render_bench
+    cfg = [64, 64, 4, 3, 32, 128, 8, 3, 4, 3]
+    rec = dict(D=64, layout="pmlm", config=cfg, fused_dq=False,
+               sweep=[dict(config=cfg, fused_dq=True, fwd_ms=1.0, fwdbwd_ms=3.0),
+                      dict(config=cfg, fused_dq=False, fwd_ms=1.0, fwdbwd_ms=2.0)])
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(dict(records=[rec])))
+    rows = render_bench.sweep(str(path)).splitlines()[2:]
+    assert [r.split(" | ")[2] for r in rows] == ["fused", "apart"]
+    assert [r.endswith("yes |") for r in rows] == [False, True]
+    step = dict(device="GPU", torch="t", triton="x", commit="c", date="d", model="base", objective="pmlm",
+                tokens_per_step=1, flops_per_step=1e12, flop_count="f", command="cmd", rows=[],
+                swept_configs={"64": cfg, "fused_dq": False}, plan_configs={"64": cfg, "fused_dq": True})
+    path.write_text(json.dumps(step))
+    head = render_bench.step(str(path)).splitlines()[0]
+    assert "ours-swept ran the sweep's configurations D 64: (64, 64, 4, 3, 32, 128, 8, 3, 4, 3), dQ apart" in head
+    assert "ours the plan's D 64: (64, 64, 4, 3, 32, 128, 8, 3, 4, 3), dQ fused" in head

@@ -6,14 +6,15 @@ import sys
 import pytest
 import torch
 
-from bench import gpu_check
+from bench import gpu_check, gpu_lease
 from conftest import ROOT
 
 
 def test_every_module_it_imports_is_found_as_it_is_run():
     """`python -m bench.gpu_check` from the root has no bench/ on its path: each module the script
     imports, at its top or inside a part, must be found from there."""
-    code = ("import ast, importlib.util; t = ast.parse(open('bench/gpu_check.py').read()); "
+    code = ("import ast, importlib.util; t = ast.parse(open('bench/gpu_check.py').read() + "
+            "open('bench/gpu_lease.py').read()); "
             "mods = {a.name for n in ast.walk(t) if isinstance(n, ast.Import) for a in n.names} | "
             "{n.module for n in ast.walk(t) if isinstance(n, ast.ImportFrom) and n.level == 0}; "
             "print(sorted(m for m in mods if importlib.util.find_spec(m) is None))")
@@ -31,7 +32,8 @@ def test_arguments():
             gpu_check.get_args(bad)
         assert e.value.code == 2, bad
     assert set(gpu_check.PARTS) == {"tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode",
-                                    "step"}
+                                    "step", "tune"}
+    assert set(gpu_check.RUNS) == set(gpu_check.PARTS)
     for bad in (["--part", "speed", "--budget", "0"],):
         with pytest.raises(SystemExit):
             gpu_check.get_args(bad)
@@ -57,12 +59,12 @@ def test_a_benchmark_of_trained_models_waits_for_them(monkeypatch, tmp_path):
 
 
 def test_wheel_list(monkeypatch, capsys):
-    assert gpu_check.GPU_IMAGE_LACKS == ["rouge-score", "nltk"]
-    build, install = gpu_check.wheel_commands(gpu_check.GPU_IMAGE_LACKS)
+    assert gpu_lease.GPU_IMAGE_LACKS == ["rouge-score", "nltk"]
+    build, install = gpu_lease.wheel_commands(gpu_lease.GPU_IMAGE_LACKS)
     assert build == "python3 -m pip wheel --no-deps -w wheels rouge-score nltk"
     assert install == "python3 -m pip install --no-index --no-deps wheels/*.whl"
-    monkeypatch.setitem(gpu_check.NEEDED, "no_such_module_here", "no-such-dist")
-    assert "no-such-dist" in gpu_check.missing_here() and "numpy" not in gpu_check.missing_here()
+    monkeypatch.setitem(gpu_lease.NEEDED, "no_such_module_here", "no-such-dist")
+    assert "no-such-dist" in gpu_lease.missing_here() and "numpy" not in gpu_lease.missing_here()
     assert gpu_check.main(["--wheels"]) == 0
     out = capsys.readouterr().out
     assert build in out and install in out and "no-such-dist" in out
@@ -81,11 +83,40 @@ def test_the_compilation_caches_go_to_one_folder_and_come_back_packed(monkeypatc
     import tarfile
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.setenv(var, "unset")  # restored after the test
-    folder = gpu_check.use_cache(str(tmp_path / "cache"))
+    folder = gpu_lease.use_cache(str(tmp_path / "cache"))
     assert os.environ["TRITON_CACHE_DIR"] == os.path.join(folder, "triton")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(folder, "inductor")
     (tmp_path / "cache" / "triton" / "kernel.cubin").write_bytes(b"x")
     out = tmp_path / "out"
     out.mkdir()
-    with tarfile.open(gpu_check.pack_cache(folder, str(out))) as tar:
+    with tarfile.open(gpu_lease.pack_cache(folder, str(out))) as tar:
         assert "gpu-cache/triton/kernel.cubin" in tar.getnames()
+
+
+def test_tune_sweeps_then_times_the_steps_with_what_the_sweep_saved(monkeypatch, tmp_path):
+    """--part tune: a stale file of an older sweep is removed first; the steps run only when the
+    sweep saved a file, each with ours as planned, ours-swept on that file and SDPA with the mask."""
+    swept = tmp_path / "swept.json"
+    swept.write_text("{}")  # an older sweep's
+    monkeypatch.setattr(gpu_check, "ROOT", str(tmp_path))
+    monkeypatch.setattr(gpu_check, "SWEPT", "swept.json")
+    ran = []
+
+    def run(self, cmd, env=None, timeout=560):
+        ran.append(cmd)
+        if "bench.bench_attention" in cmd and saves:
+            swept.write_text('{"64": [64, 64, 4, 3, 64, 64, 4, 3, 4, 3], "fused_dq": false}')
+        return 0, "done", 1.0
+    monkeypatch.setattr(gpu_check.Report, "run", run)
+    args = gpu_check.get_args(["--part", "tune", "--out", str(tmp_path / "out")])
+    for saves in (False, True):
+        ran.clear()
+        gpu_check.part_tune(gpu_check.Report(args.out), args)
+        if not saves:
+            assert len(ran) == 1 and not swept.exists()
+            assert "skipped (the sweep saved no configuration)" in open(tmp_path / "out" / "results.md").read()
+    sweep, *steps = ran
+    assert "--sweep" in sweep and sweep[sweep.index("--save-configs") + 1] == str(swept)
+    assert len(steps) == 2 and all(s[s.index("--methods") + 1] == "ours,ours-swept,sdpa-mask" for s in steps)
+    assert all(s[s.index("--configs") + 1] == str(swept) for s in steps)
+    assert (tmp_path / "out" / "swept-configs.json").exists()

@@ -414,3 +414,35 @@ def test_a_16_bit_bias_table(monkeypatch, fused):
         assert meta["table"].dtype == (torch.float16 if dt == torch.float16 else torch.float32)
     run_case(pmlm_layout(2, 60, gen(50)), D=32, dtype=torch.float16, bias="rel", sorted_pos=True)
     run_case(pmlm_layout(2, 60, gen(51)), D=32, dtype=torch.float16, bias="rel")
+
+
+# -----------------------------------------------------------------------------
+# the block sweep's candidates (bench/attention_cases.candidates): blocks a GPU run may pick
+
+def _swept_shapes():
+    """The candidates whose blocks or backward structure differ from CUDA_CONFIGS' (warps and
+    stages do not change what the interpreter computes)."""
+    from bench.attention_cases import candidates
+    from kernels import attention_plan
+    shape = lambda cfg, fused: (cfg.BM, cfg.BN, cfg.BMK, cfg.BNK, fused)  # noqa: E731
+    out = []
+    for D in (64, 128):
+        seen = {shape(attention_plan.CUDA_CONFIGS[D], attention_plan.FUSED_DQ and D <= 64)}
+        for cfg, fused in candidates(D):
+            key = shape(cfg, bool(fused) and D <= 64)
+            if key not in seen:
+                seen.add(key)
+                out.append((D, cfg, bool(fused)))
+    return out
+
+
+@pytest.mark.parametrize("D, cfg, fused", _swept_shapes(), ids=lambda x: str(tuple(x)) if isinstance(x, tuple) else x)
+def test_every_swept_candidate_is_the_reference(monkeypatch, D, cfg, fused):
+    """What --sweep may pick on a GPU, run by the interpreter with its blocks and backward: a PMLM
+    layout with the relative bias, long enough to cross the widest block, and sorted positions with
+    M = 8, whose far tiles read one clamped distance."""
+    from kernels import attention_plan
+    monkeypatch.setattr(attention_plan, "config", lambda device, D: cfg)
+    monkeypatch.setattr(attention_plan, "FUSED_DQ", fused)
+    run_case(pmlm_layout(1, 200, gen(60)), bias="rel", M=128, D=D, H=1)
+    run_case(pmlm_layout(1, 200, gen(61)), bias="rel", M=8, sorted_pos=True, D=D, H=1)

@@ -85,15 +85,18 @@ def targets(spec):
 
 
 def sweep(path):
-    """The block configurations bench_attention.py --sweep timed, per head dim."""
+    """The block configurations bench_attention.py --sweep timed, per head dim, and the backward's
+    structure each ran with where the file says (dQ fused into the dK/dV kernel or apart)."""
     d = _load(path)
-    out = ["| head dim | BM, BN, fwd warps, stages, BMK, BNK, kv warps, stages, dq warps, stages | fwd ms | fwd+bwd ms "
-           "| chosen |",
-           "|---|---|---|---|---|"]
+    out = ["| head dim | BM, BN, fwd warps, stages, BMK, BNK, kv warps, stages, dq warps, stages | dQ | fwd ms "
+           "| fwd+bwd ms | chosen |",
+           "|---|---|---|---|---|---|"]
+    dq = {None: "-", True: "fused", False: "apart"}
     for r in d["records"]:
         for s in r.get("sweep", []):
-            out.append(f"| {r['D']} ({r['layout']}) | {', '.join(map(str, s['config']))} | {s['fwd_ms']:.3f} | "
-                       f"{s['fwdbwd_ms']:.3f} | {'yes' if s['config'] == r['config'] else ''} |")
+            chosen = s["config"] == r["config"] and s.get("fused_dq") == r.get("fused_dq")
+            out.append(f"| {r['D']} ({r['layout']}) | {', '.join(map(str, s['config']))} | {dq[s.get('fused_dq')]} "
+                       f"| {s['fwd_ms']:.3f} | {s['fwdbwd_ms']:.3f} | {'yes' if chosen else ''} |")
     return "\n".join(out) + "\n"
 
 
@@ -211,6 +214,13 @@ def _attention_kernels(kernels, ms=None):
     return ", ".join(f"`{n[:60]}`" + (f" {t:.1f} ms" if t is not None else "") for n, t in picked[:2]) or "-"
 
 
+def _configs(saved):
+    """A save_configs file's content in a line: each head dim's blocks and the backward's structure."""
+    dims = ", ".join(f"D {k}: ({', '.join(map(str, v))})" for k, v in saved.items() if k != "fused_dq")
+    fused = saved.get("fused_dq")
+    return dims + ("" if fused is None else f", dQ {'fused' if fused else 'apart'} at D 64")
+
+
 def step(path):
     """bench/bench_step.py --json: each method's training step, its tokens/s and MFU, its ratio to
     SDPA with the dense mask (with the lowest and highest of the rounds' ratios where the file has
@@ -223,6 +233,9 @@ def step(path):
                    "that over SDPA by skipping pairs alone)")
     if d.get("complete") is False:
         rounds += f" (cut short after {len(d['rows'][0]['round_ms'])} of them)"
+    if "swept_configs" in d:
+        rounds += (f"; ours-swept ran the sweep's configurations {_configs(d['swept_configs'])}, ours the plan's "
+                   f"{_configs(d['plan_configs'])}")
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, commit {d['commit']}, {d['date']}: "
            f"`{d['model']}` {d['objective']} step, {d['tokens_per_step']:,} input tokens, "
            f"{d['flops_per_step'] / 1e12:.2f} TFLOP a step ({d['flop_count']}){rounds}; `{d['command']}`.", "",
