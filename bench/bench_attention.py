@@ -73,6 +73,9 @@ def get_args(argv=None):
     p.add_argument("--sweep", action="store_true", help="time the candidate block configurations on the first layout "
                                                         "of each head dim and run every comparison with the fastest "
                                                         "(forward+backward)")
+    p.add_argument("--sweep-only", action="store_true",
+                   help="--sweep, then nothing else: the candidates' times and the fastest (--save-configs), no "
+                        "comparison rows (what gpu_check --part tune needs before its steps)")
     p.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compile takes minutes)")
     p.add_argument("--deadline", type=float, default=None,
                    help="seconds: layouts not started by then are skipped, and Flex is left out of a layout that "
@@ -94,6 +97,7 @@ def get_args(argv=None):
         p.error(f"--dims must be comma-separated integers, got {a.dims!r}")
     if not set(a.dims) <= {64, 128}:
         p.error("--dims takes 64 and/or 128")
+    a.sweep = a.sweep or a.sweep_only
     if a.layers < 1:
         p.error(f"--layers {a.layers}: a step has at least one layer")
     if a.deadline is not None and not a.deadline > 0:
@@ -139,16 +143,20 @@ def checks(meta, table, q, k, v):
     return ok
 
 
-def sweep(meta, leaves, table, dout, D, time_fn, n_layers, rec):
+def sweep(meta, leaves, table, dout, D, time_fn, n_layers, rec, deadline=None):
     """Time ours under each candidate configuration (attention_cases.candidates), each checked
     against the reference first (a mismatch drops it); the fastest forward+backward is kept in
-    kernels/attention_plan.OVERRIDE, and its backward structure in FUSED_DQ, for the rest of the run."""
+    kernels/attention_plan.OVERRIDE, and its backward structure in FUSED_DQ, for the rest of the run.
+    Past `deadline` (time.time()) no further candidate starts; the plan's own, the first, always runs."""
     from kernels import attention_plan
     q, k, v = (x.detach().transpose(1, 2).contiguous() for x in leaves)
     rows = []
-    for cfg, fused in candidates(D):
+    for i, (cfg, fused) in enumerate(candidates(D)):
         attention_plan.OVERRIDE[D] = cfg
         name = f"{tuple(cfg)}" + ("" if fused is None else f", dQ {'fused' if fused else 'apart'}")
+        if i and deadline is not None and time.time() > deadline:
+            print(f"  {name}: not timed, the deadline has passed", flush=True)
+            continue
         try:
             with fused_dq(fused):
                 if not check(meta, table, q, k, v, f", {name}", fatal=False):
@@ -227,7 +235,11 @@ def bench(name, D, args, dev, dtype, time_fn):
     from kernels import attention_plan
     rec = dict(layout=name, D=D, B=B, H=H, L=L, layers=args.layers, methods={})
     if args.sweep and D not in attention_plan.OVERRIDE:  # once per head dim: the first layout that has it
-        sweep(meta, leaves, table, dout, D, time_fn, args.layers, rec)
+        sweep(meta, leaves, table, dout, D, time_fn, args.layers, rec, getattr(args, "until", None))
+        if args.save_configs:  # at once: a run cut short after its sweep keeps the choice
+            save_configs(args.save_configs)
+    if args.sweep_only:
+        return rec
     alternatives = checks(meta, table, q, k, v)  # with the configuration the sweep chose
     rec["alt_backward"] = ALT_BACKWARD[attention_plan.FUSED_DQ]
     tiles(meta, table, q, k, v, rec)
@@ -402,6 +414,7 @@ def main(argv=None):
                 print(f"\n## {name}, D {D}: skipped, the deadline has passed", flush=True)
                 continue
             args.skip_flex = left is not None and left < 60
+            args.until = None if args.deadline is None else t0 + args.deadline
             records.append(bench(name, D, args, dev, dtype, time_fn))
             write_result(args.json, device, triton.__version__, records, complete=False)
     if args.save_configs:

@@ -274,8 +274,9 @@ def part_tune(rep, args):
         os.remove(swept)  # a file left by an older sweep would stand in for this one's
     methods = ["--methods", "ours,ours-swept,sdpa-mask", "--configs", swept]
     steps = [("bench_attention.py --sweep, PMLM at D 64 (no Flex)",
-              [py, "-m", "bench.bench_attention", "--sweep", "--layouts", "pmlm", "--dims", "64", "--no-flex",
-               "--json", os.path.join(out, "sweep.json"), "--save-configs", swept], 200)]
+              [py, "-m", "bench.bench_attention", "--sweep-only", "--layouts", "pmlm", "--dims", "64",
+               "--no-flex", "--deadline", "150", "--json", os.path.join(out, "sweep.json"), "--save-configs", swept],
+              200)]
     rows = timed_steps(rep, steps, args.budget)
     if not os.path.exists(swept):
         rows.append(["the steps", "skipped (the sweep saved no configuration)", "0", "-"])

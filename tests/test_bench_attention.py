@@ -88,3 +88,24 @@ def test_swept_configurations_travel_in_a_file_and_apply_only_where_asked(monkey
     path.write_text("[1, 2]")
     with pytest.raises(SystemExit, match="not a file of swept configurations"):
         read_configs(str(path))
+
+
+def test_past_its_deadline_the_sweep_times_the_plans_own_alone(monkeypatch):
+    from kernels import attention_plan
+    from kernels.attention_plan import CUDA_CONFIGS
+    monkeypatch.setattr(attention_plan, "OVERRIDE", {})
+    base = CUDA_CONFIGS[64]
+    monkeypatch.setattr(bench_attention, "candidates", lambda D: [(base, True), (base._replace(kv_warps=4), False)])
+    monkeypatch.setattr(bench_attention, "check", lambda *a, **k: True)
+    timed = []
+    monkeypatch.setattr(bench_attention, "charge",
+                        lambda *a: timed.append(attention_plan.OVERRIDE[64]) or dict(fwd_ms=1.0, fwdbwd_ms=2.0))
+    monkeypatch.setattr(bench_attention, "ours_method", lambda *a, **k: None)
+    rec = {}
+    bench_attention.sweep(None, [torch.zeros(1, 4, 1, 64)] * 3, None, None, 64, None, 12, rec, deadline=0.0)
+    assert timed == [base] and rec["config"] == list(base)
+
+
+def test_sweep_only_implies_the_sweep():
+    args = bench_attention.get_args(["--sweep-only", "--layouts", "pmlm", "--dims", "64"])
+    assert args.sweep and args.sweep_only

@@ -116,7 +116,7 @@ def test_tune_sweeps_then_times_the_steps_with_what_the_sweep_saved(monkeypatch,
             assert len(ran) == 1 and not swept.exists()
             assert "skipped (the sweep saved no configuration)" in open(tmp_path / "out" / "results.md").read()
     sweep, *steps = ran
-    assert "--sweep" in sweep and sweep[sweep.index("--save-configs") + 1] == str(swept)
+    assert "--sweep-only" in sweep and sweep[sweep.index("--save-configs") + 1] == str(swept)
     assert len(steps) == 2 and all(s[s.index("--methods") + 1] == "ours,ours-swept,sdpa-mask" for s in steps)
     assert all(s[s.index("--configs") + 1] == str(swept) for s in steps)
     assert (tmp_path / "out" / "swept-configs.json").exists()
