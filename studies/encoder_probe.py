@@ -26,12 +26,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from core import checkpoint  # noqa: E402
 from core.architectures import ARCHS, arch_of, build_model  # noqa: E402
-from core.classify import classify_batch  # noqa: E402
+from core.classify import EncoderClassifier, classify_batch  # noqa: E402
+from core.model import positions  # noqa: E402
 from core.config import ModelConfig  # noqa: E402
 from core.errors import main_guard  # noqa: E402
 from core.positions import fit_lengths, positions_of  # noqa: E402
 from core.tasks import Labels, load_split  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
+from kernels import CONTEXT  # noqa: E402
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1)
 
@@ -44,11 +46,17 @@ def get_args(argv=None):
     p.add_argument("--scratch", action="store_true", help="also each architecture with random weights")
     p.add_argument("--batch", type=int, default=128, help="examples a forward pass")
     p.add_argument("--iterations", type=int, default=200, help="L-BFGS iterations of each fit")
+    p.add_argument("--vectors", default="own",
+                   help="comma-separated, each probed: own (the vector the classifier reads), first (the first "
+                        "token's output), last (the [EOS]'s)")
     p.add_argument("--json", default=None, help="write the table here (tools/records.py)")
     args = p.parse_args(argv)
     for name in ("train_examples", "batch", "iterations"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    args.vectors = args.vectors.split(",")
+    if not args.vectors or not set(args.vectors) <= {"own", "first", "last"}:
+        p.error(f"--vectors {','.join(args.vectors)}: each of own, first, last")
     missing = [c for c in args.checkpoints if not os.path.isfile(c)]
     if missing:
         p.error(f"no such checkpoint: {', '.join(missing)}")
@@ -60,19 +68,28 @@ def get_args(argv=None):
 
 
 @torch.no_grad()
-def features(model, tok, texts, sos, max_len, batch):
-    """(N, C) float32: the vector the classifier's linear layer reads, for each text."""
-    ids, out = tok.encode(texts), []
+def features(model, tok, texts, sos, max_len, batch, vectors=("own",)):
+    """{vector: (N, C) float32} for each text, from one pass of the encoder: the vector the
+    classifier's linear layer reads ("own": the first token's of a unified stack, the [EOS]'s of an
+    encoder-decoder's encoder), the encoder's output at the first token ("first"), at [EOS] ("last")."""
+    ids, out = tok.encode(texts), {v: [] for v in vectors}
+    own = "last" if isinstance(model, EncoderClassifier) else "first"
     for i in range(0, len(ids), batch):
         b = classify_batch(ids[i:i + batch], [0] * len(ids[i:i + batch]), tok, max_len, sos=sos)
-        captured = {}
-        handle = model.out.register_forward_pre_hook(lambda mod, inp: captured.setdefault("x", inp[0]))
-        try:
-            model(b.tokens, b.valid)
-        finally:
-            handle.remove()
-        out.append(captured["x"].float())
-    return torch.cat(out)
+        h = encoder_states(model, b.tokens, b.valid)
+        at = {"first": torch.zeros(len(h), dtype=torch.long), "last": b.valid.long().sum(1) - 1}
+        for v in vectors:
+            out[v].append(h[torch.arange(len(h)), at[own if v == "own" else v]].float())
+    return {v: torch.cat(x) for v, x in out.items()}
+
+
+def encoder_states(model, tokens, valid):
+    """(B, L, C): the outputs of the encoder a classifier reads, at every position."""
+    pos = positions(tokens)
+    if isinstance(model, EncoderClassifier):
+        return model.encoder.encode(tokens, pos, valid)
+    z = torch.zeros_like(tokens)
+    return model.encoder(tokens, pos, z, z + CONTEXT, z, valid)
 
 
 def fit(x, y, n_labels, l2, iterations):
@@ -103,7 +120,8 @@ def bootstrap(hits, n=1000):
 
 
 def probe(path, scratch, args, splits, labels):
-    """One row: the checkpoint's (or, scratch, its architecture's random) encoder probed."""
+    """Rows, one a vector of --vectors: the checkpoint's (or, scratch, its architecture's random)
+    encoder probed."""
     source = checkpoint.load(path, kinds=("pretrain/",))
     arch = arch_of(source, path)
     tok = Tokenizer.from_tensor(source["tokenizer"])
@@ -115,23 +133,29 @@ def probe(path, scratch, args, splits, labels):
         model.encoder.load_state_dict(source["model"])
     model.eval()
     sos = ARCHS[arch].classify_sos
-    x = {k: features(model, tok, ex.sources, sos, max_len, args.batch) for k, ex in splits.items()}
-    mean, std = x["train"].mean(0), x["train"].std(0).clamp_min(1e-6)
-    x = {k: (v - mean) / std for k, v in x.items()}
-    y = {k: torch.tensor(labels.ids(ex.targets)) for k, ex in splits.items()}
-    fits = {l2: fit(x["train"], y["train"], len(labels), l2, args.iterations) for l2 in L2_GRID}
-    valid = {l2: accuracy(x["valid"], y["valid"], wb).mean().item() for l2, wb in fits.items()}
-    best = max(valid, key=valid.get)
-    hits = accuracy(x["test"], y["test"], fits[best])
-    lo, hi = bootstrap(hits)
+    own = "[SOS]" if ARCHS[arch].encoder is None else "[EOS]"
     name = f"{arch} with random weights" if scratch else os.path.basename(os.path.dirname(os.path.abspath(path)))
-    row = dict(run=name, arch=arch, step=None if scratch else source.get("step"),
-               vector="[SOS]" if ARCHS[arch].encoder is None else "[EOS]", train=len(splits["train"]),
-               l2=best, valid=100 * valid[best], test=100 * hits.mean().item(),
-               interval=f"[{100 * lo:.2f}, {100 * hi:.2f}]")
-    print(f"  {name}: valid {row['valid']:.2f}, test {row['test']:.2f} {row['interval']} "
-          f"(L2 {best:g}, the {row['vector']} vector)", flush=True)
-    return row
+    rows = []
+    xs = {k: features(model, tok, ex.sources, sos, max_len, args.batch, args.vectors) for k, ex in splits.items()}
+    same = "last" if ARCHS[arch].encoder is not None else "first"  # the position "own" reads
+    for vector in [v for v in args.vectors if v == "own" or v != same or "own" not in args.vectors]:
+        x = {k: v[vector] for k, v in xs.items()}
+        mean, std = x["train"].mean(0), x["train"].std(0).clamp_min(1e-6)
+        x = {k: (v - mean) / std for k, v in x.items()}
+        y = {k: torch.tensor(labels.ids(ex.targets)) for k, ex in splits.items()}
+        fits = {l2: fit(x["train"], y["train"], len(labels), l2, args.iterations) for l2 in L2_GRID}
+        valid = {l2: accuracy(x["valid"], y["valid"], wb).mean().item() for l2, wb in fits.items()}
+        best = max(valid, key=valid.get)
+        hits = accuracy(x["test"], y["test"], fits[best])
+        lo, hi = bootstrap(hits)
+        read = {"own": f"{own}, the classifier's", "first": "the first token's" + (" ([SOS])" if sos else ""),
+                "last": "[EOS]"}[vector]
+        rows.append(dict(run=name, arch=arch, step=None if scratch else source.get("step"), vector=read,
+                         train=len(splits["train"]), l2=best, valid=100 * valid[best], test=100 * hits.mean().item(),
+                         interval=f"[{100 * lo:.2f}, {100 * hi:.2f}]"))
+        print(f"  {name}, {read}: valid {rows[-1]['valid']:.2f}, test {rows[-1]['test']:.2f} "
+              f"{rows[-1]['interval']} (L2 {best:g})", flush=True)
+    return rows
 
 
 COLUMNS = [("encoder", "run", "{}"), ("pretraining step", "step", "{}"), ("vector", "vector", "{}"),
@@ -152,10 +176,10 @@ def main(argv=None):
           f"examples, {len(labels)} labels", flush=True)
     rows, seen = [], set()
     for path in args.checkpoints:
-        rows.append(probe(path, False, args, splits, labels))
+        rows += probe(path, False, args, splits, labels)
         if args.scratch and rows[-1]["arch"] not in seen:
             seen.add(rows[-1]["arch"])
-            rows.append(probe(path, True, args, splits, labels))
+            rows += probe(path, True, args, splits, labels)
     if args.json:
         from tools import records
         command = ["python", "-m", "studies.encoder_probe"] + (argv if argv is not None else sys.argv[1:])
