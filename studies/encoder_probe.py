@@ -22,18 +22,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from core import checkpoint  # noqa: E402
-from core.architectures import ARCHS, arch_of, build_model  # noqa: E402
-from core.classify import EncoderClassifier, classify_batch  # noqa: E402
-from core.model import positions  # noqa: E402
-from core.config import ModelConfig  # noqa: E402
-from core.errors import main_guard  # noqa: E402
-from core.positions import fit_lengths, positions_of  # noqa: E402
-from core.tasks import Labels, load_split  # noqa: E402
-from core.tokenizer import Tokenizer  # noqa: E402
-from kernels import CONTEXT  # noqa: E402
+from core import checkpoint
+from core.architectures import ARCHS, arch_of, build_model
+from core.classify import EncoderClassifier, classify_batch
+from core.model import positions
+from core.config import ModelConfig
+from core.errors import main_guard
+from core.positions import fit_lengths, positions_of
+from core.tasks import Labels, load_split
+from core.tokenizer import Tokenizer
+from kernels import CONTEXT
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1)
 
