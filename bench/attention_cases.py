@@ -105,8 +105,8 @@ def candidates(D):
     backward's blocks vary with its structure: 4 warps on 64 x 64 tiles (one warpgroup, no second
     one repeating the first's S^T and dP^T rows), and 32 x 128 tiles (half the q and dO reloads per
     key). At D 128 (one backward structure: None) the dK/dV kernel keeps a copy in flight at 3 stages.
-    The dK/dV kernel of each compiles for sm_90a without spills (tools/aot.py with
-    attention_plan.OVERRIDE set). The last rows vary the forward instead."""
+    The dK/dV kernel of each compiles for sm_90a without spills (results/aot/candidates, by
+    tools/aot.py --config). The last rows vary the forward instead."""
     from kernels.attention_plan import CUDA_CONFIGS, FUSED_DQ, Config
     base = CUDA_CONFIGS[D]
     if D == 64:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytest.importorskip("triton")
@@ -128,3 +129,19 @@ def test_tile_map_kernels_have_no_loop_and_leave_room_for_many_programs(rows):
                     f"_class_kernel [{r['cases'][0]}]: {r['registers']} registers at {r['num_warps']} warps"
             seen.add(r["kernel"])
     assert seen == {"_class_kernel", "_list_kernel"}
+
+
+def test_a_configuration_given_on_the_command_line_is_put_in_force(monkeypatch):
+    """tools.aot --config D=...: a sweep's candidate compiled with its own blocks, warps and stages
+    (the launchers read attention_plan.config, which reads OVERRIDE); a malformed one refused in one
+    line. (The compile itself runs in the fixture's subprocess: this process has the interpreter.)"""
+    import tools.aot as aot
+    from kernels import attention_plan
+    monkeypatch.setattr(attention_plan, "OVERRIDE", {})
+    aot.get_args(["--config", "64=64,64,4,3,32,128,4,3,4,3"])
+    cfg = attention_plan.config(torch.device("cuda"), 64)
+    assert (cfg.BMK, cfg.BNK, cfg.kv_warps) == (32, 128, 4)
+    for bad in ("64=1,2", "64", "x=1,2,3,4,5,6,7,8,9,10"):
+        with pytest.raises(SystemExit) as e:
+            aot.get_args(["--config", bad])
+        assert e.value.code == 2

@@ -3,6 +3,7 @@
     python -m tools.aot                   # the table: kernel, case, registers, spills, shared memory, wgmma
     python -m tools.aot --loops           # and the SASS per loop iteration of each tile class vs plain FlashAttention
     python -m tools.aot --json out.json --only pseudo_attention
+    python -m tools.aot --only pseudo_attention --cases '^rel-bfloat16-d64$' --config 64=64,64,4,3,32,128,8,3,4,3
 
 The Triton interpreter (how the tests run the kernels on a CPU) accepts code that the GPU compiler
 refuses, such as a non-constexpr global read inside a kernel. This runs the real compiler instead:
@@ -251,7 +252,8 @@ def loop_table(rows):
     return "\n".join(lines), out
 
 
-def main(argv=None):
+def get_args(argv=None):
+    """The flags, each refused in one line; --config put in force (attention_plan.OVERRIDE)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default=",".join(MODULES), help="comma-separated kernel modules of kernels/")
     p.add_argument("--json", default=None, help="also write the rows to this file")
@@ -259,7 +261,18 @@ def main(argv=None):
     p.add_argument("--cases", default=None, help="only the cases whose name matches this regular expression")
     p.add_argument("--loops", action="store_true",
                    help="also print the SASS per loop iteration of each tile class against plain FlashAttention")
+    p.add_argument("--config", action="append", default=[], metavar="D=BM,BN,...",
+                   help="compile the attention kernels of head dim D with this launch configuration "
+                        "(kernels/attention_plan.Config's ten fields) instead of CUDA_CONFIGS': a sweep's candidate")
     a = p.parse_args(argv)
+    for text in a.config:
+        from kernels import attention_plan
+        try:
+            D, fields = text.split("=")
+            attention_plan.OVERRIDE[int(D)] = attention_plan.Config(*(int(x) for x in fields.split(",")))
+        except (ValueError, TypeError) as e:
+            p.error(f"--config {text}: not D=BM,BN,fwd_warps,fwd_stages,BMK,BNK,kv_warps,kv_stages,dq_warps,dq_stages "
+                    f"({e})")
     unknown = [m for m in a.only.split(",") if m not in MODULES]
     if unknown:
         p.error(f"--only {a.only}: no compile cases in {', '.join(unknown)} (the modules with cases: "
@@ -275,6 +288,11 @@ def main(argv=None):
         from core.guards import unwritable
         if unwritable(a.json, "--json"):
             p.error(unwritable(a.json, "--json"))
+    return a
+
+
+def main(argv=None):
+    a = get_args(argv)
     t0 = time.time()
     rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases)
     if not rows:
