@@ -32,23 +32,30 @@ class Classifier(nn.Module):
         nn.init.normal_(self.out.weight, std=0.02)
         nn.init.zeros_(self.out.bias)
 
-    def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
+    reads = "first"  # the token whose vector the linear layer reads: [SOS]
+
+    def states(self, tokens, valid):  # (B, L) -> (B, L, C): a bidirectional pass, every token CONTEXT
         z = torch.zeros_like(tokens)
-        pos = positions(tokens)
-        h = self.encoder(tokens, pos, z, z + CONTEXT, z, valid)  # (B, L, C)
-        return self.out(self.drop(h[:, 0]))
+        return self.encoder(tokens, positions(tokens), z, z + CONTEXT, z, valid)
+
+    def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
+        return self.out(self.drop(token_vector(self.states(tokens, valid), valid, self.reads)))
 
 
 class EncoderClassifier(Classifier):
     """The encoder of a pretrained encoder-decoder (`encoder`: the whole model, an MLAE,
     EncoderDecoder or NARModel) and a linear layer on the vector of [EOS], the last valid token.
     The decoder stays in the state dict, unused, so that the checkpoint loads as its model."""
+    reads = "last"
 
-    def forward(self, tokens, valid):  # (B, L) -> (B, n_labels)
-        pos = positions(tokens)
-        h = self.encoder.encode(tokens, pos, valid)  # (B, L, C)
-        last = valid.long().sum(1) - 1  # the [EOS] of each row
-        return self.out(self.drop(h[torch.arange(len(h), device=h.device), last]))
+    def states(self, tokens, valid):  # (B, L) -> (B, L, C): the encoder's outputs
+        return self.encoder.encode(tokens, positions(tokens), valid)
+
+
+def token_vector(h, valid, which):
+    """(B, C): each row's vector at its first token, or at its last valid one ([EOS])."""
+    at = torch.zeros(len(h), dtype=torch.long, device=h.device) if which == "first" else valid.long().sum(1) - 1
+    return h[torch.arange(len(h), device=h.device), at]
 
 
 

@@ -24,14 +24,12 @@ import torch.nn.functional as F
 
 from core import checkpoint
 from core.architectures import ARCHS, arch_of, build_model
-from core.classify import EncoderClassifier, classify_batch
-from core.model import positions
+from core.classify import classify_batch, token_vector
 from core.config import ModelConfig
 from core.errors import main_guard
 from core.positions import fit_lengths, positions_of
 from core.tasks import Labels, load_split
 from core.tokenizer import Tokenizer
-from kernels import CONTEXT
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1)
 
@@ -68,26 +66,15 @@ def get_args(argv=None):
 @torch.no_grad()
 def features(model, tok, texts, sos, max_len, batch, vectors=("own",)):
     """{vector: (N, C) float32} for each text, from one pass of the encoder: the vector the
-    classifier's linear layer reads ("own": the first token's of a unified stack, the [EOS]'s of an
-    encoder-decoder's encoder), the encoder's output at the first token ("first"), at [EOS] ("last")."""
+    classifier's linear layer reads ("own": core/classify.py's `reads`, the first token of a unified
+    stack, the [EOS] of an encoder-decoder's encoder), the first token's ("first"), [EOS]'s ("last")."""
     ids, out = tok.encode(texts), {v: [] for v in vectors}
-    own = "last" if isinstance(model, EncoderClassifier) else "first"
     for i in range(0, len(ids), batch):
         b = classify_batch(ids[i:i + batch], [0] * len(ids[i:i + batch]), tok, max_len, sos=sos)
-        h = encoder_states(model, b.tokens, b.valid)
-        at = {"first": torch.zeros(len(h), dtype=torch.long), "last": b.valid.long().sum(1) - 1}
+        h = model.states(b.tokens, b.valid)
         for v in vectors:
-            out[v].append(h[torch.arange(len(h)), at[own if v == "own" else v]].float())
+            out[v].append(token_vector(h, b.valid, model.reads if v == "own" else v).float())
     return {v: torch.cat(x) for v, x in out.items()}
-
-
-def encoder_states(model, tokens, valid):
-    """(B, L, C): the outputs of the encoder a classifier reads, at every position."""
-    pos = positions(tokens)
-    if isinstance(model, EncoderClassifier):
-        return model.encoder.encode(tokens, pos, valid)
-    z = torch.zeros_like(tokens)
-    return model.encoder(tokens, pos, z, z + CONTEXT, z, valid)
 
 
 def fit(x, y, n_labels, l2, iterations):
@@ -131,12 +118,11 @@ def probe(path, scratch, args, splits, labels):
         model.encoder.load_state_dict(source["model"])
     model.eval()
     sos = ARCHS[arch].classify_sos
-    own = "[SOS]" if ARCHS[arch].encoder is None else "[EOS]"
+    own = "[SOS]" if model.reads == "first" else "[EOS]"
     name = f"{arch} with random weights" if scratch else os.path.basename(os.path.dirname(os.path.abspath(path)))
     rows = []
     xs = {k: features(model, tok, ex.sources, sos, max_len, args.batch, args.vectors) for k, ex in splits.items()}
-    same = "last" if ARCHS[arch].encoder is not None else "first"  # the position "own" reads
-    for vector in [v for v in args.vectors if v == "own" or v != same or "own" not in args.vectors]:
+    for vector in [v for v in args.vectors if not (v == model.reads and "own" in args.vectors)]:  # once each
         x = {k: v[vector] for k, v in xs.items()}
         mean, std = x["train"].mean(0), x["train"].std(0).clamp_min(1e-6)
         x = {k: (v - mean) / std for k, v in x.items()}

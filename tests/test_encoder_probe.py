@@ -54,7 +54,7 @@ def test_features_are_the_linear_layers_input(arch, own):
                                                                                  atol=1e-5)
     other = "last" if own == "first" else "first"
     assert torch.equal(got[own], got["own"]) and not torch.equal(got[other], got["own"])
-    h = encoder_probe.encoder_states(model, b.tokens, b.valid)
+    h = model.states(b.tokens, b.valid)
     assert torch.equal(got["last"], h[torch.arange(3), b.valid.long().sum(1) - 1].float())
 
 
