@@ -21,12 +21,15 @@ def test_two_processes_match_one(text_file, tmp_path):
     # gloo on the CPU, also on a machine with one GPU (where a second process would ask for cuda:1)
     flags = ["--data", text_file, "--dropout", "0", "--steps", "3", "--device", "cpu"] + TINY
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # a rank that aborts prints its Python stack (faulthandler); the message shows what the ranks
+    # printed before torchrun's own report, and how far rank 0's log got
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     subprocess.run([sys.executable, "train.py", "--out", one] + flags, cwd=ROOT, env=env, check=True,
                    capture_output=True)
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                         "train.py", "--out", two] + flags, cwd=ROOT, env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[:4000], read_log(two) if os.path.exists(
+        os.path.join(two, "log.jsonl")) else "no log")
     a, b = losses(one), losses(two)
     assert len(a) == len(b) == 3
     assert a == pytest.approx(b, rel=1e-5, abs=1e-5), (a, b)
