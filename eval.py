@@ -200,7 +200,8 @@ def load_model(path, state, device, exit_setting=None):
     cfg = ModelConfig.from_dict(state["model_config"])
     labels = Labels(state["labels"]) if task == "classify" else None
     with checkpoint.weights_of(path):
-        model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"))
+        reads = state.get("args", {}).get("cls_vector")  # None in a classifier saved before the flag: the default
+        model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"), reads)
         model.load_state_dict(state["model"])
     if ARCHS[arch].decode == "elmer" and exit_setting:
         model.exit_measure, model.exit_threshold = exit_setting

@@ -92,6 +92,10 @@ def get_args(argv=None):
     p.add_argument("--tgt-field", default=None, help="target field (summarize; default summary)")
     p.add_argument("--text-field", default=None, help="text field (classify; default document)")
     p.add_argument("--label-field", default=None, help="label field (classify; default section)")
+    p.add_argument("--cls-vector", default=None, choices=("first", "last"),
+                   help="classify: the token whose vector the linear layer reads, the first ([SOS], or T5's first "
+                        "text token) or the last ([EOS]); default the papers': first for a pmlm or mlm stack, "
+                        "last for the encoder of an encoder-decoder (the MLAE paper, section 3.2)")
     p.add_argument("--max-src", type=int, default=None,
                    help="source tokens kept, [SOS]/[EOS] included (default: 80, the measured recipe, or less "
                         "to fit the positions the checkpoint was pretrained on; more than those is refused)")
@@ -254,6 +258,8 @@ def architecture(args, source, state, summ, measure, threshold):
                         "give a smaller --dec-len")
     if args.label_smoothing is None:  # resolved per architecture, so the checkpoint records it
         args.label_smoothing = ARCHS[arch].label_smoothing
+    if not summ and args.cls_vector is None:  # likewise: eval.py builds the classifier from the record
+        args.cls_vector = ARCHS[arch].classifier_reads
     if args.max_src > cfg.max_positions or (ARCHS[arch].one_table and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} "
                         "positions")
@@ -286,7 +292,7 @@ def model_and_optimizer(args, d, arch, cfg, labels, elmer_opts, source, state, c
     and loaded from the source (or only its output bias, from scratch), or the run's own checkpoint."""
     torch.manual_seed(args.seed)
     with checkpoint.weights_of(ckpt_path if state is not None else args.init):
-        model = build_model(arch, cfg, None if summ else len(labels), elmer_opts).to(d.device)
+        model = build_model(arch, cfg, None if summ else len(labels), elmer_opts, args.cls_vector).to(d.device)
         if state is not None:
             model.load_state_dict(state["model"])
         elif "model" not in source:  # --init none: only the output bias starts from the data

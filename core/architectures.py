@@ -84,14 +84,26 @@ class Arch(NamedTuple):
     scratch_as: Optional[str] = None      # finetune.py --init none --arch NAME: the objective whose shape it takes
     depth_flags: bool = False             # --init none: --enc-layers / --dec-layers set its depths
 
-    def classifier(self, cfg, n_labels):
-        """A fresh linear layer on the [SOS] vector of a stack, or on [EOS] of an encoder-decoder's encoder."""
+    @property
+    def classifier_reads(self):
+        """The token a classifier's linear layer reads by default: [SOS] of a stack, [EOS] of an encoder."""
+        return Classifier.reads if self.encoder is None else EncoderClassifier.reads
+
+    def classifier(self, cfg, n_labels, reads=None):
+        """A fresh linear layer on the [SOS] vector of a stack, or on [EOS] of an encoder-decoder's
+        encoder; reads ("first" or "last") picks the other end instead."""
         if not self.can_classify:
             raise UserError(f"classification fine-tunes a pretrained encoder (pmlm, mlm, mlae, t5 or t5-nar "
                             f"checkpoint), not one of architecture {self.name}")
         if self.encoder is None:
-            return Classifier(UnifiedLM(cfg), n_labels, cfg.dropout)
-        return EncoderClassifier(self.encoder(cfg), n_labels, cfg.dropout)
+            model = Classifier(UnifiedLM(cfg), n_labels, cfg.dropout)
+        else:
+            model = EncoderClassifier(self.encoder(cfg), n_labels, cfg.dropout)
+        if reads is not None:
+            if reads not in ("first", "last"):
+                raise UserError(f"a classifier reads the first or the last token's vector, not {reads!r}")
+            model.reads = reads
+        return model
 
 
 def to_nar(arch, cfg, nar_flag, style):
@@ -167,10 +179,11 @@ def seq2seq_arch(arch, cfg, nar_flag, style):
     return into(cfg, nar_flag, style) if into else (arch, cfg)
 
 
-def build_model(arch, cfg, n_labels=None, elmer_opts=None):
-    """A fresh model of the architecture; n_labels makes a classifier around its encoder."""
+def build_model(arch, cfg, n_labels=None, elmer_opts=None, reads=None):
+    """A fresh model of the architecture; n_labels makes a classifier around its encoder, reading
+    the vector of `reads` (None: the architecture's token)."""
     a = ARCHS[arch]
-    return a.model(cfg, elmer_opts) if n_labels is None else a.classifier(cfg, n_labels)
+    return a.model(cfg, elmer_opts) if n_labels is None else a.classifier(cfg, n_labels, reads)
 
 
 def seq2seq_ops(arch, dec_len=32, sos=False):

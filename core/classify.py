@@ -7,6 +7,7 @@ cross-entropy.
     MLAE paper, section 3.2; its Table 1 compares this "T5 encoder + task layer" with RoBERTa
     and MLAE). The input is what the encoder saw in pretraining: "[SOS] TEXT [EOS]" for MLAE,
     "TEXT [EOS]" for T5 and T5-NAR, whose span-corrupted sources have no [SOS].
+`finetune.py --cls-vector first|last` reads the other end instead (the checkpoint records which).
 Texts are truncated to max_len tokens, the special ones included.
 """
 import numpy as np

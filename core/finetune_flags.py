@@ -44,7 +44,8 @@ def unused_flags(args, arch, summ):
         src_field=(summ, "to --task summarize"),
         tgt_field=(summ, "to --task summarize"),
         text_field=(not summ, "to --task classify"),
-        label_field=(not summ, "to --task classify"))
+        label_field=(not summ, "to --task classify"),
+        cls_vector=(not summ, "to --task classify"))
 
 
 def check_nar_flags(args):

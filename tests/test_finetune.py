@@ -109,10 +109,15 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
 @pytest.mark.parametrize("objective", ["pmlm", "t5", "t5-nar"])
 def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     """A PMLM reads [SOS]; a T5 or T5-NAR checkpoint its encoder's [EOS] (the MLAE paper's "T5
-    encoder + task layer", Table 1)."""
+    encoder + task layer", Table 1), or with --cls-vector its first token; eval.py reads the same."""
     out = str(tmp_path / "cls")
+    chosen = ["--cls-vector", "first"] if objective == "t5" else []
     finetune.main(["--init", pretrained[objective], "--task", "classify", "--train-data", task_files["train"],
-                   "--valid-data", task_files["valid"], "--out", out] + FT)
+                   "--valid-data", task_files["valid"], "--out", out] + FT + chosen)
+    reads = "first" if objective in ("pmlm", "t5") else "last"
+    saved = torch.load(os.path.join(out, "best.pt"), weights_only=True)
+    assert saved["args"]["cls_vector"] == reads
+    assert evaluate_script.load_model(os.path.join(out, "best.pt"), saved, "cpu")[0].reads == reads
     rows = evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--batch-size", "4",
                                  "--latency-samples", "2"])
     assert 0 <= rows[0]["accuracy"] <= 100 and 0 <= rows[0]["macro_f1"] <= 100
@@ -294,6 +299,12 @@ def test_nar_flags_where_they_do_nothing(capsys, pretrained, task_files, tmp_pat
     fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--dec-layers", "2"], "--dec-layers",
                "from scratch")
     fails_with(capsys, finetune.main, base + ["--init", "none", "--arch", "t5", "--enc-layers", "0"], "--enc-layers 0")
+
+
+def test_cls_vector_is_refused_outside_classification(capsys, pretrained, task_files, tmp_path):
+    base = ["--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", str(tmp_path / "o")]
+    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--cls-vector", "first"], "--cls-vector",
+               "--task classify")
 
 
 def test_eval_needs_a_finetuned_checkpoint(capsys, pretrained):
