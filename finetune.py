@@ -57,12 +57,8 @@ RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every",
 FINETUNE_LR = 1e-3  # the lowest validation loss of a grid up to pretraining's rate (docs/design.md)
 
 
-def get_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--init", default="checkpoints/pretrain/last.pt",
-                   help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
-    p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"],
-                   help="with --init none: the architecture")
+def add_elmer_flags(p):
+    """The flags of an ELMER fine-tuning: its exit, its measure and threshold, its decoder's length."""
     p.add_argument("--exit", default="hard", choices=["hard", "soft"],
                    help="elmer: hard or soft early exit (ELMER 4.3)")
     p.add_argument("--exit-measure", default=None, choices=MEASURES,
@@ -79,6 +75,26 @@ def get_args(argv=None):
                         "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
     p.add_argument("--dec-len", type=int, default=None,
                    help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
+
+
+def add_nar_flags(p):
+    """The flags of a NAR fine-tuning (CMLM) and its Mask-Predict decoding."""
+    p.add_argument("--nar", action="store_true",
+                   help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
+    p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
+    p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations")
+    p.add_argument("--adaptive-stop", action="store_true",
+                   help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
+                        "default: all --iterations, as published")
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--init", default="checkpoints/pretrain/last.pt",
+                   help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
+    p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"],
+                   help="with --init none: the architecture")
+    add_elmer_flags(p)
     p.add_argument("--model", default="small", choices=sorted(PRESETS), help="with --init none: the preset")
     p.add_argument("--enc-layers", type=int, default=None,
                    help="with --init none --arch t5: encoder layers (default MLAE's: 2/4/12 at tiny/small/base)")
@@ -131,13 +147,7 @@ def get_args(argv=None):
     p.add_argument("--mask-init", type=float, default=0.6, help="m0 of --mask-schedule")
     p.add_argument("--mask-epochs", type=float, default=3,
                    help="linear --mask-schedule: m_t falls from m0 to 0 over this many epochs, whatever --epochs")
-    p.add_argument("--nar", action="store_true",
-                   help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
-    p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
-    p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations")
-    p.add_argument("--adaptive-stop", action="store_true",
-                   help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
-                        "default: all --iterations, as published")
+    add_nar_flags(p)
     add_run_flags(p, out="checkpoints/finetune", lr=FINETUNE_LR, save_every=200)
     return parse_args(p, argv)
 
