@@ -122,11 +122,11 @@ def probe(path, scratch, args, splits, labels):
     name = f"{arch} with random weights" if scratch else os.path.basename(os.path.dirname(os.path.abspath(path)))
     rows = []
     xs = {k: features(model, tok, ex.sources, sos, max_len, args.batch, args.vectors) for k, ex in splits.items()}
+    y = {k: torch.tensor(labels.ids(ex.targets)) for k, ex in splits.items()}
     for vector in [v for v in args.vectors if not (v == model.reads and "own" in args.vectors)]:  # once each
         x = {k: v[vector] for k, v in xs.items()}
         mean, std = x["train"].mean(0), x["train"].std(0).clamp_min(1e-6)
         x = {k: (v - mean) / std for k, v in x.items()}
-        y = {k: torch.tensor(labels.ids(ex.targets)) for k, ex in splits.items()}
         fits = {l2: fit(x["train"], y["train"], len(labels), l2, args.iterations) for l2 in L2_GRID}
         valid = {l2: accuracy(x["valid"], y["valid"], wb).mean().item() for l2, wb in fits.items()}
         best = max(valid, key=valid.get)
