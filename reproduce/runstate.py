@@ -5,6 +5,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shlex
 import time
 
@@ -300,9 +301,15 @@ def progress_of(run, argv, fields, out, state, resolved=None):
 
 def kind_of(run):
     """What a run's time is estimated from: its script, with ELMER's runs apart (its pretraining
-    makes k passes, its fine-tuning projects the vocabulary at every off-ramp)."""
+    makes k passes, its fine-tuning projects the vocabulary at every off-ramp) and classification
+    apart (a fine-tuning on short inputs that stops early; an evaluation without decoding). An
+    evaluation's kind follows the fine-tuning it reads."""
+    if run.script == "eval":
+        tuned = BY_NAME.get(re.search(r"\{ft-([^}]+)\}", run.flags).group(1))
+        return "eval" + "_classify" * (tuned is not None and "--task classify" in tuned.flags)
     elmer = "elmer" in run.flags or run.script == "finetune" and "--exit" in run.flags
-    return run.script + "_elmer" * (elmer and run.script != "eval")
+    classify = run.script == "finetune" and "--task classify" in run.flags
+    return run.script + "_elmer" * elmer + "_classify" * classify
 
 
 def _multiple(run):

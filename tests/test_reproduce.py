@@ -91,6 +91,20 @@ def test_run_order():
     assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, state) == 100.0
 
 
+def test_estimates_keep_classification_apart():
+    """A classification's fine-tuning and evaluation are estimated from classifications only: a
+    summary's times do not lend them hours, nor theirs lend a summary minutes."""
+    fields = plan.BUDGETS["cpu"]
+    times = {"sum-pmlm": 3000.0, "cls-mlm": 300.0, "eval-sum-pmlm": 200.0, "eval-cls-mlm": 10.0}
+    state = {"runs": {n: {"seconds": s, "status": "done"} for n, s in times.items()}}
+    assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, state) == 3000.0
+    assert reproduce.estimate(plan.BY_NAME["cls-t5"], fields, state) == 300.0
+    assert reproduce.estimate(plan.BY_NAME["eval-sum-t5"], fields, state) == 200.0
+    assert reproduce.estimate(plan.BY_NAME["eval-cls-t5"], fields, state) == 10.0
+    sweep = next(r for r in plan.PLAN if r.name.startswith("eval-sweep-elmer-hard"))
+    assert reproduce.kind_of(sweep) == "eval"
+
+
 def test_a_runs_time_adds_its_sittings(tmp_path):
     """A run's recorded time is the sum over its sittings when it resumes (a stopped run continued,
     a finished one extended to more epochs), and starts again when the run does."""
