@@ -13,6 +13,7 @@ import sys
 
 from core.data import held_out_key
 from reproduce import significance
+from reproduce.further_seeds import not_needed
 from reproduce.plan import BY_NAME, MARGIN, ORDERINGS, TABLES, parse_chain, seeds_of, steps_of
 from reproduce.runstate import init_step_of, run_files, stale_reason
 
@@ -336,7 +337,7 @@ def runs_section(state, resolved):
     unavailable, rows = state.get("unavailable", {}), []
     for name in resolved:
         rec = state["runs"].get(name, {})
-        status = rec.get("status") or unavailable.get(name) or "not run"
+        status = rec.get("status") or unavailable.get(name) or not_needed(name, state, state["_out"]) or "not run"
         rows.append([name, status + (f": {rec['error']}" if rec.get("error") else ""), fmt_secs(rec.get("seconds")),
                      f"`{rec.get('command') or ''}`"])
     return ["## Runs", ""] + table(["run", "status", "time", "command"], rows) + [""]

@@ -20,7 +20,8 @@ OUT/state.json keeps the measured time of every run (the estimates) and which ev
 whose; OUT/RESULTS.md is rewritten after every run.
 
 The runs are taken in the plan's order of claims (reproduce/plan.py, STAGES): the central claims
-under all their seeds, then every other claim under its first seed, then the further seeds; each
+under all their seeds, then every other claim under its first seed, then the further seeds, each
+only where a pair it would enter is close at its first seeds (reproduce/further_seeds.py); each
 evaluation right after its fine-tuning, each pretraining just before the first run that needs it.
 A sitting stopped anywhere has measured as many claims as its time allowed; --dry-run prints each
 stage's runs left and their estimated time.
@@ -51,6 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from reproduce import report  # noqa: E402
 from reproduce.execute import execute, rejected, scripts, write_subset  # noqa: E402
+from reproduce.further_seeds import not_needed  # noqa: E402
 from reproduce.plan import (BUDGETS, BY_NAME, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
                             plan_for, stage_of, steps_of)
 from reproduce.runstate import (claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
@@ -275,7 +277,8 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
     for r in runs:
         argv_, _ = resolved[r.name]
         done, resume = progress_of(r, argv_, fields, args.out, state, resolved)
-        if done < 1 and r.name not in unavailable:
+        spared = not_needed(r.name, state, args.out) if done < 1 and r.name not in unavailable else None
+        if done < 1 and r.name not in unavailable and not spared:
             left.append(r)
         if args.worker is not None:
             continue
@@ -289,10 +292,10 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
         stale = stale_reason(r, resolved, args.out)
         busy = "" if free else "running in another runner, "
         todo = f"resume ({100 * done:.0f}%)" if resume else f"stale ({stale}): to run again" if stale else "to run"
-        mark = unavailable.get(r.name) or ("done" if done >= 1 else busy + todo)
+        mark = unavailable.get(r.name) or spared or ("done" if done >= 1 else busy + todo)
         if done >= 1 and stale and r.name not in unavailable:  # an evaluation of a stale fine-tuning
             mark = f"stale ({stale}): runs again after it"
-        secs = 0.0 if done >= 1 or r.name in unavailable else estimate(r, fields, state) * (1 - done)
+        secs = 0.0 if done >= 1 or r.name in unavailable or spared else estimate(r, fields, state) * (1 - done)
         total += secs
         n, t = stages.get(shown, (0, 0.0))
         stages[shown] = (n + (r in left), t + secs)
@@ -328,6 +331,9 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
                 argv_, needs = resolved[r.name]
                 if os.path.exists(os.path.join(args.out, "state.json")):  # what another runner recorded meanwhile
                     state = dict(load_state(args.out), unavailable=unavailable)
+                if spared := not_needed(r.name, state, args.out):  # the first seeds as they are now
+                    say(f"skip {r.name}: {spared}")
+                    continue
                 missing = [d for d in needs
                            if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state, resolved)[0] < 1]
                 if missing:
