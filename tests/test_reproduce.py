@@ -397,3 +397,42 @@ def test_seeds_widen_the_interval():
     spread = significance.seeded_bootstrap([base + 3, base - 1], [base, base])
     assert abs(calm[0] - 1) < 1e-9 and abs(spread[0] - 1) < 1e-9
     assert spread[2] - spread[1] > 5 * (calm[2] - calm[1])
+
+
+def test_seeded_bootstrap_scores_each_draw_as_the_draw_by_draw_reference():
+    """The draws scored at once (examples as counts, a matrix product per side) give each draw the
+    mean a draw-by-draw loop over the same generator gives, and so the same interval; a comparison
+    is kept until one of its files changes."""
+    import numpy as np
+    from reproduce import significance
+
+    def reference(a, b, samples=2000, seed=0):
+        rng, n = np.random.default_rng(seed), a.shape[1]
+        diffs = []
+        for _ in range(samples):
+            idx = rng.integers(0, n, n)
+            sa, sb = rng.integers(0, len(a), len(a)), rng.integers(0, len(b), len(b))
+            diffs.append(a[sa][:, idx].mean() - b[sb][:, idx].mean())
+        return float(a.mean() - b.mean()), *map(float, np.quantile(diffs, [0.025, 0.975]))
+    rng = np.random.default_rng(3)
+    for ka, kb, n in ((1, 1, 37), (3, 2, 200), (2, 3, 1)):
+        a, b = rng.normal(30, 10, (ka, n)), rng.normal(29, 10, (kb, n))
+        assert np.allclose(significance.seeded_bootstrap(a, b, samples=300), reference(a, b, samples=300),
+                           rtol=0, atol=1e-9)
+
+
+def test_a_comparison_is_kept_until_its_files_change(tmp_path):
+    import json as js
+    from reproduce import significance
+
+    def write(path, right, mtime):
+        rows = [dict(task="classify", source=f"s{i}", prediction="x" if i < right else "y", reference="x")
+                for i in range(20)]
+        path.write_text("\n".join(js.dumps(r) for r in rows))
+        os.utime(path, (mtime, mtime))
+        return str(path)
+    a, b = write(tmp_path / "a.jsonl", 15, 1000), write(tmp_path / "b.jsonl", 10, 1000)
+    first = significance.compare_seeds([a], [b], "accuracy")
+    assert first[0] == 25.0 and significance.compare_seeds([a], [b], "accuracy") is first
+    write(tmp_path / "b.jsonl", 5, 2000)  # scored again: a new file
+    assert significance.compare_seeds([a], [b], "accuracy")[0] == 50.0
