@@ -271,7 +271,6 @@ def progress_of(run, argv, fields, out, state, resolved=None):
     against the budget's; finetune: its step against its steps and its epochs against the
     budget's, 0 when its pretraining has changed since (stale_reason, given `resolved`); eval: the
     files recorded for this exact command, newer than the checkpoint."""
-    import torch
     if run.script == "finetune" and resolved is not None and stale_reason(run, resolved, out):
         return 0.0, None  # its pretraining changed since: run it again from that pretraining as it is
     if run.script == "eval":
@@ -285,7 +284,10 @@ def progress_of(run, argv, fields, out, state, resolved=None):
     last = os.path.join(out, run.name, "last.pt")
     if not os.path.exists(last):
         return 0.0, None
-    ck = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+    ck = _ckpt(last)
+    if ck is None:  # unreadable: torch's own error says why, and nothing is run over it
+        import torch
+        ck = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
     step, a = ck["step"], ck["args"]
     if run.script == "train":
         return min(1.0, step / steps_of(run, fields)), last
