@@ -9,6 +9,10 @@ the seeds' spread, without claiming to estimate that spread well.
 
     python -m reproduce.significance A/outputs-best-test.jsonl B/outputs-best-test.jsonl
     python -m reproduce.significance A/outputs.jsonl,A-s2/outputs.jsonl B/outputs.jsonl,B-s2/outputs.jsonl
+    python -m reproduce.significance A B C D --json pairs.json   # two pairs (A - B, C - D) as one table
+
+`--json` writes the rows (tools/records.py: the table a doc's `study` block renders, with the
+command, machine and date).
 
 Summarization outputs are compared on ROUGE-1/2/L, classification outputs on accuracy. The report
 of reproduce/runner.py reads every ordering of either through it (verdict): "holds" only where the
@@ -154,11 +158,17 @@ def seeded_bootstrap(a, b, samples=2000, seed=0):
     return float(a.mean() - b.mean()), float(low), float(high)
 
 
+def _stamp(path):
+    """A file as a comparison's cache knows it: its path and time, None where it is missing (check_pair
+    then says so)."""
+    return path, os.path.getmtime(path) if os.path.exists(path) else None
+
+
 def compare_seeds(paths_a, paths_b, metric="rougeL"):
     """seeded_bootstrap of two sides, each a list of outputs files (one per fine-tuning seed), all of
     one task on the same sources in the same order; kept for the next call while no file changes
     (the runner rewrites its report after every run)."""
-    key = (tuple((p, os.path.getmtime(p)) for p in paths_a), tuple((p, os.path.getmtime(p)) for p in paths_b), metric)
+    key = (tuple(map(_stamp, paths_a)), tuple(map(_stamp, paths_b)), metric)
     if key not in COMPARED:
         for p in list(paths_a[1:]) + list(paths_b):
             check_pair(paths_a[0], p)
@@ -193,20 +203,42 @@ def detectable(low, high):
     return (high - low) / 2 / 1.96 * (1.96 + 0.84)
 
 
+def side_name(paths):
+    """A side as its runs' directories: cls-mlae,cls-mlae-s2 for two seeds' outputs files."""
+    return ",".join(os.path.basename(os.path.dirname(os.path.abspath(p))) for p in paths)
+
+
+COLUMNS = [("A", "a", "{}"), ("B", "b", "{}"), ("seeds", "seeds", "{}"), ("examples", "n", "{:,}"),
+           ("metric", "metric", "{}"), ("A - B", "difference", "{:+.2f}"), ("95% interval", "interval", "{}"),
+           ("A > B", "verdict", "{}")]
+
+
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or any(a.startswith("-") for a in argv):
+    given = list(sys.argv[1:] if argv is None else argv)
+    files, out = list(given), None
+    if "--json" in files:
+        i = files.index("--json")
+        out, files = (files[i + 1] if i + 1 < len(files) else None), files[:i] + files[i + 2:]
+    if not files or len(files) % 2 or any(a.startswith("-") for a in files) or ("--json" in given and not out):
         print(__doc__, file=sys.stderr)
         return 2
+    rows = []
     try:
-        side_a, side_b = ([p for p in a.split(",") if p] for a in argv)
-        for m in metrics_of(side_a[0]):
-            mean, low, high = compare_seeds(side_a, side_b, m)
-            print(f"{m}: A - B = {mean:+.2f}, 95% interval [{low:+.2f}, {high:+.2f}] "
-                  f"({len(side_a)} and {len(side_b)} seeds): A > B {verdict('>', low, high)}")
+        for first, second in zip(files[0::2], files[1::2]):
+            side_a, side_b = ([p for p in a.split(",") if p] for a in (first, second))
+            for m in metrics_of(side_a[0]):
+                mean, low, high = compare_seeds(side_a, side_b, m)
+                print(f"{m}: A - B = {mean:+.2f}, 95% interval [{low:+.2f}, {high:+.2f}] "
+                      f"({len(side_a)} and {len(side_b)} seeds): A > B {verdict('>', low, high)}")
+                rows.append(dict(a=side_name(side_a), b=side_name(side_b), seeds=f"{len(side_a)}x{len(side_b)}",
+                                 n=len(read_rows(side_a[0])), metric=m, difference=mean, low=low, high=high,
+                                 interval=f"[{low:+.2f}, {high:+.2f}]", verdict=verdict(">", low, high)))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if out:
+        from tools import records
+        records.write(out, ["python", "-m", "reproduce.significance"] + given, COLUMNS, rows)
     return 0
 
 

@@ -436,3 +436,31 @@ def test_a_comparison_is_kept_until_its_files_change(tmp_path):
     assert first[0] == 25.0 and significance.compare_seeds([a], [b], "accuracy") is first
     write(tmp_path / "b.jsonl", 5, 2000)  # scored again: a new file
     assert significance.compare_seeds([a], [b], "accuracy")[0] == 50.0
+
+
+def test_significance_writes_its_pairs_as_a_table(tmp_path, capsys):
+    """Several pairs in one call, --json: one row per pair and metric, the sides named by their
+    runs' directories, the table a doc's study block renders; a --json with no path is refused."""
+    import json as js
+    from reproduce import significance
+    from tools import records
+    paths = {}
+    for run, right in (("x", 16), ("x-s2", 14), ("y", 10), ("z", 12)):
+        (tmp_path / run).mkdir()
+        rows = [dict(task="classify", source=f"s{i}", prediction="p" if i < right else "q", reference="p")
+                for i in range(20)]
+        paths[run] = str(tmp_path / run / "outputs-best-test.jsonl")
+        with open(paths[run], "w") as f:
+            f.write("\n".join(js.dumps(r) for r in rows))
+    out = str(tmp_path / "pairs.json")
+    assert significance.main([paths["x"] + "," + paths["x-s2"], paths["y"], paths["x"], paths["z"],
+                              "--json", out]) == 0
+    with open(out) as f:
+        d = js.load(f)
+    assert [(r["a"], r["b"], r["seeds"], r["n"], r["difference"]) for r in d["rows"]] == [
+        ("x,x-s2", "y", "2x1", 20, 25.0), ("x", "z", "1x1", 20, 20.0)]
+    text = records.table(d)
+    assert "| x,x-s2 | y | 2x1 | 20 | accuracy | +25.00 |" in text and "--json" in text
+    capsys.readouterr()
+    assert significance.main([paths["x"], paths["y"], "--json"]) == 2
+    assert significance.main([paths["x"], paths["y"], paths["z"]]) == 2
