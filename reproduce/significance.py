@@ -9,10 +9,10 @@ the seeds' spread, without claiming to estimate that spread well.
 
     python -m reproduce.significance A/outputs-best-test.jsonl B/outputs-best-test.jsonl
     python -m reproduce.significance A/outputs.jsonl,A-s2/outputs.jsonl B/outputs.jsonl,B-s2/outputs.jsonl
-    python -m reproduce.significance A B C D --json pairs.json   # two pairs (A - B, C - D) as one table
+    python -m reproduce.significance A B C D       # two pairs: A - B, then C - D
 
-`--json` writes the rows (tools/records.py: the table a doc's `study` block renders, with the
-command, machine and date).
+`python -m tools.pairs A B ... --json PATH` writes the same rows as the table a doc's `study`
+block renders (tools/records.py), with the command, machine and date.
 
 Summarization outputs are compared on ROUGE-1/2/L, classification outputs on accuracy. The report
 of reproduce/runner.py reads every ordering of either through it (verdict): "holds" only where the
@@ -208,37 +208,34 @@ def side_name(paths):
     return ",".join(os.path.basename(os.path.dirname(os.path.abspath(p))) for p in paths)
 
 
-COLUMNS = [("A", "a", "{}"), ("B", "b", "{}"), ("seeds", "seeds", "{}"), ("examples", "n", "{:,}"),
-           ("metric", "metric", "{}"), ("A - B", "difference", "{:+.2f}"), ("95% interval", "interval", "{}"),
-           ("A > B", "verdict", "{}")]
+def pair_rows(files):
+    """One row per pair of FILES (A B C D ...: A - B, then C - D; a side's seeds joined by commas)
+    and per metric: the sides, seeds, examples, difference, interval and verdict of A > B;
+    ValueError, in one line, where two files cannot be paired."""
+    rows = []
+    for first, second in zip(files[0::2], files[1::2]):
+        side_a, side_b = ([p for p in a.split(",") if p] for a in (first, second))
+        for m in metrics_of(side_a[0]):
+            mean, low, high = compare_seeds(side_a, side_b, m)
+            rows.append(dict(a=side_name(side_a), b=side_name(side_b), seeds=f"{len(side_a)}x{len(side_b)}",
+                             n=len(read_rows(side_a[0])), metric=m, difference=mean, low=low, high=high,
+                             interval=f"[{low:+.2f}, {high:+.2f}]", verdict=verdict(">", low, high)))
+    return rows
 
 
 def main(argv=None):
-    given = list(sys.argv[1:] if argv is None else argv)
-    files, out = list(given), None
-    if "--json" in files:
-        i = files.index("--json")
-        out, files = (files[i + 1] if i + 1 < len(files) else None), files[:i] + files[i + 2:]
-    if not files or len(files) % 2 or any(a.startswith("-") for a in files) or ("--json" in given and not out):
+    files = list(sys.argv[1:] if argv is None else argv)
+    if not files or len(files) % 2 or any(a.startswith("-") for a in files):
         print(__doc__, file=sys.stderr)
         return 2
-    rows = []
     try:
-        for first, second in zip(files[0::2], files[1::2]):
-            side_a, side_b = ([p for p in a.split(",") if p] for a in (first, second))
-            for m in metrics_of(side_a[0]):
-                mean, low, high = compare_seeds(side_a, side_b, m)
-                print(f"{m}: A - B = {mean:+.2f}, 95% interval [{low:+.2f}, {high:+.2f}] "
-                      f"({len(side_a)} and {len(side_b)} seeds): A > B {verdict('>', low, high)}")
-                rows.append(dict(a=side_name(side_a), b=side_name(side_b), seeds=f"{len(side_a)}x{len(side_b)}",
-                                 n=len(read_rows(side_a[0])), metric=m, difference=mean, low=low, high=high,
-                                 interval=f"[{low:+.2f}, {high:+.2f}]", verdict=verdict(">", low, high)))
+        rows = pair_rows(files)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if out:
-        from tools import records
-        records.write(out, ["python", "-m", "reproduce.significance"] + given, COLUMNS, rows)
+    for r in rows:
+        print(f"{r['a']} - {r['b']}, {r['metric']}: {r['difference']:+.2f}, 95% interval {r['interval']} "
+              f"({r['seeds']} seeds): A > B {r['verdict']}")
     return 0
 
 

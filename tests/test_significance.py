@@ -87,12 +87,16 @@ def test_a_comparison_is_kept_until_its_files_change(tmp_path):
     assert significance.compare_seeds([a], [b], "accuracy")[0] == 50.0
 
 
-def test_significance_writes_its_pairs_as_a_table(tmp_path, capsys):
-    """Several pairs in one call, --json: one row per pair and metric, the sides named by their
-    runs' directories, the table a doc's study block renders; a --json with no path is refused."""
+def test_pairs_are_written_as_a_table(tmp_path, capsys):
+    """Several pairs in one call: one row per pair and metric, the sides named by their runs'
+    directories; tools.pairs writes them as the table a doc's study block renders; files not in
+    pairs are refused by both."""
     import json as js
+
+    import pytest
+
     from reproduce import significance
-    from tools import records
+    from tools import pairs, records
     paths = {}
     for run, right in (("x", 16), ("x-s2", 14), ("y", 10), ("z", 12)):
         (tmp_path / run).mkdir()
@@ -101,15 +105,17 @@ def test_significance_writes_its_pairs_as_a_table(tmp_path, capsys):
         paths[run] = str(tmp_path / run / "outputs-best-test.jsonl")
         with open(paths[run], "w") as f:
             f.write("\n".join(js.dumps(r) for r in rows))
+    files = [paths["x"] + "," + paths["x-s2"], paths["y"], paths["x"], paths["z"]]
+    assert significance.main(files) == 0
+    assert "x,x-s2 - y, accuracy: +25.00" in capsys.readouterr().out
     out = str(tmp_path / "pairs.json")
-    assert significance.main([paths["x"] + "," + paths["x-s2"], paths["y"], paths["x"], paths["z"],
-                              "--json", out]) == 0
+    assert pairs.main(files + ["--json", out]) == 0
     with open(out) as f:
         d = js.load(f)
     assert [(r["a"], r["b"], r["seeds"], r["n"], r["difference"]) for r in d["rows"]] == [
         ("x,x-s2", "y", "2x1", 20, 25.0), ("x", "z", "1x1", 20, 20.0)]
     text = records.table(d)
-    assert "| x,x-s2 | y | 2x1 | 20 | accuracy | +25.00 |" in text and "--json" in text
-    capsys.readouterr()
-    assert significance.main([paths["x"], paths["y"], "--json"]) == 2
-    assert significance.main([paths["x"], paths["y"], paths["z"]]) == 2
+    assert "| x,x-s2 | y | 2x1 | 20 | accuracy | +25.00 |" in text and "python -m tools.pairs" in text
+    assert significance.main(files[:3]) == 2
+    with pytest.raises(SystemExit):
+        pairs.main(files[:3] + ["--json", out])
