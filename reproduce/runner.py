@@ -332,7 +332,7 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
                 if os.path.exists(os.path.join(args.out, "state.json")):  # what another runner recorded meanwhile
                     state = dict(load_state(args.out), unavailable=unavailable)
                 if spared := not_needed(r.name, state, args.out):  # the first seeds as they are now
-                    say(f"skip {r.name}: {spared}")
+                    say(f"{r.name}: {spared}")  # not a "skip": nothing is left to wait for
                     continue
                 missing = [d for d in needs
                            if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state, resolved)[0] < 1]

@@ -89,3 +89,25 @@ def test_the_gap_is_wider_than_the_central_runs_seeds_spread():
         assert max(values) - min(values) < plan.SEED_GAP, (name, values)
         seen += 1
     assert seen >= 4
+
+
+def test_a_seed_spared_during_a_sitting_is_not_run_nor_requeued(tmp_path, capsys, monkeypatch):
+    """The runner decides again when it reaches a run (its first seeds may have been evaluated since
+    the sitting began): a run spared then is not run, and says so without the word a queue reads
+    as "try again later" ("skip")."""
+    out = str(tmp_path / "r")
+    os.makedirs(out)
+    state = evaluated(out, {"sum-mlm": dict(rougeL=38.0), "sum-unilm-scratch": dict(rougeL=30.0)})
+    with open(os.path.join(out, "state.json"), "w") as f:
+        json.dump(dict(state, budget="cpu"), f)
+    looks = []
+
+    def later(name, state, out):  # needed when the sitting lists its runs, spared when it reaches them
+        looks.append(name)
+        return not_needed(name, state, out) if looks.count(name) > 1 else None
+    monkeypatch.setattr(reproduce, "not_needed", later)
+    ran = []
+    monkeypatch.setattr(reproduce, "execute", lambda *a, **k: ran.append(a) or (0, None, None))
+    assert reproduce.main(["--budget", "cpu", "--out", out, "--only", r"^sum-unilm-scratch-s2$", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert not ran and "sum-unilm-scratch-s2: not needed: first seeds" in text and "skip " not in text, text
