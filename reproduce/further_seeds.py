@@ -6,13 +6,13 @@ Where every such pair is SEED_GAP or more apart, one seed a side decides the pai
 hour goes to a claim it can change. The runner decides when it reaches the run, from the first
 seeds' evaluations as they are then; --dry-run and RESULTS.md say which seeds were left out and why.
 """
-import json
 import os
 
-from reproduce.plan import BY_NAME, ORDERINGS, SEED_GAP, needs_of, parse_chain, seed_number, seed_one, stage_of
-from reproduce.runstate import run_files
+from reproduce.plan import (BY_NAME, ORDERINGS, SEED_GAP, STAGES, needs_of, parse_chain, seed_number, seed_one,
+                            stage_of)
+from reproduce.runstate import eval_results
 
-LAST_STAGE = 2  # plan.STAGES: the further seeds of the other claims and of the controls
+LAST_STAGE = len(STAGES) - 1  # the further seeds of the other claims and of the controls
 
 
 def pairs_reading(name):
@@ -29,16 +29,9 @@ def pairs_reading(name):
 
 
 def first_seed_value(state, out, name, metric):
-    """Run NAME's test METRIC from its evaluation's result file, or None where it has none yet."""
-    for f in run_files(state, "eval-" + name, out):
-        try:
-            with open(f) as fh:
-                row = json.load(fh)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            continue
-        if isinstance(row, dict) and isinstance(row.get(metric), (int, float)):
-            return float(row[metric])
-    return None
+    """Run NAME's test METRIC from its evaluation's result, or None where it has none yet."""
+    value = next(iter(eval_results(state, "eval-" + name, out)), {}).get(metric)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def not_needed(name, state, out):

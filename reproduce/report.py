@@ -15,7 +15,7 @@ from core.data import held_out_key
 from reproduce import significance
 from reproduce.further_seeds import not_needed
 from reproduce.plan import BY_NAME, MARGIN, ORDERINGS, TABLES, parse_chain, seeds_of, steps_of
-from reproduce.runstate import init_step_of, run_files, stale_reason
+from reproduce.runstate import eval_results, init_step_of, run_files, stale_reason
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
 
@@ -78,25 +78,6 @@ def pretraining(out, name):
     if key is None:
         return None
     return r["step"], r[key], key[6:], r["unigram_entropy"]
-
-
-def results(state, run_name):
-    """The eval rows recorded for an eval run (one, or one per threshold of a sweep)."""
-    rows = []
-    for f in run_files(state, run_name, state["_out"]):
-        if not os.path.exists(f):
-            continue
-        try:
-            with open(f) as fh:
-                row = json.load(fh)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            print(f"note: {f}, recorded as {run_name}'s result, is not a JSON result ({e}); left out", file=sys.stderr)
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            print(f"note: {f}, recorded as {run_name}'s result, holds no result record; left out", file=sys.stderr)
-    return rows
 
 
 def outputs_of(state, run_name):
@@ -215,7 +196,7 @@ def finetuned(out, state, resolved, data):
     unavailable = state.get("unavailable", {})
     metrics, stale_names = {}, set()
     for name in (n for n in resolved if BY_NAME[n].script == "finetune"):
-        got = results(state, "eval-" + name)
+        got = eval_results(state, "eval-" + name, out)
         stale = stale_reason(BY_NAME[name], resolved, out)
         if got and stale:
             stale_names.add(name)
@@ -288,7 +269,7 @@ def exit_section(state):
     lines = ["## ELMER: the exit curves (hard exit, one checkpoint, a threshold per row)", "",
              "dec_flops: the decoder's multiply-adds relative to exit disabled (eval.py).", ""]
     for name in (n for n in BY_NAME if n.startswith("eval-sweep-elmer-hard")):
-        sweep = results(state, name)
+        sweep = eval_results(state, name, state["_out"])
         if not sweep:
             lines += [f"{name}: {unavailable.get(name, 'not run')}", ""]
             continue

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import sys
 import time
 
 from reproduce.plan import BY_NAME, epochs_of, steps_of
@@ -264,6 +265,26 @@ def run_files(state, name, out):
     for f in state["runs"].get(name, {}).get("files") or []:
         inside = os.path.join(out, f)
         yield f if os.path.isabs(f) or not os.path.exists(inside) else inside
+
+
+def eval_results(state, run_name, out):
+    """The eval rows recorded for an eval run (one, or one per threshold of a sweep); a recorded file
+    that is not a result is left out, with a note saying so."""
+    rows = []
+    for f in run_files(state, run_name, out):
+        if not os.path.exists(f):
+            continue
+        try:
+            with open(f) as fh:
+                row = json.load(fh)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            print(f"note: {f}, recorded as {run_name}'s result, is not a JSON result ({e}); left out", file=sys.stderr)
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            print(f"note: {f}, recorded as {run_name}'s result, holds no result record; left out", file=sys.stderr)
+    return rows
 
 
 def progress_of(run, argv, fields, out, state, resolved=None):
