@@ -5,12 +5,11 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import shlex
 import sys
 import time
 
-from reproduce.plan import BY_NAME, epochs_of, steps_of
+from reproduce.plan import BY_NAME, epochs_of, needs_of, steps_of
 
 VARYING = ("--steps", "--epochs", "--dtype")  # a run continues, or is extended, under other values of these
 # flags that change how often a run logs, evaluates on held-out text or saves, not what it computes
@@ -328,8 +327,8 @@ def kind_of(run):
     apart (a fine-tuning on short inputs that stops early; an evaluation without decoding). An
     evaluation's kind follows the fine-tuning it reads."""
     if run.script == "eval":
-        tuned = BY_NAME.get(re.search(r"\{ft-([^}]+)\}", run.flags).group(1))
-        return "eval" + "_classify" * (tuned is not None and "--task classify" in tuned.flags)
+        tuned = BY_NAME[needs_of(run)[0]]
+        return "eval" + "_classify" * ("--task classify" in tuned.flags)
     elmer = "elmer" in run.flags or run.script == "finetune" and "--exit" in run.flags
     classify = run.script == "finetune" and "--task classify" in run.flags
     return run.script + "_elmer" * elmer + "_classify" * classify
