@@ -19,6 +19,23 @@ def test_generated_blocks_match_their_result_files():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_each_reversed_claim_has_its_why_on_its_papers_page():
+    """The issue's rule for a reversed claim: its paper's page says what the runs showed about why,
+    in prose under a heading that names the claim's ordering (so that an edit elsewhere on the page
+    cannot lose it unseen)."""
+    with open(os.path.join(ROOT, "results", "cpu-budget", "results.json")) as f:
+        orderings = json.load(f)["orderings"]
+    block = re.compile(r"<!-- render: .*?<!-- /render -->", re.S)
+    for o in orderings:
+        if o["verdict"] != "reversed":
+            continue
+        page = os.path.join(ROOT, "docs", o["paper"].split()[0].lower() + ".md")
+        with open(page) as f:
+            prose = " ".join(block.sub("", f.read()).split())  # a heading may wrap
+        heading = f"**What the runs show about why `{o['chain']}` reads reversed"
+        assert heading in prose, f"{os.path.relpath(page, ROOT)} has no '{heading}...**' for {o['paper']}"
+
+
 def test_a_stale_block_is_caught(tmp_path):
     from tools import render_docs
     text = "<!-- render: exit results/h200-2026-11-26/exit.json -->\nedited by hand\n<!-- /render -->\n"
