@@ -123,6 +123,60 @@ def log_commands(out, name):
         return [l for l in f if l.startswith("$ python")]
 
 
+def check_tiny_report(out, unavailable):
+    """The tiny plan's RESULTS.md and results.json, as the end-to-end test leaves them."""
+    with open(os.path.join(out, "RESULTS.md")) as f:
+        md = f.read()
+    # 4 tiny steps leave no model off the unigram plateau; a fine-tuned row names its pretraining's step
+    assert re.search(r"PLATEAU \(pre-pmlm step 4: ", md)
+    assert re.search(r"^\| sum-unilm-scratch \| [^|]+ \| none \|", md, re.M)  # a row says what it was pretrained on
+    # 'here' lists the runs in the order measured, whatever the claim's
+    assert re.search(r"\| UniLMv2 \| PMLM > MLM > no pretraining \| XSum RG-L 36.08 [^|]+ \| rougeL \| "
+                     r"(sum-(pmlm|mlm|unilm-scratch) [\d.]+( > )?){3} \| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, "
+                     r"[-+][\d.]+\]; "
+                     r"sum-mlm - sum-unilm-scratch: .* \| (holds|reversed|not resolved)", md)
+    # classification orderings are read from the bootstrap too, over eval.py's per-example labels
+    assert re.search(r"\| AE\+PAR > AE only \| MNLI-m [^|]+ \| accuracy \| (cls-(pmlm|mlm) [\d.]+( > )?){2} \| "
+                     r"cls-pmlm - cls-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (holds|reversed|not resolved)", md)
+    assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
+    assert re.search(r"Majority class on the same test examples .*: accuracy [\d.]+, macro-F1 [\d.]+", md)
+    # auto resolves per machine (bf16 on a CPU with bf16 instructions): the setting names the result
+    assert re.search(r"compute dtype (float32|bfloat16) \(--dtype auto\)", md)
+    for name, why in unavailable.items():
+        assert why in md, name
+    # each evaluated run's metrics with the 95% interval of their mean (MLAE Figure 3's error bars)
+    with open(os.path.join(out, "results.json")) as f:
+        runs = json.load(f)["runs"]
+    assert {"sum-mlae", "cls-pmlm"} <= set(runs)
+    for name, r in runs.items():
+        assert set(r["intervals"]) == ({"accuracy"} if "accuracy" in r["metrics"]
+                                       else {"rouge1", "rouge2", "rougeL"}), name
+        for m, (low, high) in r["intervals"].items():
+            assert low - 1e-9 <= r["metrics"][m] <= high + 1e-9, (name, m)
+
+
+def check_an_edited_plan_keeps_its_results(out, capsys):
+    """A run of other flags than the plan's is not the plan's row, and is not overwritten."""
+    with reproduce.locked_state(out) as state:
+        rec = state["runs"]["sum-mlae-unilm"]
+        rec["command"] = rec["command"].replace(" --mask-schedule none", "")
+        rec = state["runs"]["sum-unilm-scratch"]
+        rec["command"] = rec["command"].replace(" --arch unilm", " --arch t5")
+    stamp = os.path.getmtime(os.path.join(out, "sum-mlae-unilm", "last.pt"))
+    assert reproduce.main(["--budget", "tiny", "--out", out, "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"^  sum-mlae-unilm +ran with other flags than the plan's \(`python finetune.py .*--style unilm "
+                     r"--train-data .*`\): move \S+sum-mlae-unilm aside", text, re.M)
+    assert re.search(r"^  eval-sum-mlae-unilm +needs sum-mlae-unilm", text, re.M) and "left: 0 runs" in text
+    assert os.path.getmtime(os.path.join(out, "sum-mlae-unilm", "last.pt")) == stamp
+    with open(os.path.join(out, "RESULTS.md")) as f:
+        md = f.read()
+    assert re.search(r"^\| sum-mlae-unilm \| [^|]+ \| ran with other flags", md, re.M)
+    # an ordering with a run missing still reads the pairs it has (and a reversed one decides it)
+    assert re.search(r"\| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (does not hold \(not measured: "
+                     r"sum-unilm-scratch\)|not measured \(sum-unilm-scratch\))", md)
+
+
 def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     """The whole tiny plan (the runs whose flags this checkout has) over three sittings: a
     pretraining left half done by hand, a sitting stopped after 3 runs (the central claim's
@@ -161,57 +215,12 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert all(len(log_commands(out, n)) == 1 for n in ran)
     assert status == 0, [(n, r.get("error")) for n, r in state["runs"].items() if r["status"] != "done"]
 
-    with open(os.path.join(out, "RESULTS.md")) as f:
-        md = f.read()
-    # 4 tiny steps leave no model off the unigram plateau; a fine-tuned row names its pretraining's step
-    assert re.search(r"PLATEAU \(pre-pmlm step 4: ", md)
-    assert re.search(r"^\| sum-unilm-scratch \| [^|]+ \| none \|", md, re.M)  # a row says what it was pretrained on
-    # 'here' lists the runs in the order measured, whatever the claim's
-    assert re.search(r"\| UniLMv2 \| PMLM > MLM > no pretraining \| XSum RG-L 36.08 [^|]+ \| rougeL \| "
-                     r"(sum-(pmlm|mlm|unilm-scratch) [\d.]+( > )?){3} \| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, "
-                     r"[-+][\d.]+\]; "
-                     r"sum-mlm - sum-unilm-scratch: .* \| (holds|reversed|not resolved)", md)
-    # classification orderings are read from the bootstrap too, over eval.py's per-example labels
-    assert re.search(r"\| AE\+PAR > AE only \| MNLI-m [^|]+ \| accuracy \| (cls-(pmlm|mlm) [\d.]+( > )?){2} \| "
-                     r"cls-pmlm - cls-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (holds|reversed|not resolved)", md)
-    assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
-    assert re.search(r"Majority class on the same test examples .*: accuracy [\d.]+, macro-F1 [\d.]+", md)
-    # auto resolves per machine (bf16 on a CPU with bf16 instructions): the setting names the result
-    assert re.search(r"compute dtype (float32|bfloat16) \(--dtype auto\)", md)
-    for name, why in unavailable.items():
-        assert why in md, name
-    # each evaluated run's metrics with the 95% interval of their mean (MLAE Figure 3's error bars)
-    with open(os.path.join(out, "results.json")) as f:
-        runs = json.load(f)["runs"]
-    assert {"sum-mlae", "cls-pmlm"} <= set(runs)
-    for name, r in runs.items():
-        assert set(r["intervals"]) == ({"accuracy"} if "accuracy" in r["metrics"]
-                                       else {"rouge1", "rouge2", "rougeL"}), name
-        for m, (low, high) in r["intervals"].items():
-            assert low - 1e-9 <= r["metrics"][m] <= high + 1e-9, (name, m)
+    check_tiny_report(out, unavailable)
 
     assert reproduce.main(["--budget", "tiny", "--out", out, "--quiet"]) == 0
     assert "left: 0 runs" in capsys.readouterr().out
 
-    # the plan edited after a run: a result of other flags is not the plan's row, and is not overwritten
-    with reproduce.locked_state(out) as state:
-        rec = state["runs"]["sum-mlae-unilm"]
-        rec["command"] = rec["command"].replace(" --mask-schedule none", "")
-        rec = state["runs"]["sum-unilm-scratch"]
-        rec["command"] = rec["command"].replace(" --arch unilm", " --arch t5")
-    stamp = os.path.getmtime(os.path.join(out, "sum-mlae-unilm", "last.pt"))
-    assert reproduce.main(["--budget", "tiny", "--out", out, "--quiet"]) == 0
-    text = capsys.readouterr().out
-    assert re.search(r"^  sum-mlae-unilm +ran with other flags than the plan's \(`python finetune.py .*--style unilm "
-                     r"--train-data .*`\): move \S+sum-mlae-unilm aside", text, re.M)
-    assert re.search(r"^  eval-sum-mlae-unilm +needs sum-mlae-unilm", text, re.M) and "left: 0 runs" in text
-    assert os.path.getmtime(os.path.join(out, "sum-mlae-unilm", "last.pt")) == stamp
-    with open(os.path.join(out, "RESULTS.md")) as f:
-        md = f.read()
-    assert re.search(r"^\| sum-mlae-unilm \| [^|]+ \| ran with other flags", md, re.M)
-    # an ordering with a run missing still reads the pairs it has (and a reversed one decides it)
-    assert re.search(r"\| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (does not hold \(not measured: "
-                     r"sum-unilm-scratch\)|not measured \(sum-unilm-scratch\))", md)
+    check_an_edited_plan_keeps_its_results(out, capsys)
 
 
 def test_flags_a_run_may_change_between_sittings():
