@@ -55,7 +55,7 @@ from reproduce.execute import execute, rejected, scripts, write_subset  # noqa: 
 from reproduce.further_seeds import not_needed  # noqa: E402
 from reproduce.plan import (BUDGETS, BY_NAME, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
                             plan_for, stage_of, steps_of)
-from reproduce.runstate import (claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
+from reproduce.runstate import (archived, claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
                                 progress_of, ran_otherwise, stale_reason, wrong_checkpoint)
 
 STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
@@ -277,7 +277,10 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
     for r in runs:
         argv_, _ = resolved[r.name]
         done, resume = progress_of(r, argv_, fields, args.out, state, resolved)
-        spared = not_needed(r.name, state, args.out) if done < 1 and r.name not in unavailable else None
+        spared = None
+        if done < 1 and r.name not in unavailable:
+            spared = (not_needed(r.name, state, args.out)
+                      or weights_not_needed(r, fields, state, resolved, args.out, unavailable))
         if done < 1 and r.name not in unavailable and not spared:
             left.append(r)
         if args.worker is not None:
@@ -302,6 +305,18 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
         print(f"  {r.name:<24} {mark}" + (f" ~{report.fmt_secs(secs)}" if secs else "") +
               (f"\n      {command(r, argv_)}" if args.dry_run else ""))
     return left, total, stages
+
+
+def weights_not_needed(run, fields, state, resolved, out, unavailable):
+    """Why a pretraining restored from an archive without its weights need not run again (no run of
+    the plan left needs them), else None."""
+    if run.script != "train" or not archived(state, run.name) or os.path.exists(os.path.join(out, run.name, "last.pt")):
+        return None
+    for name, (argv_, needs) in resolved.items():
+        if (run.name in needs and name not in unavailable and not not_needed(name, state, out)
+                and progress_of(BY_NAME[name], argv_, fields, out, state, resolved)[0] < 1):
+            return None
+    return "archived: its curve is kept and no run left needs its weights"
 
 
 def may_still_finish(name, out, state, mine):
@@ -401,6 +416,7 @@ def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0,
         shared["unavailable"] = unavailable
         shared["budget"] = args.budget
         rec = shared["runs"].setdefault(r.name, {})
+        rec.pop("archived", None)  # ran here: its own files now, not an archive's
         rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
                    seconds=rec.get("seconds", 0.0) * ("--resume" in argv_) + secs,  # over its sittings
                    finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else

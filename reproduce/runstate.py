@@ -90,6 +90,9 @@ def _ckpt(path):
     return _LINEAGE[key]
 
 
+LINEAGE = "lineage.json"  # an archived fine-tuning's {"init_step": N}, kept where its last.pt is not
+
+
 def pretraining_step(out, pre):
     """The step of pretraining run PRE's last.pt now, or None."""
     ck = _ckpt(os.path.join(out, pre, "last.pt")) if os.path.exists(os.path.join(out, pre, "last.pt")) else None
@@ -97,11 +100,16 @@ def pretraining_step(out, pre):
 
 
 def init_step_of(out, name):
-    """(the pretraining step fine-tuning NAME started from, as its last.pt records it, or None; its
+    """(the pretraining step fine-tuning NAME started from, as its last.pt records it, or as its
+    archive's lineage.json does where the weights are gone (reproduce/archive.py), or None; its
     last.pt's modification time, or None)."""
     path = os.path.join(out, name, "last.pt")
     if not os.path.exists(path):
-        return None, None
+        try:
+            with open(os.path.join(out, name, LINEAGE)) as f:
+                return json.load(f).get("init_step"), None
+        except (OSError, ValueError, AttributeError):
+            return None, None
     ck = _ckpt(path)
     return (None if ck is None else ck.get("init_step")), os.path.getmtime(path)
 
@@ -179,9 +187,11 @@ def stale_reason(run, resolved, out):
     if pre is None:
         return None
     started, mtime = init_step_of(out, run.name)
-    if mtime is None:
+    if mtime is None and started is None:
         return None
     now = pretraining_step(out, pre)
+    if mtime is None and now is None:  # archived, and its pretraining's weights gone too: nothing to compare
+        return None
     if started is not None:
         return None if started == now else f"fine-tuned from {pre} at step {started}, which is now at step {now}"
     pre_path = os.path.join(out, pre, "last.pt")
@@ -290,20 +300,24 @@ def progress_of(run, argv, fields, out, state, resolved=None):
     """(fraction done in [0, 1], a last.pt to resume from or None). Train: the checkpoint's step
     against the budget's; finetune: its step against its steps and its epochs against the
     budget's, 0 when its pretraining has changed since (stale_reason, given `resolved`); eval: the
-    files recorded for this exact command, newer than the checkpoint."""
+    files recorded for this exact command, newer than the checkpoint. A fine-tuning and its
+    evaluation restored from an archive without their weights are done (reproduce/archive.py)."""
     if run.script == "finetune" and resolved is not None and stale_reason(run, resolved, out):
         return 0.0, None  # its pretraining changed since: run it again from that pretraining as it is
     if run.script == "eval":
         rec = state["runs"].get(run.name, {})
         ckpt = argv[0]
         files = list(run_files(state, run.name, out))
-        fresh = files and os.path.exists(ckpt) and all(
-            os.path.exists(f) and os.path.getmtime(f) >= os.path.getmtime(ckpt) for f in files)
+        if archived(state, run.name) and not os.path.exists(ckpt):  # restored without weights: its files are the result
+            fresh = files and all(os.path.exists(f) for f in files)
+        else:
+            fresh = files and os.path.exists(ckpt) and all(
+                os.path.exists(f) and os.path.getmtime(f) >= os.path.getmtime(ckpt) for f in files)
         same = rec.get("command") and what_it_ran(rec["command"]) == what_it_ran(command(run, argv))
         return (1.0 if fresh and same else 0.0), None
     last = os.path.join(out, run.name, "last.pt")
-    if not os.path.exists(last):
-        return 0.0, None
+    if not os.path.exists(last):  # a fine-tuning restored from an archive is done; a pretraining needs its weights
+        return (1.0 if run.script == "finetune" and archived(state, run.name) else 0.0), None
     ck = _ckpt(last)
     if ck is None:  # unreadable: torch's own error says why, and nothing is run over it
         import torch
@@ -319,6 +333,11 @@ def progress_of(run, argv, fields, out, state, resolved=None):
     if a["epochs"] < epochs:
         return step / a["steps"] * a["epochs"] / epochs, last
     return min(1.0, step / a["steps"]), last
+
+
+def archived(state, name):
+    """Whether run NAME's record came from an archive (reproduce/archive.py) and has not run here since."""
+    return bool(state["runs"].get(name, {}).get("archived"))
 
 
 def kind_of(run):

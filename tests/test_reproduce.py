@@ -177,6 +177,55 @@ def check_an_edited_plan_keeps_its_results(out, capsys):
                      r"sum-unilm-scratch\)|not measured \(sum-unilm-scratch\))", md)
 
 
+def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
+    """A snapshot's archive of OUT, restored into an empty OUT on another machine, gives the same
+    report with no run left; a run the archive lacks runs again with the pretraining it needs."""
+    from reproduce import archive
+    kept = str(tmp_path / "archive")
+    assert archive.main(["save", out, kept]) == 0
+    assert re.search(r"archived \d+ runs in ", capsys.readouterr().out)
+    files = [os.path.relpath(os.path.join(d, f), kept) for d, _, fs in os.walk(kept) for f in fs]
+    assert not [f for f in files if f.endswith(".pt")]
+    assert [f for f in files if re.fullmatch(r"sum-pmlm/outputs-best-test\S*\.jsonl\.gz", f)], files
+    assert archive.main(["save", out, kept]) == 0  # nothing changed: nothing rewritten
+    assert "(0 files written" in capsys.readouterr().out
+
+    elsewhere = str(tmp_path / "elsewhere")
+    assert archive.main(["restore", kept, elsewhere]) == 0
+    assert reproduce.main(["--budget", "tiny", "--out", elsewhere, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "left: 0 runs" in text
+    assert re.search(r"^  pre-pmlm +archived: its curve is kept and no run left needs its weights", text, re.M)
+    assert reproduce.main(["--budget", "tiny", "--out", elsewhere, "--report-only"]) == 0
+    capsys.readouterr()
+    results = []
+    for where in (out, elsewhere):
+        with open(os.path.join(where, "results.json")) as f:
+            results.append(json.load(f))
+    for key in ("pretraining", "runs", "orderings", "summary"):
+        assert results[0][key] == results[1][key], key
+    # a pretraining run again to another step makes the archived fine-tunings built on it stale
+    import torch
+    from reproduce.runstate import stale_reason
+    torch.save(dict(step=99), os.path.join(elsewhere, "pre-pmlm", "last.pt"))
+    assert stale_reason(plan.BY_NAME["sum-pmlm"], commands(elsewhere), elsewhere) == \
+        "fine-tuned from pre-pmlm at step 4, which is now at step 99"
+
+    # the archive without sum-pmlm's evaluation: the fine-tuning, its evaluation and its pretraining run again
+    with open(os.path.join(kept, "state.json")) as f:
+        state = json.load(f)
+    del state["runs"]["eval-sum-pmlm"], state["runs"]["sum-pmlm"]
+    with open(os.path.join(kept, "state.json"), "w") as f:
+        json.dump(state, f)
+    again = str(tmp_path / "again")
+    assert archive.main(["restore", kept, again]) == 0
+    assert reproduce.main(["--budget", "tiny", "--out", again, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "left: 3 runs" in text
+    for name in ("pre-pmlm", "sum-pmlm", "eval-sum-pmlm"):
+        assert re.search(rf"^  {name} +to run", text, re.M), name
+
+
 def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     """The whole tiny plan (the runs whose flags this checkout has) over three sittings: a
     pretraining left half done by hand, a sitting stopped after 3 runs (the central claim's
@@ -216,6 +265,7 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert status == 0, [(n, r.get("error")) for n, r in state["runs"].items() if r["status"] != "done"]
 
     check_tiny_report(out, unavailable)
+    check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys)
 
     assert reproduce.main(["--budget", "tiny", "--out", out, "--quiet"]) == 0
     assert "left: 0 runs" in capsys.readouterr().out

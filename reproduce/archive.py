@@ -1,0 +1,171 @@
+"""The runs of OUT without their weights: what a snapshot commits so that a machine that loses OUT
+loses none of the runs that finished. A fine-tuning's checkpoints are only read by its
+evaluation; once evaluated, its record (config.json, log.jsonl, its evaluation's eval-*.json and
+per-example outputs-*.jsonl, and lineage.json: the pretraining step it started from, which its
+last.pt held) is all that its rows, curves and intervals are computed from, and what tells whether
+a pretraining run again later still matches it. A pretraining's record is its config.json and
+log.jsonl (its held-out curve).
+
+    python -m reproduce.archive save checkpoints/reproduce-cpu results/cpu-budget/archive
+    python -m reproduce.archive restore results/cpu-budget/archive checkpoints/reproduce-cpu
+
+`save` keeps every finished pretraining, and every fine-tuning whose evaluation is done and
+current, with its evaluation; it rewrites only the files that changed (JSON lines gzipped, with
+no time stamp, so that the same run gives the same bytes). `restore` copies into OUT the runs OUT
+has no record of, never over a file OUT has, and marks them archived in OUT/state.json. The
+runner counts a restored fine-tuning and its evaluation as done; a restored pretraining, whose
+weights are gone, runs again only where a run left needs them (reproduce/runner.py).
+"""
+import argparse
+import glob
+import gzip
+import json
+import os
+import shutil
+import sys
+
+from reproduce.plan import BY_NAME, needs_of
+from reproduce.runstate import (LINEAGE, init_step_of, load_state, locked_state, progress_of, run_files,
+                                stale_reason)
+
+STATE_KEYS = ("budget", "lead", "majority")  # what state.json holds besides its runs that a report reads
+
+
+def outputs_file(eval_file):
+    """The per-example outputs file that eval.py writes beside an eval-*.json."""
+    d, base = os.path.split(eval_file)
+    return os.path.join(d, "outputs-" + base[len("eval-"):-len(".json")] + ".jsonl")
+
+
+def resolved_runs(out, budget):
+    from reproduce.runner import budget_fields, get_args, resolve
+    from reproduce.plan import plan_for
+    args = get_args(["--budget", budget, "--out", out])
+    fields = dict(budget_fields(args), budget=budget)
+    return fields, {r.name: resolve(r, fields, out) for r in plan_for(fields)}
+
+
+def finished(out, state, budget):
+    """{run: its files, relative to OUT}: every finished pretraining, and every fine-tuning whose
+    evaluation is done and current, with that evaluation."""
+    fields, resolved = resolved_runs(out, budget)
+
+    def done(name):
+        return progress_of(BY_NAME[name], resolved[name][0], fields, out, state, resolved)[0] >= 1
+
+    kept = {}
+    for name in resolved:
+        run = BY_NAME[name]
+        if run.script == "train" and (done(name) or state["runs"].get(name, {}).get("archived")):
+            kept[name] = ["config.json", "log.jsonl"]
+        elif run.script == "eval" and done(name) and not stale_reason(run, resolved, out):
+            files = [os.path.relpath(f, out) for f in run_files(state, name, out)]
+            kept[needs_of(run)[0]] = ["config.json", "log.jsonl"]
+            kept[name] = files + [outputs_file(f) for f in files if os.path.exists(os.path.join(out, outputs_file(f)))]
+    return kept
+
+
+def write_if_changed(path, data):
+    """Write bytes DATA to PATH unless it holds them already; True where it wrote."""
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return False
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(path + ".tmp", path)
+    return True
+
+
+def save(out, dest):
+    """Archive OUT's finished runs into DEST; returns (runs kept, files written)."""
+    state = load_state(out)
+    budget = state.get("budget")
+    if not budget:
+        raise SystemExit(f"error: {out} holds no runner's state.json: nothing to archive")
+    kept, records, written = finished(out, state, budget), {}, 0
+    for name, files in kept.items():
+        rec = dict(state["runs"].get(name, {}), files_kept=[], archived=True)
+        if BY_NAME[name].script == "finetune":  # the pretraining step it started from, which its last.pt held
+            step = init_step_of(out, name)[0]
+            written += write_if_changed(os.path.join(dest, name, LINEAGE), json.dumps({"init_step": step}).encode())
+            rec["files_kept"].append(os.path.join(name, LINEAGE))
+        for rel in (os.path.join(name, f) if BY_NAME[name].script != "eval" else f for f in files):
+            src = os.path.join(out, rel)
+            if not os.path.exists(src):
+                continue
+            with open(src, "rb") as f:
+                data = f.read()
+            if rel.endswith(".jsonl"):
+                data, rel = gzip.compress(data, mtime=0), rel + ".gz"
+            written += write_if_changed(os.path.join(dest, rel), data)
+            rec["files_kept"].append(rel)
+        records[name] = rec
+    top = {k: state[k] for k in STATE_KEYS if k in state}
+    text = json.dumps(dict(top, runs=records), indent=1, sort_keys=True) + "\n"
+    written += write_if_changed(os.path.join(dest, "state.json"), text.encode())
+    return sorted(records), written
+
+
+def restore(src, out):
+    """Copy into OUT the archived runs OUT has no record of; returns (restored, kept as OUT has them)."""
+    with open(os.path.join(src, "state.json")) as f:
+        archived = json.load(f)
+    os.makedirs(out, exist_ok=True)
+    restored, skipped = [], []
+    with locked_state(out) as state:
+        if state.get("budget", archived["budget"]) != archived["budget"]:
+            raise SystemExit(f"error: {out} holds the runs of --budget {state['budget']}, {src} those of "
+                             f"--budget {archived['budget']}: restore into another --out")
+        for k in STATE_KEYS:
+            if k in archived and not state.get(k):
+                state[k] = archived[k]
+        for name, rec in archived["runs"].items():
+            if name in state["runs"] or name not in BY_NAME:
+                skipped.append(name)
+                continue
+            for rel in rec.pop("files_kept"):
+                target = os.path.join(out, rel[:-len(".gz")] if rel.endswith(".gz") else rel)
+                if os.path.exists(target):
+                    continue
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                if rel.endswith(".gz"):
+                    with gzip.open(os.path.join(src, rel), "rb") as fin, open(target, "wb") as fout:
+                        shutil.copyfileobj(fin, fout)
+                else:
+                    shutil.copyfile(os.path.join(src, rel), target)
+            state["runs"][name] = rec
+            restored.append(name)
+    return restored, skipped
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m reproduce.archive", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="verb", required=True)
+    s = sub.add_parser("save", help="archive OUT's finished runs, without weights, into DEST")
+    s.add_argument("out")
+    s.add_argument("dest")
+    r = sub.add_parser("restore", help="copy the runs of an archive into OUT where OUT has no record of them")
+    r.add_argument("src")
+    r.add_argument("out")
+    args = p.parse_args(argv)
+    if args.verb == "save":
+        if not os.path.isfile(os.path.join(args.out, "state.json")):
+            p.error(f"{args.out} holds no state.json: not a runner's OUT")
+        names, written = save(args.out, args.dest)
+        size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(args.dest, "**"), recursive=True)
+                   if os.path.isfile(f))
+        print(f"archived {len(names)} runs in {args.dest} ({written} files written, {size / 1e6:.1f} MB in all)")
+    else:
+        if not os.path.isfile(os.path.join(args.src, "state.json")):
+            p.error(f"{args.src} holds no state.json: not an archive `save` wrote")
+        restored, skipped = restore(args.src, args.out)
+        print(f"restored {len(restored)} runs into {args.out}" + (f"; {len(skipped)} left as {args.out} has them"
+                                                                   if skipped else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
