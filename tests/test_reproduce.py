@@ -197,7 +197,8 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     assert "left: 0 runs" in text
     assert re.search(r"^  pre-pmlm +archived: its curve is kept and no run left needs its weights", text, re.M)
     assert reproduce.main(["--budget", "tiny", "--out", elsewhere, "--report-only"]) == 0
-    capsys.readouterr()
+    assert archive.main(["save", elsewhere, kept]) == 0  # the restored OUT archives as the original did
+    assert "(0 files written" in capsys.readouterr().out
     results = []
     for where in (out, elsewhere):
         with open(os.path.join(where, "results.json")) as f:
