@@ -24,7 +24,8 @@ import os
 import shutil
 import sys
 
-from reproduce.plan import BY_NAME, needs_of
+from reproduce.plan import BY_NAME, needs_of, plan_for
+from reproduce.runner import budget_fields, get_args, resolve
 from reproduce.runstate import (LINEAGE, init_step_of, load_state, locked_state, progress_of, run_files,
                                 stale_reason)
 
@@ -38,8 +39,7 @@ def outputs_file(eval_file):
 
 
 def resolved_runs(out, budget):
-    from reproduce.runner import budget_fields, get_args, resolve
-    from reproduce.plan import plan_for
+    """The budget's fields, and every run of its plan resolved for OUT (runner.resolve)."""
     args = get_args(["--budget", budget, "--out", out])
     fields = dict(budget_fields(args), budget=budget)
     return fields, {r.name: resolve(r, fields, out) for r in plan_for(fields)}
