@@ -174,7 +174,7 @@ def data_tag(args):
 def result_names(path, args, task="summarize"):
     """(eval json, outputs jsonl) beside the checkpoint, named for it, the data, and how it decodes
     (a classifier decodes nothing: no decoding settings in its names)."""
-    tag = os.path.splitext(os.path.basename(path))[0] + "-" + data_tag(args)
+    tag = os.path.splitext(os.path.basename(path).removesuffix(checkpoint.PACKED))[0] + "-" + data_tag(args)
     setting = getattr(args, "exit", None)
     if setting is None and "exit" not in vars(args):  # called on parsed flags alone: their first setting
         setting = exit_settings(args, ["elmer"])[0]

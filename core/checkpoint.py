@@ -5,9 +5,15 @@ dict), model_config, args, step, data (loader state), optimizer, rng, tokenizer 
 Every script reads one through load(), which checks the keys its callers use before any work,
 and puts weights into a model through load_weights(), which names a mismatch instead of a
 traceback.
+
+A packed checkpoint (PACKED, `*.pt.xz`) is what the repository keeps of a run: its weights in
+bf16, without optimizer, data or RNG state, xz-compressed (pack, save_packed). load() reads one as
+any other, its weights back in float32: the rounded copy that every run built on it starts from.
 """
 import contextlib
+import io
 import json
+import lzma
 import os
 import pickle
 import zipfile
@@ -66,6 +72,59 @@ def save(path, state, config_json=None):
         os.replace(cfg + ".tmp", cfg)
 
 
+PACKED = ".pt.xz"
+PACK_DTYPE = torch.bfloat16
+UNPACKED = ("data", "optimizer", "rng", "digests")  # what a packed checkpoint leaves out
+
+
+def pack(state, **extra):
+    """A checkpoint's state as the repository keeps it: float weights in bf16, no optimizer, data or
+    RNG state; EXTRA (the held-out loss, say) recorded beside them."""
+    kept = {k: v for k, v in state.items() if k not in UNPACKED}
+    kept["model"] = {k: v.to(PACK_DTYPE) if v.is_floating_point() else v for k, v in state["model"].items()}
+    return dict(kept, packed=dict(dtype=str(PACK_DTYPE).replace("torch.", ""), **extra))
+
+
+def unpack(state):
+    """A packed checkpoint's state with its weights back in float32 (the values bf16 rounded them to)."""
+    model = {k: v.float() if v.dtype == PACK_DTYPE else v for k, v in state["model"].items()}
+    return dict(state, model=model)
+
+
+def rounded(state):
+    """A checkpoint's state with its float weights rounded through bf16 (pack, then unpack), the rest
+    as it was: what a run that starts from the packed copy reads."""
+    packed = pack(state)
+    return dict(state, model=unpack(packed)["model"], packed=packed["packed"])
+
+
+def packed_bytes(state):
+    """The bytes of save_packed: torch.save's, xz-compressed; the same state gives the same bytes."""
+    buf = io.BytesIO()
+    torch.save(dict(sorted(dict(state, format=FORMAT).items())), buf)  # keys in one order, however it was built
+    return lzma.compress(buf.getvalue(), preset=9 | lzma.PRESET_EXTREME)
+
+
+def save_packed(path, state):
+    """Write pack(state)'s bytes (a state packed already is written as it is) atomically to PATH."""
+    data = packed_bytes(state if "packed" in state else pack(state))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(f"{path}.tmp{os.getpid()}", "wb") as f:
+        f.write(data)
+    os.replace(f"{path}.tmp{os.getpid()}", path)
+    return len(data)
+
+
+def _read(path):
+    """torch.load of a checkpoint file, a packed one decompressed first."""
+    if not path.endswith(PACKED):
+        return torch.load(path, map_location="cpu", weights_only=True)
+    with open(path, "rb") as f:
+        data = lzma.decompress(f.read())
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    return unpack(state) if isinstance(state, dict) and isinstance(state.get("model"), dict) else state
+
+
 def load(path, kinds=None, need=()):
     """Read and validate a checkpoint; `kinds` (a tuple of prefixes) is what the caller can use,
     `need` the keys it reads beyond KEYS (RESUME_KEYS when resuming)."""
@@ -74,8 +133,9 @@ def load(path, kinds=None, need=()):
     if not os.path.exists(path):
         raise UserError(f"checkpoint not found: {path}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        state = _read(path)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile,
+            lzma.LZMAError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"{path} is not a readable checkpoint ({first})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
@@ -104,13 +164,15 @@ def upgrade_args(state):
 
 
 def upgrade_finetune_args(args):
-    """A fine-tuning's args written before --warmup-epochs and --mask-epochs: its warmup was a share
-    of its --epochs' steps, and its masking schedule spanned them; the same in epochs."""
+    """A fine-tuning's args written before --warmup-epochs, --mask-epochs and --train-share: its warmup
+    was a share of its --epochs' steps, its masking schedule spanned them (the same in epochs), and it
+    read the whole training split."""
     args = dict(args)
     if "warmup_frac" in args and "warmup_epochs" not in args and "epochs" in args:
         args["warmup_epochs"] = round(args.pop("warmup_frac") * args["epochs"], 9)
     if "mask_epochs" not in args and "epochs" in args:
         args["mask_epochs"] = args["epochs"]
+    args.setdefault("train_share", 1.0)  # written before --train-share: every training example
     return args
 
 
@@ -129,6 +191,9 @@ def check_keys(path, state, need=()):
     if kind.startswith("finetune/"):
         want.update(arch=str)
     for key, typ in want.items():
+        if key in UNPACKED and "packed" in state and key not in state:
+            raise UserError(f"{path} is a packed checkpoint (weights only, {state['packed'].get('dtype')}): it "
+                            f"starts a fine-tuning or is evaluated, but a run cannot resume from it")
         if key not in state or state[key] is None:
             raise UserError(f"{path} has no {key!r} (a checkpoint this project writes always has one): "
                             f"it is damaged or was edited")

@@ -11,10 +11,12 @@ log.jsonl (its held-out curve).
 
 `save` keeps every finished pretraining, and every fine-tuning whose evaluation is done and
 current, with its evaluation; it rewrites only the files that changed (JSON lines gzipped, with
-no time stamp, so that the same run gives the same bytes). `restore` copies into OUT the runs OUT
-has no record of, never over a file OUT has, and marks them archived in OUT/state.json. The
-runner counts a restored fine-tuning and its evaluation as done; a restored pretraining, whose
-weights are gone, runs again only where a run left needs them (reproduce/runner.py).
+no time stamp, so that the same run gives the same bytes), and the packed weights of the
+pretrainings the plan keeps (plan.KEEP_WEIGHTS, reproduce/weights.py) in DEST/weights/. `restore`
+copies into OUT the runs OUT has no record of, never over a file OUT has, and marks them archived
+in OUT/state.json. The runner counts a restored fine-tuning and its evaluation as done, and a
+restored pretraining with kept weights too (its last.pt is the packed copy); one whose weights
+are gone runs again only where a run left needs them (reproduce/runner.py).
 """
 import argparse
 import glob
@@ -28,6 +30,7 @@ from reproduce.plan import BY_NAME, needs_of, plan_for
 from reproduce.runner import budget_fields, get_args, resolve
 from reproduce.runstate import (LINEAGE, init_step_of, load_state, locked_state, progress_of, run_files,
                                 stale_reason)
+from reproduce.weights import KEEP_WEIGHTS, WEIGHTS, pack_bytes, packed_path, unpack_into
 
 STATE_KEYS = ("budget", "lead", "majority")  # what state.json holds besides its runs that a report reads
 
@@ -91,6 +94,9 @@ def save(out, dest):
             step = init_step_of(out, name)[0]
             written += write_if_changed(os.path.join(dest, name, LINEAGE), json.dumps({"init_step": step}).encode())
             rec["files_kept"].append(os.path.join(name, LINEAGE))
+        if name in KEEP_WEIGHTS and os.path.exists(os.path.join(out, name, "last.pt")):
+            written += write_if_changed(packed_path(dest, name), pack_bytes(out, name))
+            rec["weights"] = os.path.join(WEIGHTS, os.path.basename(packed_path(dest, name)))
         for rel in (os.path.join(name, f) if BY_NAME[name].script != "eval" else f for f in files):
             src = os.path.join(out, rel)
             if not os.path.exists(src):
@@ -135,6 +141,8 @@ def restore(src, out):
                         shutil.copyfileobj(fin, fout)
                 else:
                     shutil.copyfile(os.path.join(src, rel), target)
+            if rec.get("weights"):
+                unpack_into(src, out, name)
             state["runs"][name] = rec
             restored.append(name)
     return restored, skipped

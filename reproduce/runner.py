@@ -55,6 +55,7 @@ from reproduce.execute import execute, rejected, scripts, write_subset  # noqa: 
 from reproduce.further_seeds import not_needed  # noqa: E402
 from reproduce.plan import (BUDGETS, BY_NAME, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
                             plan_for, stage_of, steps_of)
+from reproduce.weights import round_in_place  # noqa: E402
 from reproduce.runstate import (archived, claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
                                 progress_of, ran_otherwise, stale_reason, wrong_checkpoint)
 
@@ -374,6 +375,8 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
                         fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f))
                                                    for f in ("log.jsonl", "best.pt", "last.pt"))
                         argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
+                    for d in needs:  # a kept pretraining is read as the archive keeps it (reproduce/weights.py)
+                        round_in_place(args.out, d)
                     say(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
                     t0 = time.time()
                     code, returned, err = execute(mods[r.script], r, argv_,
@@ -383,6 +386,7 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
                 ran, progressed = ran + 1, True
                 attempted.add(r.name)
                 if r.script == "train" and code == 0:
+                    round_in_place(args.out, r.name)
                     pending += [x for x in runs if x not in pending and x.name not in attempted
                                 and x.name not in unavailable
                                 and progress_of(x, resolved[x.name][0], fields, args.out, state, resolved)[0] < 1]

@@ -186,6 +186,10 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     assert re.search(r"archived \d+ runs in ", capsys.readouterr().out)
     files = [os.path.relpath(os.path.join(d, f), kept) for d, _, fs in os.walk(kept) for f in fs]
     assert not [f for f in files if f.endswith(".pt")]
+    # the kept pretrainings' weights, packed; the runs built on them read the same rounded weights
+    from reproduce.weights import is_rounded
+    assert sorted(f for f in files if f.endswith(".pt.xz")) == [f"weights/{n}.pt.xz" for n in sorted(plan.KEEP_WEIGHTS)]
+    assert all(is_rounded(os.path.join(out, n, "last.pt")) for n in plan.KEEP_WEIGHTS)
     assert [f for f in files if re.fullmatch(r"sum-pmlm/outputs-best-test\S*\.jsonl\.gz", f)], files
     assert archive.main(["save", out, kept]) == 0  # nothing changed: nothing rewritten
     assert "(0 files written" in capsys.readouterr().out
@@ -196,6 +200,11 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "left: 0 runs" in text
     assert re.search(r"^  pre-pmlm +archived: its curve is kept and no run left needs its weights", text, re.M)
+    import torch
+    for name in plan.KEEP_WEIGHTS:  # restored with its weights: done, and the weights the original runs read
+        assert re.search(rf"^  {name} +done", text, re.M), name
+        a, b = (torch.load(os.path.join(w, name, "last.pt"), weights_only=True)["model"] for w in (out, elsewhere))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
     assert reproduce.main(["--budget", "tiny", "--out", elsewhere, "--report-only"]) == 0
     assert archive.main(["save", elsewhere, kept]) == 0  # the restored OUT archives as the original did
     assert "(0 files written" in capsys.readouterr().out
@@ -206,7 +215,6 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     for key in ("pretraining", "runs", "orderings", "summary"):
         assert results[0][key] == results[1][key], key
     # a pretraining run again to another step makes the archived fine-tunings built on it stale
-    import torch
     from reproduce.runstate import stale_reason
     torch.save(dict(step=99), os.path.join(elsewhere, "pre-pmlm", "last.pt"))
     assert stale_reason(plan.BY_NAME["sum-pmlm"], commands(elsewhere), elsewhere) == \
