@@ -104,6 +104,9 @@ def get_args(argv=None):
     p.add_argument("--task", default="summarize", choices=TASKS)
     p.add_argument("--train-data", default=None, help="a .jsonl training file (default: the embedded corpus)")
     p.add_argument("--valid-data", default=None, help="a .jsonl validation file (default: the embedded corpus)")
+    p.add_argument("--train-share", type=float, default=1.0,
+                   help="fine-tune on a fixed share of the training examples, spread evenly over the file "
+                        "(0.5: every other one); validation stays whole")
     p.add_argument("--src-field", default=None, help="source field of --train-data (summarize; default document)")
     p.add_argument("--tgt-field", default=None, help="target field (summarize; default summary)")
     p.add_argument("--text-field", default=None, help="text field (classify; default document)")
@@ -185,6 +188,10 @@ def splits(args, summ):
     """(training split, validation split shuffled so that its head samples all of it) of the task."""
     fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
     train = load_split(args.task, "train", args.train_data, *fields)
+    if not 0 < args.train_share <= 1:
+        raise UserError(f"--train-share {args.train_share} must be in (0, 1]")
+    if args.train_share < 1:
+        train = train.share(args.train_share)
     valid_path = args.valid_data if args.valid_data or not args.train_data else None
     if args.train_data and not args.valid_data:
         raise UserError("--train-data needs a --valid-data file too")

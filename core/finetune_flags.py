@@ -6,8 +6,8 @@ from .errors import UserError
 
 # the flags every run uses; every other flag enters unused_flags' table (or CHECKED_ELSEWHERE's
 # checks), which says which runs it applies to (tests/test_trust.py walks the parser against them)
-ALWAYS_APPLIES = ("help", "init", "task", "train_data", "valid_data", "max_src", "epochs", "batch", "warmup_epochs",
-                  "lr_schedule", "valid_every", "patience",
+ALWAYS_APPLIES = ("help", "init", "task", "train_data", "valid_data", "train_share", "max_src", "epochs", "batch",
+                  "warmup_epochs", "lr_schedule", "valid_every", "patience",
                   "label_smoothing", "valid_examples", "micro_batch", "lr", "weight_decay", "clip", "dropout",
                   "attention",
                   "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed", "device", "dtype")

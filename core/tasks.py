@@ -6,6 +6,7 @@ summarize: document -> the package's one-line summary (extreme summarization, li
            article/highlights, SQuAD-QG: context+answer/question joined beforehand).
 classify:  document -> section (58 classes); a user's file gives --text-field / --label-field.
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,16 @@ class Examples:
         order = np.random.default_rng([seed, len(self)]).permutation(len(self))
         return Examples(self.split, [self.sources[i] for i in order], [self.targets[i] for i in order], self.origin,
                         self.skipped)
+
+
+    def share(self, fraction):
+        """A fixed share of the examples, spread evenly over the file (every other one at 0.5): the
+        same examples for every run given the same fraction."""
+        if not 0 < fraction <= 1:
+            raise ValueError(f"a share of the examples is in (0, 1], not {fraction}")
+        keep = [i for i in range(len(self)) if math.floor((i + 1) * fraction) > math.floor(i * fraction)]
+        return Examples(self.split, [self.sources[i] for i in keep], [self.targets[i] for i in keep],
+                        f"{self.origin} (a share of {fraction:g})", self.skipped)
 
 
 def load_split(task, split, path=None, src_field=None, tgt_field=None, note=None):

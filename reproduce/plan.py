@@ -220,7 +220,7 @@ BUDGETS = {
     "cpu": dict(
         model="small", steps=1600, epochs=6, limit=None, permutations=2, data=None,
         train="--model small --steps {steps} --warmup 60 --eval-every 100",
-        finetune="--epochs {epochs}", eval="--limit {limit}",
+        finetune="--epochs {epochs}", eval="--limit {limit}", summarize="--train-share {share}", share=0.5,
         scratch="--model small", elmer="--permutations {permutations}", elmer_ft="", sym="3",
         # seconds per pretraining step, per LPLM step at k = 2, per fine-tuning epoch (results/cpu-finetune-lr)
         # and per evaluation of the whole test split, at one thread beside a second runner: the
@@ -337,13 +337,12 @@ def fill(text, fields):
 
 # -----------------------------------------------------------------------------
 # the order the runner takes the runs in, so that a sitting stopped anywhere leaves claims measured:
-# the central claims under all their seeds first, then every other claim under its first seed,
-# then the further seeds, claim by claim in ORDERINGS' order within a stage. A run from no
-# pretraining (a control) is the first to cut when a budget runs short: its further seeds wait
-# for the last stage, central claim or not
+# the central claims under their first seed, then every other claim under its first seed, then
+# the further seeds, each only where a pair needs it (reproduce/further_seeds.py), claim by claim
+# in ORDERINGS' order within a stage
 
-STAGES = ("the central claims, every seed", "the other claims, first seed",
-          "the further seeds of the other claims and of the controls")
+STAGES = ("the central claims, first seed", "the other claims, first seed",
+          "the further seeds, where a pair needs one")
 
 
 PLACEHOLDER = re.compile(r"\{((?:pre|ft)-[\w-]+)\}")  # {pre-X}: run pre-X's last.pt; {ft-X}: run X's best.pt
@@ -370,8 +369,7 @@ def _order_keys():
     keys = {}
     for i, r in enumerate(PLAN):
         if r.script == "finetune":
-            control_seed = seed_number(r.name) > 1 and not needs_of(r)
-            stage = 2 if control_seed else 0 if seed_one(r.name) in CENTRAL else 1 if seed_number(r.name) == 1 else 2
+            stage = 2 if seed_number(r.name) > 1 else 0 if r.name in CENTRAL else 1
             keys[r.name] = (stage, _claim_rank(r.name), seed_number(r.name), 1, i)
     for i, r in enumerate(PLAN):
         if r.script == "eval":

@@ -119,8 +119,9 @@ def budget_fields(args):
         if getattr(args, k) is not None:
             b[k] = getattr(args, k)
     b["data"] = os.path.join(args.out, "data")
-    for script in ("train", "finetune", "eval", "elmer", "elmer_ft"):
-        b[script] = fill(b[script], b)
+    for script in ("train", "finetune", "eval", "elmer", "elmer_ft", "summarize"):
+        if script in b:
+            b[script] = fill(b[script], b)
     if b["limit"] is None:  # eval on the whole split
         b["eval"] = re.sub(r"--limit \S+", "", b["eval"]).strip()
     elif "--limit" not in b["eval"]:  # a budget that evaluates the whole split, told to sample
@@ -136,6 +137,8 @@ def resolve(run, fields, out, dtype=None):
         return os.path.join(out, name, "last.pt") if name.startswith("pre-") else os.path.join(out, name[3:], "best.pt")
     flags = PLACEHOLDER.sub(path, fill(run.flags, fields))
     budget = fields[run.script]
+    if run.script == "finetune" and "--task classify" not in run.flags:  # the budget's summarization flags
+        budget = f"{budget} {fields.get('summarize', '')}"
     if run.steps_x != 1:
         budget = re.sub(r"--steps \d+", f"--steps {steps_of(run, fields)}", budget)
     if run.epochs_x != 1:

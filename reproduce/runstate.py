@@ -145,8 +145,8 @@ def wrong_checkpoint(run, argv, out):
 
 # finetune.py's flags that make its recipe and that it keeps as given: a run made under other
 # values (an earlier default) is not the plan's run now
-RECIPE = ("lr", "lr_schedule", "warmup_epochs", "mask_epochs", "batch", "patience", "valid_every", "valid_examples",
-          "weight_decay", "clip", "seed")
+RECIPE = ("train_share", "lr", "lr_schedule", "warmup_epochs", "mask_epochs", "batch", "patience", "valid_every",
+          "valid_examples", "weight_decay", "clip", "seed")
 
 
 def recipe_change(run, argv, out):
@@ -367,6 +367,8 @@ def estimate(run, fields, state):
     if same:
         return sum(same) / len(same) * _multiple(run)
     s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
+    if key.startswith("finetune") and "classify" not in key:  # an epoch of the budget's share of the pairs
+        s *= fields.get("share", 1)
     if not fields.get("scale", True):  # the budget's figures are per run
         return s
     return s * (steps_of(run, fields) if run.script == "train" else epochs_of(run, fields) if run.script == "finetune"

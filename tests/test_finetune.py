@@ -351,3 +351,23 @@ def test_no_pretraining(arch, task_files, tmp_path):
     if arch == "t5":  # CMLM / T5 from scratch at MLAE's depths (tiny: 2L-1L)
         assert (state["model_config"]["n_layers"], state["model_config"]["n_dec_layers"]) == (2, 1)
     assert [r for r in read_log(out) if "valid_rougeL" in r]
+
+
+def test_a_packed_checkpoint_starts_a_finetuning_on_a_share_of_the_pairs(capsys, pretrained, task_files, tmp_path):
+    """A packed pretraining (weights only, bf16, xz: what the repository keeps) starts a fine-tuning
+    as its checkpoint would; --train-share keeps a fixed, evenly spread share of the training pairs;
+    a packed fine-tuned checkpoint is evaluated as any other."""
+    from core import checkpoint
+    packed = str(tmp_path / "pmlm.pt.xz")
+    checkpoint.save_packed(packed, torch.load(pretrained["pmlm"], weights_only=True))
+    out = str(tmp_path / "ft")
+    base = ["--init", packed, "--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", out]
+    fails_with(capsys, finetune.main, base + ["--train-share", "0"], "--train-share 0", "(0, 1]")
+    capsys.readouterr()
+    finetune.main(base + FT + ["--epochs", "0.5", "--rouge-examples", "0", "--train-share", "0.5"])
+    assert "(a share of 0.5): 80 train, 24 valid examples" in capsys.readouterr().out
+    tuned = str(tmp_path / "summarize.pt.xz")
+    checkpoint.save_packed(tuned, torch.load(os.path.join(out, "best.pt"), weights_only=True))
+    rows = evaluate_script.main([tuned, "--data", task_files["test"], "--beam", "1", "--latency-samples", "1"])
+    assert rows[0]["model"] == tuned and rows[0]["n"] == 12
+    assert [f for f in os.listdir(tmp_path) if f.startswith("eval-")][0].startswith("eval-summarize-test-")

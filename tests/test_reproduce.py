@@ -61,10 +61,10 @@ def test_plan(tmp_path, capsys):
 
 
 def test_run_order():
-    """The runner takes the central claims' runs (every seed, but a control's first only) first, then
-    every other fine-tuning's first seed, then the further seeds; every run after the runs it needs,
-    every evaluation right
-    after its fine-tuning's seed group; a NAR fine-tuning is estimated at its multiple of epochs."""
+    """The runner takes the central claims' first seeds first, then every other fine-tuning's first
+    seed, then the further seeds (each where a pair needs it); every run after the runs it needs,
+    every evaluation right after its fine-tuning's seed group; a NAR fine-tuning is estimated at its
+    multiple of epochs, a summarization epoch at the budget's share of the pairs."""
     order = [r.name for r in plan.in_order(plan.PLAN)]
     assert sorted(order) == sorted(r.name for r in plan.PLAN)
     at = {n: i for i, n in enumerate(order)}
@@ -73,13 +73,11 @@ def test_run_order():
     stages = [plan.stage_of(n) for n in order]
     assert stages == sorted(stages)
     tuned = [n for n in order if plan.BY_NAME[n].script == "finetune"]
-    control = {n for n in tuned if not plan.needs_of(plan.BY_NAME[n])}  # from no pretraining
-    assert {"sum-unilm-scratch-s2", "cls-scratch", "nar-cmlm-s3"} <= control
-    central = [n for n in tuned if plan.seed_one(n) in plan.CENTRAL and not (n in control and plan.seed_number(n) > 1)]
-    assert tuned[:len(central)] == central and len(central) > 3 * 10
-    assert all(plan.stage_of(n) == 2 for n in control if plan.seed_number(n) > 1)
+    central = [n for n in tuned if n in plan.CENTRAL]
+    assert tuned[:len(central)] == central and len(central) == len(plan.CENTRAL)
     rest = tuned[len(central):]
     assert [plan.seed_number(n) > 1 for n in rest] == sorted(plan.seed_number(n) > 1 for n in rest)
+    assert all(plan.stage_of(n) == 2 for n in tuned if plan.seed_number(n) > 1)
     assert order[:order.index("eval-sum-pmlm")] == ["pre-pmlm", "pre-mlm", "sum-pmlm", "sum-mlm", "sum-unilm-scratch"]
     for n in tuned:
         group = [m for m in tuned if plan.ORDER[m][:3] == plan.ORDER[n][:3]]
@@ -89,6 +87,14 @@ def test_run_order():
     fields = plan.BUDGETS["cpu"]
     assert reproduce.estimate(plan.BY_NAME["nar-t5"], fields, state) == 100.0 * plan.NAR_EPOCHS
     assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, state) == 100.0
+    per_epoch = fields["seconds"]["finetune"]
+    assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, {"runs": {}}) == per_epoch * fields["share"] * 6
+    assert reproduce.estimate(plan.BY_NAME["cls-t5"], fields, {"runs": {}}) == per_epoch * 6
+    # the budget's share of the summarization pairs, for every summarization run and no classifier
+    resolved = {n: reproduce.resolve(plan.BY_NAME[n], reproduce.budget_fields(reproduce.get_args(["--budget", "cpu"])),
+                                     "OUT")[0] for n in ("sum-t5", "nar-cmlm", "elmer-hard", "cls-t5")}
+    assert all(" --train-share 0.5 " in " ".join(v) + " " for n, v in resolved.items() if n != "cls-t5")
+    assert "--train-share" not in resolved["cls-t5"]
 
 
 def test_estimates_keep_classification_apart():
