@@ -417,6 +417,16 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
 WAIT_SECONDS = 2  # a worker's pause between looks at the runs it waits for
 
 
+def compute_dtype(flag):
+    """The dtype the scripts' forward passes ran in on this machine under --dtype FLAG (their default
+    auto: bf16 where the CPU has it in hardware, float32 elsewhere): a pair's two sides are the same
+    recipe only where they ran in one."""
+    import torch
+    from core.distributed import resolve_dtype
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return str(resolve_dtype(flag or "auto", device)).replace("torch.", "")
+
+
 def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_):
     """Write run R's outcome into state.json (under its lock) and into STATE; returns its record."""
     with locked_state(args.out) as shared:
@@ -424,7 +434,7 @@ def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0,
         shared["budget"] = args.budget
         rec = shared["runs"].setdefault(r.name, {})
         rec.pop("archived", None)  # ran here: its own files now, not an archive's
-        rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r),
+        rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r), dtype=compute_dtype(args.dtype),
                    seconds=rec.get("seconds", 0.0) * ("--resume" in argv_) + secs,  # over its sittings
                    finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
                    "stopped" if code in STOPPED else "failed", error=err)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-
+import torch
 from conftest import ROOT
 
 from reproduce import plan  # noqa: E402
@@ -206,7 +206,6 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "left: 0 runs" in text
     assert re.search(r"^  pre-pmlm +archived: its curve is kept and no run left needs its weights", text, re.M)
-    import torch
     for name in plan.KEEP_WEIGHTS:  # restored with its weights: done, and the weights the original runs read
         assert re.search(rf"^  {name} +done", text, re.M), name
         a, b = (torch.load(os.path.join(w, name, "last.pt"), weights_only=True)["model"] for w in (out, elsewhere))
@@ -278,6 +277,9 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert not unavailable, unavailable  # every flag of the plan exists in the scripts
     assert all(len(log_commands(out, n)) == 1 for n in ran)
     assert status == 0, [(n, r.get("error")) for n, r in state["runs"].items() if r["status"] != "done"]
+    from core.distributed import native_bf16_cpu
+    machine = "bfloat16" if torch.cuda.is_available() or native_bf16_cpu() else "float32"
+    assert {r["dtype"] for r in state["runs"].values()} == {machine}  # what each run computed in, recorded
 
     check_tiny_report(out, unavailable)
     check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys)
