@@ -43,6 +43,7 @@ from core.generation import rouge, summarize
 from core.positions import DEFAULT_MAX_SRC, fit_lengths, positions_of
 from core.exit_measures import MEASURES, exit_flags
 from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
+from core.nar import CROSS_ANCHORS
 from core.model import count_parameters
 from core.objectives import OBJECTIVES
 from core.optim import LR_SCHEDULES, make_optimizer
@@ -83,6 +84,10 @@ def add_nar_flags(p):
                    help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
     p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
     p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations")
+    p.add_argument("--cross-anchor", default="none", choices=CROSS_ANCHORS,
+                   help="--nar: the cross-attention's position bias that MLAE (b) and T5-NAR pretrain: dropped "
+                        "(none), or kept with target token i of T at (i + 1/2)/T of the source (proportional; "
+                        "a fresh table where the checkpoint has none)")
     p.add_argument("--adaptive-stop", action="store_true",
                    help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
                         "default: all --iterations, as published")
@@ -263,6 +268,8 @@ def architecture(args, source, state, summ, measure, threshold):
     if state is None:  # resuming, changed flags are refused against the run's own
         refuse_unused(args, unused_flags(args, arch, summ))
     arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
+    if state is None and summ and args.nar:  # the model records it: a resume and eval.py build the same
+        cfg = dataclasses.replace(cfg, cross_anchor=args.cross_anchor)
     if state is None and "model" in source:  # stay within the positions pretraining trained
         args.max_src = fit_lengths(pretrained_arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
     args.max_src = args.max_src or DEFAULT_MAX_SRC

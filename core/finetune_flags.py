@@ -34,6 +34,7 @@ def unused_flags(args, arch, summ):
         nar=(summ, "to --task summarize"),
         length_beam=(nar, "with --nar"),
         iterations=(nar, "with --nar"),
+        cross_anchor=(nar, "with --nar"),
         style=(summ and ARCHS[arch].has_style, "to summarization from a pmlm, mlm or mlae checkpoint"),
         cross_init=(summ and not scratch_run, "to summarization from a pretrained checkpoint"),
         mask_schedule=(summ, "to --task summarize"),

@@ -78,10 +78,13 @@ class NARModel(EncoderDecoder):
 
     def __init__(self, cfg, cross_rel_pos=False):
         super().__init__(cfg)
+        if cfg.cross_anchor not in CROSS_ANCHORS:
+            raise ValueError(f"unknown cross_anchor {cfg.cross_anchor!r}; pick one of {CROSS_ANCHORS}")
         self.length = nn.Linear(cfg.d_model, cfg.max_positions)  # class L: a target of L tokens
         nn.init.normal_(self.length.weight, std=cfg.d_model ** -0.5)
         nn.init.zeros_(self.length.bias)
-        self.cross_rel_table = local_rel_table(cfg) if cross_rel_pos and cfg.rel_pos else None
+        keep = cross_rel_pos or cfg.cross_anchor != "none"
+        self.cross_rel_table = local_rel_table(cfg) if keep and cfg.rel_pos else None
         self.register_load_state_dict_pre_hook(_drop_unused_cross_table)
 
     def length_logits(self, memory, src_valid):  # (B, S, C) -> (B, max_positions)
@@ -99,6 +102,8 @@ class NARModel(EncoderDecoder):
         bias = self.rel_bias(self.dec_rel_table, pos, pos)
         cross = None
         if self.cross_rel_table is not None:
+            if anchor is None and self.cfg.cross_anchor == "proportional":
+                anchor = proportional_anchor(tgt_valid, src_valid)
             if anchor is None:
                 raise ValueError("this NARModel has a cross-attention position bias: pass each target token's anchor")
             cross = self.rel_bias(self.cross_rel_table, anchor, positions(src_valid))
@@ -115,6 +120,22 @@ class NARModel(EncoderDecoder):
         memory = self.encode(src, pos, src_valid)
         h = self.decode_nar(tgt_in, tgt_valid, memory, src_valid, anchor)
         return self.head(select(h, predict)), self.length_logits(memory if length_grad else memory.detach(), src_valid)
+
+
+# how a fine-tuning anchors a target token for the cross-attention's position bias, which pretraining
+# (MLAE (b), T5-NAR) learnt against each [MASK]'s place in the source: a summary's tokens have no
+# place there, so "none" drops the table, and "proportional" places token i of T at source position
+# (i + 1/2) S / T, the summary laid evenly over its document (the T5-NAR table is kept the same way)
+CROSS_ANCHORS = ("none", "proportional")
+
+
+def proportional_anchor(tgt_valid, src_valid):
+    """(B, T) long: target token i of a row with T valid tokens at source position
+    floor((i + 1/2) S / T) of its S valid source tokens (padding: the last source position)."""
+    t = tgt_valid.sum(1, keepdim=True).clamp_min(1)  # (B, 1)
+    s = src_valid.sum(1, keepdim=True).clamp_min(1)
+    i = torch.arange(tgt_valid.shape[1], device=tgt_valid.device)[None].expand_as(tgt_valid)
+    return torch.minimum(((2 * i + 1) * s).div(2 * t, rounding_mode="floor"), s - 1)
 
 
 def _drop_unused_cross_table(module, state_dict, prefix, *args):

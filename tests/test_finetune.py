@@ -371,3 +371,17 @@ def test_a_packed_checkpoint_starts_a_finetuning_on_a_share_of_the_pairs(capsys,
     rows = evaluate_script.main([tuned, "--data", task_files["test"], "--beam", "1", "--latency-samples", "1"])
     assert rows[0]["model"] == tuned and rows[0]["n"] == 12
     assert [f for f in os.listdir(tmp_path) if f.startswith("eval-")][0].startswith("eval-summarize-test-")
+
+
+def test_a_nar_fine_tuning_keeps_the_cross_table_when_asked(capsys, pretrained, task_files, tmp_path):
+    """--cross-anchor proportional keeps T5-NAR's cross-attention table through fine-tuning, the
+    checkpoint records it, and eval.py decodes with it; the flag needs --nar."""
+    out = str(tmp_path / "ft")
+    base = ["--init", pretrained["t5-nar"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
+            "--out", out]
+    fails_with(capsys, finetune.main, base + ["--cross-anchor", "proportional"], "--cross-anchor", "--nar")
+    finetune.main(base + FT + ["--nar", "--cross-anchor", "proportional", "--epochs", "0.2", "--rouge-examples", "2"])
+    state = torch.load(os.path.join(out, "best.pt"), weights_only=True)
+    assert state["model_config"]["cross_anchor"] == "proportional" and "cross_rel_table" in state["model"]
+    rows = evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--latency-samples", "1"])
+    assert rows[0]["n"] == 12

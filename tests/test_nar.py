@@ -1,12 +1,14 @@
 """Mask-Predict (core/mask_predict.py) against toy models whose confidences are known, CMLM batches, and
 batched == one by one on a real tiny NARModel."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from core.config import preset
 from core.mask_predict import NARDecoder, mask_predict, merge_repeats
-from core.nar import NARModel, nar_batch, nar_loss_sums
+from core.nar import NARModel, nar_batch, nar_loss_sums, proportional_anchor
 from core.t5 import IGNORE
 
 MASK, V = 4, 30
@@ -413,3 +415,35 @@ def test_t5_nar_takes_the_depth_flags(text_file, tmp_path, capsys):
     assert (cfg["n_layers"], cfg["n_dec_layers"]) == (3, 2)
     fails_with(capsys, ["--data", text_file, "--dec-layers", "2", "--out", str(tmp_path / "p")] + TINY,
                "--dec-layers applies only")
+
+
+def test_proportional_anchors_lay_the_target_evenly_over_its_source():
+    tgt_valid = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0]], dtype=torch.bool)
+    src_valid = torch.tensor([[1] * 8 + [0] * 2, [1] * 3 + [0] * 7], dtype=torch.bool)
+    assert proportional_anchor(tgt_valid, src_valid).tolist() == [[1, 3, 5, 7, 7, 7], [0, 2, 2, 2, 2, 2]]
+
+
+def test_a_fine_tuning_keeps_the_cross_table_under_proportional_anchors(tokenizer):
+    """cross_anchor proportional (a NAR fine-tuning of MLAE (b) or T5-NAR): the model keeps the
+    pretrained cross-attention table and anchors each target token itself; the bias is read (an
+    anchor moved changes that token's output)."""
+    _, b = t5_nar_examples(tokenizer, n=2)
+    cfg = preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0)
+    torch.manual_seed(0)
+    pretrained = NARModel(cfg, cross_rel_pos=True)
+    with torch.no_grad():
+        pretrained.cross_rel_table.normal_()
+    tuned = NARModel(dataclasses.replace(cfg, cross_anchor="proportional")).eval()
+    tuned.load_state_dict(pretrained.state_dict())
+    assert torch.equal(tuned.cross_rel_table, pretrained.cross_rel_table)
+    anchor = proportional_anchor(b.tgt_valid, b.src_valid)
+    moved = anchor.clone()
+    moved[0, 1] += 3
+    with torch.no_grad():
+        own, _ = tuned(b.src, b.src_valid, b.tgt_in, b.tgt_valid, b.tgt_valid)
+        given, _ = tuned(b.src, b.src_valid, b.tgt_in, b.tgt_valid, b.tgt_valid, anchor)
+        other, _ = tuned(b.src, b.src_valid, b.tgt_in, b.tgt_valid, b.tgt_valid, moved)
+    assert torch.equal(own, given)
+    assert ((own - other).abs().amax(-1) > 1e-5).tolist() == [i == 1 for i in range(len(own))]
+    with pytest.raises(ValueError, match="cross_anchor"):
+        NARModel(dataclasses.replace(cfg, cross_anchor="diagonal"))
