@@ -143,10 +143,14 @@ def mlae_example(window, rng, tok, ratio=0.15, mean_span=3):
     ids = np.concatenate([[tok.sos_id], window, [tok.eos_id]]).astype(np.int64)
     # a document's [EOS] in the stream is never masked (as in PMLM and T5)
     span = span_ids(len(window), rng, ratio, mean_span, fixed=window == tok.eos_id)
-    masked = np.concatenate([[False], span >= 0, [False]])
+    return mlae_layout(ids, np.concatenate([[False], span >= 0, [False]]), tok.mask_id)
+
+
+def mlae_layout(ids, masked, mask_id):
+    """The arrays of mlae_example for the sequence ids (n,) with the tokens `masked` (n,) bool."""
     keep = np.flatnonzero(~masked)
     where = np.flatnonzero(masked)
-    return dict(enc_tok=ids[keep], enc_pos=keep, full_tok=np.where(masked, tok.mask_id, ids),
+    return dict(enc_tok=ids[keep], enc_pos=keep, full_tok=np.where(masked, mask_id, ids),
                 full_target=np.where(masked, ids, IGNORE), msk_pos=where, msk_target=ids[where])
 
 
