@@ -20,6 +20,8 @@ bidirectionally, in one of two variants (SPEC "MLAE"):
     decoder (a): h0 h1 [M] [M] h4 h5 [M] h7         positions 0..7, predicts at 2, 3, 6
     decoder (b): [M] [M] [M] x-attn(h0 h1 h4 h5 h7) positions 2 3 6
 
+(docs/mlae.md draws who attends to whom in this example, from mlae_layout: tools/layouts.py.)
+
 The default is (b), the paper's choice for NAR generation (Table 6), with a relative position
 bias in its cross-attention between a [MASK]'s position id and each latent's original position id
 (MLAE.cross_rel_pos). Without that bias a [MASK] finds its neighbours only from absolute position

@@ -8,7 +8,8 @@ One example, for the factorization order <{4,5}, {2}> of "x1 .. x6" (Figure 4):
 
 Each appended token has the position id and segment of the masked token it copies. The
 attention rule (kernels/reference.py) then gives exactly Figure 5: context sees context only, the
-[P] of step s sees the context, the originals of earlier steps and the [P]s of its own step.
+[P] of step s sees the context, the originals of earlier steps and the [P]s of its own step
+(docs/unilmv2.md draws it for this example from pmlm_layout: tools/layouts.py).
 L_AE is the cross-entropy at the masked positions of the AE part, L_PAR at the [P] tokens.
 Ablations (section 4.6): losses "ae" (no appended part), "par" (the appended part, no AE loss),
 "ae+par"; "the variants use the same masking strategy". RoBERTa's MLM, the baseline of the
