@@ -1,11 +1,14 @@
 """The layout figures (tools/layouts.py) draw what the code builds: each drawn cell is the rule of
 kernels/reference.py on the layout of the module's example, a change to the rule changes the figure,
-and the committed figures are what the code draws now."""
+the committed figures are what the code draws now, and the reading path names real code."""
+import os
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
 import torch
 
+from conftest import ROOT
 from kernels import CONTEXT, ORIGINAL, PSEUDO, reference
 from tools import figures, layouts
 
@@ -91,3 +94,22 @@ def test_the_committed_figures_are_what_the_code_draws(monkeypatch, tmp_path):
     with pytest.raises(SystemExit, match="no layout figure"):
         layouts.plot_layout("core/t5.py", "docs/x.md")
 
+
+def test_the_reading_path_names_files_and_functions_that_exist():
+    """docs/design.md's "Start reading here": each item names a file that exists and, in backticks
+    after it, functions or classes defined in that file (Class.method: the method inside the class)."""
+    text = open(os.path.join(ROOT, "docs", "design.md")).read()
+    section = text.split("## Start reading here\n", 1)[1].split("\n## ", 1)[0]
+    items = re.split(r"^\d+\. ", section, flags=re.M)[1:]
+    assert 6 <= len(items) <= 8
+    for item in items:
+        names = re.findall(r"`([^`]+)`", item)
+        path, defined = names[0], names[1:]
+        assert os.path.isfile(os.path.join(ROOT, path)), f"the reading path names {path}, which does not exist"
+        source = open(os.path.join(ROOT, path)).read()
+        for name in defined:
+            at = 0
+            for part in name.split("."):
+                m = re.compile(rf"^\s*(def|class) {re.escape(part)}\b", re.M).search(source, at)
+                assert m, f"the reading path names {name} in {path}, which defines no {part} there"
+                at = m.end()
