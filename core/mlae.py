@@ -20,6 +20,8 @@ bidirectionally, in one of two variants (SPEC "MLAE"):
     decoder (a): h0 h1 [M] [M] h4 h5 [M] h7         positions 0..7, predicts at 2, 3, 6
     decoder (b): [M] [M] [M] x-attn(h0 h1 h4 h5 h7) positions 2 3 6
 
+(docs/mlae.md draws who attends to whom in this example, from mlae_layout: tools/layouts.py.)
+
 The default is (b), the paper's choice for NAR generation (Table 6), with a relative position
 bias in its cross-attention between a [MASK]'s position id and each latent's original position id
 (MLAE.cross_rel_pos). Without that bias a [MASK] finds its neighbours only from absolute position
@@ -143,10 +145,14 @@ def mlae_example(window, rng, tok, ratio=0.15, mean_span=3):
     ids = np.concatenate([[tok.sos_id], window, [tok.eos_id]]).astype(np.int64)
     # a document's [EOS] in the stream is never masked (as in PMLM and T5)
     span = span_ids(len(window), rng, ratio, mean_span, fixed=window == tok.eos_id)
-    masked = np.concatenate([[False], span >= 0, [False]])
+    return mlae_layout(ids, np.concatenate([[False], span >= 0, [False]]), tok.mask_id)
+
+
+def mlae_layout(ids, masked, mask_id):
+    """The arrays of mlae_example for the sequence ids (n,) with the tokens `masked` (n,) bool."""
     keep = np.flatnonzero(~masked)
     where = np.flatnonzero(masked)
-    return dict(enc_tok=ids[keep], enc_pos=keep, full_tok=np.where(masked, tok.mask_id, ids),
+    return dict(enc_tok=ids[keep], enc_pos=keep, full_tok=np.where(masked, mask_id, ids),
                 full_target=np.where(masked, ids, IGNORE), msk_pos=where, msk_target=ids[where])
 
 

@@ -8,7 +8,8 @@ One example, for the factorization order <{4,5}, {2}> of "x1 .. x6" (Figure 4):
 
 Each appended token has the position id and segment of the masked token it copies. The
 attention rule (kernels/reference.py) then gives exactly Figure 5: context sees context only, the
-[P] of step s sees the context, the originals of earlier steps and the [P]s of its own step.
+[P] of step s sees the context, the originals of earlier steps and the [P]s of its own step
+(docs/unilmv2.md draws it for this example from pmlm_layout: tools/layouts.py).
 L_AE is the cross-entropy at the masked positions of the AE part, L_PAR at the [P] tokens.
 Ablations (section 4.6): losses "ae" (no appended part), "par" (the appended part, no AE loss),
 "ae+par"; "the variants use the same masking strategy". RoBERTa's MLM, the baseline of the
@@ -57,12 +58,20 @@ def pmlm_example(ids, seg, special, rng, tok, losses="ae+par", vocab_size=None, 
     """Arrays of one PMLM example (see the module docstring). keep: the share of masked tokens left
     as they are (BERT's 0.1; 0 hides every target from the [P]s, equation 5 read strictly)."""
     vocab_size = vocab_size or tok.vocab_size
-    n = len(ids)
     blocks = blockwise_mask(~special, rng)
     masked = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
     p_mask = 0.9 - keep  # 10% random; the kept share taken from [MASK]
-    tokens = [corrupt(ids, masked, rng, tok.mask_id, tok.n_special, vocab_size, p_mask=p_mask)]
-    pos, segs = [np.arange(n)], [seg]
+    ae = corrupt(ids, masked, rng, tok.mask_id, tok.n_special, vocab_size, p_mask=p_mask)
+    return pmlm_layout(ids, seg, ae, blocks, tok.pseudo_id, losses)
+
+
+def pmlm_layout(ids, seg, ae, blocks, pseudo_id, losses="ae+par"):
+    """The arrays of one PMLM example (tokens, pos, seg, kind, step, target), given its AE part `ae`
+    (ids with the masked tokens replaced) and its factorization order `blocks` (a list of position
+    arrays, one per step): the AE part, then per step its ORIGINAL tokens and as many [P]."""
+    n = len(ids)
+    masked = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+    tokens, pos, segs = [ae], [np.arange(n)], [seg]
     kind, step = [np.full(n, CONTEXT)], [np.zeros(n, dtype=np.int64)]
     target = np.full(n, IGNORE, dtype=np.int64)
     if losses != "par":
@@ -71,7 +80,7 @@ def pmlm_example(ids, seg, special, rng, tok, losses="ae+par", vocab_size=None, 
     if losses != "ae":
         for s, block in enumerate(blocks, 1):
             m = len(block)
-            tokens += [ids[block], np.full(m, tok.pseudo_id)]
+            tokens += [ids[block], np.full(m, pseudo_id)]
             pos += [block, block]
             segs += [seg[block], seg[block]]
             kind += [np.full(m, ORIGINAL), np.full(m, PSEUDO)]

@@ -19,7 +19,9 @@ block is typed by hand. Files scanned: README.md, docs/*.md, bench/RESULTS.md.
 The `plot-*` kinds draw a figure into docs/figures/ (tools/figures.py: SVG, byte-identical for the
 same data) and write the line that shows it; drawing needs matplotlib (`pip install -r requirements-docs.txt`),
 the one dependency of this command that the project does not have. --check draws nothing: it
-checks the lines and that each figure exists.
+checks the lines and that each figure exists. `plot-layout core/pmlm.py` (core/mlae.py,
+core/elmer.py) draws the attention layout of that module's example by running its code
+(tools/layouts.py, no matplotlib); --check draws it again and compares.
 """
 import argparse
 import glob
@@ -32,7 +34,7 @@ import sys
 if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
     sys.exit("error: run it from the repository root as a module: python -m tools.render_docs [--check]")
 
-from tools import figures, records  # noqa: E402
+from tools import figures, layouts, records  # noqa: E402
 from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, step, sweep, targets  # noqa: E402
 from tools.figures import ROOT, _jsonl, _load  # noqa: E402
 
@@ -303,7 +305,7 @@ RENDERERS = {"study": study, "run-times": run_times, "run-time": run_time, "defa
              "claims-summary": claims_summary, "pretrainings": pretrainings,
              "plot-pretrainings": figures.plot_pretrainings,
              "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep,
-             "plot-mask-ratio": figures.plot_mask_ratio, "lr-grid": lr_grid}
+             "plot-mask-ratio": figures.plot_mask_ratio, "lr-grid": lr_grid, "plot-layout": layouts.plot_layout}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
 
