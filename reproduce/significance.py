@@ -19,6 +19,7 @@ of reproduce/runner.py reads every ordering of either through it (verdict): "hol
 interval lies above zero (or, for `>=` and `~`, inside the equivalence margin), "reversed" where it
 lies below, "not resolved" otherwise.
 """
+import argparse
 import json
 import os
 import sys
@@ -203,33 +204,49 @@ def detectable(low, high):
     return (high - low) / 2 / 1.96 * (1.96 + 0.84)
 
 
-def side_name(paths):
-    """A side as its runs' directories: cls-mlae,cls-mlae-s2 for two seeds' outputs files."""
-    return ",".join(os.path.basename(os.path.dirname(os.path.abspath(p))) for p in paths)
+def side_name(paths, files=False):
+    """A side as its runs' directories (cls-mlae,cls-mlae-s2 for two seeds' outputs files), or with
+    `files` as directory/file (x/outputs-best-test): what tells two files of one folder apart."""
+    def one(p):
+        d = os.path.basename(os.path.dirname(os.path.abspath(p)))
+        return f"{d}/{os.path.basename(p).removesuffix('.jsonl')}" if files else d
+    return ",".join(map(one, paths))
 
 
 def pair_rows(files):
     """One row per pair of FILES (A B C D ...: A - B, then C - D; a side's seeds joined by commas)
     and per metric: the sides, seeds, examples, difference, interval and verdict of A > B;
-    ValueError, in one line, where two files cannot be paired."""
+    ValueError, in one line, where two files cannot be paired or a file stands twice."""
     rows = []
     for first, second in zip(files[0::2], files[1::2]):
         side_a, side_b = ([p for p in a.split(",") if p] for a in (first, second))
+        real = [os.path.realpath(p) for p in side_a + side_b]
+        twice = next((p for p, r in zip(side_a + side_b, real) if real.count(r) > 1), None)
+        if twice:
+            raise ValueError(f"{twice} stands twice in the pair {first} {second}: compare two runs, each seed once")
+        files_too = side_name(side_a) == side_name(side_b)  # two files of one folder: name them by file too
         for m in metrics_of(side_a[0]):
             mean, low, high = compare_seeds(side_a, side_b, m)
-            rows.append(dict(a=side_name(side_a), b=side_name(side_b), seeds=f"{len(side_a)}x{len(side_b)}",
-                             n=len(read_rows(side_a[0])), metric=m, difference=mean, low=low, high=high,
-                             interval=f"[{low:+.2f}, {high:+.2f}]", verdict=verdict(">", low, high)))
+            rows.append(dict(a=side_name(side_a, files_too), b=side_name(side_b, files_too),
+                             seeds=f"{len(side_a)}x{len(side_b)}", n=len(read_rows(side_a[0])), metric=m,
+                             difference=mean, low=low, high=high, interval=f"[{low:+.2f}, {high:+.2f}]",
+                             verdict=verdict(">", low, high)))
     return rows
 
 
 def main(argv=None):
-    files = list(sys.argv[1:] if argv is None else argv)
-    if not files or len(files) % 2 or any(a.startswith("-") for a in files):
-        print(__doc__, file=sys.stderr)
+    p = argparse.ArgumentParser(prog="python -m reproduce.significance", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", help="outputs files in pairs, A B [C D ...]; a side's seeds joined by commas")
+    try:
+        a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:  # --help: 0, with the docstring on stdout; a wrong call: 2
+        return e.code
+    if len(a.files) % 2:
+        print(f"error: give the outputs files in pairs (A B [C D ...]); {len(a.files)} given", file=sys.stderr)
         return 2
     try:
-        rows = pair_rows(files)
+        rows = pair_rows(a.files)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -119,3 +119,28 @@ def test_pairs_are_written_as_a_table(tmp_path, capsys):
     assert significance.main(files[:3]) == 2
     with pytest.raises(SystemExit):
         pairs.main(files[:3] + ["--json", out])
+
+
+def outputs(path, right, n=400):
+    """A classification outputs file whose first `right` examples are right."""
+    import json as js
+    rows = [dict(task="classify", source=f"s{i}", prediction="p" if i < right else "q", reference="p")
+            for i in range(n)]
+    path.write_text("\n".join(js.dumps(r) for r in rows))
+    return str(path)
+
+
+def test_the_command_line(tmp_path, capsys):
+    """--help prints the docstring and exits 0; one file on both sides is refused; two outputs files
+    of one folder are named by file, not 'x - x'."""
+    from reproduce import significance
+    assert significance.main(["--help"]) == 0
+    assert "paired bootstrap over the examples" in capsys.readouterr().out
+    (tmp_path / "x").mkdir()
+    one = outputs(tmp_path / "x" / "outputs-best-test.jsonl", 220)
+    two = outputs(tmp_path / "x" / "outputs-last-test.jsonl", 200)
+    assert significance.main([one, one]) == 2
+    assert "stands twice" in capsys.readouterr().err
+    assert significance.main([one + "," + two, two]) == 2
+    assert significance.main([one, two]) == 0
+    assert capsys.readouterr().out.startswith("x/outputs-best-test - x/outputs-last-test, accuracy: +5.00")
