@@ -9,6 +9,8 @@ log.jsonl (its held-out curve).
     python -m reproduce.archive save checkpoints/reproduce-cpu results/cpu-budget/archive
     python -m reproduce.archive restore results/cpu-budget/archive checkpoints/reproduce-cpu
 
+    python -m reproduce.archive verdicts results/cpu-budget/results.json results/cpu-budget/archive
+
 `save` keeps every finished pretraining, and every fine-tuning whose evaluation is done and
 current, with its evaluation; it rewrites only the files that changed (JSON lines gzipped, with
 no time stamp, so that the same run gives the same bytes), and the packed weights of the
@@ -17,16 +19,24 @@ copies into OUT the runs OUT has no record of, never over a file OUT has, and ma
 in OUT/state.json. The runner counts a restored fine-tuning and its evaluation as done, and a
 restored pretraining with kept weights too (its last.pt is the packed copy); one whose weights
 are gone runs again only where a run left needs them (reproduce/runner.py).
+
+`verdicts` keeps the claims a report measured (a results.json) in DEST/verdicts.json, each with
+the commit and date of that report and its runs' metrics per seed: where the outputs behind a
+claim are gone (runs that finished before an archive kept them), the report shows that verdict,
+archived, instead of "not measured" (reproduce/claims.py). `restore` copies verdicts.json into
+OUT and `save` back, as they are.
 """
 import argparse
 import glob
 import gzip
 import json
 import os
+import re
 import shutil
 import sys
 
-from reproduce.plan import BY_NAME, needs_of, plan_for
+from reproduce.claims import SPREAD_METRICS, VERDICTS_FILE
+from reproduce.plan import BY_NAME, ORDERINGS, needs_of, plan_for
 from reproduce.runner import budget_fields, get_args, resolve
 from reproduce.runstate import (LINEAGE, init_step_of, load_state, locked_state, progress_of, run_files,
                                 stale_reason)
@@ -111,7 +121,37 @@ def save(out, dest):
     top = {k: state[k] for k in STATE_KEYS if k in state}
     text = json.dumps(dict(top, runs=records), indent=1, sort_keys=True) + "\n"
     written += write_if_changed(os.path.join(dest, "state.json"), text.encode())
+    if os.path.exists(os.path.join(out, VERDICTS_FILE)):
+        with open(os.path.join(out, VERDICTS_FILE), "rb") as f:
+            written += write_if_changed(os.path.join(dest, VERDICTS_FILE), f.read())
     return sorted(records), written
+
+
+def keep_verdicts(results, dest):
+    """Add to DEST/verdicts.json every claim the report RESULTS (a results.json) measured itself, with
+    that report's commit and date and the metrics of each seed its claims read; a claim RESULTS only
+    carried as archived stays as DEST records it. Returns the claims kept, by number."""
+    with open(results) as f:
+        d = json.load(f)
+    commit = re.search(r"commit (\S+)$", d.get("environment", ""))
+    path = os.path.join(dest, VERDICTS_FILE)
+    kept = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            kept = {(r["chain"], r["metric"]): r for r in json.load(f)["claims"]}
+    for o in d["orderings"]:
+        if o.get("archived") or o["verdict"].startswith("not measured"):
+            continue
+        rec = {k: o[k] for k in ("paper", "claim", "metric", "chain", "theirs", "values", "seeds", "pairs",
+                                 "controls", "here", "verdict") if k in o}
+        runs = {s: {m: v for m, v in d["runs"][s]["metrics"].items() if m in SPREAD_METRICS or m == o["metric"]}
+                for names in o["seeds"].values() for s in names if s in d["runs"]}
+        kept[(o["chain"], o["metric"])] = dict(rec, commit=commit.group(1) if commit else "unknown",
+                                               written=d["written"], source=results, runs=runs)
+    order = {(o[3], o[2]): i for i, o in enumerate(ORDERINGS)}
+    claims = sorted(kept.values(), key=lambda r: order.get((r["chain"], r["metric"]), len(order)))
+    write_if_changed(path, (json.dumps(dict(claims=claims), indent=1, sort_keys=True) + "\n").encode())
+    return [order[(r["chain"], r["metric"])] + 1 for r in claims if (r["chain"], r["metric"]) in order]
 
 
 def restore(src, out):
@@ -145,6 +185,9 @@ def restore(src, out):
                 unpack_into(src, out, name)
             state["runs"][name] = rec
             restored.append(name)
+        kept, here = os.path.join(src, VERDICTS_FILE), os.path.join(out, VERDICTS_FILE)
+        if os.path.exists(kept) and not os.path.exists(here):
+            shutil.copyfile(kept, here)
     return restored, skipped
 
 
@@ -158,7 +201,16 @@ def main(argv=None):
     r = sub.add_parser("restore", help="copy the runs of an archive into OUT where OUT has no record of them")
     r.add_argument("src")
     r.add_argument("out")
+    v = sub.add_parser("verdicts", help="keep the claims a results.json measured in DEST/verdicts.json")
+    v.add_argument("results")
+    v.add_argument("dest")
     args = p.parse_args(argv)
+    if args.verb == "verdicts":
+        if not os.path.isfile(args.results):
+            p.error(f"{args.results}: no such file")
+        numbers = keep_verdicts(args.results, args.dest)
+        print(f"{os.path.join(args.dest, VERDICTS_FILE)} keeps claims {', '.join(map(str, numbers)) or 'none'}")
+        return 0
     if args.verb == "save":
         if not os.path.isfile(os.path.join(args.out, "state.json")):
             p.error(f"{args.out} holds no state.json: not a runner's OUT")

@@ -317,6 +317,11 @@ ORDERINGS = [
 ]
 
 
+# the runs no paper has: the project's controls from no pretraining, which complete MLAE's Tables 1
+# and 2 with "> no pretraining". A pair with a control is reported apart from the papers' pairs and
+# never decides a claim (UniLMv2's and ELMER's own "no pretraining" rows are theirs, not controls)
+CONTROLS = {"cls-scratch", "sum-t5-scratch"}
+
 # The equivalence margin of `>=` and `~`, fixed before the runs: one point of ROUGE or accuracy,
 # about what the same recipe moved between two machines here (docs/LOG.md) and under the papers'
 # own effects (0.6-1.2 points); a pair within it reads as a tie
@@ -333,6 +338,22 @@ def parse_chain(chain):
     """'a > b >= c' -> (['a', 'b', 'c'], ['>', '>='])."""
     parts = chain.split()
     return parts[0::2], parts[1::2]
+
+
+def implied(ops):
+    """The operator a chain of links implies between its ends: > where every link is >, >= where
+    each is > or >= (at most a margin's tie on the way), < where every link is <; None where a ~
+    is on the way (comparable twice is not comparable)."""
+    kinds = set(ops)
+    return (">" if kinds == {">"} else ">=" if kinds <= {">", ">="} else "<" if kinds == {"<"} else None)
+
+
+def chain_pairs(chain):
+    """Every pair (a, b, op, adjacent) a chain claims: each link in order, then each two runs further
+    apart with the operator the links between them imply (a > b > c also claims a > c)."""
+    names, ops = parse_chain(chain)
+    return [(names[i], names[i + gap], ops[i] if gap == 1 else implied(ops[i:i + gap]), gap == 1)
+            for gap in range(1, len(names)) for i in range(len(names) - gap) if gap == 1 or implied(ops[i:i + gap])]
 
 
 def fill(text, fields):

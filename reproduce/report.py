@@ -2,8 +2,9 @@
 held-out loss against the unigram entropy of the held-out text, the papers' tables, whether each of
 their orderings holds here, and every run's command; and results.json beside it, the same as data
 (per run its pretraining, the step it came from and the distance under the entropy, its metrics;
-per ordering each pair's difference, interval and verdict), which the docs are rendered from
-(tools/render_docs.py) once a snapshot of it is committed under results/."""
+per ordering each pair's difference, interval and verdict, the seed spread and the summary, as
+reproduce/claims.py reads them), which the docs are rendered from (tools/render_docs.py) once a
+snapshot of it is committed under results/."""
 import datetime
 import json
 import os
@@ -14,8 +15,9 @@ import sys
 from core.data import held_out_key
 from reproduce import significance
 from reproduce.further_seeds import not_needed
-from reproduce.plan import BY_NAME, MARGIN, ORDERINGS, TABLES, parse_chain, seeds_of, steps_of
-from reproduce.runstate import eval_results, init_step_of, run_files, stale_reason
+from reproduce.claims import mean_over_seeds, orderings, outputs_of, pair_text, spread_text, summary, verdict_text
+from reproduce.plan import BY_NAME, MARGIN, TABLES, seeds_of, steps_of
+from reproduce.runstate import eval_results, init_step_of, stale_reason
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
 
@@ -78,29 +80,6 @@ def pretraining(out, name):
     if key is None:
         return None
     return r["step"], r[key], key[6:], r["unigram_entropy"]
-
-
-def outputs_of(state, run_name):
-    """The per-example outputs file (eval.py's outputs-*.jsonl) of a run's first evaluation, or None."""
-    for f in list(run_files(state, "eval-" + run_name, state["_out"]))[:1]:
-        path = os.path.join(os.path.dirname(f), "outputs-" + os.path.basename(f)[len("eval-"):-len(".json")] + ".jsonl")
-        if os.path.exists(path):
-            return path
-    return None
-
-
-def compared(state, a, b, metric):
-    """significance.compare_seeds of two sides, each a list of runs (the seeds of one fine-tuning), on
-    a ROUGE metric or accuracy, or None where it cannot be read (another metric, no outputs file, no
-    rouge-score, different examples)."""
-    pa, pb = [outputs_of(state, n) for n in a], [outputs_of(state, n) for n in b]
-    if not (metric.startswith("rouge") or metric == "accuracy") or not all(pa) or not all(pb):
-        return None
-    try:
-        return significance.compare_seeds(pa, pb, metric)
-    except (ImportError, ValueError) as e:
-        print(f"note: no interval for {'+'.join(a)} against {'+'.join(b)}: {e}", file=sys.stderr)
-        return None
 
 
 def intervals_of(state, name):
@@ -290,26 +269,34 @@ def exit_section(state):
 
 
 def orderings_section(state, resolved, data, metrics, stale_names):
-    """The papers' orderings read pair by pair (recorded in data["orderings"]), and the summary."""
+    """The papers' orderings read pair by pair (reproduce/claims.py; recorded in data["orderings"]
+    and data["seed_spread"]), and the summary."""
+    read, spread = orderings(state, resolved, metrics, stale_names, state["_out"])
     lines = ["## The papers' orderings here", "",
-             "A ROUGE or accuracy ordering is read pair by pair from a bootstrap over the test examples both "
-             "sides were scored on and over each side's fine-tuning seeds (reproduce/significance.py): `>` holds "
-             "where the 95% interval of the difference lies above zero and is reversed where it lies below; "
-             f"`>=` holds where it lies above -{MARGIN:g} (the equivalence margin, fixed before the runs), `~` "
-             f"where it lies inside +-{MARGIN:g}; a pair is not resolved otherwise, with the smallest difference "
-             "a comparison this wide would detect. A claim holds when every pair holds, is reversed when a pair "
-             "is; 'here' lists the runs in the order measured. Latency compares the mean over seeds.", ""]
+             "Each pair a claim's chain names is read (a > b > c: a > b, b > c and a > c) from the 95% interval "
+             "of its difference, which counts the test sample and the fine-tuning seed (reproduce/significance.py): "
+             "difference +- 1.96 sqrt(SE^2 + sigma^2 (1/k_a + 1/k_b)), SE the standard error over the test examples "
+             "both sides were scored on (a paired bootstrap of each side's mean over its seeds), k the seeds a side, "
+             "sigma the seed spread below. `>` holds where the interval lies above zero and is reversed where it "
+             f"lies below; `>=` holds where it lies above -{MARGIN:g} (the equivalence margin, fixed before the "
+             f"runs), `~` where it lies inside +-{MARGIN:g}; a pair is not resolved otherwise. Every pair gives the "
+             "smallest difference it would detect (80% power). The papers' pairs decide a claim: it holds when "
+             "every one holds, is reversed when one is; a pair with one of the project's controls (a run from no "
+             "pretraining no paper has) is shown apart and decides nothing. A claim whose runs' outputs are gone "
+             "keeps the verdict measured then (archived, with its commit and date, and its pairs read again with "
+             "the seed term beside what was recorded). 'here' lists the runs in the order measured. Latency "
+             "compares the mean over seeds.", "",
+             "The seed spread sigma (one run's test metric across fine-tuning seeds, its standard deviation), pooled "
+             "over every run evaluated under several seeds: " + spread_text(spread) + ".", ""]
     rows = []
-    for paper, claim, metric, chain, theirs in ORDERINGS:
-        o = ordering(state, resolved, metrics, stale_names, claim, metric, chain)
-        o.update(paper=paper, theirs=theirs)
-        rows.append([paper, claim, theirs, metric, o["here"],
-                     "; ".join(f"{p['a']} - {p['b']}: {p['difference']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]"
-                               for p in o["pairs"] if "low" in p), o["verdict"]])
-        data["orderings"].append(o)
-    lines += table(["paper", "ordering", "the paper's figures", "metric", "here", "difference, 95% interval",
-                    "verdict"], rows) + [""]
-    data["summary"] = summary(data["orderings"])
+    for o in read:
+        rows.append([o["number"], o["paper"], o["claim"], o["theirs"], o["metric"], o["here"],
+                     "; ".join(map(pair_text, o["pairs"])), verdict_text(o), "; ".join(map(pair_text, o["controls"]))])
+    data["orderings"], data["seed_spread"] = read, spread
+    lines += table(["#", "paper", "ordering", "the paper's figures", "metric", "here",
+                    "the paper's pairs: difference (seeds a side), 95% interval", "verdict",
+                    "the project's controls (decide nothing)"], rows) + [""]
+    data["summary"] = summary(read)
     return lines + [data["summary"]["sentence"], ""]
 
 
@@ -342,67 +329,6 @@ def validation_curve(out, name):
              if "valid_loss" in r]
     best = min(range(len(curve)), key=lambda i: curve[i][1]) if curve else None
     return dict(curve=curve, flat=best is not None and best < len(curve) - 1)
-
-
-def mean_over_seeds(metrics, names, metric):
-    """The mean of a metric over the seeds of a run that were evaluated, and those seeds."""
-    got = [n for n in names if metrics.get(n, {}).get(metric) is not None]
-    return (sum(metrics[n][metric] for n in got) / len(got) if got else None), got
-
-
-def ordering(state, resolved, metrics, stale_names, claim, metric, chain):
-    """One claim of the papers read here: its runs' values (means over seeds), each adjacent pair's
-    difference, interval and verdict (over seeds and examples), and the claim's verdict."""
-    names, ops = parse_chain(chain)
-    every = list(resolved)
-    seeds = {n: seeds_of(n, every) for n in names}
-    vals, used = {}, {}
-    for n in names:
-        vals[n], used[n] = mean_over_seeds(metrics, seeds[n], metric)
-    missing = [n for n in names if vals[n] is None]
-    pairs = []
-    for a, b, op in zip(names, names[1:], ops):
-        if vals[a] is None or vals[b] is None:
-            continue
-        pair = dict(a=a, b=b, op=op, seeds=[len(used[a]), len(used[b])], difference=vals[a] - vals[b])
-        diff = compared(state, used[a], used[b], metric)
-        if diff is None:  # latency: the means' order
-            better = vals[a] < vals[b] if op == "<" else vals[a] > vals[b]
-            pair["verdict"] = "holds" if better else "reversed"
-        else:
-            mean, low, high = diff
-            pair.update(difference=mean, low=low, high=high, verdict=significance.verdict(op, low, high, MARGIN),
-                        n=diff_examples(state, used[a][0]))
-            if pair["verdict"] == "not resolved":
-                pair["detectable"] = significance.detectable(low, high)
-        pairs.append(pair)
-    verdicts = [p["verdict"] for p in pairs]
-    if "reversed" in verdicts:  # one reversed pair is enough, whatever is still to run
-        verdict = "reversed" + (f" (not measured: {', '.join(missing)})" if missing else "")
-    elif missing:
-        verdict = "not measured (" + ", ".join(n + (" is stale" if n in stale_names else "") for n in missing) + ")"
-    else:
-        verdict = "not resolved" if "not resolved" in verdicts else "holds"
-    measured = sorted((n for n in names if vals[n] is not None), key=lambda n: vals[n], reverse=metric != "latency_ms")
-    here = (" < " if metric == "latency_ms" else " > ").join(f"{n} {vals[n]:.2f}" for n in measured)
-    return dict(claim=claim, metric=metric, chain=chain, values=vals, seeds={n: used[n] for n in names},
-                pairs=pairs, here=here, verdict=verdict)
-
-
-def diff_examples(state, name):
-    """How many test examples a run's outputs file holds (what a pair's interval is over)."""
-    path = outputs_of(state, name)
-    return len(significance.read_rows(path)) if path else None
-
-
-def summary(orderings):
-    """The count of each verdict, and the README's sentence of it."""
-    counts = {v: sum(o["verdict"].startswith(v) for o in orderings) for v in ("holds", "reversed", "not resolved")}
-    counts["not measured"] = len(orderings) - sum(counts.values())
-    sentence = (f"{counts['holds']} of {len(orderings)} claims hold here; {counts['reversed']} reversed, "
-                f"{counts['not resolved']} not resolved at this budget"
-                + (f", {counts['not measured']} not measured yet." if counts["not measured"] else "."))
-    return dict(counts, total=len(orderings), sentence=sentence)
 
 
 def gap_of_pre(out, pre):

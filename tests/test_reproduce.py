@@ -136,14 +136,20 @@ def check_tiny_report(out, unavailable):
     # 4 tiny steps leave no model off the unigram plateau; a fine-tuned row names its pretraining's step
     assert re.search(r"PLATEAU \(pre-pmlm step 4: ", md)
     assert re.search(r"^\| sum-unilm-scratch \| [^|]+ \| none \|", md, re.M)  # a row says what it was pretrained on
-    # 'here' lists the runs in the order measured, whatever the claim's
-    assert re.search(r"\| UniLMv2 \| PMLM > MLM > no pretraining \| XSum RG-L 36.08 [^|]+ \| rougeL \| "
-                     r"(sum-(pmlm|mlm|unilm-scratch) [\d.]+( > )?){3} \| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, "
-                     r"[-+][\d.]+\]; "
-                     r"sum-mlm - sum-unilm-scratch: .* \| (holds|reversed|not resolved)", md)
+    # 'here' lists the runs in the order measured, whatever the claim's; every pair of the chain, the
+    # links first, each with the effect it could detect
+    pair = r"[-+][\d.]+ \(1x1\) \[[-+][\d.]+, [-+][\d.]+\], (holds|reversed|not resolved), detectable [\d.]+"
+    assert re.search(r"\| 1 \| UniLMv2 \| PMLM > MLM > no pretraining \| XSum RG-L 36.08 [^|]+ \| rougeL \| "
+                     r"(sum-(pmlm|mlm|unilm-scratch) [\d.]+( > )?){3} \| "
+                     rf"sum-pmlm - sum-mlm: {pair}; sum-mlm - sum-unilm-scratch: {pair}; "
+                     rf"sum-pmlm - sum-unilm-scratch: {pair} \| (holds|reversed|not resolved) \|  \|", md)
     # classification orderings are read from the bootstrap too, over eval.py's per-example labels
     assert re.search(r"\| AE\+PAR > AE only \| MNLI-m [^|]+ \| accuracy \| (cls-(pmlm|mlm) [\d.]+( > )?){2} \| "
-                     r"cls-pmlm - cls-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (holds|reversed|not resolved)", md)
+                     rf"cls-pmlm - cls-mlm: {pair} \| (holds|reversed|not resolved) \|", md)
+    # a control's pairs stand apart from the paper's; one seed a run measures no seed spread, and says so
+    assert re.search(rf"\| cls-t5 - cls-scratch: {pair}; cls-mlm - cls-scratch: {pair}; cls-mlae - cls-scratch: "
+                     rf"{pair} \|$", md, re.M)
+    assert "accuracy: none measured (its intervals cover the test examples only)" in md
     assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
     assert re.search(r"Majority class on the same test examples .*: accuracy [\d.]+, macro-F1 [\d.]+", md)
     # auto resolves per machine (bf16 on a CPU with bf16 instructions): the setting names the result
@@ -179,8 +185,8 @@ def check_an_edited_plan_keeps_its_results(out, capsys):
         md = f.read()
     assert re.search(r"^\| sum-mlae-unilm \| [^|]+ \| ran with other flags", md, re.M)
     # an ordering with a run missing still reads the pairs it has (and a reversed one decides it)
-    assert re.search(r"\| sum-pmlm - sum-mlm: [-+][\d.]+ \[[-+][\d.]+, [-+][\d.]+\] \| (does not hold \(not measured: "
-                     r"sum-unilm-scratch\)|not measured \(sum-unilm-scratch\))", md)
+    assert re.search(r"\| sum-pmlm - sum-mlm: [-+][\d.]+ \(1x1\) \[[-+][\d.]+, [-+][\d.]+\], [a-z ]+, detectable "
+                     r"[\d.]+ \| (reversed \(not measured: sum-unilm-scratch\)|not measured \(sum-unilm-scratch\))", md)
 
 
 def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):

@@ -285,7 +285,7 @@ def plot_exits(folder, where):
 
 def _draw_scorecard(plt, path):
     d = _load(path)
-    pairs = [(o, p) for o in d["orderings"] for p in o["pairs"] if "low" in p]
+    pairs = [(o, p) for o in d["orderings"] for p in o["pairs"] + o.get("controls", []) if "low" in p]
     colors = {"holds": "C2", "not resolved": "0.5", "reversed": "C3"}
     fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.42 * max(len(pairs), 1)))
     for i, (o, p) in enumerate(pairs):
@@ -293,7 +293,8 @@ def _draw_scorecard(plt, path):
         ax.errorbar(p["difference"], y, xerr=[[p["difference"] - p["low"]], [p["high"] - p["difference"]]], fmt="o",
                     color=colors.get(p["verdict"], "C0"), capsize=3)
     ax.set_yticks([len(pairs) - 1 - i for i in range(len(pairs))])
-    ax.set_yticklabels([f"{o['paper']}: {p['a']} {p['op']} {p['b']} ({o['metric']})" for o, p in pairs], fontsize=7)
+    ax.set_yticklabels([f"{o['paper']}: {p['a']} {p['op']} {p['b']} ({o['metric']}"
+                        + (", a control)" if p.get("control") else ")") for o, p in pairs], fontsize=7)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel("difference, first minus second: 95% interval over test examples and seeds")
     ax.set_ylim(-0.7, max(len(pairs), 1) - 0.3)

@@ -34,6 +34,7 @@ import sys
 if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
     sys.exit("error: run it from the repository root as a module: python -m tools.render_docs [--check]")
 
+from reproduce.claims import pair_text, verdict_text  # noqa: E402
 from tools import figures, layouts, records  # noqa: E402
 from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, step, sweep, targets  # noqa: E402
 from tools.figures import ROOT, _jsonl, _load  # noqa: E402
@@ -143,13 +144,8 @@ def _value(v):
 
 def _pair(p):
     """One pair of a claim: its difference, the seeds on each side, the interval and the verdict (with
-    the smallest difference this comparison could detect, where it is not resolved)."""
-    if "low" not in p:  # latency: the means' order
-        return f"{p['a']} {p['op']} {p['b']}: {p['verdict']}"
-    seeds = "x".join(str(k) for k in p.get("seeds", []))
-    text = (f"{p['a']} - {p['b']}: {p['difference']:+.2f}" + (f" ({seeds})" if seeds else "") +
-            f" [{p['low']:+.2f}, {p['high']:+.2f}], {p['verdict']}")
-    return text + (f", detectable {p['detectable']:.2f}" if "detectable" in p else "")
+    the smallest difference this comparison could detect), as RESULTS.md prints it."""
+    return pair_text(p)
 
 
 def claims_summary(path):
@@ -183,8 +179,10 @@ def scorecard(spec):
         if "measured" in filters and o["verdict"].startswith("not measured"):
             continue
         pairs = "; ".join(_pair(p) for p in o["pairs"]) or "-"
+        if o.get("controls"):  # the project's controls: shown, deciding nothing
+            pairs += "; the project's controls, deciding nothing: " + "; ".join(_pair(p) for p in o["controls"])
         out.append(f"| {o['paper']} | {o['claim']} ({o['metric']}, `{o['chain']}`) | {o.get('theirs', '-')} | "
-                   f"{o.get('here') or '-'} | {pairs} | {o['verdict']} |")
+                   f"{o.get('here') or '-'} | {pairs} | {verdict_text(o)} |")
     measured = [o for o in orderings if not o["verdict"].startswith("not measured")]
     used = sorted({runs[n]["pretraining"] for o in measured for n in o["values"]
                    if n in runs and runs[n].get("pretraining")})

@@ -169,7 +169,8 @@ SOURCES = {
     },
     "docs/reproducing.md": {
         "0.9": "reproduce/plan.py", "0.5": "reproduce/report.py", "95%": "reproduce/significance.py",
-        "80%": "reproduce/significance.py", "0.1": "reproduce/plan.py",
+        "80%": "reproduce/significance.py", "0.1": "reproduce/plan.py", "1.96": "reproduce/significance.py",
+        "2.8": "reproduce/significance.py",
     },
     "docs/unilmv2.md": {
         "15%": Paper("UniLMv2 Algorithm 1"), "0.4": Paper("UniLMv2 Algorithm 1"), "80%": Paper("UniLMv2 4.1"),
