@@ -53,7 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from reproduce import report  # noqa: E402
 from reproduce.execute import execute, rejected, scripts, write_subset  # noqa: E402
 from reproduce.further_seeds import not_needed  # noqa: E402
-from reproduce.plan import (BUDGETS, BY_NAME, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
+from reproduce.plan import (BUDGETS, BY_NAME, ORDER, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
                             plan_for, stage_of, steps_of)
 from reproduce.weights import round_in_place  # noqa: E402
 from reproduce.runstate import (archived, claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
@@ -212,7 +212,7 @@ def main(argv=None, early=None):
     mods = scripts()
     plan = plan_for(fields)
     resolved = {r.name: resolve(r, fields, args.out, args.dtype) for r in plan}
-    runs = in_order(select(plan, resolved, args.only, args.skip))
+    runs = when_needed(in_order(select(plan, resolved, args.only, args.skip)), resolved, state, args.out)
 
     unavailable = unavailable_runs(plan, resolved, mods, args.out, state)
     if args.report_only:
@@ -289,7 +289,7 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
             left.append(r)
         if args.worker is not None:
             continue
-        if stage_of(r.name) != shown:
+        if shown is None or stage_of(r.name) > shown:  # a pretraining moved to its first user keeps the stage
             shown = stage_of(r.name)
             print(f" stage {shown + 1}, {STAGES[shown]}:")
         # None: another runner is running it (a dry run takes no lock: it creates nothing under OUT)
@@ -312,15 +312,34 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
 
 
 def weights_not_needed(run, fields, state, resolved, out, unavailable):
-    """Why a pretraining restored from an archive without its weights need not run again (no run of
-    the plan left needs them), else None."""
-    if run.script != "train" or not archived(state, run.name) or os.path.exists(os.path.join(out, run.name, "last.pt")):
+    """Why a pretraining need not run (again): no run of the plan left needs its weights (those built
+    on it are done, or not needed: further_seeds.not_needed), else None. One restored from an archive
+    without its weights says so."""
+    if run.script != "train" or os.path.exists(os.path.join(out, run.name, "last.pt")):
         return None
     for name, (argv_, needs) in resolved.items():
         if (run.name in needs and name not in unavailable and not not_needed(name, state, out)
                 and progress_of(BY_NAME[name], argv_, fields, out, state, resolved)[0] < 1):
             return None
-    return "archived: its curve is kept and no run left needs its weights"
+    if archived(state, run.name):
+        return "archived: its curve is kept and no run left needs its weights"
+    return "not needed: no run left needs its weights"
+
+
+def when_needed(runs, resolved, state, out):
+    """RUNS with each pretraining moved to just before the first of them that needs it and is not
+    spared (further_seeds.not_needed): a pretraining whose first users in the plan's order keep
+    archived verdicts waits for the run that reads it."""
+    spared = {r.name for r in runs if r.script != "train" and not_needed(r.name, state, out)}
+    pre = [r for r in runs if r.script == "train"]
+    rest = [r for r in runs if r.script != "train"]
+    for p in reversed(pre):
+        first = next((i for i, r in enumerate(rest) if p.name in resolved[r.name][1] and r.name not in spared),
+                     None)
+        if first is None:  # no user left: where the plan's order put it
+            first = next((i for i, r in enumerate(rest) if ORDER[r.name] > ORDER[p.name]), len(rest))
+        rest.insert(first, p)
+    return rest
 
 
 def may_still_finish(name, out, state, mine):

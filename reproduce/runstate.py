@@ -353,19 +353,20 @@ def kind_of(run):
     return run.script + "_elmer" * elmer + "_classify" * classify
 
 
-def _multiple(run):
-    """A run's length in its kind's unit: a pretraining's steps multiple, a fine-tuning's epochs one."""
-    return run.epochs_x if run.script == "finetune" else run.steps_x
+def _multiple(run, fields):
+    """A run's length in its kind's unit: a pretraining's steps multiple, a fine-tuning's epochs one
+    (at most the budget's: plan.epochs_of)."""
+    return epochs_of(run, fields) / fields["epochs"] if run.script == "finetune" else run.steps_x
 
 
 def estimate(run, fields, state):
     """Seconds for the whole run: the mean measured time of finished runs of its kind here, else
     the budget's figure (per step for pretraining, per epoch for fine-tuning)."""
     key = kind_of(run)
-    same = [r["seconds"] / _multiple(BY_NAME[name]) for name, r in state["runs"].items()
+    same = [r["seconds"] / _multiple(BY_NAME[name], fields) for name, r in state["runs"].items()
             if name in BY_NAME and kind_of(BY_NAME[name]) == key and r.get("status") == "done"]
     if same:
-        return sum(same) / len(same) * _multiple(run)
+        return sum(same) / len(same) * _multiple(run, fields)
     s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
     if key.startswith("finetune") and "classify" not in key:  # an epoch of the budget's share of the pairs
         s *= fields.get("share", 1)

@@ -85,7 +85,9 @@ def test_run_order():
             (at[m] for m in tuned if plan.ORDER[m][:3] > plan.ORDER[n][:3]), default=len(order)), n
     state = {"runs": {"sum-pmlm": {"seconds": 100.0, "status": "done"}}}
     fields = plan.BUDGETS["cpu"]
-    assert reproduce.estimate(plan.BY_NAME["nar-t5"], fields, state) == 100.0 * plan.NAR_EPOCHS
+    assert reproduce.estimate(plan.BY_NAME["nar-t5"], fields, state) == 100.0 * min(plan.NAR_EPOCHS,
+                                                                                     fields["max_epochs_x"])
+    assert reproduce.estimate(plan.BY_NAME["nar-t5"], plan.BUDGETS["gpu"], state) == 100.0 * plan.NAR_EPOCHS
     assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, state) == 100.0
     per_epoch = fields["seconds"]["finetune"]
     assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, {"runs": {}}) == per_epoch * fields["share"] * 6
