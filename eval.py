@@ -3,6 +3,8 @@
     python eval.py                                           # every fine-tuned run under checkpoints/, test split
     python eval.py checkpoints/ft-pmlm/best.pt checkpoints/ft-t5/best.pt --beam 4
     python eval.py CKPT --data my_test.jsonl --src-field article --tgt-field highlights
+    python eval.py CKPT --text "a document"                  # its summary (or its class) alone, one line
+    cut -f2 docs.tsv | python eval.py CKPT --text -          # one output line per line of stdin
 
 Summarization: ROUGE-1/2/L F1 (rouge-score, stemming on), plus rows for the LEAD baselines
 (first 8 words, first sentence). Classification: accuracy and macro-F1, plus a row for the majority
@@ -20,6 +22,11 @@ per layer and the decoder's multiply-adds relative to exit disabled (dec_flops).
 Every checkpoint, data file and flag is checked before the first is evaluated (a flag that
 applies to none of the checkpoints is named in a note); each checkpoint's files are written as soon as
 its row exists, so a failure later in the call loses nothing already computed.
+
+--text decodes the documents given instead of a data set: the given one, or with `--text -` each
+line of stdin (read to its end first), truncated to the fine-tuning's --max-src as in an evaluation.
+It prints each output on a line of stdout and nothing else there (no table, no files), with the
+decoding flags and their defaults as in an evaluation, for one checkpoint.
 """
 import argparse
 import hashlib
@@ -49,6 +56,8 @@ from core.training import add_dtype_flag, autocast
 # the decoding flags that name a result file when given away from their default (result_names)
 DECODING_TAGS = dict(beam="beam", max_len="max", min_len="min", length_penalty="lp", length_norm="",
                      no_repeat_ngram="nr", length_beam="lb", iterations="it")
+# what --text refuses: the flags of an evaluation over a data set
+EVALUATION_ONLY = ("data", "split", "src_field", "tgt_field", "limit", "latency_samples", "no_lead")
 
 
 def parser():
@@ -63,6 +72,9 @@ def parser():
     p.add_argument("--limit", type=int, default=None,
                    help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
                    "checkpoint (the embedded corpus is sorted by package, so its head is not a sample)")
+    p.add_argument("--text", default=None,
+                   help="decode this document instead of a data set, or with - each line of stdin: its output "
+                        "alone, one line each (a summary, or a classifier's label)")
     p.add_argument("--max-len", type=int, default=None,
                    help="generated tokens at most, [EOS] included (default: the fine-tuning's --max-tgt, the "
                    "longest target it trained)")
@@ -335,11 +347,61 @@ def check_settings(args, paths, states):
             raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
 
 
+# -----------------------------------------------------------------------------
+# --text: the outputs of the documents given, nothing else
+
+def documents(text):
+    """--text's documents: the one given, or with - each line of stdin."""
+    if text != "-":
+        if not text.strip():
+            raise UserError("--text is empty: give a document (or - to read one per line from stdin)")
+        return [text]
+    docs = sys.stdin.read().splitlines()
+    if not docs:
+        raise UserError("--text -: stdin holds no document (one per line)")
+    empty = [i + 1 for i, d in enumerate(docs) if not d.strip()]
+    if empty:
+        raise UserError(f"--text -: line {empty[0]} of stdin is empty ({len(empty)} empty line(s)): one document "
+                        f"per line")
+    return docs
+
+
+def answer(args, device):
+    """Each document's output (a summary, or a classifier's label) on a line of stdout."""
+    refuse_unused(args, {k: (False, "without --text (an evaluation over a data set)") for k in EVALUATION_ONLY})
+    paths = pick_checkpoints(args.checkpoints)
+    if len(paths) != 1:
+        raise UserError(f"--text decodes with one checkpoint, not {len(paths)}: name one")
+    path = paths[0]
+    state = checkpoint.load(path, kinds=("finetune/",))
+    check_decoding(args, [path], {path: state})
+    gens = decoding_settings(args, [path], {path: state})[path]
+    if len(gens) > 1:
+        raise UserError(f"--text prints one output per document: the flags give a sweep of {len(gens)} settings, "
+                        f"give one")
+    docs = documents(args.text)
+    model, arch, tok, labels = load_model(path, state, device)
+    with torch.no_grad(), autocast(device, resolve_dtype(args.dtype, device)):
+        if state["kind"] == "finetune/summarize":
+            outs = summarizer(model, arch, tok, state["args"], args.batch_size, gens[0])(docs)
+        else:
+            outs = [labels.names[i] for i in classifier(model, arch, tok, state["args"], args.batch_size,
+                                                        device)(tok.encode(docs))]
+    for out in outs:
+        print(" ".join(out.split()), flush=True)
+    return outs
+
+
+# -----------------------------------------------------------------------------
+# the script: --text, or an evaluation of every checkpoint
+
 @main_guard
 def main(argv=None):
     args = get_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
+    if args.text is not None:
+        return answer(args, device)
     # read and check every input before the first (long) evaluation
     paths = pick_checkpoints(args.checkpoints)
     states = {path: checkpoint.load(path, kinds=("finetune/",)) for path in paths}
