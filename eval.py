@@ -3,6 +3,8 @@
     python eval.py                                           # every fine-tuned run under checkpoints/, test split
     python eval.py checkpoints/ft-pmlm/best.pt checkpoints/ft-t5/best.pt --beam 4
     python eval.py CKPT --data my_test.jsonl --src-field article --tgt-field highlights
+    python eval.py CKPT --text "a document"                  # its summary (or its class) alone, one line
+    cut -f2 docs.tsv | python eval.py CKPT --text -          # one output line per line of stdin
 
 Summarization: ROUGE-1/2/L F1 (rouge-score, stemming on), plus rows for the LEAD baselines
 (first 8 words, first sentence). Classification: accuracy and macro-F1, plus a row for the majority
@@ -20,6 +22,11 @@ per layer and the decoder's multiply-adds relative to exit disabled (dec_flops).
 Every checkpoint, data file and flag is checked before the first is evaluated (a flag that
 applies to none of the checkpoints is named in a note); each checkpoint's files are written as soon as
 its row exists, so a failure later in the call loses nothing already computed.
+
+--text decodes the documents given instead of a data set: the given one, or with `--text -` each
+line of stdin (read to its end first), truncated to the fine-tuning's --max-src as in an evaluation.
+It prints each output on a line of stdout and nothing else there (no table, no files), with the
+decoding flags and their defaults as in an evaluation, for one checkpoint.
 """
 import argparse
 import hashlib
@@ -30,17 +37,15 @@ import sys
 import torch
 
 from core import checkpoint
-from core.decoding import LENGTH_NORMS
 from core.classify import classify_batch, macro_f1, predict
 from core.config import ModelConfig
-from core.elmer import exit_statistics
+from core.decodings import DECODINGS, decoding_of
 from core.distributed import resolve_dtype
-from core.exit_measures import MEASURES, exit_settings, resolve_exit
-from core.exit_decode import entropy_quantiles
+from core.exit_measures import exit_settings
 from core.errors import UserError, main_guard
 from core.guards import HelpFormatter, check_positions, parse_args, refuse_unused
-from core.architectures import ARCHS, arch_of, build_model, seq2seq_ops
-from core.generation import SEARCHES, rouge, static_search, summarize
+from core.architectures import ARCHS, arch_of, build_model
+from core.generation import rouge, summarize
 from core.model import count_parameters
 from core.tasks import Labels, lead, load_split
 from core.timing import clock
@@ -49,12 +54,13 @@ from core.training import add_dtype_flag, autocast
 
 
 # the decoding flags that name a result file when given away from their default (result_names)
-DECODING_DEFAULTS = dict(beam=5, min_len=1, length_penalty=0.6, length_norm="wu", no_repeat_ngram=3)
 DECODING_TAGS = dict(beam="beam", max_len="max", min_len="min", length_penalty="lp", length_norm="",
                      no_repeat_ngram="nr", length_beam="lb", iterations="it")
+# what --text refuses: the flags of an evaluation over a data set
+EVALUATION_ONLY = ("data", "split", "src_field", "tgt_field", "limit", "latency_samples", "no_lead")
 
 
-def get_args(argv=None):
+def parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("checkpoints", nargs="*", default=["checkpoints"],
                    help="fine-tuned checkpoints, or directories: every best.pt under them (default: "
@@ -66,43 +72,25 @@ def get_args(argv=None):
     p.add_argument("--limit", type=int, default=None,
                    help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
                    "checkpoint (the embedded corpus is sorted by package, so its head is not a sample)")
-    p.add_argument("--beam", type=int, default=DECODING_DEFAULTS["beam"], help="beam size (UniLMv2 Table 10, XSum: 5)")
+    p.add_argument("--text", default=None,
+                   help="decode this document instead of a data set, or with - each line of stdin: its output "
+                        "alone, one line each (a summary, or a classifier's label)")
     p.add_argument("--max-len", type=int, default=None,
                    help="generated tokens at most, [EOS] included (default: the fine-tuning's --max-tgt, the "
                    "longest target it trained)")
-    p.add_argument("--min-len", type=int, default=DECODING_DEFAULTS["min_len"])
-    p.add_argument("--length-penalty", type=float, default=DECODING_DEFAULTS["length_penalty"],
-                   help="alpha: a beam's score is its log-probability / lp(len) (UniLMv2 Table 10, XSum: 0.6)")
-    p.add_argument("--length-norm", default=DECODING_DEFAULTS["length_norm"], choices=LENGTH_NORMS,
-                   help="lp(len): wu = ((5 + len) / 6) ** alpha (Wu et al. 2016, UniLMv2's decoding), "
-                        "pow = len ** alpha (fairseq)")
-    p.add_argument("--no-repeat-ngram", type=int, default=DECODING_DEFAULTS["no_repeat_ngram"])
-    p.add_argument("--search", default="auto", choices=SEARCHES,
-                   help="beam search at fixed shapes, its steps replayed as CUDA graphs (static: T5's and "
-                        "UniLMv2's decoders, core/static_beam.py), or with shapes that shrink as sources finish "
-                        "(eager, core/decoding.py); the same tokens; auto: static on CUDA, eager on the CPU")
-    p.add_argument("--length-beam", type=int, default=None, help="NAR: length candidates (default: the fine-tuning's)")
-    p.add_argument("--iterations", type=int, default=None,
-                   help="NAR: Mask-Predict iterations (default: the fine-tuning's)")
-    p.add_argument("--adaptive-stop", action=argparse.BooleanOptionalAction, default=None,
-                   help="NAR: stop a candidate once its masked state repeats (fairseq's behaviour), or run every "
-                        "iteration (--no-adaptive-stop, as published; default: the fine-tuning's)")
     p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
     p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
     p.add_argument("--no-lead", action="store_true",
                    help="omit the baseline rows (LEAD; classification's majority class)")
-    p.add_argument("--exit-measure", default=None, choices=MEASURES,
-                   help="elmer: the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
-                        "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/exit_measures.py")
-    p.add_argument("--exit-threshold", default=None,
-                   help="elmer: the measure's threshold, or several comma-separated (a sweep: one row and one "
-                        "result file each); entropy 0 / state 1 / classifier 1 never exit early")
-    p.add_argument("--exit-entropy", default=None,
-                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X (0 never exits early, inf at "
-                        "layer 1)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     add_dtype_flag(p)
-    return parse_args(p, argv)
+    for kind in DECODINGS.values():  # each way of decoding declares its own flags (core/decodings.py)
+        kind.add_flags(p.add_argument_group(kind.title))
+    return p
+
+
+def get_args(argv=None):
+    return parse_args(parser(), argv)
 
 
 def progress_line(what, stream=None):
@@ -171,13 +159,12 @@ def data_tag(args):
     return data + (f"-sample{args.limit}" if args.limit else "")
 
 
-def result_names(path, args, task="summarize"):
+def result_names(path, args, task="summarize", gen=None):
     """(eval json, outputs jsonl) beside the checkpoint, named for it, the data, and how it decodes
-    (a classifier decodes nothing: no decoding settings in its names)."""
+    (a classifier decodes nothing: no decoding settings in its names); gen: the settings the row
+    decoded with (core/decodings.py), else the flags' first."""
     tag = os.path.splitext(os.path.basename(path).removesuffix(checkpoint.PACKED))[0] + "-" + data_tag(args)
-    setting = getattr(args, "exit", None)
-    if setting is None and "exit" not in vars(args):  # called on parsed flags alone: their first setting
-        setting = exit_settings(args, ["elmer"])[0]
+    setting = exit_settings(args)[0] if gen is None else gen.get("exit_rule")
     if setting:  # a threshold sweep keeps each (resolved in main; read off the flags, the checkpoint's own measure)
         tag += f"-exit-{setting[0] or 'own'}" + (f"{setting[1]:g}" if setting[1] is not None else "")
     if task == "classify":
@@ -185,16 +172,17 @@ def result_names(path, args, task="summarize"):
                 os.path.join(os.path.dirname(os.path.abspath(path)), f"outputs-{tag}.jsonl"))
     tag += {None: "", True: "-adaptive", False: "-allpasses"}[args.adaptive_stop]
     # a decoding flag away from its default: beam 1 and beam 5 of one checkpoint are two results
+    defaults = {a.dest: a.default for a in parser()._actions}
     tag += "".join(f"-{short}{getattr(args, name):g}" if isinstance(getattr(args, name), (int, float))
                    else f"-{getattr(args, name)}" for name, short in DECODING_TAGS.items()
-                   if getattr(args, name, None) not in (None, DECODING_DEFAULTS.get(name)))
+                   if getattr(args, name, None) not in (None, defaults[name]))
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
 
 
-def load_model(path, state, device, exit_setting=None):
+def load_model(path, state, device):
     """(model in eval mode on device, its arch, its tokenizer, its labels or None) of a fine-tuned
-    checkpoint; exit_setting (measure, threshold) replaces an ELMER's own."""
+    checkpoint."""
     task, arch = state["kind"].split("/")[1], arch_of(state, path)
     tok = Tokenizer.from_tensor(state["tokenizer"])
     cfg = ModelConfig.from_dict(state["model_config"])
@@ -203,30 +191,38 @@ def load_model(path, state, device, exit_setting=None):
         reads = state.get("args", {}).get("cls_vector")  # None in a classifier saved before the flag: the default
         model = build_model(arch, cfg, len(labels) if labels else None, state.get("elmer"), reads)
         model.load_state_dict(state["model"])
-    if ARCHS[arch].decode == "elmer" and exit_setting:
-        model.exit_measure, model.exit_threshold = exit_setting
     return model.to(device).eval(), arch, tok, labels
 
 
-def generation(args, fa, arch):
-    """summarize()'s decoding settings for a checkpoint whose fine-tuning flags are fa: the flags
-    given, else the fine-tuning's (target length, NAR lengths, iterations, stop rule); and the name
-    of the decoding algorithm, for the table."""
-    gen = dict(beam=args.beam, max_len=args.max_len or fa.get("max_tgt", 24), min_len=args.min_len,
-               length_penalty=args.length_penalty, length_norm=args.length_norm,
-               no_repeat_ngram=args.no_repeat_ngram, search=args.search,
-               length_beam=args.length_beam or fa.get("length_beam", 3),
-               iterations=args.iterations or fa.get("iterations", 10),
-               adaptive_stop=fa.get("adaptive_stop", False) if args.adaptive_stop is None else args.adaptive_stop)
-    name = dict(nar=f"mask-predict, {gen['length_beam']} lengths", elmer="one pass, early exit").get(
-        ARCHS[arch].decode, "greedy" if args.beam == 1 else f"beam {args.beam}")
-    return gen, name
+def decoding_settings(args, paths, states):
+    """Per checkpoint, the decoding settings of each of its rows (core/decodings.py: ELMER's one per
+    exit threshold of a sweep); a classifier's one row decodes nothing."""
+    return {p: decoding_of(arch_of(states[p], p)).settings(args, states[p], p)
+            if states[p]["kind"] == "finetune/summarize" else [{}] for p in paths}
 
 
-def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
-    """The row of one checkpoint, and the generated outputs (summarization) to write."""
+def summarizer(model, arch, tok, fa, batch_size, gen, stats=None):
+    """run(sources, show=None) -> their summaries, decoded with the settings gen."""
+    return lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], batch_size, show, stats, **gen)
+
+
+def classifier(model, arch, tok, fa, batch_size, device):
+    """run(source id lists, show=None) -> their predicted label ids."""
+    def run(srcs_ids, show=None):
+        out = []
+        for i in range(0, len(srcs_ids), batch_size):
+            chunk = srcs_ids[i:i + batch_size]
+            b = classify_batch(chunk, [0] * len(chunk), tok, fa["max_src"], sos=ARCHS[arch].classify_sos)
+            with torch.no_grad():
+                out += predict(model, b.to(device)).tolist()
+        return out
+    return run
+
+
+def evaluate_checkpoint(path, state, args, device, dtype=torch.float32, gen=None):
+    """The row of one checkpoint decoding with the settings gen, and the generated outputs to write."""
     task = state["kind"].split("/")[1]
-    model, arch, tok, labels = load_model(path, state, device, getattr(args, "exit", None))
+    model, arch, tok, labels = load_model(path, state, device)
     fa = state["args"]
     data = examples(task, args)
     sources, targets = data.sources, data.targets
@@ -236,46 +232,17 @@ def evaluate_checkpoint(path, state, args, device, dtype=torch.float32):
     outputs = None
 
     if task == "summarize":
-        gen, row["decoding"] = generation(args, fa, arch)
-        if gen["max_len"] > fa.get("max_tgt", gen["max_len"]):
-            print(f"warning: --max-len {gen['max_len']} generates past the {fa['max_tgt']} target positions {path} was "
-                  f"fine-tuned on (its --max-tgt)", file=sys.stderr)
-        if ARCHS[arch].decode == "ar" and args.beam > 1:  # which beam search ran, by its function's name
-            fixed = static_search(model, seq2seq_ops(arch, sos=model.cfg.enc_sos).decoder, args.beam, args.search)
-            row["search"] = fixed.__name__ if fixed else "beam_search"
-        used = gen["stats"] = {}
-        run = lambda srcs, show=None: summarize(model, arch, tok, srcs, fa["max_src"], args.batch_size, show, **gen)
+        kind, stats = decoding_of(arch), {}
+        row["decoding"] = kind.label(gen)
+        run = summarizer(model, arch, tok, fa, args.batch_size, gen, stats)
         with autocast(device, dtype):
             preds = run(sources, progress_line(f"generating with {os.path.basename(out_dir)}"))
-        # NAR: mean iterations used (fewer than the budget under --adaptive-stop) / the budget
-        row["iterations"] = f"{used['iterations'] / used['n']:.1f} / {gen['iterations']}" if used else "-"
+        row.update(kind.report(model, arch, gen, stats, path))
         row.update(rouge(preds, targets))
-        if ARCHS[arch].decode == "elmer":  # the paper's Figure 2: where the output tokens left the decoder
-            mean, frac = exit_statistics(model.exit_counts)
-            row.update(exit_measure=model.exit_measure, exit_threshold=model.exit_threshold, mean_exit=mean,
-                       exit_frac="/".join(f"{f:.2f}" for f in frac),
-                       dec_flops=model.exit_work["macs"] / max(1, model.exit_work["macs_off"]))
-            # the off-ramp entropies behind an entropy exit (where the vocabulary projection ran):
-            # the median and the 5th percentile per layer, "-" where a layer computed none
-            for name, q in (("entropy_p50", 0.5), ("entropy_p5", 0.05)):
-                row[name] = "/".join("-" if v is None else f"{v:.2f}"
-                                     for v in entropy_quantiles(model.exit_entropies, q))
-            if model.exit_measure == "entropy" and model.exit_threshold > 0 and frac[-1] == 1.0:
-                print(f"note: no output token of {path} left before the top at entropy < {model.exit_threshold:g}: "
-                      f"its off-ramp entropies per layer, median {row['entropy_p50']}, 5th percentile "
-                      f"{row['entropy_p5']} nats", file=sys.stderr)
         outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
     else:
         ids = tok.encode(sources)
-
-        def run(srcs_ids, show=None):
-            out = []
-            for i in range(0, len(srcs_ids), args.batch_size):
-                chunk = srcs_ids[i:i + args.batch_size]
-                b = classify_batch(chunk, [0] * len(chunk), tok, fa["max_src"], sos=ARCHS[arch].classify_sos)
-                with torch.no_grad():
-                    out += predict(model, b.to(device)).tolist()
-            return out
+        run = classifier(model, arch, tok, fa, args.batch_size, device)
         gold = labels.ids(targets)
         if -1 in gold:
             print(f"note: {gold.count(-1)} examples of {data.origin} have labels {path} never saw in training "
@@ -304,10 +271,11 @@ def majority_row(targets):
                 macro_f1=100 * macro_f1([top] * len(gold), gold, len(names)))
 
 
-def write_results(path, row, outputs, args):
+def write_results(path, row, outputs, args, gen):
     """Atomically, the row (with the settings) and the outputs, named by result_names."""
-    json_path, outputs_path = result_names(path, args, row.get("task", "summarize"))
+    json_path, outputs_path = result_names(path, args, row.get("task", "summarize"), gen)
     settings = dict(vars(args))
+    settings["exit"] = gen.get("exit_rule")  # the exit rule this row decoded with, None: not an elmer row
     settings["dtype"] = getattr(args, "dtype_run", settings.get("dtype"))  # what --dtype auto resolved to
     settings["device"] = getattr(args, "device_run", settings.get("device"))  # and --device auto, where it was timed
     if args.data is not None:  # a user's file: there is no split
@@ -337,36 +305,22 @@ def markdown(rows):
     return "\n".join(lines)
 
 
-def check_settings(args, paths, states):
-    """Before the first generation: a flag that applies to none of the checkpoints is named, every
-    length fits the positions of each model, and every result can be written."""
-    decodes = {ARCHS[arch_of(states[p], p)].decode for p in paths if states[p]["kind"] == "finetune/summarize"}
-    ar = "ar" in decodes
-    # eval.py changes no model and each row records the decoding it used: an unused flag is a note
-    refuse_unused(args, dict(
-        length_beam=("nar" in decodes, "to a NAR (--nar) checkpoint", True),
-        iterations=("nar" in decodes, "to a NAR (--nar) checkpoint", True),
-        exit_entropy=("elmer" in decodes, "to an elmer checkpoint", True),
-        exit_measure=("elmer" in decodes, "to an elmer checkpoint", True),
-        exit_threshold=("elmer" in decodes, "to an elmer checkpoint", True),
-        beam=(ar, "to an autoregressive summarization checkpoint", True),
-        length_penalty=(ar, "to an autoregressive summarization checkpoint", True),
-        length_norm=(ar, "to an autoregressive summarization checkpoint", True),
-        no_repeat_ngram=(ar, "to an autoregressive summarization checkpoint", True),
-        search=(ar, "to an autoregressive summarization checkpoint", True),
-        min_len=(ar, "to an autoregressive summarization checkpoint", True),
-        max_len=(bool(decodes - {"elmer"}),
-                 "to summarization checkpoints other than elmer (whose length is its --dec-len)", True),
-        src_field=(args.data is not None, "with --data", True),
-        tgt_field=(args.data is not None, "with --data", True),
-        split=(args.data is None, "without --data (the embedded corpus's splits)", True)), notes_to=sys.stderr)
+def check_decoding(args, paths, states, also=None):
+    """A decoding flag that applies to none of the checkpoints is named (eval.py changes no model and
+    each row records the decoding it used: a note, unless its decoding says so), and every length
+    fits the positions of each model. also: more of refuse_unused's table."""
+    for kind in DECODINGS.values():
+        kind.check(args)
+    used = {decoding_of(arch_of(states[p], p)).name for p in paths if states[p]["kind"] == "finetune/summarize"}
+    applies = {flag: (kind.name in used, kind.needs, flag not in kind.strict)
+               for kind in DECODINGS.values() for flag in kind.flags}
+    applies["max_len"] = (any(DECODINGS[name].bounded for name in used),
+                          "to summarization checkpoints other than elmer (whose length is its --dec-len)", True)
+    refuse_unused(args, dict(applies, **(also or {})), notes_to=sys.stderr)
     for path in paths:
         state, fa = states[path], states[path]["args"]
-        out_dir = os.path.dirname(os.path.abspath(path))
-        if not os.access(out_dir, os.W_OK):
-            raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
         arch = arch_of(state, path)
-        if state["kind"] != "finetune/summarize" or ARCHS[arch].decode == "elmer":
+        if state["kind"] != "finetune/summarize" or not decoding_of(arch).bounded:
             continue
         max_tgt = fa.get("max_tgt", 24)
         if args.max_len is None and args.min_len > max_tgt:
@@ -380,38 +334,94 @@ def check_settings(args, paths, states):
             check_positions(f"{path}: --max-len {max_len}", max_len, room, f"use --max-len <= {room}")
 
 
+def check_settings(args, paths, states):
+    """Before the first generation: the decoding flags (check_decoding), the data flags, and that
+    every result can be written."""
+    check_decoding(args, paths, states, also=dict(
+        src_field=(args.data is not None, "with --data", True),
+        tgt_field=(args.data is not None, "with --data", True),
+        split=(args.data is None, "without --data (the embedded corpus's splits)", True)))
+    for path in paths:
+        out_dir = os.path.dirname(os.path.abspath(path))
+        if not os.access(out_dir, os.W_OK):
+            raise UserError(f"cannot write the results beside {path} ({out_dir} is not writable)")
+
+
+# -----------------------------------------------------------------------------
+# --text: the outputs of the documents given, nothing else
+
+def documents(text):
+    """--text's documents: the one given, or with - each line of stdin."""
+    if text != "-":
+        if not text.strip():
+            raise UserError("--text is empty: give a document (or - to read one per line from stdin)")
+        return [text]
+    docs = sys.stdin.read().splitlines()
+    if not docs:
+        raise UserError("--text -: stdin holds no document (one per line)")
+    empty = [i + 1 for i, d in enumerate(docs) if not d.strip()]
+    if empty:
+        raise UserError(f"--text -: line {empty[0]} of stdin is empty ({len(empty)} empty line(s)): one document "
+                        f"per line")
+    return docs
+
+
+def answer(args, device):
+    """Each document's output (a summary, or a classifier's label) on a line of stdout."""
+    refuse_unused(args, {k: (False, "without --text (an evaluation over a data set)") for k in EVALUATION_ONLY})
+    paths = pick_checkpoints(args.checkpoints)
+    if len(paths) != 1:
+        raise UserError(f"--text decodes with one checkpoint, not {len(paths)}: name one")
+    path = paths[0]
+    state = checkpoint.load(path, kinds=("finetune/",))
+    check_decoding(args, [path], {path: state})
+    gens = decoding_settings(args, [path], {path: state})[path]
+    if len(gens) > 1:
+        raise UserError(f"--text prints one output per document: the flags give a sweep of {len(gens)} settings, "
+                        f"give one")
+    docs = documents(args.text)
+    model, arch, tok, labels = load_model(path, state, device)
+    with torch.no_grad(), autocast(device, resolve_dtype(args.dtype, device)):
+        if state["kind"] == "finetune/summarize":
+            outs = summarizer(model, arch, tok, state["args"], args.batch_size, gens[0])(docs)
+        else:
+            outs = [labels.names[i] for i in classifier(model, arch, tok, state["args"], args.batch_size,
+                                                        device)(tok.encode(docs))]
+    for out in outs:
+        print(" ".join(out.split()), flush=True)
+    return outs
+
+
+# -----------------------------------------------------------------------------
+# the script: --text, or an evaluation of every checkpoint
+
 @main_guard
 def main(argv=None):
     args = get_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
+    if args.text is not None:
+        return answer(args, device)
     # read and check every input before the first (long) evaluation
     paths = pick_checkpoints(args.checkpoints)
     states = {path: checkpoint.load(path, kinds=("finetune/",)) for path in paths}
-    if args.adaptive_stop is not None and not any(ARCHS[arch_of(s, p)].decode == "nar" for p, s in states.items()):
-        raise UserError("--adaptive-stop / --no-adaptive-stop change Mask-Predict decoding: none of the checkpoints "
-                        "is a NAR one (finetune.py --nar)")
-    args.exits = exit_settings(args, [ARCHS[arch_of(s, p)].decode for p, s in states.items()])
-    exits = {p: [resolve_exit(e, s, p) for e in args.exits] if ARCHS[arch_of(s, p)].decode == "elmer" else [None]
-             for p, s in states.items()}
     sizes = [len(load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=lambda msg: None))
              for task in sorted({state["kind"].split("/")[1] for state in states.values()})]
     if args.limit and args.limit >= max(sizes):  # no sample: the whole split, and its files named so
         print(f"note: --limit {args.limit} is not under the {max(sizes)} examples there are: all of them are evaluated")
         args.limit = None
     check_settings(args, paths, states)
+    plans = decoding_settings(args, paths, states)
     for task in sorted({state["kind"].split("/")[1] for state in states.values()}):  # said once, not per checkpoint
         load_split(task, args.split, args.data, args.src_field, args.tgt_field)
     dtype = resolve_dtype(args.dtype, device)
     args.dtype_run, args.device_run = str(dtype).split(".")[-1], device.type
     rows = []
     for path in paths:  # each row's files on disk at once: a later failure loses none of them
-        for setting in exits[path]:  # a sweep: one row each
-            args.exit = setting
-            row, outputs = evaluate_checkpoint(path, states[path], args, device, dtype)
-            write_results(path, row, outputs, args)
+        for gen in plans[path]:  # a sweep: one row each
+            row, outputs = evaluate_checkpoint(path, states[path], args, device, dtype, gen)
+            write_results(path, row, outputs, args, gen)
             rows.append(row)
-    args.exit = None
     if not args.no_lead and any(r["task"] == "summarize" for r in rows):
         data = examples("summarize", args)
         sources, targets = data.sources, data.targets

@@ -28,6 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import eval as evaluate  # noqa: E402
 import kernels  # noqa: E402
 from core import checkpoint  # noqa: E402
+from core.decodings import decoding_of  # noqa: E402
 from core.distributed import resolve_dtype  # noqa: E402
 from core.errors import UserError, main_guard  # noqa: E402
 from core.generation import summarize  # noqa: E402
@@ -57,12 +58,11 @@ def decoder_of(path, args, device):
     if state["kind"] != "finetune/summarize":
         raise UserError(f"{path} is a {state['kind']} checkpoint: the latency benchmark times summarizers")
     model, arch, tok, _ = evaluate.load_model(path, state, device)
-    fa = state["args"]
-    ev = evaluate.get_args([path, "--beam", str(args.beam)])
-    gen, decoding = evaluate.generation(ev, fa, arch)
-    run = lambda src: summarize(model, arch, tok, [src], fa["max_src"], 1, **gen)
-    return run, dict(model=os.path.basename(os.path.dirname(os.path.abspath(path))), arch=arch, decoding=decoding,
-                     params_M=count_parameters(model) / 1e6)
+    kind = decoding_of(arch)
+    gen = kind.settings(evaluate.get_args([path, "--beam", str(args.beam)]), state, path)[0]
+    run = lambda src: summarize(model, arch, tok, [src], state["args"]["max_src"], 1, **gen)
+    return run, dict(model=os.path.basename(os.path.dirname(os.path.abspath(path))), arch=arch,
+                     decoding=kind.label(gen), params_M=count_parameters(model) / 1e6)
 
 
 def flops_of(run, sources):

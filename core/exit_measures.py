@@ -84,10 +84,10 @@ def exit_flags(args):
 # -----------------------------------------------------------------------------
 # eval.py's exit settings: the flags' sweep, resolved per checkpoint
 
-def exit_settings(args, archs):
+def exit_settings(args):
     """[(measure, threshold)] of the exit flags (a comma-separated sweep), or [None]: the
-    checkpoint's own. Checked here: the range of each threshold (check_settings notes the flags
-    when no elmer checkpoint is among those evaluated)."""
+    checkpoint's own. Checked here, whichever checkpoints are evaluated: the range of each
+    threshold (eval.py notes the flags when no elmer checkpoint is among them)."""
     given = args.exit_measure is not None or args.exit_threshold is not None or args.exit_entropy is not None
     if not given:
         return [None]
@@ -106,7 +106,7 @@ def exit_settings(args, archs):
         if measure is not None:
             check_threshold(measure, threshold, flag)
         out.append((measure, threshold))  # a measure not given is the checkpoint's own (resolve_exit)
-    return out if "elmer" in archs else [None]  # without an elmer checkpoint: checked, then noted as unused
+    return out
 
 
 def resolve_exit(setting, state, path):

@@ -1,89 +1,42 @@
-"""Generation from a fine-tuned model of any architecture, and the metric it is scored by: greedy or
-beam search over the architecture's step decoder (core/decoding.py), Mask-Predict for a CMLM, one
-pass with early exit for ELMER (ARCHS[arch].decode says which); ROUGE-1/2/L F1."""
+"""Generation from a fine-tuned model of any architecture, and the metric it is scored by: the way
+the architecture decodes (core/decodings.py: beam search, Mask-Predict or ELMER's early exit) over
+a batch of sources; ROUGE-1/2/L F1."""
 import numpy as np
 import torch
 
-from . import decoding, elmer, exit_decode, mask_predict, seq2seq, t5
-from .architectures import ARCHS, seq2seq_ops
+from .architectures import seq2seq_ops
+from .decodings import decoding_of
 from .errors import UserError
-from .static_beam import static_beam_pmlm, static_beam_t5
-
-# the step decoders that have a beam search at fixed shapes (core/static_beam.py: the same tokens)
-STATIC_BEAMS = {t5.T5Decoder: static_beam_t5, seq2seq.PMLMDecoder: static_beam_pmlm}
-SEARCHES = ("auto", "eager", "static")
-
-
-def static_search(model, decoder, beam, search, use_cache=True):
-    """The fixed-shape beam search to run, or None for core/decoding.beam_search: `static` where the
-    step decoder has one, `auto` only on CUDA, where its steps replay as CUDA graphs (on the CPU the
-    same steps run eagerly and gain nothing)."""
-    if search not in SEARCHES:
-        raise ValueError(f"search must be one of {SEARCHES}, not {search!r}")
-    fn = STATIC_BEAMS.get(decoder)
-    on_cuda = next(model.parameters()).is_cuda
-    if beam == 1 or not use_cache or fn is None or search == "eager" or (search == "auto" and not on_cuda):
-        return None
-    return fn
 
 
 @torch.no_grad()
-def generate(model, arch, src_ids, tok, beam=1, max_len=32, min_len=1, length_penalty=0.6,
-             no_repeat_ngram=0, use_cache=True, return_scores=False, length_norm="wu", length_beam=3, iterations=10,
-             stats=None, adaptive_stop=False, search="auto"):
-    """Token-id lists (without [EOS]) for a batch of (already truncated) sources: greedy for
-    beam 1, else beam search; with return_scores also their (B,) scores. The length penalty
-    defaults to UniLMv2's (Table 10: Wu et al.'s ((5 + len) / 6) ** 0.6; core/decoding.py). Runs in eval mode and
-    restores the model's mode afterwards. use_cache=False recomputes the whole prefix at every
-    step (the reference the key/value cache is tested against). A "nar" model decodes with
-    Mask-Predict instead (length_beam lengths, `iterations` passes, fewer with adaptive_stop;
-    max_len - 1 tokens at most, the budget an AR model spends one of on [EOS]); a `stats` dict then accumulates the
-    model calls its outputs took ("iterations") and their count ("n"). `search` picks the beam
-    search's implementation (static_search): the tokens are the same."""
+def generate(model, arch, src_ids, tok, return_scores=False, stats=None, **gen):
+    """Token-id lists (without [EOS]) for a batch of (already truncated) sources, decoded the way
+    the architecture decodes with the settings in gen (core/decodings.py: those of another way are
+    ignored, so one call serves every architecture); with return_scores also their (B,) scores.
+    Autoregressive: greedy for beam 1, else beam search, the length penalty UniLMv2's by default
+    (Table 10: Wu et al.'s ((5 + len) / 6) ** 0.6; core/decoding.py); use_cache=False recomputes the
+    whole prefix at every step (the reference the key/value cache is tested against) and `search`
+    picks the beam search's implementation (the tokens are the same). Mask-Predict: length_beam
+    lengths, `iterations` passes (fewer with adaptive_stop), a `stats` dict accumulating the model
+    calls. Runs in eval mode and restores the model's mode afterwards."""
+    kind = decoding_of(arch)
+    settings = kind.take(gen)
     was_training = model.training
     model.eval()
-    how = ARCHS[arch].decode
-    if how == "elmer":  # one NAR pass with early exit: no beam, no length limit but dec_len
-        try:
-            out = elmer.generate(model, src_ids, tok)
-        finally:
-            model.train(was_training)
-        return (out, torch.zeros(len(out))) if return_scores else out
     try:
-        if how == "nar":
-            out, det = mask_predict.mask_predict(mask_predict.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam,
-                                                 iterations,
-                                        max(1, max_len - 1), tok.pad_id, tok.eos_id, return_details=True,
-                                        adaptive_stop=adaptive_stop)
-            scores = det["score"]
-            if stats is not None:
-                stats["iterations"] = stats.get("iterations", 0) + int(det["iterations"].sum())
-                stats["n"] = stats.get("n", 0) + len(out)
-            return (out, scores) if return_scores else out
-        step_decoder = seq2seq_ops(arch, sos=model.cfg.enc_sos).decoder
-        fixed = static_search(model, step_decoder, beam, search, use_cache)
-        if fixed is not None:
-            out, scores = fixed(model, src_ids, tok, beam, max_len, min_len, length_penalty, length_norm,
-                                no_repeat_ngram)
-            return (out, scores) if return_scores else out
-        decoder = step_decoder(model, src_ids, tok, use_cache=use_cache)
-        if beam == 1:
-            out, scores = decoding.greedy(decoder, max_len, min_len, tok.eos_id, no_repeat_ngram)
-        else:
-            out, scores = decoding.beam_search(decoder, beam, max_len, min_len, length_penalty, tok.eos_id,
-                                               no_repeat_ngram, length_norm)
+        out, scores = kind.generate(model, arch, src_ids, tok, stats, **settings)
     finally:
         model.train(was_training)
     return (out, scores) if return_scores else out
 
 
-def summarize(model, arch, tok, sources, max_src, batch_size=64, progress=None, **gen):
+def summarize(model, arch, tok, sources, max_src, batch_size=64, progress=None, stats=None, **gen):
     """Generated summaries (strings) for a list of source texts, in batches."""
-    ops, out = seq2seq_ops(arch, sos=model.cfg.enc_sos), []
+    ops, clean, out = seq2seq_ops(arch, sos=model.cfg.enc_sos), decoding_of(arch).clean, []
     for i in range(0, len(sources), batch_size):
         ids = [ops.truncate(s, max_src) for s in tok.encode(sources[i:i + batch_size])]
-        texts = [tok.decode(t) for t in generate(model, arch, ids, tok, **gen)]
-        out += [exit_decode.merge_words(t) for t in texts] if ARCHS[arch].decode == "elmer" else texts
+        out += [clean(tok.decode(t)) for t in generate(model, arch, ids, tok, stats=stats, **gen)]
         if progress:
             progress(len(out), len(sources))
     return out

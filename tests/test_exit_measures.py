@@ -9,7 +9,7 @@ import torch
 from core.config import preset
 from core.elmer import ELMER, elmer_seq2seq_batch
 from core.errors import UserError
-from core.exit_measures import check_threshold
+from core.exit_measures import check_threshold, exit_settings
 from core.exit_decode import decode_exit, decoder_macs, entropy_quantiles, finish, generate, merge_words
 from core.finetuning import elmer_options
 
@@ -153,15 +153,18 @@ def test_eval_flags_refused_with_an_error_line(capsys):
                  ["--exit-entropy", "0.5", "--exit-measure", "state"]):
         args = evaluate_script.get_args(argv)
         with pytest.raises(UserError):
-            evaluate_script.exit_settings(args, ["elmer"])
-    # no elmer checkpoint: the values are still checked, the flags are noted as unused (check_settings)
+            exit_settings(args)
+    # no elmer checkpoint: the values are still checked (check_decoding), the flags noted as unused, and
+    # another checkpoint's rows decode with no exit rule
+    from core.decodings import DECODINGS
     with pytest.raises(UserError):
-        evaluate_script.exit_settings(evaluate_script.get_args(["--exit-threshold", "0.5,x"]), ["t5"])
-    assert evaluate_script.exit_settings(evaluate_script.get_args(["--exit-entropy", "0.5"]), ["t5"]) == [None]
-    args = evaluate_script.get_args(["--exit-measure", "state", "--exit-threshold", "0.9,0.95"])
-    assert evaluate_script.exit_settings(args, ["elmer"]) == [("state", 0.9), ("state", 0.95)]
+        DECODINGS["elmer"].check(evaluate_script.get_args(["--exit-threshold", "0.5,x"]))
     args = evaluate_script.get_args(["--exit-entropy", "0.5"])
-    assert evaluate_script.exit_settings(args, ["elmer"]) == [("entropy", 0.5)]
+    assert [g.get("exit_rule") for g in DECODINGS["ar"].settings(args, dict(args={}), "ck")] == [None]
+    args = evaluate_script.get_args(["--exit-measure", "state", "--exit-threshold", "0.9,0.95"])
+    assert exit_settings(args) == [("state", 0.9), ("state", 0.95)]
+    args = evaluate_script.get_args(["--exit-entropy", "0.5"])
+    assert exit_settings(args) == [("entropy", 0.5)]
 
 
 def test_duplicates_merge_by_words_not_subword_ids():

@@ -279,6 +279,68 @@ def test_a_run_resumed_past_its_patience_stops_where_a_longer_run_stops(pretrain
 
 
 # -----------------------------------------------------------------------------
+# --text: a typed document's output, the evaluation's for the same document
+
+@pytest.fixture(scope="module")
+def finetuned(pretrained, text_file, task_files, tmp_path_factory):
+    """A short fine-tuning of each way of decoding (AR from the PMLM and from T5, Mask-Predict,
+    ELMER's early exit) and of a classifier (T5's encoder)."""
+    root = tmp_path_factory.mktemp("finetuned")
+    elmer = str(root / "pre-elmer")
+    train.main(["--data", text_file, "--objective", "elmer", "--dec-len", "8", "--permutations", "2", "--steps", "1",
+                "--out", elmer] + TINY)
+    runs = dict(unilm=(pretrained["pmlm"], []), t5=(pretrained["t5"], []), nar=(pretrained["t5-nar"], ["--nar"]),
+                elmer=(os.path.join(elmer, "last.pt"), []),
+                classify=(pretrained["t5"], ["--task", "classify"]))  # a PMLM's [SOS] this short: one class
+    for name, (init, extra) in runs.items():
+        finetune.main(["--init", init, "--train-data", task_files["train"], "--valid-data", task_files["valid"],
+                       "--out", str(root / name)] + FT + ["--rouge-examples", "0"] + extra)
+    return {name: str(root / name / "best.pt") for name in runs}
+
+
+# the decoding flags each kind is asked with: away from their defaults, so that they must reach it
+TEXT_FLAGS = dict(unilm=["--beam", "2"], t5=["--beam", "1", "--no-repeat-ngram", "0"],
+                  nar=["--iterations", "2", "--length-beam", "2"], elmer=["--exit-entropy", "inf"], classify=[])
+
+
+@pytest.mark.parametrize("kind", list(TEXT_FLAGS))
+def test_text_prints_what_the_evaluation_predicts(kind, finetuned, task_files, monkeypatch, capsys):
+    """One document given, or one per line of stdin: each output alone on its line, the evaluation's
+    output for that document under the same decoding flags."""
+    import io
+    ckpt, flags = finetuned[kind], TEXT_FLAGS[kind] + ["--batch-size", "1"]
+    data = ["--data", task_files["test"], "--limit", "6"]
+    evaluate_script.main([ckpt, "--latency-samples", "1", "--no-lead"] + data + flags)
+    args = evaluate_script.get_args([ckpt] + data + flags)
+    outputs = evaluate_script.result_names(ckpt, args, "classify" if kind == "classify" else "summarize")[1]
+    rows = [json.loads(line) for line in open(outputs)]
+    docs, expected = [r["source"] for r in rows], [r["prediction"] for r in rows]
+    assert len(set(expected)) > 1, expected  # outputs that depend on the document
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(d + "\n" for d in docs)))
+    assert evaluate_script.main([ckpt, "--text", "-"] + flags) == expected
+    printed = capsys.readouterr()
+    assert printed.out.splitlines() == [" ".join(e.split()) for e in expected] and printed.err == ""
+    assert evaluate_script.main([ckpt, "--text", docs[3]] + flags) == [expected[3]]
+    assert capsys.readouterr().out == " ".join(expected[3].split()) + "\n"
+
+
+def test_text_refuses_what_it_cannot_answer(finetuned, pretrained, task_files, monkeypatch, capsys):
+    import io
+    unilm, elmer = finetuned["unilm"], finetuned["elmer"]
+    fails_with(capsys, evaluate_script.main, [pretrained["pmlm"], "--text", "a document"], "pretrain/pmlm")
+    fails_with(capsys, evaluate_script.main, [unilm, "--text", " "], "--text is empty")
+    fails_with(capsys, evaluate_script.main, [unilm, "--text", "a", "--data", task_files["test"]], "--data",
+               "without --text")
+    fails_with(capsys, evaluate_script.main, [unilm, elmer, "--text", "a"], "one checkpoint, not 2")
+    fails_with(capsys, evaluate_script.main, [elmer, "--text", "a", "--exit-entropy", "0.5,1"], "a sweep of 2 settings")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a document\n\nanother\n"))
+    fails_with(capsys, evaluate_script.main, [unilm, "--text", "-"], "line 2 of stdin is empty")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    fails_with(capsys, evaluate_script.main, [unilm, "--text", "-"], "no document")
+
+
+# -----------------------------------------------------------------------------
 # bad input: one clear line, exit status 2, no traceback
 
 def fails_with(capsys, main, argv, *needles):

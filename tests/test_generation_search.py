@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from core import generation
+from core import decodings, generation
 from core.seq2seq import PMLMDecoder
 from core.t5 import T5Decoder
 
@@ -36,10 +36,10 @@ def test_static_search_equals_the_eager_one(tokenizer, arch, beam, ngram):
 
 def test_which_search_runs(tokenizer):
     model = models(tokenizer)["t5"]
-    pick = generation.static_search
-    assert pick(model, T5Decoder, 5, "static") is generation.static_beam_t5
-    assert pick(model, PMLMDecoder, 5, "static") is generation.static_beam_pmlm
-    assert pick(model, T5Decoder, 5, "auto") is (generation.static_beam_t5 if next(model.parameters()).is_cuda
+    pick = decodings.static_search
+    assert pick(model, T5Decoder, 5, "static") is decodings.static_beam_t5
+    assert pick(model, PMLMDecoder, 5, "static") is decodings.static_beam_pmlm
+    assert pick(model, T5Decoder, 5, "auto") is (decodings.static_beam_t5 if next(model.parameters()).is_cuda
                                                  else None)
     assert pick(model, T5Decoder, 5, "eager") is None
     assert pick(model, T5Decoder, 1, "static") is None  # greedy decoding has its own loop

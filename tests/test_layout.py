@@ -1,6 +1,7 @@
 """The codebase reads as one obvious place for each thing: no import circle (an import inside a
 function counts), no sys.path edit outside tests, no lab notes in code (a date, or a device's
-timing: those live in docs/ and docs/LOG.md), no file past 450 lines and no function past 80."""
+timing: those live in docs/ and docs/LOG.md), no file past 450 lines and no function past 80, and
+no test of a way of decoding's name where the records of core/decodings.py dispatch."""
 import ast
 import glob
 import os
@@ -82,3 +83,43 @@ def test_files_and_functions_stay_small():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
                 long.append(f"{rel(p)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not big and not long, big + long
+
+
+# the scripts and modules that dispatch through core/decodings.py's records, never on a kind's name
+DISPATCHED = ("eval.py", "finetune.py", "core/generation.py", "bench/bench_latency.py")
+KINDS = ("ar", "nar", "elmer")
+
+
+def kind_tests(tree):
+    """(line, what) of each test of a decoding kind by its name: a comparison with "ar", "nar" or
+    "elmer" (or a lookup by one), a comparison of an architecture's `decode`, a table keyed by the
+    kinds (dict(nar=..., elmer=...).get(...); one such keyword is a checkpoint's key), `obj.name`,
+    `"dec_len" in` (ELMER by its flags)."""
+    is_kind = lambda n: isinstance(n, ast.Constant) and n.value in KINDS
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left] + node.comparators
+            if any(is_kind(o) for o in operands):
+                found.append((node.lineno, "compares with a kind's name"))
+            if any(isinstance(o, ast.Attribute) and o.attr == "decode" for o in operands):
+                found.append((node.lineno, "compares an architecture's decode"))
+            if isinstance(node.left, ast.Constant) and node.left.value == "dec_len":
+                found.append((node.lineno, '"dec_len" in'))
+        elif isinstance(node, ast.Subscript) and is_kind(node.slice):
+            found.append((node.lineno, "looks a kind up by its name"))
+        elif isinstance(node, ast.Call) and sum(k.arg in KINDS for k in node.keywords) > 1:
+            found.append((node.lineno, "keys a dict by the kinds"))
+        elif isinstance(node, ast.Attribute) and node.attr == "name" and getattr(node.value, "id", None) == "obj":
+            found.append((node.lineno, "obj.name"))
+    return found
+
+
+def test_no_decoding_kind_by_name_outside_the_records():
+    bad = [f"{path}:{line}: {what}" for path in DISPATCHED
+           for line, what in kind_tests(ast.parse(open(os.path.join(ROOT, path)).read()))]
+    assert not bad, "\n".join(bad)
+    # what the test catches: the dispatch these files held before the records
+    before = ('if ARCHS[arch].decode == "elmer":\n    x = dict(nar=1, elmer=2).get(how, "beam")\n'
+              'if "dec_len" in obj.flags or obj.name == "mlae": y')
+    assert len(kind_tests(ast.parse(before))) == 5

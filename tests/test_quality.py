@@ -69,7 +69,7 @@ def test_length_penalty_wu_is_the_default():
 
     import eval as eval_script
     from core.decoding import beam_search
-    from core.generation import generate
+    from core.decodings import ar_generate
     from test_decoding import lure
     out, score = beam_search(lure(), beam=2, max_len=10, length_penalty=0.6, eos_id=3, length_norm="wu")
     assert out == [[1]]
@@ -79,7 +79,7 @@ def test_length_penalty_wu_is_the_default():
     args = eval_script.get_args([])
     assert (args.beam, args.length_penalty, args.length_norm) == (5, 0.6, "wu")
     assert eval_script.get_args(["--length-norm", "pow"]).length_norm == "pow"
-    defaults = inspect.signature(generate).parameters
+    defaults = inspect.signature(ar_generate).parameters  # generate()'s for an AR architecture
     assert (defaults["length_penalty"].default, defaults["length_norm"].default) == (0.6, "wu")
 
 

@@ -295,14 +295,15 @@ def test_elmer_exit_uses_the_checkpoints_measure_and_its_classifier():
     """A threshold alone keeps the measure the checkpoint was fine-tuned with; a measure whose
     weights the checkpoint lacks is refused."""
     from core.errors import UserError
+    from core.exit_measures import resolve_exit
     state = dict(elmer=dict(exit_measure="state", exit_threshold=0.99), model={"exit_clf.weight": torch.zeros(1)})
-    assert evaluate_script.resolve_exit((None, 0.95), state, "ck") == ("state", 0.95)
-    assert evaluate_script.resolve_exit((None, None), state, "ck") == ("state", 0.99)
-    assert evaluate_script.resolve_exit(("entropy", None), state, "ck") == ("entropy", 0.5)
+    assert resolve_exit((None, 0.95), state, "ck") == ("state", 0.95)
+    assert resolve_exit((None, None), state, "ck") == ("state", 0.99)
+    assert resolve_exit(("entropy", None), state, "ck") == ("entropy", 0.5)
     with pytest.raises(UserError, match="must be in"):
-        evaluate_script.resolve_exit((None, 2.0), state, "ck")  # a cosine above 1, for the state measure
+        resolve_exit((None, 2.0), state, "ck")  # a cosine above 1, for the state measure
     old = dict(elmer=dict(exit_measure="entropy"), model={})
     with pytest.raises(UserError, match="holds no exit classifier"):
-        evaluate_script.resolve_exit(("classifier", 0.9), old, "ck")
+        resolve_exit(("classifier", 0.9), old, "ck")
     args = evaluate_script.get_args(["ck.pt", "--exit-threshold", "0.95"])
     assert "-exit-own0.95" in evaluate_script.result_names("ck.pt", args)[0]
