@@ -197,7 +197,7 @@ def test_more_epochs_by_resume_is_the_same_run(pretrained, task_files, tmp_path)
     steps = lambda out: [(r["step"], r["loss"], r["lr"]) for r in read_log(out) if "loss" in r]
     assert len(steps(a)) == 10 and steps(a) == steps(b)
     old = upgrade_finetune_args(dict(epochs=3, warmup_frac=0.05))
-    assert old == dict(epochs=3, warmup_epochs=0.15, mask_epochs=3)
+    assert old == dict(epochs=3, warmup_epochs=0.15, mask_epochs=3, train_share=1.0)
 
 
 def test_lr_schedules():
@@ -447,3 +447,36 @@ def test_a_nar_fine_tuning_keeps_the_cross_table_when_asked(capsys, pretrained, 
     assert state["model_config"]["cross_anchor"] == "proportional" and "cross_rel_table" in state["model"]
     rows = evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--latency-samples", "1"])
     assert rows[0]["n"] == 12
+
+
+def test_a_release_packs_both_checkpoints_and_its_card_reads_their_record(finetuned, pretrained, task_files,
+                                                                          tmp_path, capsys):
+    """tools/release.py: the pretraining and its fine-tuning packed (bf16, xz), their logs and test
+    evaluation kept; the card renders from that record; the packed fine-tuned checkpoint answers
+    --text as the checkpoint it came from, rounded, would."""
+    from core import checkpoint
+    from tools import release, render_release
+    ckpt = finetuned["unilm"]
+    with pytest.raises(release.UserError, match="no evaluation .*eval-best-test.json"):
+        release.release(pretrained["pmlm"], ckpt, "tiny", root=str(tmp_path))
+    row = evaluate_script.main([ckpt, "--data", task_files["test"], "--latency-samples", "1"])[0]
+    args = evaluate_script.get_args([ckpt, "--data", task_files["test"]])
+    evaluation = evaluate_script.result_names(ckpt, args)[0]
+    with pytest.raises(release.UserError, match="another --init file"):
+        release.release(pretrained["t5"], ckpt, "tiny", evaluation=evaluation, root=str(tmp_path))
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"machine": "a test", "date": "today",
+                               "pretrain-log.jsonl": {"command": "python train.py", "seconds": 60.0}}))
+    sizes = release.release(pretrained["pmlm"], ckpt, "tiny", str(run), evaluation, root=str(tmp_path))
+    assert sorted(sizes) == ["releases/tiny/pretrained.pt.xz", "releases/tiny/summarize.pt.xz"]
+    assert all(os.path.getsize(tmp_path / f) == n for f, n in sizes.items())
+    card = render_release.release(str(tmp_path / "results" / "release-tiny" / "run.json"))
+    assert "`releases/tiny/pretrained.pt.xz` | pretrained for 4 steps" in card
+    assert f"{row['rougeL']:.2f} |" in card and f"test split ({row['n']} examples" in card
+    assert "`python train.py` (1 min)" in card
+    packed = str(tmp_path / "releases" / "tiny" / "summarize.pt.xz")
+    rounded = tmp_path / "rounded.pt"
+    torch.save(checkpoint.rounded(torch.load(ckpt, weights_only=True)), rounded)
+    doc = "a library for reading and writing compressed archives in many formats"
+    capsys.readouterr()
+    assert evaluate_script.main([packed, "--text", doc]) == evaluate_script.main([str(rounded), "--text", doc])
