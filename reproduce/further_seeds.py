@@ -18,8 +18,8 @@ import os
 
 from reproduce import significance
 from reproduce.claims import archived_verdicts, compared, seed_spread
-from reproduce.plan import (BY_NAME, ORDERINGS, PLAN, STAGES, chain_pairs, needs_of, parse_chain, seed_number, seed_one,
-                            seeds_of, stage_of)
+from reproduce.plan import (BY_NAME, CHECKS, ORDERINGS, PLAN, STAGES, chain_pairs, needs_of, parse_chain, seed_number,
+                            seed_one, seeds_of, stage_of)
 from reproduce.runstate import eval_results
 
 LAST_STAGE = len(STAGES) - 1  # the further seeds
@@ -45,10 +45,12 @@ def needs_a_seed(d, se, sigma, k_a, k_b):
 
 def archived_only(name, out):
     """Why fine-tuning NAME's first seed need not run again: every claim that reads it keeps an
-    archived verdict in OUT (reproduce/archive.py, `verdicts`), whose runs' outputs are gone; else None."""
+    archived verdict in OUT (reproduce/archive.py, `verdicts`), whose runs' outputs are gone, and no
+    check (plan.CHECKS) reads it; else None."""
     kept = archived_verdicts(out)
     claims = [(chain, metric) for _, _, metric, chain, _ in ORDERINGS if name in parse_chain(chain)[0]]
-    if not claims or not all(c in kept for c in claims):
+    checked = any(name in parse_chain(chain)[0] for _, _, _, chain in CHECKS)
+    if not claims or checked or not all(c in kept for c in claims):
         return None
     dates = sorted({f"{kept[c]['commit']}, {kept[c]['written']}" for c in claims})
     return f"not needed: every claim reading it keeps its archived verdict ({'; '.join(dates)})"
@@ -88,5 +90,5 @@ def not_needed(name, state, out):
         why = "resolved" if not low <= 0 <= high else "too close for one more seed a side"
         reasons.append(f"{a} - {b} {d:+.2f} {metric} [{low:+.2f}, {high:+.2f}] {why}")
     if not reasons:
-        return None
+        return "not needed: no claim reads it"
     return "not needed: " + "; ".join(reasons)

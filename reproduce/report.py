@@ -15,8 +15,9 @@ import sys
 from core.data import held_out_key
 from reproduce import significance
 from reproduce.further_seeds import not_needed
-from reproduce.claims import mean_over_seeds, orderings, outputs_of, pair_text, spread_text, summary, verdict_text
-from reproduce.plan import BY_NAME, MARGIN, TABLES, seeds_of, steps_of
+from reproduce.claims import (mean_over_seeds, ordering, orderings, outputs_of, pair_text, spread_text, summary,
+                              verdict_text)
+from reproduce.plan import BY_NAME, CHECKS, MARGIN, TABLES, seeds_of, steps_of
 from reproduce.runstate import eval_results, init_step_of, stale_reason
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
@@ -297,7 +298,17 @@ def orderings_section(state, resolved, data, metrics, stale_names):
                     "the paper's pairs: difference (seeds a side), 95% interval", "verdict",
                     "the project's controls (decide nothing)"], rows) + [""]
     data["summary"] = summary(read)
-    return lines + [data["summary"]["sentence"], ""]
+    lines += [data["summary"]["sentence"], ""]
+    checks = [dict(what=what, check=check, **ordering(state, resolved, metrics, stale_names, metric, chain, spread))
+              for what, check, metric, chain in CHECKS]
+    data["checks"] = checks
+    lines += ["## The project's checks of its own choices", "",
+              "Read as a claim is (the same intervals and verdicts), and no claim of the papers: the recipe's "
+              "choices the claims rest on.", ""]
+    lines += table(["choice", "check", "metric", "here", "pairs: difference (seeds a side), 95% interval", "verdict"],
+                   [[c["what"], c["check"], c["metric"], c["here"], "; ".join(map(pair_text, c["pairs"])),
+                     c["verdict"]] for c in checks]) + [""]
+    return lines
 
 
 def runs_section(state, resolved):

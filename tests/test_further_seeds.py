@@ -6,6 +6,7 @@ import os
 
 from conftest import ROOT
 
+from reproduce import plan
 from reproduce import runner as reproduce
 from reproduce import significance
 from reproduce.further_seeds import needs_a_seed, not_needed, pairs_reading
@@ -98,15 +99,24 @@ def test_a_first_seed_only_archived_verdicts_read_is_not_run_again(tmp_path, cap
     assert reproduce.main(["--budget", "cpu", "--out", out, "--dry-run"]) == 0
     text = capsys.readouterr().out
     line = lambda n: next(l for l in text.splitlines() if l.split()[:1] == [n])
-    for n in ("sum-mlm", "sum-t5", "cls-t5", "sum-roberta", "eval-sum-mlm"):
+    for n in ("sum-mlm", "sum-unilm-scratch", "cls-t5", "sum-roberta", "eval-sum-mlm"):
         assert "not needed: every claim reading it keeps its archived verdict" in line(n), line(n)
         assert "~" not in line(n)
-    for n in ("sum-pmlm", "sum-mlae", "sum-mlae-none", "elmer-hard"):
+    # sum-t5: claims 7 and 8 keep archived verdicts, and the fine-tuning rate's check reads it
+    for n in ("sum-pmlm", "sum-mlae", "sum-mlae-none", "elmer-hard", "sum-t5", "sum-mlae-lr"):
         assert "to run" in line(n), line(n)
-    # pre-t5 is needed only by a run no claim reads: it waits for it, after every claim's runs
     order = [l.split()[0] for l in text.splitlines() if l.startswith("  ") and not l.startswith("   ")]
-    assert order.index("pre-t5") == order.index("sum-t5-cross-random") - 1
-    assert order.index("pre-t5") > order.index("sum-mlae-m15")
+    # a pretraining goes just before the first run left that needs it; pre-mlm's runs are all done or spared
+    assert order.index("pre-t5") == order.index("sum-t5") - 1 and "archived" in line("pre-mlm")
+    # the NAR table's check runs right before the NAR claims' first run
+    assert order.index("nar-mlae-b-anchored") == order.index("nar-mlae-b") - 1
+
+
+def test_the_checks_read_no_claim_and_run_one_seed():
+    claimed = {n for _, _, _, chain, _ in plan.ORDERINGS for n in plan.parse_chain(chain)[0]}
+    assert not plan.CHECK_RUNS & claimed
+    checked = {n for _, _, _, chain in plan.CHECKS for n in plan.parse_chain(chain)[0]}
+    assert plan.CHECK_RUNS <= checked and all(plan.SEEDS[n] == 1 for n in plan.CHECK_RUNS)
 
 
 def test_dry_run_and_report_list_a_spared_seed_and_count_no_time_for_it(tmp_path, capsys):

@@ -73,8 +73,9 @@ def test_run_order():
     stages = [plan.stage_of(n) for n in order]
     assert stages == sorted(stages)
     tuned = [n for n in order if plan.BY_NAME[n].script == "finetune"]
-    central = [n for n in tuned if n in plan.CENTRAL]
-    assert tuned[:len(central)] == central and len(central) == len(plan.CENTRAL)
+    central = [n for n in tuned if n in plan.CENTRAL or n in plan.BEFORE]  # a check goes before what it checks
+    assert tuned[:len(central)] == central and len(central) == len(plan.CENTRAL) + len(plan.BEFORE)
+    assert all(at[n] == at[target] - 1 for n, target in plan.BEFORE.items())
     rest = tuned[len(central):]
     assert [plan.seed_number(n) > 1 for n in rest] == sorted(plan.seed_number(n) > 1 for n in rest)
     assert all(plan.stage_of(n) == 2 for n in tuned if plan.seed_number(n) > 1)
@@ -85,8 +86,8 @@ def test_run_order():
             (at[m] for m in tuned if plan.ORDER[m][:3] > plan.ORDER[n][:3]), default=len(order)), n
     state = {"runs": {"sum-pmlm": {"seconds": 100.0, "status": "done"}}}
     fields = plan.BUDGETS["cpu"]
-    assert reproduce.estimate(plan.BY_NAME["nar-t5"], fields, state) == 100.0 * min(plan.NAR_EPOCHS,
-                                                                                     fields["max_epochs_x"])
+    assert reproduce.estimate(plan.BY_NAME["nar-t5"], fields, state) == 100.0 * fields["nar_epochs_x"]
+    assert reproduce.estimate(plan.BY_NAME["sum-mlae-lr"], fields, state) == 200.0  # a check's longer cap
     assert reproduce.estimate(plan.BY_NAME["nar-t5"], plan.BUDGETS["gpu"], state) == 100.0 * plan.NAR_EPOCHS
     assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, state) == 100.0
     per_epoch = fields["seconds"]["finetune"]
@@ -145,6 +146,10 @@ def check_tiny_report(out, unavailable):
                      r"(sum-(pmlm|mlm|unilm-scratch) [\d.]+( > )?){3} \| "
                      rf"sum-pmlm - sum-mlm: {pair}; sum-mlm - sum-unilm-scratch: {pair}; "
                      rf"sum-pmlm - sum-unilm-scratch: {pair} \| (holds|reversed|not resolved) \|  \|", md)
+    # the project's checks, read as claims are and reported apart
+    assert re.search(r"^\| NAR fine-tuning \| decoder \(b\)'s cross-attention table kept > dropped \| rougeL \| "
+                     rf"[^|]+ \| nar-mlae-b-anchored - nar-mlae-b: {pair} \| (holds|reversed|not resolved) \|$",
+                     md, re.M)
     # classification orderings are read from the bootstrap too, over eval.py's per-example labels
     assert re.search(r"\| AE\+PAR > AE only \| MNLI-m [^|]+ \| accuracy \| (cls-(pmlm|mlm) [\d.]+( > )?){2} \| "
                      rf"cls-pmlm - cls-mlm: {pair} \| (holds|reversed|not resolved) \|", md)
