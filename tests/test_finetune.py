@@ -474,6 +474,10 @@ def test_a_release_packs_both_checkpoints_and_its_card_reads_their_record(finetu
     assert "`releases/tiny/pretrained.pt.xz` | pretrained for 4 steps" in card
     assert f"{row['rougeL']:.2f} |" in card and f"test split ({row['n']} examples" in card
     assert "`python train.py` (1 min)" in card
+    shown = render_release.examples(str(tmp_path / "results" / "release-tiny" / "examples.jsonl"))
+    outputs = os.path.join(os.path.dirname(evaluation), "outputs-" + os.path.basename(evaluation)[5:-5] + ".jsonl")
+    first = json.loads(open(outputs).readline())
+    assert shown.startswith(f"> {first['source']}\n") and f"* the model: *{first['prediction']}* (ROUGE-L" in shown
     packed = str(tmp_path / "releases" / "tiny" / "summarize.pt.xz")
     rounded = tmp_path / "rounded.pt"
     torch.save(checkpoint.rounded(torch.load(ckpt, weights_only=True)), rounded)

@@ -8,7 +8,8 @@ times) copied into a results folder, from which releases/README.md's card is ren
 
 writes releases/NAME/pretrained.pt.xz and summarize.pt.xz (classify.pt.xz for a classifier), and
 results/release-NAME/ (pretrain-log.jsonl, finetune-log.jsonl, the evaluation's eval-*.json of the
-fine-tuned checkpoint, run.json: each command, its time, the machine, the commit). Both load as
+fine-tuned checkpoint, examples.jsonl: the first test examples with its outputs, run.json: each
+command, its time, the machine, the commit). Both load as
 any checkpoint: `python eval.py releases/NAME/summarize.pt.xz --text "..."`, `python finetune.py
 --init releases/NAME/pretrained.pt.xz`.
 """
@@ -37,6 +38,26 @@ def commit():
         return "unknown"
 
 
+EXAMPLES = 3  # the test split's first examples, shown as they come (not chosen)
+
+
+def write_examples(outputs, path, n=EXAMPLES):
+    """The first N rows of an evaluation's outputs (document, reference, the model's output), each with
+    its ROUGE-L F1 (x100) where it is a summary: the worked example a card shows."""
+    rows = []
+    with open(outputs, encoding="utf-8") as f:
+        for line in f:
+            if line.strip() and len(rows) < n:
+                rows.append(json.loads(line))
+    if rows and rows[0].get("task") != "classify":
+        from rouge_score import rouge_scorer
+        scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+        for r in rows:
+            r["rougeL"] = 100 * scorer.score(r["reference"], r["prediction"])["rougeL"].fmeasure
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+
+
 def release(pretrained, finetuned, name, run_json=None, evaluation=None, root=ROOT):
     """Pack both checkpoints into ROOT/releases/NAME and copy their record into ROOT/results/release-NAME
     (EVALUATION: the fine-tuned checkpoint's eval-*.json, by default its whole test split's);
@@ -57,6 +78,9 @@ def release(pretrained, finetuned, name, run_json=None, evaluation=None, root=RO
     for src, base in ((pretrained, "pretrain-log.jsonl"), (finetuned, "finetune-log.jsonl")):
         shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(src)), "log.jsonl"), os.path.join(record, base))
     shutil.copyfile(evaluation, os.path.join(record, "eval.json"))
+    outputs = os.path.join(os.path.dirname(evaluation), "outputs-" + os.path.basename(evaluation)[5:-5] + ".jsonl")
+    if os.path.exists(outputs):
+        write_examples(outputs, os.path.join(record, "examples.jsonl"))
     if os.path.exists(log):
         shutil.copyfile(log, os.path.join(record, "eval.log"))
     run = {}

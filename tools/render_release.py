@@ -33,3 +33,14 @@ def release(path):
             if isinstance(part, dict) and "command" in part]
     return ("\n".join(rows) + "\n\nMade at commit " + run["commit"] + f" on {run['date']}, {run['machine']}:\n\n"
             + "\n".join(made) + "\n")
+
+
+def examples(path):
+    """results/release-NAME/examples.jsonl: each test example as the model saw it, the reference and the
+    model's output (with its ROUGE-L)."""
+    out = []
+    for r in _jsonl(os.path.join(ROOT, path)):
+        score = f" (ROUGE-L {r['rougeL']:.1f})" if "rougeL" in r else ""
+        out += [f"> {r['source']}", "", f"* reference: *{r['reference']}*", f"* the model: *{r['prediction']}*{score}",
+                ""]
+    return "\n".join(out)
