@@ -220,6 +220,9 @@ def schedule(args, d, train, valid, arch, loss_fn, state, summ):
     n = len(train)
     if args.batch % d.world or args.batch < d.world:
         raise UserError(f"--batch {args.batch} cannot be shared evenly by {d.world} processes")
+    if min(len(valid), args.valid_examples) < d.world:
+        raise UserError(f"{min(len(valid), args.valid_examples)} validation example(s) cannot give each of {d.world} "
+                        f"processes one")
     steps_per_epoch = math.ceil(n / args.batch)
     args.steps = max(1, round(args.epochs * steps_per_epoch))
     args.warmup = max(1, round(args.warmup_epochs * steps_per_epoch))
@@ -358,8 +361,9 @@ def run(args, d):
     n, per_rank, valid_every, loss_fn = schedule(args, d, train, valid, arch, loss_fn, state, summ)
 
     batches = functools.partial(micro_batches, make, args.micro_batch)
-    share = max(1, len(valid_ids) // d.world)
-    valid_batches = batches(valid_ids, valid_tgt, list(range(d.rank * share, (d.rank + 1) * share)))
+    # every validation example on some process, whatever their number: a run resumed under another
+    # process count measures the loss best.pt was chosen by
+    valid_batches = batches(valid_ids, valid_tgt, list(range(d.rank, len(valid_ids), d.world)))
 
     # -----------------------------------------------------------------------------
     # model and optimizer
