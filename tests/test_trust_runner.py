@@ -189,6 +189,23 @@ def test_reports_leave_out_damaged_files(tmp_path, capsys):
     assert "pre-pmlm" in text and "1 line(s) that are not a JSON record" in err and "is not a JSON result" in err
 
 
+def test_an_evaluation_whose_result_is_not_json_is_not_done(tmp_path, capsys):
+    """An eval run whose recorded file is newer than its checkpoint and of the same command, but holds
+    no JSON result (cut short, emptied, edited), is not counted done: one note names the file, and
+    the runner evaluates again; the same file holding a result is done."""
+    out = str(tmp_path / "r")
+    _, fields, resolved = resolved_for(out)
+    run, argv = plan.BY_NAME["eval-sum-pmlm"], resolved["eval-sum-pmlm"][0]
+    fake_ckpt(argv[0], step=3)
+    result = os.path.join(out, "sum-pmlm", "eval-best-test.json")
+    state = dict(runs={run.name: dict(files=[result], command=runstate.command(run, argv), status="done")})
+    for text, done in (("", 0.0), ("not json", 0.0), ("[1, 2]", 0.0), (json.dumps(dict(rougeL=30.0)), 1.0)):
+        open(result, "w").write(text)
+        assert runstate.progress_of(run, argv, fields, out, state) == (done, None), text
+        err = capsys.readouterr().err
+        assert (f"note: {result}, recorded as eval-sum-pmlm's result, is not a JSON result" in err) == (not done)
+
+
 def outputs(path, rows):
     with open(path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
