@@ -151,31 +151,34 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
     paper Q's claims."""
     from tools import figures, render_docs
     d = dict(budget="cpu", steps=800, written="2026-11-27 05:00", environment="CPU",
-             pretraining={"pre-a": dict(under=1.29, held_out_loss=5.485, unigram_entropy=6.774)},
-             runs={"sum-a": dict(pretraining="pre-a"), "sum-b": dict(pretraining=None)},
+             pretraining={"pre-pmlm": dict(under=1.29, held_out_loss=5.485, unigram_entropy=6.774)},
+             runs={"sum-pmlm": dict(pretraining="pre-pmlm"), "sum-mlm": dict(pretraining=None),
+                   "sum-t5": dict(pretraining=None), "sum-roberta": dict(pretraining=None)},
              orderings=[dict(paper="P", claim="A > B", theirs="RG-L 36.08 > 31.15", metric="rougeL",
-                             chain="sum-a > sum-b", values={"sum-a": 27.5, "sum-b": 26.75},
-                             here="sum-a 27.50 > sum-b 26.75",
-                             pairs=[dict(a="sum-a", b="sum-b", op=">", difference=0.75, low=0.1, high=1.4, seeds=[3, 2],
-                                         verdict="holds")], verdict="holds"),
-                        dict(paper="P", claim="E >= F", theirs="y", metric="rougeL", chain="sum-e >= sum-f",
-                             values={"sum-e": 20.0, "sum-f": 21.0}, here="sum-f 21.00 > sum-e 20.00",
-                             pairs=[dict(a="sum-e", b="sum-f", op=">=", difference=-1.0, low=-2.5, high=0.5,
+                             chain="sum-pmlm > sum-mlm", values={"sum-pmlm": 27.5, "sum-mlm": 26.75},
+                             here="sum-pmlm 27.50 > sum-mlm 26.75",
+                             pairs=[dict(a="sum-pmlm", b="sum-mlm", op=">", difference=0.75, low=0.1, high=1.4,
+                                         seeds=[3, 2], verdict="holds")], verdict="holds"),
+                        dict(paper="P", claim="E >= F", theirs="y", metric="rougeL", chain="sum-t5 >= sum-roberta",
+                             values={"sum-t5": 20.0, "sum-roberta": 21.0}, here="sum-roberta 21.00 > sum-t5 20.00",
+                             pairs=[dict(a="sum-t5", b="sum-roberta", op=">=", difference=-1.0, low=-2.5, high=0.5,
                                          seeds=[2, 2],
                                          verdict="not resolved", detectable=2.14)], verdict="not resolved"),
-                        dict(paper="Q", claim="C > D", theirs="x", metric="rougeL", chain="sum-c > sum-d",
-                             values={"sum-c": None, "sum-d": None}, pairs=[], verdict="not measured (sum-c, sum-d)")])
+                        dict(paper="Q", claim="C > D", theirs="x", metric="rougeL",
+                             chain="sum-mlae > sum-t5-scratch", values={"sum-mlae": None, "sum-t5-scratch": None},
+                             pairs=[], verdict="not measured (sum-mlae, sum-t5-scratch)")])
     (tmp_path / "results.json").write_text(json.dumps(d))
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     monkeypatch.setattr(render_docs, "_load", lambda p: json.loads((tmp_path / p).read_text()))
     full = render_docs.scorecard("results.json")
-    assert "| P | A > B (rougeL, `sum-a > sum-b`) | RG-L 36.08 > 31.15 | sum-a 27.50 > sum-b 26.75 | " \
-           "sum-a - sum-b: +0.75 (3x2) [+0.10, +1.40], holds | holds |" in full
+    assert "| P | A > B (rougeL, `sum-pmlm > sum-mlm`) | RG-L 36.08 > 31.15 | sum-pmlm 27.50 > sum-mlm 26.75 | " \
+           "sum-pmlm - sum-mlm: +0.75 (3x2) [+0.10, +1.40], holds | holds |" in full
     # the measured order, whatever the claim's; a straddling pair with the effect it could have seen
-    assert "| sum-f 21.00 > sum-e 20.00 | sum-e - sum-f: -1.00 (2x2) [-2.50, +0.50], not resolved, detectable 2.14 | " \
-           "not resolved |" in full
-    assert "| Q | C > D (rougeL, `sum-c > sum-d`) | x | - | - | not measured (sum-c, sum-d) |" in full
-    assert "2 of 3 claims measured" in full and "pre-a 1.29 nats (5.485 against 6.774)" in full
+    assert "| sum-roberta 21.00 > sum-t5 20.00 | sum-t5 - sum-roberta: -1.00 (2x2) [-2.50, +0.50], not resolved, " \
+           "detectable 2.14 | not resolved |" in full
+    assert "| Q | C > D (rougeL, `sum-mlae > sum-t5-scratch`) | x | - | - | not measured (sum-mlae, sum-t5-scratch) " \
+           "|" in full
+    assert "2 of 3 claims measured" in full and "pre-pmlm 1.29 nats (5.485 against 6.774)" in full
     assert "C > D" not in render_docs.scorecard("results.json::measured")
     one = render_docs.scorecard("results.json::Q")
     assert "| Q | C > D" in one and "A > B" not in one and "0 of Q's 1 claims measured" in one

@@ -230,15 +230,22 @@ def test_render_docs_refuses_damaged_and_unmatched_input(tmp_path, monkeypatch):
     (tmp_path / "cut.json").write_text('{"orderings": [')
     (tmp_path / "study.json").write_text('{"rows": []}')
     (tmp_path / "log.jsonl").write_text('{"step": 1, "loss": 3.0}\n')
-    (tmp_path / "r.json").write_text(json.dumps(dict(budget="cpu", steps=1, written="-", environment="-",
-                                                     pretraining={}, runs={}, orderings=[
-        dict(paper="MLAE", claim="x", metric="rougeL", chain="a > b", values={}, pairs=[], verdict="not measured")])))
+    ordering = dict(paper="MLAE", claim="x", metric="rougeL", chain="sum-mlae > sum-t5", values={}, pairs=[],
+                    verdict="not measured")
+    results = dict(budget="cpu", steps=1, written="-", environment="-", pretraining={}, runs={}, orderings=[ordering])
+    (tmp_path / "r.json").write_text(json.dumps(results))
+    # an ordering naming a run the plan does not have, and one measuring a run the file has no row of
+    for name, change in (("typo", dict(chain="sum-mlae > sum-t6")), ("rowless", dict(values={"sum-t5": 1.0}))):
+        (tmp_path / f"{name}.json").write_text(json.dumps(dict(results, orderings=[dict(ordering, **change)])))
     (tmp_path / "t.log").write_text("marker\n| a |\n")
     cases = [(lambda: figures._load("cut.json"), "not a readable JSON result file"),
              (lambda: render_docs.render_text("<!-- render: study study.json -->\nx\n<!-- /render -->", "d.md"),
               "cannot be drawn"),
              (lambda: figures.held_out("log.jsonl"), "no held-out record"),
              (lambda: render_docs.scorecard("r.json::ELMER"), "no claim of ELMER"),
+             (lambda: render_docs.scorecard("typo.json"), "names 'sum-t6', which is no run of the plan"),
+             (lambda: render_docs.scorecard("rowless.json"), "names 'sum-t5' as measured, but the file has no row"),
+             (lambda: figures._draw_scorecard(None, "typo.json"), "which is no run of the plan"),
              (lambda: render_docs.table("t.log::marker#0"), "#0 names no occurrence"),
              (lambda: render_docs.render_text("<!-- render: study study.json -->\nx\n", "d.md"), "without"),
              ]

@@ -170,7 +170,8 @@ def scorecard(spec):
     runs, pre = d["runs"], d["pretraining"]
     filters = [f for f in only.split(",") if f]
     papers = [f for f in filters if f != "measured"]
-    orderings = [o for o in d["orderings"] if (not papers or any(o["paper"].startswith(p) for p in papers))]
+    orderings = [o for o in figures.orderings_of(d, path)
+                 if not papers or any(o["paper"].startswith(p) for p in papers)]
     if papers and not orderings:
         raise SystemExit(f"error: {spec}: no claim of {', '.join(papers)} in {path} (its papers: "
                          f"{', '.join(sorted({o['paper'].split()[0] for o in d['orderings']}))})")
