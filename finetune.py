@@ -361,8 +361,7 @@ def run(args, d):
     n, per_rank, valid_every, loss_fn = schedule(args, d, train, valid, arch, loss_fn, state, summ)
 
     batches = functools.partial(micro_batches, make, args.micro_batch)
-    # every validation example on some process, whatever their number: a run resumed under another
-    # process count measures the loss best.pt was chosen by
+    # every validation example on some process, whatever their number (as when best.pt was chosen)
     valid_batches = batches(valid_ids, valid_tgt, list(range(d.rank, len(valid_ids), d.world)))
 
     # -----------------------------------------------------------------------------
