@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import math
 import os
+import sys
 import time
 
 import torch
@@ -163,33 +164,38 @@ def main(argv=None):
         compute_cleanup()
 
 
-def scratch(args, d, train):
-    """What a pretrained checkpoint would provide, for --init none: a tokenizer, the preset's
-    config, and the token counts that start the output bias. The tokenizer is the one train.py
-    makes of the embedded corpus (so the ablation differs from a pretrained model in the weights
-    only), or, with --train-data, one trained on that file's texts."""
+def scratch(args):
+    """What a pretrained checkpoint would provide, for --init none, but the tokenizer (scratch_tokenizer,
+    trained once every flag is checked): the preset's config at the depths of the objective's model it
+    stands in for (T5 and CMLM from scratch compare with MLAE at equal depth, ELMER's 6L-6L at base)."""
+    cfg = OBJECTIVES[ARCHS[args.arch].scratch_as].shape(preset(args.model, vocab_size=args.vocab_size), args)
+    return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict())
+
+
+def scratch_tokenizer(args, d, train, source, cfg):
+    """--init none: the tokenizer train.py makes of the embedded corpus (so the ablation differs from a
+    pretrained model in the weights only), or, with --train-data, one trained on that file's texts;
+    put in `source` with the token counts that start the output bias. Returns cfg with its vocabulary."""
     if args.train_data is None:
         texts = pretraining_texts()[0]
     else:
         texts = train.sources + (train.targets if args.task == "summarize" else [])
     tok = corpus_tokenizer(texts, args.vocab_size, d)
-    cfg = preset(args.model, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
-    # the depths of the objective's model it stands in for: T5 and CMLM from scratch compare with MLAE at
-    # equal depth, ELMER's 6L-6L at base
-    cfg = OBJECTIVES[ARCHS[args.arch].scratch_as].shape(cfg, args)
-    counts = token_counts([i for ids in tok.encode(texts) for i in ids], tok.vocab_size)
-    return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict(), tokenizer=tok.to_tensor(), counts=counts)
+    source.update(tokenizer=tok.to_tensor(), counts=token_counts([i for ids in tok.encode(texts) for i in ids],
+                                                                 tok.vocab_size))
+    return dataclasses.replace(cfg, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
 
 
-def splits(args, summ):
+def splits(args, d, summ):
     """(training split, validation split shuffled so that its head samples all of it) of the task."""
     fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
-    train = load_split(args.task, "train", args.train_data, *fields)
+    say = lambda msg: print0(d, msg, file=sys.stderr)  # rank 0's, with its other notes on stderr
+    train = load_split(args.task, "train", args.train_data, *fields, note=say)
     valid_path = args.valid_data if args.valid_data or not args.train_data else None
     if args.train_data and not args.valid_data:
         raise UserError("--train-data needs a --valid-data file too")
     check_nar_flags(args)
-    return train, load_split(args.task, "valid", valid_path, *fields).shuffled()
+    return train, load_split(args.task, "valid", valid_path, *fields, note=say).shuffled()
 
 
 def validation(args, d, model, arch, tok, valid, valid_batches, loss_fn, summ, done):
@@ -244,16 +250,15 @@ def source_of(args, d, train, state):
     if state is not None:
         return state, state.get("init_step")  # the pretraining step this run started from, kept across resumes
     if args.init == "none":
-        return scratch(args, d, train), None
+        return scratch(args), None
     source = checkpoint.load(args.init, kinds=("pretrain/",))
     return source, source.get("step")  # which checkpoint of its pretraining (reproduce/runner.py reads it)
 
 
 def architecture(args, source, state, summ, measure, threshold):
-    """(architecture, tokenizer, config, ELMER's options) of the run: the source's, turned into the
-    one it fine-tunes as (core/architectures.py), its lengths fitted to the positions it trained."""
+    """(architecture, config, ELMER's options) of the run: the source's, turned into the one it
+    fine-tunes as (core/architectures.py), its lengths fitted to the positions it trained."""
     arch = arch_of(source, args.init)
-    tok = Tokenizer.from_tensor(source["tokenizer"])
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
     pretrained_arch = arch
     if state is None:  # resuming, changed flags are refused against the run's own
@@ -276,7 +281,7 @@ def architecture(args, source, state, summ, measure, threshold):
     if args.max_src > cfg.max_positions or (ARCHS[arch].one_table and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} "
                         "positions")
-    return arch, tok, cfg, elmer_opts
+    return arch, cfg, elmer_opts
 
 
 def task_data(args, d, arch, tok, cfg, elmer_opts, train, valid, state, summ):
@@ -353,9 +358,12 @@ def run(args, d):
     measure, threshold = exit_flags(args)  # checked before any work
     args, state, ckpt_path = start_or_resume(args, ("finetune/",), RESUMABLE, d)
     summ = args.task == "summarize"
-    train, valid = splits(args, summ)
+    train, valid = splits(args, d, summ)
     source, init_step = source_of(args, d, train, state)
-    arch, tok, cfg, elmer_opts = architecture(args, source, state, summ, measure, threshold)
+    arch, cfg, elmer_opts = architecture(args, source, state, summ, measure, threshold)  # every flag checked
+    if "tokenizer" not in source:  # --init none
+        cfg = scratch_tokenizer(args, d, train, source, cfg)
+    tok = Tokenizer.from_tensor(source["tokenizer"])
     labels, make, loss_fn, (src_ids, tgt_ids), (valid_ids, valid_tgt) = task_data(args, d, arch, tok, cfg, elmer_opts,
                                                                                 train, valid, state, summ)
     n, per_rank, valid_every, loss_fn = schedule(args, d, train, valid, arch, loss_fn, state, summ)
