@@ -165,17 +165,20 @@ def main(argv=None):
 
 
 def scratch(args):
-    """What a pretrained checkpoint would provide, for --init none, but the tokenizer (scratch_tokenizer,
+    """What a pretrained checkpoint would provide, for --init none, but the tokenizer (tokenizer_of,
     trained once every flag is checked): the preset's config at the depths of the objective's model it
     stands in for (T5 and CMLM from scratch compare with MLAE at equal depth, ELMER's 6L-6L at base)."""
     cfg = OBJECTIVES[ARCHS[args.arch].scratch_as].shape(preset(args.model, vocab_size=args.vocab_size), args)
     return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict())
 
 
-def scratch_tokenizer(args, d, train, source, cfg):
-    """--init none: the tokenizer train.py makes of the embedded corpus (so the ablation differs from a
-    pretrained model in the weights only), or, with --train-data, one trained on that file's texts;
-    put in `source` with the token counts that start the output bias. Returns cfg with its vocabulary."""
+def tokenizer_of(args, d, train, source, cfg):
+    """(tokenizer, config) of the run: the source's, or for --init none one trained now, once every flag
+    is checked: the one train.py makes of the embedded corpus (so the ablation differs from a
+    pretrained model in the weights only), or, with --train-data, one of that file's texts, put in
+    `source` with the token counts that start the output bias."""
+    if "tokenizer" in source:
+        return Tokenizer.from_tensor(source["tokenizer"]), cfg
     if args.train_data is None:
         texts = pretraining_texts()[0]
     else:
@@ -183,7 +186,7 @@ def scratch_tokenizer(args, d, train, source, cfg):
     tok = corpus_tokenizer(texts, args.vocab_size, d)
     source.update(tokenizer=tok.to_tensor(), counts=token_counts([i for ids in tok.encode(texts) for i in ids],
                                                                  tok.vocab_size))
-    return dataclasses.replace(cfg, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
+    return tok, dataclasses.replace(cfg, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
 
 
 def splits(args, d, summ):
@@ -361,16 +364,13 @@ def run(args, d):
     train, valid = splits(args, d, summ)
     source, init_step = source_of(args, d, train, state)
     arch, cfg, elmer_opts = architecture(args, source, state, summ, measure, threshold)  # every flag checked
-    if "tokenizer" not in source:  # --init none
-        cfg = scratch_tokenizer(args, d, train, source, cfg)
-    tok = Tokenizer.from_tensor(source["tokenizer"])
+    tok, cfg = tokenizer_of(args, d, train, source, cfg)
     labels, make, loss_fn, (src_ids, tgt_ids), (valid_ids, valid_tgt) = task_data(args, d, arch, tok, cfg, elmer_opts,
                                                                                 train, valid, state, summ)
     n, per_rank, valid_every, loss_fn = schedule(args, d, train, valid, arch, loss_fn, state, summ)
 
     batches = functools.partial(micro_batches, make, args.micro_batch)
-    # every validation example on some process, whatever their number (as when best.pt was chosen)
-    valid_batches = batches(valid_ids, valid_tgt, list(range(d.rank, len(valid_ids), d.world)))
+    valid_batches = batches(valid_ids, valid_tgt, range(d.rank, len(valid_ids), d.world))  # all, on any world size
 
     # -----------------------------------------------------------------------------
     # model and optimizer
