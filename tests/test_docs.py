@@ -190,16 +190,21 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
 
 def test_the_mask_sweep_reads_each_m0_from_the_plan(tmp_path, monkeypatch):
     """MLAE Figure 3's table: a row per m0 of the plan's sweep, by m0, each measured run with its
-    interval, the others marked not run."""
+    interval, the others marked not run; a run with further seeds has their mean said below."""
     from reproduce.plan import MASK_SWEEP
     from tools import figures, render_docs
     run = lambda r2, low, high: dict(pretraining="pre-mlae-a", pretraining_step=800, under=0.7,
                                      metrics=dict(rouge2=r2, rougeL=30.0), intervals=dict(rouge2=[low, high]))
-    d = dict(runs={"sum-mlae": run(12.5, 11.75, 13.25), "sum-mlae-m15": run(11.0, 10.0, 12.0)})
+    d = dict(runs={"sum-mlae": run(12.5, 11.75, 13.25), "sum-mlae-m15": run(11.0, 10.0, 12.0),
+                   "sum-mlae-s2": run(13.5, 12.5, 14.5)})
     (tmp_path / "results.json").write_text(json.dumps(d))
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
-    rows = render_docs.mask_sweep("results.json").splitlines()[2:]
-    assert len(rows) == len(MASK_SWEEP) and rows[0] == "| 0 | sum-mlae-none | not run | - | - |"
+    lines = render_docs.mask_sweep("results.json").splitlines()
+    rows = lines[2:2 + len(MASK_SWEEP)]
+    assert rows[0] == "| 0 | sum-mlae-none | not run | - | - |"
+    # a row is one seed; where a run has more, their mean (the scorecard's) is said beside it
+    assert lines[-1] == "sum-mlae: the row is its first seed; the mean of its 2 seeds, the scorecard's, is ROUGE-2 " \
+                        "13.00 and ROUGE-L 30.00."
     assert "| 0.15 | sum-mlae-m15 | 11.00 [10.00, 12.00] | 30.00 | pre-mlae-a step 800, 0.70 nats |" in rows
     assert rows.index("| 0.6 | sum-mlae | 12.50 [11.75, 13.25] | 30.00 | pre-mlae-a step 800, 0.70 nats |") == 4
 

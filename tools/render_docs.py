@@ -35,6 +35,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
 from tools import figures, records  # noqa: E402
 from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, step, sweep, targets  # noqa: E402
 from tools.figures import ROOT, _jsonl, _load  # noqa: E402
+from reproduce.plan import seeds_of  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- render: (\S+) (\S+) -->\n)(.*?)(<!-- /render -->)", re.S)
 
@@ -198,10 +199,18 @@ def scorecard(spec):
 
 
 def mask_sweep(path):
-    """reproduce's results.json: MLAE Figure 3's sweep, one row per initial mask ratio m0."""
+    """reproduce's results.json: MLAE Figure 3's sweep, one row per initial mask ratio m0, each the run
+    of that name (its first seed); for a run with further seeds, a line with their mean, the figure
+    the scorecard shows."""
     out = ["| m0 | run | ROUGE-2, 95% interval | ROUGE-L | pretraining, under the unigram entropy |",
            "|---|---|---|---|---|"]
+    runs, means = _load(path)["runs"], []
     for m, name, r in figures.mask_sweep_rows(path):
+        seeds = [runs[n]["metrics"] for n in seeds_of(name, runs) if n in runs]
+        if len(seeds) > 1:
+            means.append(f"{name}: the row is its first seed; the mean of its {len(seeds)} seeds, the scorecard's, is "
+                         + " and ".join(f"{k} {statistics.mean(x[key] for x in seeds):.2f}"
+                                        for k, key in (("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"))) + ".")
         if not r:
             out.append(f"| {m:g} | {name} | not run | - | - |")
             continue
@@ -209,7 +218,7 @@ def mask_sweep(path):
         spread = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
         out.append(f"| {m:g} | {name} | {r['metrics']['rouge2']:.2f}{spread} | {r['metrics']['rougeL']:.2f} | "
                    f"{r['pretraining']} step {r['pretraining_step']}, {_value(r['under'])} nats |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + ([""] + means if means else [])) + "\n"
 
 
 def _kind_of(run):
