@@ -329,7 +329,8 @@ def test_the_lr_grid_reads_each_runs_lr_and_chooses_the_lowest_validation_loss(t
 
 def test_a_sweep_and_a_step_say_which_backward_and_blocks_ran(tmp_path):
     """The sweep's table names each candidate's backward structure and marks the chosen by blocks and
-    structure together; a step run with ours-swept names the configurations each ours ran."""
+    structure together; a step run with ours-swept names the configurations each ours ran; a step's
+    ratio is ours' speed over each method."""
     from tools import render_bench
     cfg = [64, 64, 4, 3, 32, 128, 8, 3, 4, 3]
     rec = dict(D=64, layout="pmlm", config=cfg, fused_dq=False,
@@ -347,3 +348,10 @@ def test_a_sweep_and_a_step_say_which_backward_and_blocks_ran(tmp_path):
     head = render_bench.step(str(path)).splitlines()[0]
     assert "ours-swept ran the sweep's configurations D 64: (64, 64, 4, 3, 32, 128, 8, 3, 4, 3), dQ apart" in head
     assert "ours the plan's D 64: (64, 64, 4, 3, 32, 128, 8, 3, 4, 3), dQ fused" in head
+    # one direction, as in the attention tables: ours' speed over the row's method (its time over ours')
+    row = lambda method, ms, rounds: dict(method=method, step_ms=ms, round_ms=rounds, tokens_per_s=1, tflops=1.0)
+    step.update(rows=[row("sdpa-mask", 150.0, [140.0, 160.0]), row("ours", 100.0, [100.0, 100.0])])
+    path.write_text(json.dumps(step))
+    table = render_bench.step(str(path)).splitlines()
+    assert "| ours' speed over it |" in table[2]
+    assert "| 1.50x (rounds 1.40-1.60) |" in table[4] and "| 1.00x |" in table[5]
