@@ -303,6 +303,10 @@ def test_a_pretraining_table_reads_the_loss_train_py_judges_and_names_a_log_with
     assert render_docs.run_time("run.json::par-log.jsonl") == "`c` took 1 min 30 s (its own).\n"
     with pytest.raises(SystemExit, match="records no 'tests'"):
         render_docs.run_time("run.json::tests")
+    # a suite's time names the tree it timed and what that tree's suite held
+    suite = dict(command="t", seconds=30.0, commit="abc", passed=5, skipped=1)
+    (tmp_path / "run.json").write_text(json.dumps({"machine": "m", "tests": suite}))
+    assert render_docs.run_time("run.json::tests") == "`t` took 30 s (m), at abc (5 passed, 1 skipped).\n"
     (tmp_path / "bad-log.jsonl").write_text(json.dumps({"step": 100, "valid_other": 1.0, "unigram_entropy": 6.5}))
     with pytest.raises(SystemExit, match="bad-log.jsonl: its last held-out record has none of the losses"):
         render_docs.default_pretraining("bad-log.jsonl")

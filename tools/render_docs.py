@@ -97,7 +97,11 @@ def run_time(spec):
         r = json.load(f)
     if key not in r:
         raise SystemExit(f"error: {path} records no {key!r} (it has {', '.join(sorted(r))})")
-    return _took(r[key], r) + "\n"
+    part = r[key]
+    if "commit" not in part:
+        return _took(part, r) + "\n"
+    # the tree it timed, and what its suite held then: a later tree's suite may be longer
+    return _took(part, r)[:-1] + f", at {part['commit']} ({part['passed']} passed, {part['skipped']} skipped).\n"
 
 
 def default_pretraining(path):
