@@ -13,11 +13,11 @@ Mask-Predict (core/mask_predict.py). Classification puts a fresh linear layer on
 [EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). An encoder reads its source laid
 out as its pretraining laid out its text ([SOS] first for PMLM, MLM and MLAE; core/finetuning.py).
 
-The recipe follows the papers (UniLMv2 appendix D, MLAE Table 11): a peak learning rate chosen on
-validation from a grid up to pretraining's (results/cpu-finetune-lr), warmup then MLAE's inverse
-square root decay, label smoothing 0.1 (ELMER: none), and early stopping: the validation loss every
-half epoch, best.pt at its lowest, the run ends after --patience validations without a new lowest
-(or at --epochs, a maximum). docs/design.md says why each.
+The recipe, one for every paper (after UniLMv2 appendix D and MLAE Table 11, at another rate): a peak
+learning rate chosen on validation from a grid up to pretraining's (results/cpu-finetune-lr), warmup
+then MLAE's inverse square root decay, label smoothing 0.1 (ELMER: none), and early stopping: the
+validation loss every half epoch, best.pt at its lowest, the run ends after --patience validations
+without a new lowest (or at --epochs, a maximum). docs/design.md says why each.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
 """
 import argparse
