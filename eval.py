@@ -407,7 +407,8 @@ def main(argv=None):
     states = {path: checkpoint.load(path, kinds=("finetune/",)) for path in paths}
     sizes = [len(load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=lambda msg: None))
              for task in sorted({state["kind"].split("/")[1] for state in states.values()})]
-    if args.limit and args.limit >= max(sizes):  # no sample: the whole split, and its files named so
+    past = args.limit if args.limit and args.limit >= max(sizes) else None
+    if past:  # no sample: the whole split, and its files named so
         print(f"note: --limit {args.limit} is not under the {max(sizes)} examples there are: all of them are evaluated")
         args.limit = None
     check_settings(args, paths, states)
@@ -436,8 +437,10 @@ def main(argv=None):
     if not args.no_lead and any(r.get("task") == "classify" for r in rows):
         rows.append(majority_row(examples("classify", args).targets))
     data = f"{args.split} split" if args.data is None else args.data
-    print(f"\n{data}{f' (a sample of {args.limit}, seed 0)' if args.limit else ''}, {device.type} ({str(dtype)[6:]}), "
-          f"beam {args.beam}\n")
+    sample = f"a sample of {args.limit}, seed 0" if args.limit else f"all of them; --limit {past} is past them" \
+        if past else "all of them"
+    print(f"\n{data}: {min(max(sizes), args.limit or max(sizes))} examples ({sample}), {device.type} "
+          f"({str(dtype)[6:]}), beam {args.beam}\n")
     print(markdown(rows))
     return rows
 

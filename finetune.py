@@ -13,11 +13,11 @@ Mask-Predict (core/mask_predict.py). Classification puts a fresh linear layer on
 [EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). An encoder reads its source laid
 out as its pretraining laid out its text ([SOS] first for PMLM, MLM and MLAE; core/finetuning.py).
 
-The recipe follows the papers (UniLMv2 appendix D, MLAE Table 11): a peak learning rate chosen on
-validation from a grid up to pretraining's (results/cpu-finetune-lr), warmup then MLAE's inverse
-square root decay, label smoothing 0.1 (ELMER: none), and early stopping: the validation loss every
-half epoch, best.pt at its lowest, the run ends after --patience validations without a new lowest
-(or at --epochs, a maximum). docs/design.md says why each.
+The recipe, one for every paper (after UniLMv2 appendix D and MLAE Table 11, at another rate): a peak
+learning rate chosen on validation from a grid up to pretraining's (results/cpu-finetune-lr), warmup
+then MLAE's inverse square root decay, label smoothing 0.1 (ELMER: none), and early stopping: the
+validation loss every half epoch, best.pt at its lowest, the run ends after --patience validations
+without a new lowest (or at --epochs, a maximum). docs/design.md says why each.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
 """
 import argparse
@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import math
 import os
+import sys
 import time
 
 import torch
@@ -171,28 +172,36 @@ def main(argv=None):
         compute_cleanup()
 
 
-def scratch(args, d, train):
-    """What a pretrained checkpoint would provide, for --init none: a tokenizer, the preset's
-    config, and the token counts that start the output bias. The tokenizer is the one train.py
-    makes of the embedded corpus (so the ablation differs from a pretrained model in the weights
-    only), or, with --train-data, one trained on that file's texts."""
+def scratch(args):
+    """What a pretrained checkpoint would provide, for --init none, but the tokenizer (tokenizer_of,
+    trained once every flag is checked): the preset's config at the depths of the objective's model it
+    stands in for (T5 and CMLM from scratch compare with MLAE at equal depth, ELMER's 6L-6L at base)."""
+    cfg = OBJECTIVES[ARCHS[args.arch].scratch_as].shape(preset(args.model, vocab_size=args.vocab_size), args)
+    return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict())
+
+
+def tokenizer_of(args, d, train, source, cfg):
+    """(tokenizer, config) of the run: the source's, or for --init none one trained now, once every flag
+    is checked: the one train.py makes of the embedded corpus (so the ablation differs from a
+    pretrained model in the weights only), or, with --train-data, one of that file's texts, put in
+    `source` with the token counts that start the output bias."""
+    if "tokenizer" in source:
+        return Tokenizer.from_tensor(source["tokenizer"]), cfg
     if args.train_data is None:
         texts = pretraining_texts()[0]
     else:
         texts = train.sources + (train.targets if args.task == "summarize" else [])
     tok = corpus_tokenizer(texts, args.vocab_size, d)
-    cfg = preset(args.model, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
-    # the depths of the objective's model it stands in for: T5 and CMLM from scratch compare with MLAE at
-    # equal depth, ELMER's 6L-6L at base
-    cfg = OBJECTIVES[ARCHS[args.arch].scratch_as].shape(cfg, args)
-    counts = token_counts([i for ids in tok.encode(texts) for i in ids], tok.vocab_size)
-    return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict(), tokenizer=tok.to_tensor(), counts=counts)
+    source.update(tokenizer=tok.to_tensor(), counts=token_counts([i for ids in tok.encode(texts) for i in ids],
+                                                                 tok.vocab_size))
+    return tok, dataclasses.replace(cfg, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
 
 
-def splits(args, summ):
+def splits(args, d, summ):
     """(training split, validation split shuffled so that its head samples all of it) of the task."""
     fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
-    train = load_split(args.task, "train", args.train_data, *fields)
+    say = lambda msg: print0(d, msg, file=sys.stderr)  # rank 0's, with its other notes on stderr
+    train = load_split(args.task, "train", args.train_data, *fields, note=say)
     if not 0 < args.train_share <= 1:
         raise UserError(f"--train-share {args.train_share} must be in (0, 1]")
     if args.train_share < 1:
@@ -201,7 +210,7 @@ def splits(args, summ):
     if args.train_data and not args.valid_data:
         raise UserError("--train-data needs a --valid-data file too")
     check_nar_flags(args)
-    return train, load_split(args.task, "valid", valid_path, *fields).shuffled()
+    return train, load_split(args.task, "valid", valid_path, *fields, note=say).shuffled()
 
 
 def validation(args, d, model, arch, tok, valid, valid_batches, loss_fn, summ, done):
@@ -232,6 +241,9 @@ def schedule(args, d, train, valid, arch, loss_fn, state, summ):
     n = len(train)
     if args.batch % d.world or args.batch < d.world:
         raise UserError(f"--batch {args.batch} cannot be shared evenly by {d.world} processes")
+    if min(len(valid), args.valid_examples) < d.world:
+        raise UserError(f"{min(len(valid), args.valid_examples)} validation example(s) cannot give each of {d.world} "
+                        f"processes one")
     steps_per_epoch = math.ceil(n / args.batch)
     args.steps = max(1, round(args.epochs * steps_per_epoch))
     args.warmup = max(1, round(args.warmup_epochs * steps_per_epoch))
@@ -253,16 +265,15 @@ def source_of(args, d, train, state):
     if state is not None:
         return state, state.get("init_step")  # the pretraining step this run started from, kept across resumes
     if args.init == "none":
-        return scratch(args, d, train), None
+        return scratch(args), None
     source = checkpoint.load(args.init, kinds=("pretrain/",))
     return source, source.get("step")  # which checkpoint of its pretraining (reproduce/runner.py reads it)
 
 
 def architecture(args, source, state, summ, measure, threshold):
-    """(architecture, tokenizer, config, ELMER's options) of the run: the source's, turned into the
-    one it fine-tunes as (core/architectures.py), its lengths fitted to the positions it trained."""
+    """(architecture, config, ELMER's options) of the run: the source's, turned into the one it
+    fine-tunes as (core/architectures.py), its lengths fitted to the positions it trained."""
     arch = arch_of(source, args.init)
-    tok = Tokenizer.from_tensor(source["tokenizer"])
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
     pretrained_arch = arch
     if state is None:  # resuming, changed flags are refused against the run's own
@@ -287,7 +298,7 @@ def architecture(args, source, state, summ, measure, threshold):
     if args.max_src > cfg.max_positions or (ARCHS[arch].one_table and args.max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} "
                         "positions")
-    return arch, tok, cfg, elmer_opts
+    return arch, cfg, elmer_opts
 
 
 def task_data(args, d, arch, tok, cfg, elmer_opts, train, valid, state, summ):
@@ -364,16 +375,16 @@ def run(args, d):
     measure, threshold = exit_flags(args)  # checked before any work
     args, state, ckpt_path = start_or_resume(args, ("finetune/",), RESUMABLE, d)
     summ = args.task == "summarize"
-    train, valid = splits(args, summ)
+    train, valid = splits(args, d, summ)
     source, init_step = source_of(args, d, train, state)
-    arch, tok, cfg, elmer_opts = architecture(args, source, state, summ, measure, threshold)
+    arch, cfg, elmer_opts = architecture(args, source, state, summ, measure, threshold)  # every flag checked
+    tok, cfg = tokenizer_of(args, d, train, source, cfg)
     labels, make, loss_fn, (src_ids, tgt_ids), (valid_ids, valid_tgt) = task_data(args, d, arch, tok, cfg, elmer_opts,
                                                                                 train, valid, state, summ)
     n, per_rank, valid_every, loss_fn = schedule(args, d, train, valid, arch, loss_fn, state, summ)
 
     batches = functools.partial(micro_batches, make, args.micro_batch)
-    share = max(1, len(valid_ids) // d.world)
-    valid_batches = batches(valid_ids, valid_tgt, list(range(d.rank * share, (d.rank + 1) * share)))
+    valid_batches = batches(valid_ids, valid_tgt, range(d.rank, len(valid_ids), d.world))  # all, on any world size
 
     # -----------------------------------------------------------------------------
     # model and optimizer

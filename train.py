@@ -156,18 +156,27 @@ def tokenizer_and_data(args, d, obj, state):
     return tok, train, valid, entropy
 
 
-def model_and_optimizer(args, d, obj, tok, train, state, ckpt_path):
-    """(config, model, AdamW, the step to start from): fresh, the output bias at the training text's
-    unigram frequencies, or the checkpoint's when resuming."""
-    cfg = obj.shape(preset(args.model, vocab_size=tok.vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
-                           pad_id=tok.pad_id), args)
-    if state is not None:
-        cfg = dataclasses.replace(cfg, **state["model_config"])
+def model_config(args, obj, state, vocab_size, pad_id=0):
+    """The model's config: the preset at the objective's depths, or the checkpoint's when resuming."""
+    cfg = obj.shape(preset(args.model, vocab_size=vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
+                           pad_id=pad_id), args)
+    return cfg if state is None else dataclasses.replace(cfg, **state["model_config"])
+
+
+def check_room(args, obj, cfg):
+    """--seq-len and --dec-len against the model's positions (which no vocabulary changes): checked
+    before the tokenizer and the data, so that a bad flag is the first line, not one after work."""
     if args.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
     # stored in the checkpoint: fine-tuning and generation feed the decoder this many [MASK]s
     if "dec_len" in obj.flags:
         check_positions(f"--dec-len {args.dec_len}", args.dec_len, cfg.max_positions, "lower --dec-len")
+
+
+def model_and_optimizer(args, d, obj, tok, train, state, ckpt_path):
+    """(config, model, AdamW, the step to start from): fresh, the output bias at the training text's
+    unigram frequencies, or the checkpoint's when resuming."""
+    cfg = model_config(args, obj, state, tok.vocab_size, tok.pad_id)
     torch.manual_seed(args.seed)
     model = obj.model(cfg, args).to(d.device)
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
@@ -198,6 +207,7 @@ def run(args, d):
         raise UserError(f"--batch-tokens {args.batch_tokens} / --seq-len {args.seq_len} = {examples_per_step} "
                         f"examples per step, which {d.world} processes cannot share evenly")
     per_rank = examples_per_step // d.world
+    check_room(args, obj, model_config(args, obj, state, args.vocab_size))
 
     # -----------------------------------------------------------------------------
     # tokenizer and data, model and optimizer

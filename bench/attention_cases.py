@@ -4,6 +4,11 @@ The module docstring of bench_attention.py says what each is."""
 import contextlib
 import json
 import os
+import sys
+
+if __name__ == "__main__" and not __package__:  # a module the benchmarks import
+    sys.exit("error: bench/attention_cases.py is a module the benchmarks import, with nothing to run: "
+             "run one of them, as python -m bench.bench_step (--help)")
 
 import numpy as np
 import torch

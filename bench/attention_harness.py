@@ -17,7 +17,12 @@ and gives each layer its share of the step's setup: layer = call + (setup + redu
 The gradients asked are those of q, k, v, and of the relative bias table wherever the method has
 it as a trainable input (`bias_grad`), so no method skips work another does.
 """
+import sys
 from typing import Callable, NamedTuple, Optional
+
+if __name__ == "__main__" and not __package__:  # a module the benchmarks import
+    sys.exit("error: bench/attention_harness.py is a module the benchmarks import, with nothing to run: "
+             "run one of them, as python -m bench.bench_step (--help)")
 
 import torch
 

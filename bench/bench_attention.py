@@ -54,6 +54,9 @@ import os
 import sys
 import time
 
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m bench.bench_attention (--help)")
+
 import torch
 
 from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, backward_name, baseline_method,

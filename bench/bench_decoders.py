@@ -27,6 +27,9 @@ import json
 import sys
 import time
 
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m bench.bench_decoders (--help)")
+
 import numpy as np
 import torch
 

@@ -17,6 +17,9 @@ import statistics
 import sys
 import time
 
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m bench.bench_dtype (--help)")
+
 import torch
 
 from core.config import preset  # noqa: E402

@@ -32,7 +32,11 @@ Clock reads are preceded by a device synchronise.
 import argparse
 import os
 import statistics
+import sys
 import time
+
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m bench.bench_early_exit (--help)")
 
 import numpy as np
 import torch

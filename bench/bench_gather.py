@@ -17,9 +17,12 @@ Under a CPU the Triton kernels would run in the interpreter, whose timings mean 
 the torch side is timed there, and the script says so.
 """
 import argparse
+import sys
+
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m bench.bench_gather (--help)")
 
 import torch
-
 
 from bench.common import CUDA, DEV, bench  # noqa: E402
 

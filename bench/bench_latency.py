@@ -22,6 +22,9 @@ import os
 import statistics
 import sys
 
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m bench.bench_latency (--help)")
+
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 

@@ -22,11 +22,14 @@ against the (N, V) float32 logits' 4 N V bytes. Under a CPU the Triton kernel wo
 interpreter, whose timings mean nothing: only the torch chain is timed there (in float32).
 """
 import argparse
+import sys
 import time
+
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m bench.bench_offramp (--help)")
 
 import torch
 import torch.nn.functional as F
-
 
 from bench.common import CUDA, DEV, bench  # noqa: E402
 

@@ -36,6 +36,9 @@ import subprocess
 import sys
 import time
 
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m bench.bench_step (--help)")
+
 import torch
 
 from bench.common import write_json

@@ -1,7 +1,12 @@
 """What the benchmarks share: the device, and a timer that is fair on both kinds of device."""
 import os
 import statistics
+import sys
 import time
+
+if __name__ == "__main__" and not __package__:  # a module the benchmarks import
+    sys.exit("error: bench/common.py is a module the benchmarks import, with nothing to run: "
+             "run one of them, as python -m bench.bench_step (--help)")
 
 import torch
 

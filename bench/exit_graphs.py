@@ -2,7 +2,12 @@
 graphs against the loop of before, at batch 1 and the larger batches, with the time of each captured
 step; the rows and the targets its --json writes."""
 import statistics
+import sys
 import time
+
+if __name__ == "__main__" and not __package__:  # a module the benchmarks import
+    sys.exit("error: bench/exit_graphs.py is a module the benchmarks import, with nothing to run: "
+             "run one of them, as python -m bench.bench_step (--help)")
 
 import torch
 

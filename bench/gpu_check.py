@@ -40,6 +40,9 @@ import os
 import sys
 import time
 
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m bench.gpu_check (--help)")
+
 from bench.gpu_lease import (Report, environment, missing_here, pack_cache, print_wheels, timed_steps, use_cache,
                              wheel_commands)
 

@@ -8,6 +8,10 @@ import subprocess
 import sys
 import time
 
+if __name__ == "__main__" and not __package__:  # a module the benchmarks import
+    sys.exit("error: bench/gpu_lease.py is the module python -m bench.gpu_check imports, with nothing to run: "
+             "run that (--help)")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # module -> the distribution that provides it: what the code and the tests import beyond torch

@@ -11,6 +11,10 @@ import dataclasses
 import sys
 from types import SimpleNamespace
 
+if __name__ == "__main__" and not __package__:  # a module of gpu_check.py's profile, not a script
+    sys.exit("error: bench/profile_step.py is the step that `python -m bench.gpu_check --part profile` profiles, not a "
+             "script; to time a training step with each attention, run python -m bench.bench_step (--help)")
+
 import torch
 
 from core.config import preset
@@ -58,5 +62,5 @@ def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cud
 
 
 if __name__ == "__main__":  # a module of gpu_check.py's profile, with no flags of its own
-    sys.exit("error: bench/profile_step.py is the step that `bench/gpu_check.py --part profile` profiles, not a "
+    sys.exit("error: bench/profile_step.py is the step that `python -m bench.gpu_check --part profile` profiles, not a "
              "script; to time a training step with each attention, run python -m bench.bench_step (--help)")

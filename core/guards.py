@@ -219,13 +219,18 @@ def check_continues(start, steps, stop_after, path, longer):
 
 
 def best_on_disk(out, best):
-    """The lower of `best` and the validation loss recorded in OUT/best.pt, so that a resumed run
-    never replaces a better best.pt."""
+    """The validation loss a resumed run must beat to write over OUT/best.pt: the one best.pt
+    records, since that is what it holds (a better run's copied in, say), else the run's own
+    `best`. A best.pt that cannot be read is refused, never written over."""
     path = os.path.join(out, "best.pt")
     if not os.path.exists(path):
         return best
-    other = torch.load(path, map_location="cpu", weights_only=True).get("best_valid_loss")
-    return other if best is None or (other is not None and other < best) else best
+    try:
+        held = torch.load(path, map_location="cpu", weights_only=True).get("best_valid_loss")
+    except Exception as e:  # noqa: BLE001  (not a checkpoint: torch raises many kinds)
+        raise UserError(f"{path} cannot be read ({type(e).__name__}), so --resume cannot tell whether a "
+                        f"validation beats it: move it aside, or remove it") from None
+    return held if isinstance(held, (int, float)) and math.isfinite(held) else best
 
 
 # -----------------------------------------------------------------------------

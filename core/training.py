@@ -8,6 +8,7 @@ micro-batches: 2 processes x 2 micro-batches == 1 process x 4 micro-batches.
 """
 import argparse
 import contextlib
+import math
 import os
 import time
 
@@ -315,6 +316,9 @@ class EarlyStop:
         self.patience, self.best, self.since_best = patience, best, since_best
 
     def update(self, loss):
+        if not math.isfinite(loss):  # a NaN validation is never the lowest, and never the bar
+            self.since_best += 1
+            return False
         if self.best is None or loss < self.best:
             self.best, self.since_best = loss, 0
             return True

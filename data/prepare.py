@@ -4,7 +4,7 @@
     python data/prepare.py                       # reads /var/lib/apt/lists, writes data/debian.jsonl.xz
 
 Every Debian package has a one-line synopsis written by a person (the `summary`) and a long
-description of about 60 words (the `document`): an extreme-summarization data set in the manner
+description of about 55 words (the `document`): an extreme-summarization data set in the manner
 of XSum. Its Section (libs, python, games, ...) makes a classification task. The Packages list
 gives package -> (source, section, Description-md5); the Translation-en list gives
 Description-md5 -> (synopsis, long description); they are joined on Description-md5.

@@ -296,11 +296,21 @@ def eval_results(state, run_name, out):
     return rows
 
 
+def is_result(path):
+    """Whether a recorded result file holds a JSON object (not a file cut short, emptied or edited
+    into something else)."""
+    try:
+        with open(path) as f:
+            return isinstance(json.load(f), dict)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+
+
 def progress_of(run, argv, fields, out, state, resolved=None):
     """(fraction done in [0, 1], a last.pt to resume from or None). Train: the checkpoint's step
     against the budget's; finetune: its step against its steps and its epochs against the
     budget's, 0 when its pretraining has changed since (stale_reason, given `resolved`); eval: the
-    files recorded for this exact command, newer than the checkpoint. A fine-tuning and its
+    files recorded for this exact command, newer than the checkpoint, each a JSON result. A fine-tuning and its
     evaluation restored from an archive without their weights are done (reproduce/archive.py)."""
     if run.script == "finetune" and resolved is not None and stale_reason(run, resolved, out):
         return 0.0, None  # its pretraining changed since: run it again from that pretraining as it is
@@ -314,7 +324,12 @@ def progress_of(run, argv, fields, out, state, resolved=None):
             fresh = files and os.path.exists(ckpt) and all(
                 os.path.exists(f) and os.path.getmtime(f) >= os.path.getmtime(ckpt) for f in files)
         same = rec.get("command") and what_it_ran(rec["command"]) == what_it_ran(command(run, argv))
-        return (1.0 if fresh and same else 0.0), None
+        damaged = [f for f in files if not is_result(f)] if fresh and same else []
+        if damaged:  # a file that is no result is no evaluation done: it runs again (and writes it anew)
+            print(f"note: {damaged[0]}, recorded as {run.name}'s result, is not a JSON result: {run.name} is not done"
+                  + (" (restore the file from its archive: its checkpoint is gone)" if not os.path.exists(ckpt)
+                     else ", and runs again"), file=sys.stderr)
+        return (1.0 if fresh and same and not damaged else 0.0), None
     last = os.path.join(out, run.name, "last.pt")
     if not os.path.exists(last):  # a fine-tuning restored from an archive is done; a pretraining needs its weights
         return (1.0 if run.script == "finetune" and archived(state, run.name) else 0.0), None

@@ -151,31 +151,34 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
     paper Q's claims."""
     from tools import figures, render_docs
     d = dict(budget="cpu", steps=800, written="2026-11-27 05:00", environment="CPU",
-             pretraining={"pre-a": dict(under=1.29, held_out_loss=5.485, unigram_entropy=6.774)},
-             runs={"sum-a": dict(pretraining="pre-a"), "sum-b": dict(pretraining=None)},
+             pretraining={"pre-pmlm": dict(under=1.29, held_out_loss=5.485, unigram_entropy=6.774)},
+             runs={"sum-pmlm": dict(pretraining="pre-pmlm"), "sum-mlm": dict(pretraining=None),
+                   "sum-t5": dict(pretraining=None), "sum-roberta": dict(pretraining=None)},
              orderings=[dict(paper="P", claim="A > B", theirs="RG-L 36.08 > 31.15", metric="rougeL",
-                             chain="sum-a > sum-b", values={"sum-a": 27.5, "sum-b": 26.75},
-                             here="sum-a 27.50 > sum-b 26.75",
-                             pairs=[dict(a="sum-a", b="sum-b", op=">", difference=0.75, low=0.1, high=1.4, seeds=[3, 2],
-                                         verdict="holds")], verdict="holds"),
-                        dict(paper="P", claim="E >= F", theirs="y", metric="rougeL", chain="sum-e >= sum-f",
-                             values={"sum-e": 20.0, "sum-f": 21.0}, here="sum-f 21.00 > sum-e 20.00",
-                             pairs=[dict(a="sum-e", b="sum-f", op=">=", difference=-1.0, low=-2.5, high=0.5,
+                             chain="sum-pmlm > sum-mlm", values={"sum-pmlm": 27.5, "sum-mlm": 26.75},
+                             here="sum-pmlm 27.50 > sum-mlm 26.75",
+                             pairs=[dict(a="sum-pmlm", b="sum-mlm", op=">", difference=0.75, low=0.1, high=1.4,
+                                         seeds=[3, 2], verdict="holds")], verdict="holds"),
+                        dict(paper="P", claim="E >= F", theirs="y", metric="rougeL", chain="sum-t5 >= sum-roberta",
+                             values={"sum-t5": 20.0, "sum-roberta": 21.0}, here="sum-roberta 21.00 > sum-t5 20.00",
+                             pairs=[dict(a="sum-t5", b="sum-roberta", op=">=", difference=-1.0, low=-2.5, high=0.5,
                                          seeds=[2, 2],
                                          verdict="not resolved", detectable=2.14)], verdict="not resolved"),
-                        dict(paper="Q", claim="C > D", theirs="x", metric="rougeL", chain="sum-c > sum-d",
-                             values={"sum-c": None, "sum-d": None}, pairs=[], verdict="not measured (sum-c, sum-d)")])
+                        dict(paper="Q", claim="C > D", theirs="x", metric="rougeL",
+                             chain="sum-mlae > sum-t5-scratch", values={"sum-mlae": None, "sum-t5-scratch": None},
+                             pairs=[], verdict="not measured (sum-mlae, sum-t5-scratch)")])
     (tmp_path / "results.json").write_text(json.dumps(d))
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     monkeypatch.setattr(render_docs, "_load", lambda p: json.loads((tmp_path / p).read_text()))
     full = render_docs.scorecard("results.json")
-    assert "| P | A > B (rougeL, `sum-a > sum-b`) | RG-L 36.08 > 31.15 | sum-a 27.50 > sum-b 26.75 | " \
-           "sum-a - sum-b: +0.75 (3x2) [+0.10, +1.40], holds | holds |" in full
+    assert "| P | A > B (rougeL, `sum-pmlm > sum-mlm`) | RG-L 36.08 > 31.15 | sum-pmlm 27.50 > sum-mlm 26.75 | " \
+           "sum-pmlm - sum-mlm: +0.75 (3x2) [+0.10, +1.40], holds | holds |" in full
     # the measured order, whatever the claim's; a straddling pair with the effect it could have seen
-    assert "| sum-f 21.00 > sum-e 20.00 | sum-e - sum-f: -1.00 (2x2) [-2.50, +0.50], not resolved, detectable 2.14 | " \
-           "not resolved |" in full
-    assert "| Q | C > D (rougeL, `sum-c > sum-d`) | x | - | - | not measured (sum-c, sum-d) |" in full
-    assert "2 of 3 claims measured" in full and "pre-a 1.29 nats (5.485 against 6.774)" in full
+    assert "| sum-roberta 21.00 > sum-t5 20.00 | sum-t5 - sum-roberta: -1.00 (2x2) [-2.50, +0.50], not resolved, " \
+           "detectable 2.14 | not resolved |" in full
+    assert "| Q | C > D (rougeL, `sum-mlae > sum-t5-scratch`) | x | - | - | not measured (sum-mlae, sum-t5-scratch) " \
+           "|" in full
+    assert "2 of 3 claims measured" in full and "pre-pmlm 1.29 nats (5.485 against 6.774)" in full
     assert "C > D" not in render_docs.scorecard("results.json::measured")
     one = render_docs.scorecard("results.json::Q")
     assert "| Q | C > D" in one and "A > B" not in one and "0 of Q's 1 claims measured" in one
@@ -198,16 +201,21 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
 
 def test_the_mask_sweep_reads_each_m0_from_the_plan(tmp_path, monkeypatch):
     """MLAE Figure 3's table: a row per m0 of the plan's sweep, by m0, each measured run with its
-    interval, the others marked not run."""
+    interval, the others marked not run; a run with further seeds has their mean said below."""
     from reproduce.plan import MASK_SWEEP
     from tools import figures, render_docs
     run = lambda r2, low, high: dict(pretraining="pre-mlae-a", pretraining_step=800, under=0.7,
                                      metrics=dict(rouge2=r2, rougeL=30.0), intervals=dict(rouge2=[low, high]))
-    d = dict(runs={"sum-mlae": run(12.5, 11.75, 13.25), "sum-mlae-m15": run(11.0, 10.0, 12.0)})
+    d = dict(runs={"sum-mlae": run(12.5, 11.75, 13.25), "sum-mlae-m15": run(11.0, 10.0, 12.0),
+                   "sum-mlae-s2": run(13.5, 12.5, 14.5)})
     (tmp_path / "results.json").write_text(json.dumps(d))
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
-    rows = render_docs.mask_sweep("results.json").splitlines()[2:]
-    assert len(rows) == len(MASK_SWEEP) and rows[0] == "| 0 | sum-mlae-none | not run | - | - |"
+    lines = render_docs.mask_sweep("results.json").splitlines()
+    rows = lines[2:2 + len(MASK_SWEEP)]
+    assert rows[0] == "| 0 | sum-mlae-none | not run | - | - |"
+    # a row is one seed; where a run has more, their mean (the scorecard's) is said beside it
+    assert lines[-1] == "sum-mlae: the row is its first seed; the mean of its 2 seeds, the scorecard's, is ROUGE-2 " \
+                        "13.00 and ROUGE-L 30.00."
     assert "| 0.15 | sum-mlae-m15 | 11.00 [10.00, 12.00] | 30.00 | pre-mlae-a step 800, 0.70 nats |" in rows
     assert rows.index("| 0.6 | sum-mlae | 12.50 [11.75, 13.25] | 30.00 | pre-mlae-a step 800, 0.70 nats |") == 4
 
@@ -306,6 +314,10 @@ def test_a_pretraining_table_reads_the_loss_train_py_judges_and_names_a_log_with
     assert render_docs.run_time("run.json::par-log.jsonl") == "`c` took 1 min 30 s (its own).\n"
     with pytest.raises(SystemExit, match="records no 'tests'"):
         render_docs.run_time("run.json::tests")
+    # a suite's time names the tree it timed and what that tree's suite held
+    suite = dict(command="t", seconds=30.0, commit="abc", passed=5, skipped=1)
+    (tmp_path / "run.json").write_text(json.dumps({"machine": "m", "tests": suite}))
+    assert render_docs.run_time("run.json::tests") == "`t` took 30 s (m), at abc (5 passed, 1 skipped).\n"
     (tmp_path / "bad-log.jsonl").write_text(json.dumps({"step": 100, "valid_other": 1.0, "unigram_entropy": 6.5}))
     with pytest.raises(SystemExit, match="bad-log.jsonl: its last held-out record has none of the losses"):
         render_docs.default_pretraining("bad-log.jsonl")
@@ -332,7 +344,8 @@ def test_the_lr_grid_reads_each_runs_lr_and_chooses_the_lowest_validation_loss(t
 
 def test_a_sweep_and_a_step_say_which_backward_and_blocks_ran(tmp_path):
     """The sweep's table names each candidate's backward structure and marks the chosen by blocks and
-    structure together; a step run with ours-swept names the configurations each ours ran."""
+    structure together; a step run with ours-swept names the configurations each ours ran; a step's
+    ratio is ours' speed over each method."""
     from tools import render_bench
     cfg = [64, 64, 4, 3, 32, 128, 8, 3, 4, 3]
     rec = dict(D=64, layout="pmlm", config=cfg, fused_dq=False,
@@ -350,3 +363,10 @@ def test_a_sweep_and_a_step_say_which_backward_and_blocks_ran(tmp_path):
     head = render_bench.step(str(path)).splitlines()[0]
     assert "ours-swept ran the sweep's configurations D 64: (64, 64, 4, 3, 32, 128, 8, 3, 4, 3), dQ apart" in head
     assert "ours the plan's D 64: (64, 64, 4, 3, 32, 128, 8, 3, 4, 3), dQ fused" in head
+    # one direction, as in the attention tables: ours' speed over the row's method (its time over ours')
+    row = lambda method, ms, rounds: dict(method=method, step_ms=ms, round_ms=rounds, tokens_per_s=1, tflops=1.0)
+    step.update(rows=[row("sdpa-mask", 150.0, [140.0, 160.0]), row("ours", 100.0, [100.0, 100.0])])
+    path.write_text(json.dumps(step))
+    table = render_bench.step(str(path)).splitlines()
+    assert "| ours' speed over it |" in table[2]
+    assert "| 1.50x (rounds 1.40-1.60) |" in table[4] and "| 1.00x |" in table[5]

@@ -278,6 +278,46 @@ def test_a_run_resumed_past_its_patience_stops_where_a_longer_run_stops(pretrain
     assert "before this --resume" in capsys.readouterr().out
 
 
+def test_a_resumed_run_never_writes_a_worse_model_over_best_pt(pretrained, task_files, tmp_path, monkeypatch, capsys):
+    """best.pt holds the lowest validation loss across a --resume: the bar is what best.pt records (a
+    better run's best.pt copied in stays; a worse one is replaced by the next lower validation), a NaN
+    validation is never the lowest, and a best.pt that cannot be read is refused and left as it is."""
+    import finetune as ft_script
+    real, losses = ft_script.evaluate, iter([])
+
+    def fake(model, batches, loss_fn, d):
+        ev = real(model, batches, loss_fn, d)
+        return dict(ev, nll=next(losses) * ev["n"])
+    monkeypatch.setattr(ft_script, "evaluate", fake)
+    out = str(tmp_path / "ft")
+    best_pt = os.path.join(out, "best.pt")
+    flags = ["--init", pretrained["pmlm"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
+             "--out", out, "--rouge-examples", "0", "--valid-every", "0.25", "--patience", "0"] + FT[2:-4]
+
+    def run(epochs, values, resume=True):
+        nonlocal losses
+        losses = iter(values)
+        return finetune.main(flags + ["--epochs", epochs] + (["--resume"] if resume else []))
+
+    def record(loss):  # best.pt as another run's, recording `loss`
+        state = torch.load(best_pt, weights_only=True)
+        torch.save(dict(state, best_valid_loss=loss), best_pt)
+        return open(best_pt, "rb").read()
+
+    run("0.8", [2.0, 1.0, float("nan"), 1.5], resume=False)  # four validations
+    assert torch.load(best_pt, weights_only=True)["best_valid_loss"] == 1.0
+    better = record(0.8)
+    assert run("1.6", [0.9, 0.85, 0.95, 0.9]) == 0.8  # each below last.pt's 1.0, none below best.pt's 0.8
+    assert open(best_pt, "rb").read() == better
+    record(1.2)  # a worse best.pt: the next validation under 1.2 replaces it
+    run("2.4", [1.1, float("nan"), 1.15, 1.3])
+    assert torch.load(best_pt, weights_only=True)["best_valid_loss"] == 1.1
+    with open(best_pt, "wb") as f:
+        f.write(b"not a checkpoint")
+    fails_with(capsys, finetune.main, ["--out", out, "--resume", "--epochs", "3.2"], best_pt, "cannot be read")
+    assert open(best_pt, "rb").read() == b"not a checkpoint"
+
+
 # -----------------------------------------------------------------------------
 # --text: a typed document's output, the evaluation's for the same document
 

@@ -75,6 +75,23 @@ def test_no_sys_path_edit_outside_the_entry_points():
     assert not bad, bad
 
 
+def test_a_bench_file_run_as_a_file_says_how_to_run_it():
+    """`python bench/X.py --help` (its imports resolve only from the root, as a module) ends in one
+    `error:` line naming `python -m bench...`, never a ModuleNotFoundError."""
+    import subprocess
+    import sys
+    bad = []
+    for p in sorted(glob.glob(os.path.join(ROOT, "bench", "*.py"))):
+        if p.endswith("__init__.py"):
+            continue
+        r = subprocess.run([sys.executable, rel(p), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        if r.returncode == 0 or len(lines) != 1 or not lines[0].startswith("error: ") \
+                or "python -m bench." not in lines[0]:
+            bad.append(f"{rel(p)}: status {r.returncode}, {r.stderr.strip()[-300:]!r}")
+    assert not bad, "\n".join(bad)
+
+
 def test_files_and_functions_stay_small():
     big = [f"{rel(p)} ({n} lines)" for p in SOURCES if (n := len(open(p).read().splitlines())) > 450]
     long = []

@@ -264,9 +264,10 @@ def test_torchrun_bad_data_says_the_error_first(tmp_path):
 # eval.py's records say what was evaluated, where, and how
 
 def test_eval_records_what_it_evaluated(world, capsys):
-    """--limit at or past the data's size evaluates all of it, and neither the file names nor the
-    report call that a sample; the JSON names the device the latency was measured on, not 'auto';
-    a classifier's files carry no decoding settings."""
+    """--limit at or past the data's size evaluates all of it, the report's head gives the n evaluated
+    and says the limit was past it, and neither the file names nor the report call that a sample;
+    the JSON names the device the latency was measured on, not 'auto'; a classifier's files carry no
+    decoding settings."""
     import glob
     import json
     ck = os.path.join(world["ft"], "best.pt")
@@ -274,6 +275,7 @@ def test_eval_records_what_it_evaluated(world, capsys):
                           "--no-lead"])
     out = capsys.readouterr().out
     assert "all of them are evaluated" in out and "a sample of" not in out
+    assert "8 examples (all of them; --limit 100 is past them)" in out  # the n evaluated, in the report's head
     names = glob.glob(os.path.join(world["ft"], "eval-best-valid-*.json"))
     assert names and not any("sample" in n for n in names), names
     saved = json.load(open(names[0]))

@@ -108,6 +108,30 @@ def test_bad_flag(name, script, argv, needles, runs, capsys):
     fails(capsys, SCRIPTS[script], extra + argv.format(**runs).split(), needles, runs["root"])
 
 
+# a flag error found only against the model's positions, or --init none's flags: still the first line,
+# before the tokenizer is trained or the data read (under torchrun, rank 0 printed those first)
+S = "--init none --arch unilm --vocab-size 600 --train-data {train} --valid-data {valid} --out {root}/new"
+FIRST_LINE = [
+    ("train-seq-len-past-positions", "train", "--data {text} --seq-len 4096 --batch-tokens 8192 --out {root}/new",
+     ["--seq-len 4096", "256"]),
+    ("train-dec-len-past-positions", "train", "--data {text} --objective elmer --dec-len 100000 --out {root}/new",
+     ["--dec-len 100000"]),
+    ("ft-scratch-max-src-past-positions", "finetune", S + " --max-src 1000", ["--max-src 1000"]),
+    ("ft-scratch-exit-on-unilm", "finetune", S + " --exit soft", ["--exit"]),
+]
+
+
+@pytest.mark.parametrize("name,script,argv,needles", FIRST_LINE, ids=[c[0] for c in FIRST_LINE])
+def test_a_flag_error_comes_before_any_work(name, script, argv, needles, runs, capsys):
+    extra = TINY if script == "train" else FT
+    with pytest.raises(SystemExit) as e:
+        SCRIPTS[script](extra + argv.format(**runs).split())
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert all(n in err for n in needles), err
+    assert "tokenizer:" not in out and "data:" not in out, out
+
+
 def test_harmless_unused_flag_is_a_note(runs, tmp_path, capsys):
     """--max-tgt means nothing to classification: said in a note, and the run goes on."""
     finetune.main(["--init", os.path.join(runs["pmlm"], "last.pt"), "--task", "classify", "--train-data", runs["train"],

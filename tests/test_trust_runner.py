@@ -189,6 +189,23 @@ def test_reports_leave_out_damaged_files(tmp_path, capsys):
     assert "pre-pmlm" in text and "1 line(s) that are not a JSON record" in err and "is not a JSON result" in err
 
 
+def test_an_evaluation_whose_result_is_not_json_is_not_done(tmp_path, capsys):
+    """An eval run whose recorded file is newer than its checkpoint and of the same command, but holds
+    no JSON result (cut short, emptied, edited), is not counted done: one note names the file, and
+    the runner evaluates again; the same file holding a result is done."""
+    out = str(tmp_path / "r")
+    _, fields, resolved = resolved_for(out)
+    run, argv = plan.BY_NAME["eval-sum-pmlm"], resolved["eval-sum-pmlm"][0]
+    fake_ckpt(argv[0], step=3)
+    result = os.path.join(out, "sum-pmlm", "eval-best-test.json")
+    state = dict(runs={run.name: dict(files=[result], command=runstate.command(run, argv), status="done")})
+    for text, done in (("", 0.0), ("not json", 0.0), ("[1, 2]", 0.0), (json.dumps(dict(rougeL=30.0)), 1.0)):
+        open(result, "w").write(text)
+        assert runstate.progress_of(run, argv, fields, out, state) == (done, None), text
+        err = capsys.readouterr().err
+        assert (f"note: {result}, recorded as eval-sum-pmlm's result, is not a JSON result" in err) == (not done)
+
+
 def outputs(path, rows):
     with open(path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
@@ -213,15 +230,22 @@ def test_render_docs_refuses_damaged_and_unmatched_input(tmp_path, monkeypatch):
     (tmp_path / "cut.json").write_text('{"orderings": [')
     (tmp_path / "study.json").write_text('{"rows": []}')
     (tmp_path / "log.jsonl").write_text('{"step": 1, "loss": 3.0}\n')
-    (tmp_path / "r.json").write_text(json.dumps(dict(budget="cpu", steps=1, written="-", environment="-",
-                                                     pretraining={}, runs={}, orderings=[
-        dict(paper="MLAE", claim="x", metric="rougeL", chain="a > b", values={}, pairs=[], verdict="not measured")])))
+    ordering = dict(paper="MLAE", claim="x", metric="rougeL", chain="sum-mlae > sum-t5", values={}, pairs=[],
+                    verdict="not measured")
+    results = dict(budget="cpu", steps=1, written="-", environment="-", pretraining={}, runs={}, orderings=[ordering])
+    (tmp_path / "r.json").write_text(json.dumps(results))
+    # an ordering naming a run the plan does not have, and one measuring a run the file has no row of
+    for name, change in (("typo", dict(chain="sum-mlae > sum-t6")), ("rowless", dict(values={"sum-t5": 1.0}))):
+        (tmp_path / f"{name}.json").write_text(json.dumps(dict(results, orderings=[dict(ordering, **change)])))
     (tmp_path / "t.log").write_text("marker\n| a |\n")
     cases = [(lambda: figures._load("cut.json"), "not a readable JSON result file"),
              (lambda: render_docs.render_text("<!-- render: study study.json -->\nx\n<!-- /render -->", "d.md"),
               "cannot be drawn"),
              (lambda: figures.held_out("log.jsonl"), "no held-out record"),
              (lambda: render_docs.scorecard("r.json::ELMER"), "no claim of ELMER"),
+             (lambda: render_docs.scorecard("typo.json"), "names 'sum-t6', which is no run of the plan"),
+             (lambda: render_docs.scorecard("rowless.json"), "names 'sum-t5' as measured, but the file has no row"),
+             (lambda: figures._draw_scorecard(None, "typo.json"), "which is no run of the plan"),
              (lambda: render_docs.table("t.log::marker#0"), "#0 names no occurrence"),
              (lambda: render_docs.render_text("<!-- render: study study.json -->\nx\n", "d.md"), "without"),
              ]

@@ -10,6 +10,7 @@ import json
 import os
 
 from core.data import held_out_key
+from reproduce.plan import BY_NAME, MASK_SWEEP, parse_chain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -283,9 +284,27 @@ def plot_exits(folder, where):
 # -----------------------------------------------------------------------------
 # the papers' orderings: reproduce's results.json
 
+def orderings_of(d, path):
+    """results.json's orderings, each checked against the plan and the file: a chain names runs of
+    the plan, and a run given a value, seeds or a pair has its row in the file's runs; else one
+    `error:` line naming the ordering and the run."""
+    for o in d["orderings"]:
+        chain = parse_chain(o["chain"])[0]
+        measured = ([n for n, v in o.get("values", {}).items() if v is not None]
+                    + [s for seeds in o.get("seeds", {}).values() for s in seeds]
+                    + [n for p in o["pairs"] for n in (p["a"], p["b"])])
+        unplanned = [n for n in chain + list(o.get("values", {})) if n not in BY_NAME]
+        unrun = [n for n in measured if n not in d["runs"]]
+        if unplanned or unrun:
+            raise SystemExit(f"error: {path}: the ordering {o['chain']!r} names " + (
+                f"{unplanned[0]!r}, which is no run of the plan (reproduce/plan.py)" if unplanned else
+                f"{unrun[0]!r} as measured, but the file has no row of it under runs"))
+    return d["orderings"]
+
+
 def _draw_scorecard(plt, path):
     d = _load(path)
-    pairs = [(o, p) for o in d["orderings"] for p in o["pairs"] + o.get("controls", []) if "low" in p]
+    pairs = [(o, p) for o in orderings_of(d, path) for p in o["pairs"] + o.get("controls", []) if "low" in p]
     colors = {"holds": "C2", "not resolved": "0.5", "reversed": "C3"}
     fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.42 * max(len(pairs), 1)))
     for i, (o, p) in enumerate(pairs):
@@ -316,7 +335,6 @@ def plot_scorecard(path, where):
 
 def mask_sweep_rows(path):
     """(m0, run, its results.json row or None) for each run of MLAE Figure 3's sweep, by m0."""
-    from reproduce.plan import MASK_SWEEP
     runs = _load(path)["runs"]
     return [(m, name, runs.get(name)) for name, m in sorted(MASK_SWEEP.items(), key=lambda kv: kv[1])]
 

@@ -222,9 +222,9 @@ def _configs(saved):
 
 
 def step(path):
-    """bench/bench_step.py --json: each method's training step, its tokens/s and MFU, its ratio to
-    SDPA with the dense mask (with the lowest and highest of the rounds' ratios where the file has
-    rounds), its host syncs and the attention kernels that ran."""
+    """bench/bench_step.py --json: each method's training step, its tokens/s and MFU, ours' speed over
+    it (its time over ours', as the attention tables give it; with the lowest and highest of the
+    rounds' ratios where the file has rounds), its host syncs and the attention kernels that ran."""
     d = _load(path)
     rounds = f", {d['timed_steps']} timed steps in {d['rounds']} rounds" if "rounds" in d else ""
     if "dense_flops_per_step" in d:
@@ -239,16 +239,16 @@ def step(path):
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, commit {d['commit']}, {d['date']}: "
            f"`{d['model']}` {d['objective']} step, {d['tokens_per_step']:,} input tokens, "
            f"{d['flops_per_step'] / 1e12:.2f} TFLOP a step ({d['flop_count']}){rounds}; `{d['command']}`.", "",
-           "| method | ms a step | each round, ms | tokens/s | TFLOP/s | MFU | / sdpa-mask | host syncs "
+           "| method | ms a step | each round, ms | tokens/s | TFLOP/s | MFU | ours' speed over it | host syncs "
            "| attention kernels |",
            "|---|---|---|---|---|---|---|---|---|"]
-    base = next((r.get("round_ms") for r in d["rows"] if r["method"] == "sdpa-mask"), None)
+    ours = next((r for r in d["rows"] if r["method"] == "ours"), None)
     for r in d["rows"]:
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
-        vs = f"{r['vs_sdpa_mask']:.2f}x" if r.get("vs_sdpa_mask") else "-"
-        if base and r.get("round_ms") and r["method"] != "sdpa-mask":
+        vs = f"{r['step_ms'] / ours['step_ms']:.2f}x" if ours else "-"
+        if ours and ours.get("round_ms") and r.get("round_ms") and r is not ours:
             # the rounds interleave the methods, so each round's ratio pairs steps run side by side
-            each_ratio = [b / t for b, t in zip(base, r["round_ms"])]
+            each_ratio = [t / o for t, o in zip(r["round_ms"], ours["round_ms"])]
             vs += f" (rounds {min(each_ratio):.2f}-{max(each_ratio):.2f})"
         each = ", ".join(f"{t:.1f}" for t in r.get("round_ms", [])) or "-"
         out.append(f"| {r['method']} | {r['step_ms']:.1f} | {each} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} "

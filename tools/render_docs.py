@@ -38,6 +38,7 @@ from reproduce.claims import pair_text, verdict_text  # noqa: E402
 from tools import figures, layouts, records  # noqa: E402
 from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, step, sweep, targets  # noqa: E402
 from tools.figures import ROOT, _jsonl, _load  # noqa: E402
+from reproduce.plan import seeds_of  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- render: (\S+) (\S+) -->\n)(.*?)(<!-- /render -->)", re.S)
 
@@ -99,7 +100,11 @@ def run_time(spec):
         r = json.load(f)
     if key not in r:
         raise SystemExit(f"error: {path} records no {key!r} (it has {', '.join(sorted(r))})")
-    return _took(r[key], r) + "\n"
+    part = r[key]
+    if "commit" not in part:
+        return _took(part, r) + "\n"
+    # the tree it timed, and what its suite held then: a later tree's suite may be longer
+    return _took(part, r)[:-1] + f", at {part['commit']} ({part['passed']} passed, {part['skipped']} skipped).\n"
 
 
 def default_pretraining(path):
@@ -168,7 +173,8 @@ def scorecard(spec):
     runs, pre = d["runs"], d["pretraining"]
     filters = [f for f in only.split(",") if f]
     papers = [f for f in filters if f != "measured"]
-    orderings = [o for o in d["orderings"] if (not papers or any(o["paper"].startswith(p) for p in papers))]
+    orderings = [o for o in figures.orderings_of(d, path)
+                 if not papers or any(o["paper"].startswith(p) for p in papers)]
     if papers and not orderings:
         raise SystemExit(f"error: {spec}: no claim of {', '.join(papers)} in {path} (its papers: "
                          f"{', '.join(sorted({o['paper'].split()[0] for o in d['orderings']}))})")
@@ -197,10 +203,18 @@ def scorecard(spec):
 
 
 def mask_sweep(path):
-    """reproduce's results.json: MLAE Figure 3's sweep, one row per initial mask ratio m0."""
+    """reproduce's results.json: MLAE Figure 3's sweep, one row per initial mask ratio m0, each the run
+    of that name (its first seed); for a run with further seeds, a line with their mean, the figure
+    the scorecard shows."""
     out = ["| m0 | run | ROUGE-2, 95% interval | ROUGE-L | pretraining, under the unigram entropy |",
            "|---|---|---|---|---|"]
+    runs, means = _load(path)["runs"], []
     for m, name, r in figures.mask_sweep_rows(path):
+        seeds = [runs[n]["metrics"] for n in seeds_of(name, runs) if n in runs]
+        if len(seeds) > 1:
+            means.append(f"{name}: the row is its first seed; the mean of its {len(seeds)} seeds, the scorecard's, is "
+                         + " and ".join(f"{k} {statistics.mean(x[key] for x in seeds):.2f}"
+                                        for k, key in (("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"))) + ".")
         if not r:
             out.append(f"| {m:g} | {name} | not run | - | - |")
             continue
@@ -208,7 +222,7 @@ def mask_sweep(path):
         spread = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
         out.append(f"| {m:g} | {name} | {r['metrics']['rouge2']:.2f}{spread} | {r['metrics']['rougeL']:.2f} | "
                    f"{r['pretraining']} step {r['pretraining_step']}, {_value(r['under'])} nats |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + ([""] + means if means else [])) + "\n"
 
 
 def _kind_of(run):

@@ -1,38 +1,46 @@
 """Every number typed by hand in the prose of the README, docs/, bench/RESULTS.md and CHANGELOG.md,
-checked against where it comes from.
+held to the one place it comes from.
 
-    python -m tools.typed_numbers      # list each typed number and its source; exit 1 on one without
+    python -m tools.typed_numbers      # each typed number and its source; exit 1 on one without
 
-A typed number is a decimal, a percentage or a ratio ("0.22", "15%", "1.94x") outside render blocks,
-code, links and comments; section and table numbers ("section 4.1") are not. It is accepted when
-it agrees, as printed or as a rounding of a value, with a file its section cites (the result file of
-a render block under the same heading, or any file beside it), or when SOURCES names its source: a
-file it must agree with, a paper's setting (Paper), a formula (a function returning the value), or a
-tuple of those, any of which backs it.
+A typed number is any numeral outside render blocks, code (a fenced block with a language, or a
+span), links and comments, so in a plain fenced block's diagram or file tree too: an integer
+(62,588), a decimal, a percentage, a ratio (1.94x), a scaled count (5.4M, 64k), an exponent (1e-3),
+a version (2.13.0). Names and pointers are not numbers: section, table, figure, algorithm, equation
+and call numbers ("Table 10", "call 2"), dates, a list's "1.", commit hashes, and digits inside a
+word (bf16, H200, 6L-6L, sm_90a).
+
+Each one is pinned in tools/typed_sources.py under its document, by the number as typed (with a few
+words of its line where one document types it with two meanings): a named field of a named file
+(Field: a key path in a JSON file, or the line of a text file that holds a marker, or either at an
+earlier commit), a paper's place (Paper), a formula, or, for 0 and 1 only, a word (Word: "at batch
+1"). A number that no pin backs fails, and so does a pin no longer typed: editing a number means
+editing its pin. Numbers inside render blocks are drawn from their files by tools/render_docs.py.
 docs/LOG.md is the dated record: its numbers stand as they were recorded and are not checked here.
 """
 import glob
-import lzma
-import json
-import math
 import os
 import re
 import sys
 
+if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
+    sys.exit("error: run it from the repository root as a module: python -m tools.typed_numbers")
+
+from tools.source_kinds import PAPERS, Field, Paper, Word, agrees, agrees_with_value, field_values  # noqa: E402
+from tools.typed_sources import SOURCES  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = re.compile(r"<!-- render: (\S+) (\S+) -->\n.*?<!-- /render -->", re.S)
-NUMBER = re.compile(r"(?<![\w.\-/#])[-+−]?\d[\d,]*\.\d+(?:e-?\d+)?(?:%|x\b)?"
-                    r"|(?<![\w.\-/#])\d+(?:\.\d+)?x\b|(?<![\w.\-/#])\d[\d,]*%")
-SECTION_REF = re.compile(r"\b(?:[Ss]ections?|Tables?|Figures?|§)\s+\d+(?:\.\d+)*"
-                         r"(?:(?:,\s*|\s+and\s+|-)\d+(?:\.\d+)*)*")
-HIDDEN = ((re.compile(r"```.*?```", re.S)), re.compile(r"`[^`\n]*`"), re.compile(r"\]\([^)]*\)"),
-          re.compile(r"<!--(?! render| /render).*?-->", re.S), SECTION_REF, BLOCK)
-IN_FILE = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
-PAPERS = ("UniLMv2", "MLAE", "ELMER", "BERT", "RoBERTa", "T5", "Wu et al.", "CMLM", "FlashAttention")
-
-
-class Paper(str):
-    """A setting a paper states, named by paper and place: Paper("UniLMv2 4.1")."""
+# a numeral not inside a word: a version, or digits with thousands commas, a decimal part, an
+# exponent, and a unit of its own (%, x, k, M, G); the second of a range ("3.5-3.8") too
+NUMBER = re.compile(r"(?:(?<![\w.\-/#=])|(?<=\d-))[-−]?(?:\d+\.\d+\.\d+|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+                    r"(?:e-?\d+)?)(?:%|x(?![\w])|[kMG](?![\w]))?(?![\w]|\.\d)")
+POINTERS = re.compile(r"\b(?:[Ss]ections?|Tables?|Figures?|Fig\.|Algorithms?|Equations?|Eq\.|[Aa]ppendix|[Cc]alls?|§)"
+                      r"\s+\d+(?:\.\d+)*(?:(?:,\s*|\s+and\s+|-)\d+(?:\.\d+)*)*")
+DATE = re.compile(r"\b\d{4}-\d\d-\d\d(?:\s+(?:to|and)\s+\d\d?\b)?")
+HIDDEN = (re.compile(r"```[^`\n]+\n.*?```", re.S), re.compile(r"`[^`\n]+(?:\n[^`\n]+)?`"), re.compile(r"\]\([^)]*\)"),
+          re.compile(r"<!--(?! render| /render).*?-->", re.S), BLOCK, POINTERS, DATE,
+          re.compile(r"^\s*\d+\.\s", re.M))  # a numbered list's item
 
 
 def files():
@@ -48,172 +56,76 @@ def _blank(m):
 
 
 def typed(text):
-    """[(line number, number as typed)] of a document's prose."""
+    """[(line number, number as typed, (its line as checked, start, end))] of a document's prose."""
     for pattern in HIDDEN:
         text = pattern.sub(_blank, text)
-    return [(i, m.group(0)) for i, line in enumerate(text.split("\n"), 1) for m in NUMBER.finditer(line)]
+    return [(i, m.group(0), (line, m.start(), m.end()))
+            for i, line in enumerate(text.split("\n"), 1) for m in NUMBER.finditer(line)]
 
 
-def cited(text):
-    """[(first line, last line, files)] per heading: the result files its render blocks name and
-    every file beside them."""
-    lines = text.split("\n")
-    heads = [1] + [i for i, line in enumerate(lines, 1) if line.startswith("#")] + [len(lines) + 1]
-    out = []
-    for a, b in zip(heads, heads[1:]):
-        paths = {m.group(2).split("::")[0] for m in BLOCK.finditer("\n".join(lines[a - 1:b - 1]))}
-        near = {os.path.relpath(f, ROOT) for p in paths
-                for f in glob.glob(os.path.join(ROOT, os.path.dirname(p), "**", "*"), recursive=True)
-                if os.path.isfile(f)}
-        out.append((a, b - 1, sorted(paths | near)))
-    return out
-
-
-def parse(number):
-    """'1,600' / '15%' / '1.94x' / '−0.26' -> (value, is a percentage, decimals as printed)."""
-    s = number.replace("−", "-").replace(",", "")
-    pct = s.endswith("%")
-    body = s.rstrip("%x")
-    decimals = len(body.split(".")[1]) if "." in body and "e" not in body else 0
-    return float(body), pct, decimals
-
-
-def agrees_with_value(number, value):
-    v, pct, decimals = parse(number)
-    return any(round(abs(c), decimals) == abs(v) for c in ((value, value * 100) if pct else (value,)))
-
-
-_numbers_of = {}
-
-
-def agrees_with_file(number, path):
-    """Whether `number` is printed in the file (in a folder: in one of its files' names), or is a
-    rounding of a number in it."""
-    full = os.path.join(ROOT, path)
-    if os.path.isdir(full):
-        return any(number in name for name in os.listdir(full))
-    if path not in _numbers_of:
-        with open(os.path.join(ROOT, path), errors="replace") as f:
-            text = f.read()
-        _numbers_of[path] = (text, [float(x) for x in IN_FILE.findall(text) if len(x) < 30])
-    text, values = _numbers_of[path]
-    if number.replace("−", "-") in text:
-        return True
-    return "e" not in number and any(agrees_with_value(number, w) for w in values)
-
-
-# formulas behind typed numbers
-
-
-def entropy_floor(eps, V):
-    """The lowest entropy label smoothing eps over V classes leaves an off-ramp (docs/elmer.md)."""
-    top, rest = 1 - eps + eps / V, eps / V
-    return -top * math.log(top) - (V - 1) * rest * math.log(rest)
-
-
-def entropy_exit_cost(layers, T=32, S=128):
-    """Multiply-adds of an ELMER decoder projecting every token at every layer, over one projecting
-    once at the top (core/exit_decode.decoder_macs; `small`, V 8000)."""
-    from core.config import PRESETS, ModelConfig
-    from core.exit_decode import decoder_macs
-    cfg = ModelConfig(**PRESETS["small"], vocab_size=8000)
-    every = dict(queries=[T] * layers, ramp=[T] * layers, measure=[0] * layers)
-    top = dict(queries=[T] * layers, ramp=[0] * (layers - 1) + [T], measure=[0] * layers)
-    return decoder_macs(cfg, T, S, every) / decoder_macs(cfg, T, S, top)
-
-
-def summary_words():
-    """Mean words of the corpus' summaries (data/prepare.py prints it)."""
-    with lzma.open(os.path.join(ROOT, "data", "debian.jsonl.xz"), "rt", encoding="utf-8") as f:
-        n = [len(json.loads(line)["summary"].split()) for line in f]
-    return sum(n) / len(n)
-
-
-LOG = "docs/LOG.md"
-LR_GRID = "results/cpu-finetune-lr/RUN.md"
-COMPILE_TEST = "tests/test_compile.py"
-def warmup_share():
-    """--warmup-frac's default before --warmup-epochs: the same warmup, as a share of the default epochs."""
-    with open(os.path.join(ROOT, "results", "defaults.json")) as f:
-        d = json.load(f)["defaults"]
-    return d["finetune.py --warmup-epochs"] / d["finetune.py --epochs"]
-
-
-SOURCES = {
-    "README.md": {},
-    "CHANGELOG.md": {
-        "1.5e-4": LR_GRID, "0.05": warmup_share, "0.1": "results/defaults.json", "0.5": "finetune.py",
-        "3%": LOG, "3.6": "results/h200-2026-11-26/RUN.md", "80%": Paper("UniLMv2 4.1"),
-        "10%": Paper("UniLMv2 4.1"), "4.1": Paper("UniLMv2 4.1"), "90%": "train.py",
-        "2.03x": "results/studies/dtype.json",
-    },
-    "bench/RESULTS.md": {"2.02x": "results/h200-2026-11-27/RUN.md", "2.37x": "results/h200-2026-11-27/RUN.md"},
-    "docs/design.md": {
-        "80%": Paper("UniLMv2 4.1"), "10%": Paper("UniLMv2 4.1"), "4.6": Paper("UniLMv2 4.6"), "90%": "train.py",
-        "0.1": ("core/pmlm.py", Paper("UniLMv2 Table 10: dropout")), "1.5e-4": LR_GRID,
-        "0.6": Paper("Wu et al. 2016, UniLMv2 Table 10"),
-        "6.6": summary_words, "0.02": Paper("BERT's initializer"), "0.8": lambda: 331 / 400,
-        "13%": lambda: (331 / 400) / (75 / 12), "1%": LOG,
-    },
-    "docs/elmer.md": {
-        "1.22": lambda: entropy_floor(0.1, 8000), "0.77": lambda: entropy_floor(0.1, 97), "0.1": "finetune.py",
-        "0.5": Paper("ELMER Figure 2: delta 0.5"), "1.94x": lambda: entropy_exit_cost(6),
-        "1.77x": lambda: entropy_exit_cost(4),
-    },
-    "docs/kernels.md": {
-        "1.15x": COMPILE_TEST, "1.35x": COMPILE_TEST, "1.4x": COMPILE_TEST, "2.0x": COMPILE_TEST, "2.2x": COMPILE_TEST,
-        "3.9": "results/aot", "3.6": "results/h200-2026-11-27/RUN.md",
-    },
-    "docs/mlae.md": {
-        "15%": Paper("MLAE 3.1"),
-    },
-    "docs/reproducing.md": {
-        "0.9": "reproduce/plan.py", "0.5": "reproduce/report.py", "95%": "reproduce/significance.py",
-        "80%": "reproduce/significance.py", "0.1": "reproduce/plan.py", "1.96": "reproduce/significance.py",
-        "2.8": "reproduce/significance.py",
-    },
-    "docs/unilmv2.md": {
-        "15%": Paper("UniLMv2 Algorithm 1"), "0.4": Paper("UniLMv2 Algorithm 1"), "80%": Paper("UniLMv2 4.1"),
-        "10%": Paper("UniLMv2 4.1"), "0.1": Paper("UniLMv2 Table 10"), "0.6": Paper("UniLMv2 Table 10"),
-        "16x": "core/model.py",
-    },
-}
+def pin_of(number, where, pins):
+    """The pin of one typed number: the first "NUMBER @ words" whose words, which hold the number,
+    are on its line around it; else the plain "NUMBER". (key, source) or (None, None)."""
+    line, start, end = where
+    for key, source in pins.items():
+        n, _, words = key.partition(" @ ")
+        if n != number or not words:
+            continue
+        at = words.find(number)
+        if at < 0:
+            raise SystemExit(f"error: tools/typed_sources.py: the words of {key!r} do not hold its number")
+        if line[start - at:start - at + len(words)] == words:
+            return key, source
+    return (number, pins[number]) if number in pins else (None, None)
 
 
 def check_source(number, source):
     """'' when the source backs the number, else why not."""
-    if isinstance(source, tuple):  # any of them
+    if isinstance(source, tuple) and not isinstance(source, Field):  # any of them
         whys = [check_source(number, s) for s in source]
         return "" if "" in whys else "; ".join(whys)
     if isinstance(source, Paper):
-        return "" if source.startswith(PAPERS) else f"Paper({source!r}) names no paper of {PAPERS}"
+        if not source.startswith(PAPERS):
+            return f"Paper({source!r}) names no paper of {PAPERS}"
+        return "" if re.search(r"\d|appendix", source) else f"Paper({source!r}) names no place in it"
+    if isinstance(source, Word):
+        return "" if number in ("0", "1") else f"Word({source!r}) stands for 0 or 1 only, not {number}"
     if callable(source):
-        value = source()
+        try:
+            value = source()
+        except (OSError, ValueError, KeyError, IndexError, StopIteration) as e:
+            return f"its formula cannot be computed ({type(e).__name__}: {e})"
         return "" if agrees_with_value(number, value) else f"its formula gives {value:.6g}"
-    if not os.path.exists(os.path.join(ROOT, source)):
-        return f"its source {source} does not exist"
-    return "" if agrees_with_file(number, source) else f"it is not in its source {source}"
+    values, why = field_values(source)
+    if why:
+        return why
+    return "" if any(agrees(number, v) for v in values) else \
+        f"it is not {source.path} {source.key!r}" + (f" at {source.at}" if source.at else "") + \
+        f" ({', '.join(str(v) for v in values[:6])})"
 
 
-def problems():
-    """[(file, line, number, why)] of every typed number its source does not back, and of every
-    SOURCES entry no longer typed in its file."""
+def problems(texts=None):
+    """[(file, line, number, why)] of every typed number no pin backs, and of every pin no longer
+    typed. `texts` maps a document to a text to check in place of the file's."""
     bad = []
     for doc in files():
-        with open(os.path.join(ROOT, doc)) as f:
-            text = f.read()
-        sections, named, seen = cited(text), SOURCES.get(doc, {}), set()
-        for line, number in typed(text):
-            seen.add(number)
-            if number in named:
-                why = check_source(number, named[number])
-            else:
-                near = next(paths for a, b, paths in sections if a <= line <= b)
-                why = "" if any(agrees_with_file(number, p) for p in near) else \
-                    "no result file its section cites holds it, and SOURCES names no source"
+        if texts and doc in texts:
+            text = texts[doc]
+        else:
+            with open(os.path.join(ROOT, doc)) as f:
+                text = f.read()
+        pins, used = SOURCES.get(doc, {}), set()
+        for line, number, where in typed(text):
+            key, source = pin_of(number, where, pins)
+            if key is None:
+                bad.append((doc, line, number, "no source is named for it in tools/typed_sources.py"))
+                continue
+            used.add(key)
+            why = check_source(number, source)
             if why:
                 bad.append((doc, line, number, why))
-        bad += [(doc, 0, n, "listed in SOURCES but no longer typed there") for n in named if n not in seen]
+        bad += [(doc, 0, key, "pinned in tools/typed_sources.py but no longer typed there") for key in pins
+                if key not in used]
     return bad
 
 
