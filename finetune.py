@@ -38,13 +38,12 @@ from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.guards import HelpFormatter, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
 from core.architectures import ARCHS, arch_of, build_model, seq2seq_arch, seq2seq_ops
-from core.finetune_flags import check_nar_flags, unused_flags
+from core.finetune_flags import add_elmer_flags, add_nar_flags, check_nar_flags, unused_flags
 from core.finetuning import elmer_options, scheduled_loss
 from core.generation import rouge, summarize
 from core.positions import DEFAULT_MAX_SRC, fit_lengths, positions_of
-from core.exit_measures import MEASURES, exit_flags
+from core.exit_measures import exit_flags
 from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
-from core.nar import CROSS_ANCHORS
 from core.model import count_parameters
 from core.objectives import OBJECTIVES
 from core.optim import LR_SCHEDULES, make_optimizer
@@ -57,41 +56,6 @@ from core.training import (EarlyStop, add_run_flags, attention_choice, autocast,
 RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype", "patience",
              "attention")
 FINETUNE_LR = 1e-3  # the lowest validation loss of a grid up to pretraining's rate (docs/design.md)
-
-
-def add_elmer_flags(p):
-    """The flags of an ELMER fine-tuning: its exit, its measure and threshold, its decoder's length."""
-    p.add_argument("--exit", default="hard", choices=["hard", "soft"],
-                   help="elmer: hard or soft early exit (ELMER 4.3)")
-    p.add_argument("--exit-measure", default=None, choices=MEASURES,
-                   help="elmer: what decides a token's exit at inference: the off-ramp entropy (the paper, "
-                        "a vocabulary projection per layer), or O(d) measures: the cosine of h^l and h^(l-1) "
-                        "(state), a learnt linear exit classifier (classifier; always trained). Default entropy")
-    p.add_argument("--exit-threshold", type=float, default=None,
-                   help="elmer: the measure's threshold (entropy: exit below it, default 0.5; state: cosine "
-                        "above it, default 0.99; classifier: probability above it, default 0.9)")
-    p.add_argument("--exit-entropy", type=float, default=None,
-                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X")
-    p.add_argument("--exit-train", default="hard", choices=["hard", "all"],
-                   help="elmer, hard exit: tokens leave during fine-tuning once their off-ramp entropy is under "
-                        "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
-    p.add_argument("--dec-len", type=int, default=None,
-                   help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
-
-
-def add_nar_flags(p):
-    """The flags of a NAR fine-tuning (CMLM) and its Mask-Predict decoding."""
-    p.add_argument("--nar", action="store_true",
-                   help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
-    p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
-    p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations")
-    p.add_argument("--cross-anchor", default="none", choices=CROSS_ANCHORS,
-                   help="--nar: the cross-attention's position bias that MLAE (b) and T5-NAR pretrain: dropped "
-                        "(none), or kept with target token i of T at (i + 1/2)/T of the source (proportional; "
-                        "a fresh table where the checkpoint has none)")
-    p.add_argument("--adaptive-stop", action="store_true",
-                   help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
-                        "default: all --iterations, as published")
 
 
 def get_args(argv=None):

@@ -1,8 +1,11 @@
-"""Which of finetune.py's flags a fine-tuning run uses: guards.refuse_unused's table (a flag given
-where it has no effect is refused, not silently dropped), and the checks of the flags that shape a
-model from scratch or its decoding. tests/test_trust.py walks finetune.py's parser against them."""
+"""finetune.py's flags of ELMER's and of NAR fine-tuning, and which of its flags a fine-tuning run
+uses: guards.refuse_unused's table (a flag given where it has no effect is refused, not silently
+dropped), and the checks of the flags that shape a model from scratch or its decoding.
+tests/test_trust.py walks finetune.py's parser against them."""
 from .architectures import ARCHS
 from .errors import UserError
+from .exit_measures import MEASURES
+from .nar import CROSS_ANCHORS
 
 # the flags every run uses; every other flag enters unused_flags' table (or CHECKED_ELSEWHERE's
 # checks), which says which runs it applies to (tests/test_trust.py walks the parser against them)
@@ -60,3 +63,38 @@ def check_nar_flags(args):
         raise UserError(f"--enc-layers {args.enc_layers} must be at least 1")
     if args.adaptive_stop and not args.nar:
         raise UserError("--adaptive-stop changes Mask-Predict decoding: it needs --nar")
+
+
+def add_elmer_flags(p):
+    """The flags of an ELMER fine-tuning: its exit, its measure and threshold, its decoder's length."""
+    p.add_argument("--exit", default="hard", choices=["hard", "soft"],
+                   help="elmer: hard or soft early exit (ELMER 4.3)")
+    p.add_argument("--exit-measure", default=None, choices=MEASURES,
+                   help="elmer: what decides a token's exit at inference: the off-ramp entropy (the paper, "
+                        "a vocabulary projection per layer), or O(d) measures: the cosine of h^l and h^(l-1) "
+                        "(state), a learnt linear exit classifier (classifier; always trained). Default entropy")
+    p.add_argument("--exit-threshold", type=float, default=None,
+                   help="elmer: the measure's threshold (entropy: exit below it, default 0.5; state: cosine "
+                        "above it, default 0.99; classifier: probability above it, default 0.9)")
+    p.add_argument("--exit-entropy", type=float, default=None,
+                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X")
+    p.add_argument("--exit-train", default="hard", choices=["hard", "all"],
+                   help="elmer, hard exit: tokens leave during fine-tuning once their off-ramp entropy is under "
+                        "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
+    p.add_argument("--dec-len", type=int, default=None,
+                   help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
+
+
+def add_nar_flags(p):
+    """The flags of a NAR fine-tuning (CMLM) and its Mask-Predict decoding."""
+    p.add_argument("--nar", action="store_true",
+                   help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
+    p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
+    p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations")
+    p.add_argument("--cross-anchor", default="none", choices=CROSS_ANCHORS,
+                   help="--nar: the cross-attention's position bias that MLAE (b) and T5-NAR pretrain: dropped "
+                        "(none), or kept with target token i of T at (i + 1/2)/T of the source (proportional; "
+                        "a fresh table where the checkpoint has none)")
+    p.add_argument("--adaptive-stop", action="store_true",
+                   help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
+                        "default: all --iterations, as published")

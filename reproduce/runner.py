@@ -39,7 +39,6 @@ needs it too, where a worker of --jobs waits for it (reproduce/workers.py). stat
 and updated under its own lock after every run, so neither runner loses the other's.
 """
 import argparse
-import glob
 import math
 import os
 import re
@@ -56,10 +55,9 @@ from reproduce.further_seeds import not_needed  # noqa: E402
 from reproduce.plan import (BUDGETS, BY_NAME, ORDER, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
                             plan_for, stage_of, steps_of)
 from reproduce.weights import round_in_place  # noqa: E402
-from reproduce.runstate import (archived, claim, command, estimate, kind_of, load_state, locked_state,  # noqa: E402,F401
-                                progress_of, ran_otherwise, stale_reason, wrong_checkpoint)
+from reproduce.runstate import (STOPPED, archived, claim, command, estimate, kind_of, load_state,  # noqa: E402,F401
+                                locked_state, progress_of, ran_otherwise, record, stale_reason, wrong_checkpoint)
 
-STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
 
 
 def get_args(argv=None):
@@ -434,39 +432,3 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
 
 
 WAIT_SECONDS = 2  # a worker's pause between looks at the runs it waits for
-
-
-def compute_dtype(flag):
-    """The dtype the scripts' forward passes ran in on this machine under --dtype FLAG (their default
-    auto: bf16 where the CPU has it in hardware, float32 elsewhere): a pair's two sides are the same
-    recipe only where they ran in one."""
-    import torch
-    from core.distributed import resolve_dtype
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return str(resolve_dtype(flag or "auto", device)).replace("torch.", "")
-
-
-def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_):
-    """Write run R's outcome into state.json (under its lock) and into STATE; returns its record."""
-    with locked_state(args.out) as shared:
-        shared["unavailable"] = unavailable
-        shared["budget"] = args.budget
-        rec = shared["runs"].setdefault(r.name, {})
-        rec.pop("archived", None)  # ran here: its own files now, not an archive's
-        rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r), dtype=compute_dtype(args.dtype),
-                   seconds=rec.get("seconds", 0.0) * ("--resume" in argv_) + secs,  # over its sittings
-                   finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
-                   "stopped" if code in STOPPED else "failed", error=err)
-        if args.worker is not None:
-            rec["runner"] = args.worker
-        if r.script == "eval" and code == 0:
-            ckdir = os.path.dirname(argv_[0])
-            rec["files"] = sorted(os.path.relpath(f, args.out) for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
-                                  if os.path.getmtime(f) >= t0 - 1)
-            shared["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] \
-                or shared.get("lead")
-            shared["majority"] = next((row for row in returned or [] if row.get("model") == "majority class"),
-                                      shared.get("majority"))
-    state.clear()
-    state.update(shared)
-    return rec

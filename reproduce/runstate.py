@@ -3,6 +3,7 @@ status, shared by runners under a lock), the per-run locks, and how far each run
 its own files."""
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import shlex
@@ -389,3 +390,45 @@ def estimate(run, fields, state):
         return s
     return s * (steps_of(run, fields) if run.script == "train" else epochs_of(run, fields) if run.script == "finetune"
                 else 1)
+
+
+# -----------------------------------------------------------------------------
+# a run's outcome, recorded
+
+STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
+
+
+def compute_dtype(flag):
+    """The dtype the scripts' forward passes ran in on this machine under --dtype FLAG (their default
+    auto: bf16 where the CPU has it in hardware, float32 elsewhere): a pair's two sides are the same
+    recipe only where they ran in one."""
+    import torch
+    from core.distributed import resolve_dtype
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return str(resolve_dtype(flag or "auto", device)).replace("torch.", "")
+
+
+def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_):
+    """Write run R's outcome into state.json (under its lock) and into STATE; returns its record."""
+    with locked_state(args.out) as shared:
+        shared["unavailable"] = unavailable
+        shared["budget"] = args.budget
+        rec = shared["runs"].setdefault(r.name, {})
+        rec.pop("archived", None)  # ran here: its own files now, not an archive's
+        rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r), dtype=compute_dtype(args.dtype),
+                   seconds=rec.get("seconds", 0.0) * ("--resume" in argv_) + secs,  # over its sittings
+                   finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
+                   "stopped" if code in STOPPED else "failed", error=err)
+        if args.worker is not None:
+            rec["runner"] = args.worker
+        if r.script == "eval" and code == 0:
+            ckdir = os.path.dirname(argv_[0])
+            rec["files"] = sorted(os.path.relpath(f, args.out) for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
+                                  if os.path.getmtime(f) >= t0 - 1)
+            shared["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] \
+                or shared.get("lead")
+            shared["majority"] = next((row for row in returned or [] if row.get("model") == "majority class"),
+                                      shared.get("majority"))
+    state.clear()
+    state.update(shared)
+    return rec

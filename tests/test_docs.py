@@ -184,13 +184,15 @@ def test_the_scorecard_shows_the_papers_figures_ours_and_the_pretrainings_distan
     assert "| Q | C > D" in one and "A > B" not in one and "0 of Q's 1 claims measured" in one
     # a results.json of reproduce/claims.py: the controls' pairs shown apart, an archived verdict with
     # its commit and date, a recorded interval beside the one read again
-    d["orderings"][0].update(controls=[dict(a="sum-b", b="sum-z", op=">", difference=-0.5, low=-1.5, high=0.5,
-                                            seeds=[2, 1], verdict="not resolved", detectable=1.43, control=True)],
+    d["orderings"][0].update(controls=[dict(a="sum-mlm", b="sum-unilm-scratch", op=">", difference=-0.5, low=-1.5,
+                                            high=0.5, seeds=[2, 1], verdict="not resolved", detectable=1.43,
+                                            control=True)],
                              archived=dict(commit="abc1234", written="2026-11-28 19:46", verdict="reversed"))
     d["orderings"][0]["pairs"][0]["recorded"] = dict(low=-0.2, high=-0.1, verdict="reversed")
     (tmp_path / "results.json").write_text(json.dumps(d))
-    assert ("sum-a - sum-b: +0.75 (3x2) [+0.10, +1.40], holds; recorded [-0.20, -0.10], reversed; the project's "
-            "controls, deciding nothing: sum-b - sum-z: -0.50 (2x1) [-1.50, +0.50], not resolved, detectable 1.43 | "
+    assert ("sum-pmlm - sum-mlm: +0.75 (3x2) [+0.10, +1.40], holds; recorded [-0.20, -0.10], reversed; the "
+            "project's controls, deciding nothing: sum-mlm - sum-unilm-scratch: -0.50 (2x1) [-1.50, +0.50], not "
+            "resolved, detectable 1.43 | "
             "holds (archived: measured at abc1234 on 2026-11-28 19:46, recorded as reversed) |"
             in render_docs.scorecard("results.json"))
     d["summary"] = dict(sentence="1 of 3 claims hold here; 0 reversed, 1 not resolved at this budget, 1 not measured "
