@@ -13,6 +13,8 @@ import contextlib
 import os
 import sys
 
+import torch
+
 from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, rel_pos_bias, t5_bucket, visible
 from . import baselines, reference
 
@@ -55,6 +57,10 @@ def resolve_backend(backend, device, attention=False):
         backend = _forced
     if backend in baselines.BASELINES and not attention:
         backend = "auto"
+    if not attention and torch.compiler.is_compiling():
+        # traced by torch.compile, the early-exit operations are their PyTorch references, which the
+        # compiler fuses itself (their Triton launchers are not custom operators)
+        return "reference"
     if backend == "auto":
         backend = "triton" if device.type == "cuda" and triton_available() else "reference"
         if device.type == "cuda" and backend == "reference" and _import_error and not _warned:
@@ -100,6 +106,9 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
     if (q_seq is None) != (k_seq is None):
         raise ValueError("attention: give both q_seq and k_seq, or neither")
     which = resolve_backend(backend, q.device, attention=True)
+    if which == "triton" and torch.compiler.is_compiling():  # through custom operators: no graph break
+        from .attention_op import attention as traced
+        return traced(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale, cache)
     if which == "triton":
         from .pseudo_attention import pseudo_attention
         return pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale, cache)

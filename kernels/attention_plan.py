@@ -137,30 +137,44 @@ def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k
     if q_seq is not None:
         ints(q_seq, "q_seq", Lq), ints(k_seq, "k_seq", Lk)
     scale = D ** -0.5 if scale is None else float(scale)
-    meta = dict(precision="ieee" if q.dtype == torch.float32 else "tf32", rel=isinstance(bias, RelPosBias), scale=scale,
-                has_seq=q_seq is not None, dense=None, max_dist=0)
-    table = dense = q_pos = k_pos = None
-    if meta["rel"]:
+    rel = isinstance(bias, RelPosBias)
+    table = dense = q_pos = k_pos = ext = None
+    M = 0
+    if rel:
         table, M = bias.by_distance, int(bias.max_distance)
         assert table.dim() == 2 and table.shape == (H, 2 * M + 1), \
             f"pseudo_attention: by_distance must be (H, 2M+1) = {(H, 2 * M + 1)}, got {tuple(table.shape)}"
         q_pos, k_pos = ints(bias.q_pos, "q_pos", Lq), ints(bias.k_pos, "k_pos", Lk)
-        dt = q.dtype if TABLE_16BIT and q.dtype != torch.float32 else torch.float32
-        meta.update(max_dist=M, table_dtype=table.dtype, table=_cached(
-            cache, ("table", dt), (table,), lambda: extended_table(table, M, dt)))
+        dt = table_dtype(q)
+        ext = _cached(cache, ("table", dt), (table,), lambda: extended_table(table, M, dt))
     elif bias is not None:
         dense = bias
         assert dense.is_floating_point() and dense.device == q.device, \
             "pseudo_attention: a dense bias must be a float tensor on q's device"
         assert dense.dim() <= 4, f"pseudo_attention: bias {tuple(dense.shape)} has more than 4 dims"
-        meta["dense"], meta["dense_dtype"] = dense.detach().expand(B, H, Lq, Lk), dense.dtype
-    cfg = config(q.device, D)
-    meta["qc"], meta["kc"], meta["tiles"] = plan(cache, cfg, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq,
-                                                 q_pos, k_pos, M if meta["rel"] else None, backward)
-    meta["cfg"], meta["fused"] = cfg, FUSED_DQ and D <= 64
-    if not meta["rel"]:
-        meta["table"] = meta["qc"]  # a pointer the kernels never read
-    return meta, table, dense
+    qc, kc, tiles = plan(cache, config(q.device, D), q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos,
+                         k_pos, M if rel else None, backward)
+    return launch_meta(q, k, qc, kc, tiles, table, ext, dense, M, scale, q_seq is not None), table, dense
+
+
+def table_dtype(q):
+    """The dtype of the extended bias table the kernels read (TABLE_16BIT)."""
+    return q.dtype if TABLE_16BIT and q.dtype != torch.float32 else torch.float32
+
+
+def launch_meta(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq):
+    """What the launchers (kernels/pseudo_attention.py) read of a call: its codes, tile map, bias pieces
+    (table: the (H, 2M+1) bias table or None, ext its extended_table; dense: a dense bias or None),
+    configuration and flags."""
+    B, H, Lq, D = q.shape
+    meta = dict(precision="ieee" if q.dtype == torch.float32 else "tf32", rel=table is not None, scale=scale,
+                has_seq=has_seq, dense=None, max_dist=max_dist if table is not None else 0, qc=qc, kc=kc, tiles=tiles,
+                cfg=config(q.device, D), fused=FUSED_DQ and D <= 64, table=qc)  # a pointer the kernels never read
+    if table is not None:
+        meta.update(table=ext, table_dtype=table.dtype)
+    if dense is not None:
+        meta["dense"], meta["dense_dtype"] = dense.detach().expand(B, H, Lq, k.shape[2]), dense.dtype
+    return meta
 
 
 # -----------------------------------------------------------------------------

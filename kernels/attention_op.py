@@ -1,0 +1,149 @@
+"""Our attention as PyTorch custom operators, so that torch.compile traces a model through it
+without a graph break (train.py --compile):
+
+    textgen::attention_plan(metadata ..., D, max_dist, backward) -> [q codes, k codes, q_list, q_count,
+                                                                       k_list, k_count]
+    textgen::attention(q, k, v, plan ..., table, dense, max_dist, scale, has_seq) -> (o, lse)
+    textgen::attention_backward(do, q, k, v, o, lse, plan ..., table, dense, ...) -> (dq, dk, dv, dtable, dbias)
+
+The same launchers as kernels/pseudo_attention.py, behind a boundary of tensors and numbers that
+the compiler can see: each operator has a fake implementation (the shapes of its outputs, for
+tracing) and the forward has its autograd formula (the backward operator). The eager path keeps
+the autograd.Function and its dict cache; traced, the plan is an operator's output, built once per
+(query, key) metadata and kept in the same per-forward `cache` (core/model.py tile_cache), so that
+every layer of a forward reads one plan, as in eager mode. The bias table is extended inside the
+forward and the backward operator (two small launches each) rather than cached: a compiled graph
+keeps no dict between calls.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+import triton
+
+from . import attention_plan as ap
+from . import pseudo_attention as pa
+from .reference import RelPosBias
+from .tilemap import SLOTS, TileMap
+
+Tensor = torch.Tensor
+_EMPTY = (0,)  # an absent optional output: custom operators return tensors, never None
+
+
+# -----------------------------------------------------------------------------
+# the plan: codes and tile map of one (query, key) metadata pair
+
+@torch.library.custom_op("textgen::attention_plan", mutates_args=())
+def attention_plan(q_kind: Tensor, q_step: Tensor, k_kind: Tensor, k_step: Tensor, k_valid: Optional[Tensor],
+                   q_seq: Optional[Tensor], k_seq: Optional[Tensor], q_pos: Optional[Tensor], k_pos: Optional[Tensor],
+                   D: int, max_dist: int, backward: bool) -> List[Tensor]:
+    """max_dist < 0: no relative bias. backward False: k_list and k_count are empty."""
+    cfg = ap.config(q_kind.device, D)
+    qc, kc, tiles = ap.plan(None, cfg, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos,
+                            None if max_dist < 0 else max_dist, backward)
+    if qc is kc:  # one metadata for queries and keys: an operator's outputs may not alias
+        qc = kc.clone()
+    empty = q_kind.new_empty(_EMPTY, dtype=torch.int32)
+    return [qc, kc, tiles.q_list, tiles.q_count, empty if tiles.k_list is None else tiles.k_list,
+            empty if tiles.k_count is None else tiles.k_count]
+
+
+@attention_plan.register_fake
+def _(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos, D, max_dist, backward):
+    cfg = ap.config(q_kind.device, D)
+    (B, Lq), Lk = q_kind.shape, k_kind.shape[1]
+    n_qt, n_kt, n_qs, n_ks = (triton.cdiv(Lq, cfg.BM), triton.cdiv(Lk, cfg.BN), triton.cdiv(Lq, cfg.BMK),
+                              triton.cdiv(Lk, cfg.BNK))
+    new = lambda *shape: q_kind.new_empty(shape, dtype=torch.int32)  # noqa: E731
+    return [new(6, B, -(-Lq // 16) * 16), new(6, B, -(-Lk // 16) * 16), new(B, n_qt, SLOTS, n_kt), new(B, n_qt, SLOTS),
+            new(B, n_ks, SLOTS, n_qs) if backward else new(*_EMPTY), new(B, n_ks, SLOTS) if backward else new(*_EMPTY)]
+
+
+def _meta(q, k, plan, table, dense, max_dist, scale, has_seq):
+    """The launchers' meta of a call from the plan operator's tensors."""
+    qc, kc, q_list, q_count, k_list, k_count = plan
+    cfg = ap.config(q.device, q.shape[-1])
+    backward = k_list.numel() > 0
+    tiles = TileMap((cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, q_list, q_count,
+                    k_list if backward else None, k_count if backward else None)
+    ext = None if table is None else ap.extended_table(table, max_dist, ap.table_dtype(q))
+    return ap.launch_meta(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq)
+
+
+# -----------------------------------------------------------------------------
+# forward and backward
+
+@torch.library.custom_op("textgen::attention", mutates_args=())
+def attention_forward(q: Tensor, k: Tensor, v: Tensor, qc: Tensor, kc: Tensor, q_list: Tensor, q_count: Tensor,
+                      k_list: Tensor, k_count: Tensor, table: Optional[Tensor], dense: Optional[Tensor], max_dist: int,
+                      scale: float, has_seq: bool) -> Tuple[Tensor, Tensor]:
+    meta = _meta(q, k, (qc, kc, q_list, q_count, k_list, k_count), table, dense, max_dist, scale, has_seq)
+    return pa._forward(q, k, v, meta, scale)
+
+
+@attention_forward.register_fake
+def _(q, k, v, qc, kc, q_list, q_count, k_list, k_count, table, dense, max_dist, scale, has_seq):
+    B, H, Lq, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((B, H, Lq), dtype=torch.float32)  # contiguous, as the launcher's
+
+
+@torch.library.custom_op("textgen::attention_backward", mutates_args=())
+def attention_backward(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, qc: Tensor, kc: Tensor,
+                       q_list: Tensor, q_count: Tensor, k_list: Tensor, k_count: Tensor, table: Optional[Tensor],
+                       dense: Optional[Tensor], max_dist: int, scale: float, has_seq: bool, table_grad: bool,
+                       dense_grad: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    meta = _meta(q, k, (qc, kc, q_list, q_count, k_list, k_count), table, dense, max_dist, scale, has_seq)
+    do = do if do.stride(-1) == 1 else do.contiguous()
+    dq, dk, dv, dtable, dbias = pa._backward(q, k, v, o, lse, do, meta, scale, dense_grad, table_grad=table_grad)
+    dtable = dtable.to(table.dtype) if dtable is not None else q.new_empty(_EMPTY)
+    dbias = pa._sum_to(dbias, dense.shape).view(dense.shape).to(dense.dtype) if dbias is not None else q.new_empty(
+        _EMPTY)
+    return dq, dk, dv, dtable, dbias
+
+
+@attention_backward.register_fake
+def _(do, q, k, v, o, lse, qc, kc, q_list, q_count, k_list, k_count, table, dense, max_dist, scale, has_seq,
+      table_grad, dense_grad):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            table.new_empty(table.shape) if table_grad else q.new_empty(_EMPTY),
+            dense.new_empty(dense.shape) if dense_grad else q.new_empty(_EMPTY))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, qc, kc, q_list, q_count, k_list, k_count, table, dense, max_dist, scale, has_seq = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], qc, kc, q_list, q_count, k_list, k_count, table, dense)
+    ctx.max_dist, ctx.scale, ctx.has_seq = max_dist, scale, has_seq
+
+
+def _backward(ctx, do, dlse):
+    q, k, v, o, lse, qc, kc, q_list, q_count, k_list, k_count, table, dense = ctx.saved_tensors
+    table_grad, dense_grad = ctx.needs_input_grad[9], ctx.needs_input_grad[10]
+    dq, dk, dv, dtable, dbias = attention_backward(do, q, k, v, o, lse, qc, kc, q_list, q_count, k_list, k_count,
+                                                   table, dense, ctx.max_dist, ctx.scale, ctx.has_seq, table_grad,
+                                                   dense_grad)
+    return (dq, dk, dv) + (None,) * 6 + (dtable if table_grad else None, dbias if dense_grad else None, None, None,
+                                         None)
+
+
+attention_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+# -----------------------------------------------------------------------------
+# the public function, as kernels.attention calls it while torch.compile traces
+
+def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None, scale=None,
+              cache=None):
+    """kernels.attention's Triton backend through the operators (same contract as
+    pseudo_attention.pseudo_attention). cache: the per-forward dict in which the plan is kept."""
+    rel = isinstance(bias, RelPosBias)
+    D = q.shape[-1]
+    table = bias.by_distance if rel else None
+    dense = bias if bias is not None and not rel else None
+    M = int(bias.max_distance) if rel else -1
+    q_pos, k_pos = (bias.q_pos, bias.k_pos) if rel else (None, None)
+    grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, table, dense))
+    refs = (q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos)
+    plan = ap._cached(cache, ("op-plan", D, M, grad), refs, lambda: attention_plan(
+        q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos, D, M, grad))
+    scale = D ** -0.5 if scale is None else float(scale)
+    o, _ = attention_forward(q, k, v, *plan, table, dense, max(M, 0), scale, q_seq is not None)
+    return o
