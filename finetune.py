@@ -54,7 +54,7 @@ from core.training import (EarlyStop, add_run_flags, attention_choice, autocast,
                            restore_rng, rng_state, run_digests, start_or_resume, training_steps, wrap_ddp)
 
 RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype", "patience",
-             "attention")
+             "attention", "compile")
 FINETUNE_LR = 1e-3  # the lowest validation loss of a grid up to pretraining's rate (docs/design.md)
 
 

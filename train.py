@@ -39,7 +39,7 @@ from core.training import (add_run_flags, attention_choice, corpus_tokenizer, ev
 
 # flags that may differ when resuming: everything else comes from the checkpoint
 RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device", "dtype",
-             "attention")
+             "attention", "compile")
 
 
 # the flags every run uses; every other flag is named by the objectives it applies to
@@ -47,7 +47,7 @@ RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", 
 ALWAYS_APPLIES = ("help", "objective", "model", "rel_pos", "data", "valid_data", "text_field", "tokenizer", "seq_len",
                   "batch_tokens", "steps", "warmup", "eval_every", "eval_examples", "micro_batch", "lr", "weight_decay",
                   "clip", "dropout", "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed",
-                  "device", "dtype", "attention")
+                  "device", "dtype", "attention", "compile")
 
 
 def get_args(argv=None):

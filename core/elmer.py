@@ -126,7 +126,10 @@ class ELMER(EncoderDecoder):
         Returns (B*T, C)."""
         B, S, C = memory.shape
         dev, L = memory.device, len(self.dec_layers)
-        gather = gather_pays(B, dev) if gather is None else gather
+        # traced by torch.compile the counts are symbols: the plain layout, whose shapes stay fixed,
+        # and no early stop when every token has left (the layer then runs on no rows)
+        compiling = torch.compiler.is_compiling()
+        gather = (gather_pays(B, dev) and not compiling) if gather is None else gather
         pos = torch.arange(T, device=dev).expand(B, T)
         x = self.emb(torch.full((B, T), MASK, device=dev, dtype=torch.long), pos).reshape(B * T, C)  # (B*T, C)
         k_pos, k_seq = pos.reshape(1, -1), torch.arange(B, device=dev).repeat_interleave(T)[None]
@@ -140,7 +143,7 @@ class ELMER(EncoderDecoder):
         for l, layer in enumerate(self.dec_layers):
             idx = kernels.active_index(active)  # (N,), the one host sync of the layer
             N = idx.numel()
-            if N == 0:
+            if not compiling and N == 0:
                 break
             if gather and N < B * T:  # with every token active the gather is the identity: plain layout
                 q = kernels.gather_rows(x, idx)[None]  # (1, N, C)

@@ -12,7 +12,7 @@ from .nar import CROSS_ANCHORS
 ALWAYS_APPLIES = ("help", "init", "task", "train_data", "valid_data", "train_share", "max_src", "epochs", "batch",
                   "warmup_epochs", "lr_schedule", "valid_every", "patience",
                   "label_smoothing", "valid_examples", "micro_batch", "lr", "weight_decay", "clip", "dropout",
-                  "attention",
+                  "attention", "compile",
                   "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed", "device", "dtype")
 CHECKED_ELSEWHERE = ("enc_layers", "dec_layers", "adaptive_stop")  # check_nar_flags
 

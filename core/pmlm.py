@@ -105,6 +105,24 @@ def collate(examples, pad_id, losses="ae+par"):
                  predict_target=predict_target, **out)
 
 
+def static_shapes(batch, pad_id, multiple=64, predictions=256):
+    """A collate Batch (PMLM or seq2seq) in a few shapes only, for a compiled step captured as CUDA
+    graphs (one graph per shape): L padded to a multiple of `multiple` as collate pads (invalid
+    CONTEXT padding, ignored targets), and the predicted positions to a multiple of `predictions`
+    by extra ones at position 0 whose target is IGNORE, which the losses skip."""
+    B, L = batch.tokens.shape
+    Lp = -(-L // multiple) * multiple
+    fill = dict(tokens=pad_id, target=IGNORE, valid=False)
+    out = {k: F.pad(v, (0, Lp - L), value=fill.get(k, 0)) for k, v in batch.tensors.items()
+           if v.dim() == 2 and v.shape == (B, L)}
+    n = batch.predict.numel()
+    extra = -n % predictions
+    flat = batch.predict // L * Lp + batch.predict % L  # the same (row, column) in rows of Lp
+    out["predict"] = F.pad(flat, (0, extra))
+    out["predict_target"] = F.pad(batch.predict_target, (0, extra), value=IGNORE)
+    return Batch(batch.norm, batch.n_tokens, **out)
+
+
 def pmlm_batch(stream, indices, tok, losses="ae+par", keep=KEEP):
     """The examples `indices` of a TokenStream, masked and collated (keep: see pmlm_example)."""
     examples = []
@@ -124,14 +142,15 @@ def pmlm_loss_sums(model, batch):
     ce = F.cross_entropy(logits, target, reduction="none")
     ce_sum = ce.sum()
     hit = (logits.argmax(-1) == target).float()
-    par = (batch.kind.flatten()[sel] == PSEUDO).float()
+    live = (target != IGNORE).float()  # 0 at the positions static_shapes adds
+    par = (batch.kind.flatten()[sel] == PSEUDO).float() * live
     # hidden: the target is not in view at its own position of the AE part (a kept token is); every
     # token's position id indexes its sequence's AE part, so this reads the AE part for a [P] too
     hidden = (batch.tokens.gather(1, batch.pos).flatten()[sel] != target).float()
     ce, hit = ce.detach(), hit.detach()
     # every part as a masked sum: no host sync (a boolean index would read its count)
     sums = dict(loss=ce_sum)
-    for name, part in (("ae_", 1 - par), ("par_", par), ("ae_hidden_", (1 - par) * hidden),
+    for name, part in (("ae_", live - par), ("par_", par), ("ae_hidden_", (live - par) * hidden),
                        ("par_hidden_", par * hidden)):
         sums.update({name + "loss": (ce * part).sum(), name + "hit": (hit * part).sum(), name + "n": part.sum()})
     return sums

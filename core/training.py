@@ -48,6 +48,10 @@ def add_run_flags(p, out, lr, save_every):
                    help="the attention's implementation: auto (our Triton kernel on CUDA, the PyTorch reference "
                         "elsewhere), or PyTorch's SDPA with a dense mask built once per step, or FlexAttention "
                         "(kernels/baselines.py); the same model and result, another speed (docs/kernels.md)")
+    p.add_argument("--compile", default="auto", choices=COMPILE,
+                   help="torch.compile the model for the training steps (its backward compiled with it; evaluation "
+                        "stays eager): auto = on on CUDA, off on a CPU, where compiling costs more than it saves over "
+                        "a default run (results/cpu-compile)")
     add_dtype_flag(p)
 
 
@@ -58,6 +62,7 @@ def add_dtype_flag(p):
 
 
 ATTENTION = ("auto", "triton", "reference", "sdpa", "flex")
+COMPILE = ("auto", "on", "off")
 
 
 def attention_choice(args, d):
@@ -134,6 +139,29 @@ def autocast(device, dtype):
     return torch.autocast(device.type, dtype=dtype)
 
 
+def compiles(args, d):
+    """Whether --compile puts the training steps' model under torch.compile."""
+    choice = getattr(args, "compile", "off")  # a checkpoint written before the flag
+    return choice == "on" or (choice == "auto" and d.device.type == "cuda")
+
+
+def compiled(ddp_model, args, d):
+    """The model the training steps call: `ddp_model` itself, or under --compile torch.compile of it, whose
+    graph the loss functions call in place of its forward. Our attention is a custom operator there
+    (kernels/attention_op.py), so a PMLM, seq2seq or ELMER forward is one graph (tests/test_compiled_step.py);
+    ELMER's counts of active tokens are traced as symbols (capture_dynamic_output_shape_ops), not read.
+    The raw model stays what is saved and evaluated."""
+    return compile_model(ddp_model) if compiles(args, d) else ddp_model
+
+
+def compile_model(module, **options):
+    """torch.compile(module, **options) as the training steps compile: counts of active tokens (ELMER)
+    traced as symbols rather than breaking the graph."""
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    torch._dynamo.config.capture_scalar_outputs = True
+    return torch.compile(module, **options)
+
+
 def wrap_ddp(model, d):
     """DistributedDataParallel over `model`. A model that keeps parameters some steps never use (a
     classifier's unused LM head or decoder, ELMER's separate off-ramps) says so with
@@ -199,17 +227,21 @@ def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, arg
         norm = all_reduce_sum(host_scalar(norm, d), d)
     norm = norm.clamp_min(1.0) if torch.is_tensor(norm) else max(norm, 1.0)
     totals, tokens = {}, 0
-    for j, batch in enumerate(micro_batches):
-        last = j == len(micro_batches) - 1
-        sync = contextlib.nullcontext() if (last or d.world == 1) else ddp_model.no_sync()
-        with sync:
-            with autocast(d.device, d.dtype):
+    # one autocast region for all the micro-batches: autocast keeps its bf16 copy of each weight until its
+    # outermost region ends, so the weights are cast once a step rather than once a micro-batch; the
+    # backward passes run with autocast off, as outside any region
+    with autocast(d.device, d.dtype):
+        for j, batch in enumerate(micro_batches):
+            last = j == len(micro_batches) - 1
+            sync = contextlib.nullcontext() if (last or d.world == 1) else ddp_model.no_sync()
+            with sync:
                 sums = loss_sums(ddp_model, batch.to(d.device))
-            # DDP averages gradients over processes; multiplying by world turns that into a sum
-            (sums["loss"] * (d.world / norm)).backward()
-        for k, v in sums.items():
-            totals[k] = totals[k] + v.detach().float() if k in totals else v.detach().float()
-        tokens += batch.n_tokens
+                with torch.autocast(d.device.type, enabled=False):
+                    # DDP averages gradients over processes; multiplying by world turns that into a sum
+                    (sums["loss"] * (d.world / norm)).backward()
+            for k, v in sums.items():
+                totals[k] = totals[k] + v.detach().float() if k in totals else v.detach().float()
+            tokens += batch.n_tokens
     grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), args.clip)
     totals["tokens"] = host_scalar(tokens, d)
     totals["norm"] = norm if torch.is_tensor(norm) else host_scalar(norm, d)
@@ -233,9 +265,11 @@ def training_steps(ddp_model, model, optimizer, loss_sums, d, args, start, end, 
     tokens per second since the last read, where read_at(done) or at the end, else None. A
     non-finite step found at a read stops the run (check_finite, after saving); a signal stops it
     after the caller has dealt with the step (StopSignals: saved, then exit status 128 + signal).
-    batches_for(step) gives this process's micro-batches of a step."""
+    batches_for(step) gives this process's micro-batches of a step; the steps call ddp_model under --compile's
+    torch.compile (`compiled`)."""
     speed, window, stop = Throughput(), StepStats(), StopSignals()
     model.train()
+    ddp_model = compiled(ddp_model, args, d)
     try:
         for step in range(start, end):
             step_stats = train_step(ddp_model, model, optimizer, batches_for(step), loss_sums, d, args, step)

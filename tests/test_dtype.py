@@ -35,3 +35,54 @@ def test_bf16_losses_follow_float32(text_file, tmp_path):
     worst = max(abs(x - y) / x for x, y in zip(a, b))
     assert worst < 0.01, (a, b)
     assert a != b  # autocast really ran in bf16
+
+
+def test_the_weights_are_cast_to_bf16_once_a_step(tokenizer, text_file):
+    """A step of two micro-batches under bf16 autocast casts each weight matrix once (autocast keeps
+    its copy until its outermost region ends: train_step holds one region over the micro-batches),
+    where a region per micro-batch casts it twice, to the same gradients."""
+    import argparse
+    import collections
+    import contextlib
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from core.distributed import Dist
+    from core.optim import make_optimizer
+    from core.pmlm import pmlm_loss_sums
+    from core.training import autocast, train_step
+    from test_step_syncs import pmlm_setup
+    model, _, batches, args, _ = pmlm_setup(tokenizer, text_file)
+    model.eval()  # no dropout: every pass sees the same network
+    linear = {m.weight.data_ptr() for m in model.modules() if isinstance(m, torch.nn.Linear)}
+
+    class Casts(TorchDispatchMode):
+        """How many times each parameter is cast to bf16."""
+        def __init__(self):
+            super().__init__()
+            self.n = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.ops.aten._to_copy.default and kwargs.get("dtype") == torch.bfloat16:
+                self.n[args[0].data_ptr()] += 1
+            return func(*args, **kwargs)
+
+    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.bfloat16)
+    optimizer = make_optimizer(model, 0.0)  # lr 0: the step leaves the weights as they are
+    with Casts() as casts:
+        train_step(model, model, optimizer, batches, pmlm_loss_sums, d, argparse.Namespace(
+            lr=0.0, warmup=2, steps=10, seed=0, clip=1e9), 0)
+    assert len(batches) == 2 and all(casts.n[w] == 1 for w in linear), [casts.n[w] for w in linear]
+    norm = sum(b.norm for b in batches)
+    grads, counts = [], []
+    for one_region in (True, False):
+        model.zero_grad()
+        with Casts() as casts, autocast(d.device, d.dtype) if one_region else contextlib.nullcontext():
+            for b in batches:
+                with contextlib.nullcontext() if one_region else autocast(d.device, d.dtype):
+                    loss = pmlm_loss_sums(model, b)["loss"] / norm
+                with torch.autocast("cpu", enabled=False):
+                    loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+        counts.append({casts.n[w] for w in linear})
+    assert counts == [{1}, {2}], counts
+    assert all(torch.equal(a, b) for a, b in zip(*grads))

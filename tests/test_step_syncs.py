@@ -170,3 +170,88 @@ def test_every_pretraining_step_makes_no_host_sync(tokenizer, text_file, objecti
     batches = [o.batch(stream, list(range(4 * k, 4 * k + 4)), tokenizer, a, model) for k in range(2)]
     seen = syncs_of_a_step(model, batches, o.loss(a))
     assert seen == [], seen
+
+
+# -----------------------------------------------------------------------------
+# the compiled step (train.py / finetune.py --compile): one graph per forward, no syncing operation in it
+
+def compiled_graphs(model, loss_sums, batch, monkeypatch):
+    """Compile `model` as --compile does (core/training.compiled), with a backend that keeps the
+    forward and backward graphs AOTAutograd makes of every graph Dynamo captured; run one forward and
+    backward. Returns (Dynamo's graphs, every aten operation of their forward and backward graphs)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from core import training
+    graphs, ops = [], []
+
+    def keep(gm, example_inputs):
+        ops.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
+        return make_boxed_func(gm.forward)
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return aot_autograd(fw_compiler=keep, bw_compiler=keep)(gm, example_inputs)
+    monkeypatch.setattr(torch, "compile", lambda m, **k: torch._dynamo.optimize(backend)(m))
+    torch._dynamo.reset()
+    d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
+    # compiled() sets these two for the process; the patch puts them back after the test
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False, capture_scalar_outputs=False):
+        fast = training.compiled(model, argparse.Namespace(compile="on"), d)
+        assert fast is not model
+        loss_sums(fast, batch)["loss"].backward()
+    torch._dynamo.reset()
+    return graphs, ops
+
+
+def syncing(ops):
+    return sorted({str(op) for op in ops if op in SYNCING or op == aten._local_scalar_dense.default})
+
+
+def test_the_compiled_pmlm_and_seq2seq_steps_are_one_graph_without_a_sync(tokenizer, text_file, monkeypatch):
+    """The forward of a PMLM pretraining step and of a UniLMv2 seq2seq fine-tuning step (the same
+    model, another layout) compile to one graph each (no graph break: Dynamo captured one), whose
+    forward and backward hold no operation that would wait for a GPU."""
+    from core.seq2seq import seq2seq_batch, seq2seq_loss_sums
+    model, _, batches, _, _ = pmlm_setup(tokenizer, text_file)
+    graphs, ops = compiled_graphs(model, pmlm_loss_sums, batches[0], monkeypatch)
+    assert len(graphs) == 1 and ops and syncing(ops) == [], (len(graphs), syncing(ops))
+    ids = random_ids(tokenizer)
+    batch = seq2seq_batch([(ids(9), ids(3)), (ids(5), ids(6))], tokenizer, 16, 8)
+    graphs, ops = compiled_graphs(model, seq2seq_loss_sums, batch, monkeypatch)
+    assert len(graphs) == 1 and ops and syncing(ops) == [], (len(graphs), syncing(ops))
+
+
+def test_the_compiled_elmer_step_is_one_graph(tokenizer, text_file, monkeypatch):
+    """ELMER's LPLM step (exit layers drawn per token, its decoder's active tokens indexed layer by
+    layer) is one graph too: the counts of active tokens are traced as symbols. Its syncs are those
+    counts (nonzero), as in eager mode; nothing else waits."""
+    import train
+    from core.data import TokenStream, read_texts
+    from core.objectives import OBJECTIVES
+    o, a = OBJECTIVES["elmer"], train.get_args(["--objective", "elmer", "--model", "tiny", "--permutations", "2"])
+    torch.manual_seed(0)
+    model = o.model(o.shape(preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id), a), a)
+    stream = TokenStream(tokenizer.encode(read_texts(text_file)[:200]), o.window(32), seed=0, sep=tokenizer.eos_id)
+    graphs, ops = compiled_graphs(model, o.loss(a), o.batch(stream, [0, 1, 2], tokenizer, a, model), monkeypatch)
+    assert len(graphs) == 1, len(graphs)
+    assert syncing(ops) == ["aten.nonzero.default"], syncing(ops)
+
+
+def test_static_shapes_keep_the_sums(tokenizer, text_file):
+    """A PMLM and a seq2seq batch padded to a few shapes (core/pmlm.static_shapes: L to a multiple of
+    64, the predicted positions to a multiple of 256): the same loss sums and counts."""
+    from core.pmlm import static_shapes
+    from core.seq2seq import seq2seq_batch, seq2seq_loss_sums
+    model, _, batches, _, _ = pmlm_setup(tokenizer, text_file)
+    model.eval()
+    ids = random_ids(tokenizer)
+    s2s = seq2seq_batch([(ids(9), ids(3)), (ids(5), ids(6))], tokenizer, 16, 8)
+    for batch, loss_sums in ((batches[0], pmlm_loss_sums), (s2s, seq2seq_loss_sums)):
+        padded = static_shapes(batch, tokenizer.pad_id)
+        assert padded.tokens.shape[1] % 64 == 0 and padded.predict.numel() % 256 == 0
+        assert padded.tokens.shape[1] > batch.tokens.shape[1] and (padded.norm, padded.n_tokens) == (batch.norm,
+                                                                                                     batch.n_tokens)
+        want, got = loss_sums(model, batch), loss_sums(model, padded)
+        assert want.keys() == got.keys()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-4, msg=k)

@@ -97,6 +97,33 @@ def test_loss_falls(text_file, tmp_path):
     assert 0 <= evals[-1]["valid_ae_acc"] <= 1 and "valid_par_acc" in evals[-1]
 
 
+def test_compile_trains_the_same_steps(text_file, tmp_path, monkeypatch):
+    """--compile on: the steps call the model through torch.compile (here its tracing and AOTAutograd,
+    backend aot_eager, which is what a CPU test can afford; inductor's code is the same graphs
+    compiled), with the eager run's losses; evaluation and the checkpoint use the raw model. --compile
+    auto is on on CUDA and off on a CPU."""
+    import argparse
+    from core import training
+    from core.distributed import Dist
+    made = []
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **k: made.append(m) or real(m, backend="aot_eager"))
+    runs = {}
+    for choice in ("off", "on"):
+        out = str(tmp_path / choice)
+        train.main(["--data", text_file, "--steps", "3", "--dropout", "0", "--out", out, "--compile", choice] + TINY)
+        runs[choice] = losses(out)
+    assert len(made) == 1 and isinstance(made[0], torch.nn.Module)
+    assert runs["on"] == pytest.approx(runs["off"], rel=1e-5)
+    state = torch.load(os.path.join(str(tmp_path / "on"), "last.pt"), weights_only=True)
+    assert not any(k.startswith("_orig_mod") for k in state["model"])
+    for device, on in (("cpu", False), ("cuda", True)):
+        d = Dist(0, 1, 0, torch.device(device), torch.float32)
+        assert training.compiles(argparse.Namespace(compile="auto"), d) is on
+        assert training.compiles(argparse.Namespace(compile="on"), d) and not training.compiles(
+            argparse.Namespace(compile="off"), d)
+
+
 # -----------------------------------------------------------------------------
 # bad input: one clear line naming the file, exit status 2, no traceback
 
