@@ -45,22 +45,35 @@ def gather_bias(by_distance, d, lookup):
     return by_distance[:, d].permute(1, 0, 2, 3)
 
 
+# SDPA's memory-efficient kernel reads a mask whose rows start at multiples of 8 elements; another
+# mask it copies into a padded one at every call (PyTorch's preprocess_mask / pad_bias)
+MASK_ALIGN = 8
+
+
 def dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype):
     """(additive (B, H or 1, Lq, Lk) mask in `dtype`, (B, 1, Lq, 1) bool of the queries that see no
     key). The bias is gathered from the RelPosBias's (H, 2M+1) row per distance; a dense bias
-    tensor is added as it is."""
-    see = visible(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)[:, None]  # (B, 1, Lq, Lk)
+    tensor is added as it is. The mask is built over Lk rounded up to MASK_ALIGN keys (the extra keys
+    invalid) and returned as a view of its first Lk columns: its rows aligned as SDPA's kernel reads
+    them, so that no layer's call copies it."""
+    Lk = k_kind.shape[1]
+    pad = -Lk % MASK_ALIGN
+    if pad:  # the padding keys: invalid, so never seen
+        wide = lambda t, fill=0: None if t is None else F.pad(t, (0, pad), value=fill)  # noqa: E731
+        k_kind, k_step, k_seq = wide(k_kind), wide(k_step), wide(k_seq)
+        k_valid = wide(torch.ones_like(k_kind[:, :Lk], dtype=torch.bool) if k_valid is None else k_valid, False)
+    see = visible(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)[:, None]  # (B, 1, Lq, Lk + pad)
     blind = ~see.any(-1, keepdim=True)
     see = see | blind  # a row that sees nothing attends everywhere, and its output is zeroed
     if isinstance(bias, RelPosBias):
-        m = bias.max_distance
-        d = (bias.k_pos[:, None, :] - bias.q_pos[:, :, None]).clamp(-m, m) + m  # (B, Lq, Lk)
+        m, k_pos = bias.max_distance, F.pad(bias.k_pos, (0, pad)) if pad else bias.k_pos
+        d = (k_pos[:, None, :] - bias.q_pos[:, :, None]).clamp(-m, m) + m  # (B, Lq, Lk + pad)
         add = gather_bias(bias.by_distance, d, "embedding" if d.is_cuda else "index")
     elif bias is not None:
-        add = bias
+        add = F.pad(bias.expand(*bias.shape[:-1], Lk), (0, pad)) if pad else bias
     else:
         add = torch.zeros(see.shape, device=see.device)
-    return add.masked_fill(~see, float("-inf")).to(dtype), blind
+    return add.masked_fill(~see, float("-inf")).to(dtype)[..., :Lk], blind
 
 
 def _sdpa_key(bias, dtype):

@@ -66,6 +66,39 @@ def test_sdpa_builds_one_mask_per_forward(monkeypatch):
     assert len(built) == 1
 
 
+def test_the_dense_mask_is_padded_once_and_never_copied_by_a_layer():
+    """13 keys: the mask is built over 16 and viewed at 13, every row starting at a multiple of 8
+    elements, which is what SDPA's memory-efficient kernel checks before it would pad and copy the
+    mask at every call (PyTorch's aligned_tensor<8>: each stride but the last a multiple of 8, the
+    last 1); the layers' calls then pad or copy nothing of it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    qkv, meta, pos = case(4)
+    bias, cache = rel_pos_bias(torch.randn(2, 32), pos, pos, 16), {}
+    _, mask, _ = baselines.prepare("sdpa", meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"],
+                                   meta["k_valid"], None, None, bias, torch.float32, cache)[baselines._sdpa_key(
+                                       bias, torch.float32)]
+    assert mask.shape[-1] == 13 and mask.stride(-1) == 1
+    assert all(st % baselines.MASK_ALIGN == 0 for st in mask.stride()[:-1]), mask.stride()
+    unpadded = baselines.visible(meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"], meta["k_valid"])
+    assert torch.equal(torch.isinf(mask[:, 0]), ~unpadded & unpadded.any(-1, keepdim=True))
+    copies = ("constant_pad_nd", "clone", "_to_copy", "copy_", "contiguous", "pad")
+
+    class Copies(TorchDispatchMode):
+        seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            reads_mask = any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() ==
+                             mask.untyped_storage().data_ptr() for a in args)
+            if reads_mask and func.__name__.split(".")[0] in copies:
+                self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+    with Copies() as c, kernels.use_backend("sdpa"):
+        for _ in range(3):
+            kernels.attention(*qkv, meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"], meta["k_valid"],
+                              bias=bias, cache=cache)
+    assert c.seen == [], c.seen
+
+
 def test_sdpa_nomask_sees_every_pair():
     qkv, meta, pos = case(3)
     got = run("sdpa-nomask", qkv, meta, pos, None, grad=False)[0]
