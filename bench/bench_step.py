@@ -6,25 +6,35 @@ the same way.
     python -m bench.bench_step --smoke                                          # tiny, on a CPU: it runs
 
 Methods (train.py --attention, kernels/baselines.py): ours (the Triton kernel), sdpa-mask (SDPA with
-the dense mask and bias built once per step, shared by every layer), sdpa-nomask (SDPA with no
-mask: every pair visible; wrong for these layouts, the dense upper bound), flex (FlexAttention,
-block mask built once per step). Each method gets a fresh model from one seed, the same batches,
-the same optimizer (fused AdamW) and `--warmup-steps` untimed steps (their seconds, compilation
-included, reported apart). Then `--steps` timed steps each, in `--rounds` interleaved rounds with
-the methods' order rotated each round, every round between two synchronizations, no profiler:
-tokens/s is input tokens over the rounds' wall time, and each round's step time shows the drift.
-One more step under the profiler names the kernels that ran (the backend SDPA picked, whether Flex
-ran fused) with each one's milliseconds in that step (where the time went), and one under
-torch.cuda.set_sync_debug_mode("error") says whether the step made a host sync. With --json, the
-file is written after each round (`complete` false until the end).
+the dense mask and bias built once per step, shared by every layer, its rows padded once to SDPA's
+alignment; with a mask that needs a gradient PyTorch runs its memory-efficient (CUTLASS) kernels,
+cuDNN and flash refusing it), sdpa-nomask (SDPA with no mask: every pair visible; wrong for these
+layouts, the dense upper bound), flex (FlexAttention, block mask built once per step). A method
+may name a mode, METHOD:MODE: eager (the default), compiled (the model under torch.compile, as
+train.py --compile runs it) or graph (compiled with mode "reduce-overhead": CUDA graphs, the
+batches padded to a few shapes by core/pmlm.static_shapes). Each method gets a fresh model from
+one seed, the same batches, the same optimizer (fused AdamW) and `--warmup-steps` untimed steps
+(their seconds, compilation included, reported apart). Then `--steps` timed steps each, in
+`--rounds` interleaved rounds with the methods' order rotated each round, every round between two
+synchronizations, no profiler: tokens/s is input tokens over the rounds' wall time, and each
+round's step time shows the drift. One more step under the profiler names the kernels that ran
+(which backend did the work, in words: bench/common.attention_backend) with each one's
+milliseconds and the total of every kernel's time in that step beside the unprofiled wall time
+(what the host leaves uncovered), and one under torch.cuda.set_sync_debug_mode("error") says
+whether the step made a host sync. With --json, the file is written after each round (`complete`
+false until the end).
+
+One ratio in every table: ours' tokens/s over each method's (above 1: ours is faster), with ours
+the first method when no "ours" runs (the CPU's reference).
 
 FLOPs of a step (for MFU): 6 x the non-embedding parameters x the input tokens (the vocabulary
 projection counted only at the predicted positions: 6 x V x C x predicted), plus attention
 3 x 4 x D x H x the visible (query, key) pairs per layer (forward QK^T and PV, backward twice
 that). MFU divides by the device's dense bf16 peak (PEAK_TFLOPS). The same count over every
 (query, key) pair of the padded micro-batches is what a dense kernel computes (SDPA, with or
-without its mask): the FLOP ratio of the two bounds how much faster than SDPA skipping the
-invisible pairs alone can make a step; a larger speed-up is a measurement bug.
+without its mask). Their ratio is what skipping the invisible pairs saves in arithmetic; it bounds
+no speed-up: SDPA with its mask also reads the (B, H, L, L) mask and reduces its gradient, and two
+kernels differ in speed per pair, so a step may run faster or slower than the FLOP ratio says.
 """
 import argparse
 import datetime
@@ -47,6 +57,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = {"ours": "triton", "ours-swept": "triton", "sdpa-mask": "sdpa", "sdpa-nomask": "sdpa-nomask",
            "flex": "flex", "reference": "reference"}
+MODES = ("eager", "compiled", "graph")
+
+
+def method_of(name):
+    """"ours" of "ours:compiled"."""
+    return name.split(":")[0]
+
+
+def mode_of(name):
+    """"compiled" of "ours:compiled"; eager where the name has no mode."""
+    return name.split(":")[1] if ":" in name else "eager"
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16, SXM
 
 
@@ -67,18 +88,23 @@ def get_args(argv=None):
                    help="untimed steps per method first (compilation, autotuning); their seconds are reported")
     p.add_argument("--rounds", type=int, default=3,
                    help="the timed steps in this many interleaved rounds, the methods' order rotated each round")
-    p.add_argument("--methods", default="ours,sdpa-mask,sdpa-nomask,flex")
+    p.add_argument("--methods", default="ours,sdpa-mask,sdpa-nomask,flex",
+                   help="comma-separated METHOD or METHOD:MODE (modes: eager, compiled, graph; eager if none)")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="seconds: a method whose warm-up would start past it is left out, and no round starts "
+                        "past it (a lease's budget; the rows so far are written)")
     p.add_argument("--configs", default=None,
                    help="ours-swept: the kernel configurations a bench_attention.py --save-configs file holds "
                         "(ours keeps the plan's own, so the two run side by side)")
     p.add_argument("--json", default=None, help="write the rows here (results/<device>-<date>/step.json)")
     p.add_argument("--smoke", action="store_true", help="tiny model, few tokens, the CPU's methods: the script runs")
     args = p.parse_args(argv)
-    args.methods = [m for m in args.methods.split(",") if m]
-    unknown = [m for m in args.methods if m not in METHODS]
+    args.methods = [m[:-len(":eager")] if m.endswith(":eager") else m for m in args.methods.split(",") if m]
+    unknown = [m for m in args.methods if method_of(m) not in METHODS or mode_of(m) not in MODES]
     if unknown:
-        p.error(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHODS)})")
-    if ("ours-swept" in args.methods) != (args.configs is not None):
+        p.error(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHODS)}, each with "
+                f":{', :'.join(MODES)})")
+    if ("ours-swept" in map(method_of, args.methods)) != (args.configs is not None):
         p.error("--methods ours-swept and --configs FILE go together: the method runs the file's configurations")
     if args.configs is not None and not os.path.isfile(args.configs):
         p.error(f"--configs {args.configs}: no such file")
@@ -91,11 +117,17 @@ def get_args(argv=None):
         p.error(f"--steps {args.steps} is fewer than --rounds {args.rounds}: each round times at least one step")
     if args.warmup_steps < 0:
         p.error("--warmup-steps must be 0 or more")
+    if args.deadline is not None and not args.deadline > 0:
+        p.error(f"--deadline {args.deadline:g}: seconds, above 0 (without it, no deadline)")
+    if len(set(args.methods)) < len(args.methods):
+        p.error("--methods: a method named twice")
+    args.compile_backend = "aot_eager" if args.smoke else "inductor"  # smoke: the compiler's tracing, no code
     if args.smoke:
         args.model, args.tokens, args.examples, args.seq_len, args.micro_batch = "tiny", 256, 16, 64, 4
         args.steps, args.warmup_steps, args.rounds = 2, 1, 2
-        args.methods = [m for m in args.methods if m in ("sdpa-mask", "sdpa-nomask")] + ["reference"]
-    if not torch.cuda.is_available() and any(m in ("ours", "ours-swept", "flex") for m in args.methods):
+        args.methods = [m for m in args.methods if method_of(m) in ("sdpa-mask", "sdpa-nomask", "reference")]
+        args.methods += [] if "reference" in args.methods else ["reference"]
+    if not torch.cuda.is_available() and any(method_of(m) in ("ours", "ours-swept", "flex") for m in args.methods):
         p.error("ours and flex train on CUDA only (flex has no CPU backward): on a CPU use --smoke, or "
                 "--methods reference,sdpa-mask,sdpa-nomask")
     from core.guards import unwritable
@@ -166,18 +198,26 @@ def sync(device):
 
 class Method:
     """One method's model, optimizer and step counter, kept between rounds: `one()` is a training
-    step with its attention."""
+    step with its attention, in its mode (module docstring)."""
 
-    def __init__(self, method, args, micro, fresh, device, dtype):
+    def __init__(self, method, args, micro, fresh, device, dtype, pad_id=0):
         import kernels
         from core.distributed import Dist
         from core.optim import make_optimizer
-        from core.training import StepStats, train_step
+        from core.pmlm import static_shapes
+        from core.training import StepStats, compile_model, train_step
         from bench.attention_cases import configs_in_force, read_configs
-        self.name, self.device, self.backend = method, device, kernels.use_backend
-        saved = read_configs(args.configs) if method == "ours-swept" else None
+        self.name, self.mode, self.device, self.backend = method, mode_of(method), device, kernels.use_backend
+        saved = read_configs(args.configs) if method_of(method) == "ours-swept" else None
         self.configs = lambda: configs_in_force(saved)  # noqa: E731  (ours-swept: the file's; else the plan's)
         self.model = fresh()
+        self.call = self.model  # what the step calls: the model, or its compiled graph
+        if self.mode != "eager":
+            backend = getattr(args, "compile_backend", "inductor")
+            graphs = dict(mode="reduce-overhead") if backend == "inductor" else dict(backend=backend)
+            self.call = compile_model(self.model, **(graphs if self.mode == "graph" else dict(backend=backend)))
+        if self.mode == "graph":  # a CUDA graph per shape: a few shapes
+            micro = [static_shapes(b, pad_id) for b in micro]
         self.optimizer = make_optimizer(self.model, 1e-4)
         self.d = Dist(0, 1, 0, device, dtype)
         self.targs = argparse.Namespace(lr=1e-4, warmup=10, steps=10_000, seed=0, clip=1.0)
@@ -185,13 +225,13 @@ class Method:
         self.train_step, self.seconds, self.warmup_s = train_step, [], 0.0
 
     def one(self):
-        self.window.add(self.train_step(self.model, self.model, self.optimizer, self.micro, self.loss_sums, self.d,
+        self.window.add(self.train_step(self.call, self.model, self.optimizer, self.micro, self.loss_sums, self.d,
                                         self.targs, self.step), self.step)
         self.step += 1
 
     def run(self, steps):
         """`steps` steps under this method's attention, between two synchronizations: their seconds."""
-        with self.backend(METHODS[self.name]), self.configs():
+        with self.backend(METHODS[method_of(self.name)]), self.configs():
             sync(self.device)
             t0 = time.perf_counter()
             for _ in range(steps):
@@ -201,57 +241,71 @@ class Method:
 
     def timing(self, per_round):
         """The method's time so far: its mean step time over the rounds run, and each round's."""
-        return dict(method=self.name, backend=METHODS[self.name], warmup_s=self.warmup_s,
+        return dict(method=self.name, backend=METHODS[method_of(self.name)], mode=self.mode, warmup_s=self.warmup_s,
                     step_ms=1e3 * sum(self.seconds) / (per_round * len(self.seconds)),
                     round_ms=[1e3 * s / per_round for s in self.seconds])
 
     def row(self, per_round):
         """The method's row after every round: its timing, loss, and the kernels and sync checks."""
+        from bench.common import attention_backend
         stats, skipped, _ = self.window.read()
         row = dict(self.timing(per_round), loss=stats["loss"] / stats["norm"], skipped=skipped)
-        with self.backend(METHODS[self.name]), self.configs():
-            row["kernels"], row["kernel_ms"] = kernels_of(self.one, self.device)
+        with self.backend(METHODS[method_of(self.name)]), self.configs():
+            row["kernels"], row["kernel_ms"], row["kernel_total_ms"] = kernels_of(self.one, self.device)
             row["host_syncs"] = sync_check(self.one, self.device)
+        row["attention"] = attention_backend(self.name, row["kernels"])
         return row
 
 
-def rounds(args):
+def rounds(args, names=None):
     """The methods' order in each round: rotated by one each round, so that no method always runs
     first (on a fresh allocator) or last (after the others warmed the clocks)."""
-    n = len(args.methods)
-    return [[args.methods[(r + i) % n] for i in range(n)] for r in range(args.rounds)]
+    names = names or args.methods
+    n = len(names)
+    return [[names[(r + i) % n] for i in range(n)] for r in range(args.rounds)]
 
 
-def measure_all(args, micro, fresh, device, dtype, report):
+def measure_all(args, micro, fresh, device, dtype, report, pad_id=0):
     """Every method's model made and warmed (compilation included, its seconds kept apart), then
     `--rounds` rounds of `--steps / --rounds` timed steps each, interleaved, then each method's
     kernels and sync check. `report(rows, final)` after each round with the timings so far, so
-    that a run cut short keeps what it measured, and once more with the final rows."""
-    methods, per_round = {}, args.steps // args.rounds
+    that a run cut short keeps what it measured, and once more with the final rows. Past
+    --deadline no further method warms up and no further round starts (the first always runs)."""
+    methods, per_round, t0 = {}, args.steps // args.rounds, time.time()
+    late = lambda: args.deadline is not None and time.time() - t0 > args.deadline  # noqa: E731
     for name in args.methods:
-        m = methods[name] = Method(name, args, micro, fresh, device, dtype)
+        if methods and late():
+            print(f"  {name:<12} left out: the deadline has passed", flush=True)
+            continue
+        m = methods[name] = Method(name, args, micro, fresh, device, dtype, pad_id)
         m.warmup_s = m.run(args.warmup_steps)
         print(f"  {name:<12} warmed up in {m.warmup_s:.0f} s ({args.warmup_steps} steps)", flush=True)
-    for order in rounds(args):
+    names = list(methods)
+    for r, order in enumerate(rounds(args, names)):
+        if r and late():
+            print(f"  rounds {r + 1}-{args.rounds}: not run, the deadline has passed", flush=True)
+            break
         for name in order:
             methods[name].seconds.append(methods[name].run(per_round))
-        report([methods[name].timing(per_round) for name in args.methods], False)
-    rows = [methods[name].row(per_round) for name in args.methods]
+        report([methods[name].timing(per_round) for name in names], False)
+    rows = [methods[name].row(per_round) for name in names]
     report(rows, True)
     return rows
 
 
 def kernels_of(one, device, top=16):
-    """The kernels one step ran, by device time: their names (which backend did the work) and the
-    milliseconds each took in the step (where the step's time went)."""
+    """The kernels one step ran, by device time: their names (which backend did the work), the
+    milliseconds each took in the step (where the step's time went), and the total of every
+    kernel's time in the step (on a CPU, of every operator's own time)."""
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
     with profile(activities=acts) as prof:
         one()
         sync(device)
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)[:top]
-    return [e.key[:120] for e in events], [getattr(e, key, 0) / 1e3 for e in events]
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)
+    total = sum(getattr(e, key, 0) for e in events) / 1e3
+    return [e.key[:120] for e in events[:top]], [getattr(e, key, 0) / 1e3 for e in events[:top]], total
 
 
 def sync_check(one, device):
@@ -267,6 +321,11 @@ def sync_check(one, device):
     finally:
         torch.cuda.set_sync_debug_mode(0)
         sync(device)
+
+
+def ratio_base(rows):
+    """The row every ratio is taken against: ours (eager) where it ran, else the first row."""
+    return next((r for r in rows if r["method"] == "ours"), rows[0])
 
 
 # -----------------------------------------------------------------------------
@@ -315,9 +374,10 @@ def main(argv=None):
         for row in rows:
             row.update(tokens_per_s=tokens / (row["step_ms"] / 1e3), tflops=flops / (row["step_ms"] / 1e3) / 1e12)
             row["mfu"] = row["tflops"] / peak if peak else None
-        base = next((r for r in rows if r["method"] == "sdpa-mask"), None)
+        base = ratio_base(rows)
+        out["ratio_base"] = base["method"]
         for row in rows:
-            row["vs_sdpa_mask"] = row["tokens_per_s"] / base["tokens_per_s"] if base else None
+            row["base_over"] = base["tokens_per_s"] / row["tokens_per_s"]
         if not final:
             print(f"  round {len(rows[0]['round_ms'])}: " +
                   ", ".join(f"{r['method']} {r['round_ms'][-1]:.1f} ms" for r in rows), flush=True)
@@ -326,15 +386,15 @@ def main(argv=None):
             print(f"  {row['method']:<12} {row['step_ms']:9.1f} ms a step (rounds {spread}), "
                   f"{row['tokens_per_s']:>10,.0f} tokens/s, {row['tflops']:.1f} TFLOP/s" +
                   (f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] else "") +
-                  f"; host syncs: {row['host_syncs']}", flush=True)
+                  f"; kernels {row['kernel_total_ms']:.1f} ms of a step; {row['attention']}; "
+                  f"host syncs: {row['host_syncs']}", flush=True)
         out.update(rows=rows, complete=final)
         if args.json:  # after every round: a run cut short keeps its timings
             write_json(args.json, out)
 
-    rows = measure_all(args, micro, fresh, device, dtype, report)
-    if "sdpa-mask" in args.methods:
-        print("tokens/s against sdpa-mask (above 1: faster than SDPA with the dense mask): " +
-              ", ".join(f"{r['method']} {r['vs_sdpa_mask']:.2f}x" for r in rows))
+    rows = measure_all(args, micro, fresh, device, dtype, report, cfg.pad_id)
+    print(f"{out['ratio_base']}'s tokens/s over each method's (above 1: {out['ratio_base']} is faster): " +
+          ", ".join(f"{r['method']} {r['base_over']:.2f}x" for r in rows))
     if args.json:
         print(f"wrote {args.json}")
     return out

@@ -69,3 +69,22 @@ def write_json(path, out):
     with open(path + ".tmp", "w") as f:
         json.dump(out, f, indent=1)
     os.replace(path + ".tmp", path)
+
+
+def attention_backend(method, kernels):
+    """What ran a method's attention, in words, read off the names of the kernels (or, on a CPU,
+    operators) a step ran. SDPA picks its kernel itself: with a mask that needs a gradient, cuDNN
+    and flash refuse it and PyTorch's memory-efficient (CUTLASS, sm80) kernels run."""
+    names = " ".join(kernels).lower()
+    if method.startswith("ours"):
+        return "ours (Triton)"
+    if method.startswith("reference"):
+        return "reference (PyTorch operators)"
+    if method.startswith("flex"):
+        return "FlexAttention, fused (Triton)" if "flex" in names and ("triton" in names or "tem" in names) \
+            else "FlexAttention, unfused or not found"
+    found = [label for key, label in (("cutlass", "memory-efficient (CUTLASS)"), ("efficient_attention",
+                                                                                  "memory-efficient"),
+                                      ("cudnn", "cuDNN"), ("flash_attention_for_cpu", "CPU flash"),
+                                      ("flash", "flash"), ("math", "math")) if key in names]
+    return "SDPA, " + (found[0] if found else "kernel not among the top ones")

@@ -3,6 +3,8 @@ first in one round, and the JSON written with each round's time."""
 import argparse
 import json
 
+import pytest
+
 from bench import bench_step
 
 
@@ -23,8 +25,11 @@ def test_the_smoke_run_times_every_method_in_rounds(tmp_path, monkeypatch):
         ["sdpa-mask", "sdpa-nomask", "reference"]
     assert saved["complete"] and saved["rounds"] == 2
     assert saved["dense_flops_per_step"] > saved["flops_per_step"]  # padding and invisible pairs computed
+    assert saved["ratio_base"] == "sdpa-mask"  # no ours on a CPU: the first method
     for r in saved["rows"]:
         assert len(r["round_ms"]) == 2 and r["step_ms"] > 0 and r["warmup_s"] > 0 and r["kernels"]
+        assert abs(r["base_over"] - saved["rows"][0]["tokens_per_s"] / r["tokens_per_s"]) < 1e-9
+        assert r["kernel_total_ms"] >= sum(r["kernel_ms"]) > 0 and r["attention"]
         assert abs(sum(r["round_ms"]) / 2 - r["step_ms"]) < 1e-6 * r["step_ms"]
         assert len(r["kernel_ms"]) == len(r["kernels"]) and r["kernel_ms"] == sorted(r["kernel_ms"], reverse=True)
         assert r["kernel_ms"][0] > 0
@@ -59,3 +64,38 @@ def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
     with made["ours"].configs():
         assert attention_plan.config(torch.device("cuda"), 64) == attention_plan.CUDA_CONFIGS[64]
     assert attention_plan.FUSED_DQ and not attention_plan.OVERRIDE
+
+
+def test_the_modes_run_in_one_interleaved_run(tmp_path):
+    """METHOD:MODE rows beside the eager ones: compiled (the compiler's tracing only, in a smoke run)
+    and graph (its batches padded to a few shapes), the same losses as eager."""
+    out = bench_step.main(["--smoke", "--methods", "reference,reference:compiled,reference:graph", "--json",
+                           str(tmp_path / "s.json")])
+    rows = {r["method"]: r for r in out["rows"]}
+    assert list(rows) == ["reference", "reference:compiled", "reference:graph"]
+    assert [r["mode"] for r in rows.values()] == ["eager", "compiled", "graph"]
+    for r in rows.values():
+        assert abs(r["loss"] - rows["reference"]["loss"]) < 1e-3 * abs(rows["reference"]["loss"])
+    for bad in ("reference:fast", "reference,reference:eager"):
+        with pytest.raises(SystemExit) as e:
+            bench_step.get_args(["--smoke", "--methods", bad])
+        assert e.value.code == 2, bad
+
+
+def test_every_step_table_says_ours_speed_over_the_others(tmp_path):
+    """The rendered table (tools/render_bench.step): one column, ours' tokens/s over each method's, so
+    a method slower than ours reads above 1, each round's ratio beside; and what ran each attention."""
+    from tools.render_bench import step
+    rows = [dict(method=m, step_ms=ms, round_ms=[ms - 1, ms + 1], tokens_per_s=1e6 / ms, tflops=1.0, mfu=None,
+                 host_syncs="none", kernels=k, kernel_ms=[1.0], kernel_total_ms=ms / 2)
+            for m, ms, k in (("sdpa-mask", 150.0, ["fmha_cutlassB_bf16_aligned_64x64_k64_sm80"]),
+                             ("ours", 100.0, ["_bwd_kv_kernel"]))]
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(dict(device="GPU", torch="2", triton="3", commit="abc", date="d", model="base",
+                                    objective="pmlm", tokens_per_step=1, flops_per_step=1.0, flop_count="x",
+                                    command="c", rows=rows)))
+    text = step(str(path))
+    assert "| ours' speed / this one's |" in text
+    line = next(l for l in text.splitlines() if l.startswith("| sdpa-mask"))
+    assert "| 1.50x (rounds 1.50-1.51) |" in line and "SDPA, memory-efficient (CUTLASS)" in line and "| 75.0 |" in line
+    assert "| 1.00x |" in next(l for l in text.splitlines() if l.startswith("| ours"))

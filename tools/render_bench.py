@@ -223,36 +223,42 @@ def _configs(saved):
 
 def step(path):
     """bench/bench_step.py --json: each method's training step, its tokens/s and MFU, ours' speed over
-    it (its time over ours', as the attention tables give it; with the lowest and highest of the
-    rounds' ratios where the file has rounds), its host syncs and the attention kernels that ran."""
+    it (its time over ours', the one direction of every table: above 1, ours is faster; with the lowest
+    and highest of the rounds' ratios where the file has rounds), the total of its kernels' time in a step beside the
+    wall time where the file has it, its host syncs, and what ran its attention, in words
+    (bench/common.attention_backend) and by kernel."""
+    from bench.common import attention_backend
     d = _load(path)
     rounds = f", {d['timed_steps']} timed steps in {d['rounds']} rounds" if "rounds" in d else ""
     if "dense_flops_per_step" in d:
         rounds += (f"; with every pair computed, as a dense kernel does, {d['dense_flops_per_step'] / 1e12:.2f} "
-                   f"TFLOP (FLOP ratio {d['dense_flops_per_step'] / d['flops_per_step']:.2f}: no faster than "
-                   "that over SDPA by skipping pairs alone)")
+                   f"TFLOP (FLOP ratio {d['dense_flops_per_step'] / d['flops_per_step']:.2f})")
     if d.get("complete") is False:
         rounds += f" (cut short after {len(d['rows'][0]['round_ms'])} of them)"
     if "swept_configs" in d:
         rounds += (f"; ours-swept ran the sweep's configurations {_configs(d['swept_configs'])}, ours the plan's "
                    f"{_configs(d['plan_configs'])}")
+    base = next((r for r in d["rows"] if r["method"] == "ours"), d["rows"][0])
+    name = base["method"]
+    possessive = name + ("'" if name.endswith("s") else "'s")
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, commit {d['commit']}, {d['date']}: "
            f"`{d['model']}` {d['objective']} step, {d['tokens_per_step']:,} input tokens, "
            f"{d['flops_per_step'] / 1e12:.2f} TFLOP a step ({d['flop_count']}){rounds}; `{d['command']}`.", "",
-           "| method | ms a step | each round, ms | tokens/s | TFLOP/s | MFU | ours' speed over it | host syncs "
-           "| attention kernels |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    ours = next((r for r in d["rows"] if r["method"] == "ours"), None)
+           "| method | ms a step | each round, ms | kernel ms a step | tokens/s | TFLOP/s | MFU "
+           f"| {possessive} speed over it | host syncs | attention ran | its kernels |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in d["rows"]:
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
-        vs = f"{r['step_ms'] / ours['step_ms']:.2f}x" if ours else "-"
-        if ours and ours.get("round_ms") and r.get("round_ms") and r is not ours:
+        vs = f"{r['step_ms'] / base['step_ms']:.2f}x"
+        if r.get("round_ms") and base.get("round_ms") and r is not base:
             # the rounds interleave the methods, so each round's ratio pairs steps run side by side
-            each_ratio = [t / o for t, o in zip(r["round_ms"], ours["round_ms"])]
+            each_ratio = [t / b for b, t in zip(base["round_ms"], r["round_ms"])]
             vs += f" (rounds {min(each_ratio):.2f}-{max(each_ratio):.2f})"
         each = ", ".join(f"{t:.1f}" for t in r.get("round_ms", [])) or "-"
-        out.append(f"| {r['method']} | {r['step_ms']:.1f} | {each} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} "
-                   f"| {mfu} "
+        total = f"{r['kernel_total_ms']:.1f}" if r.get("kernel_total_ms") is not None else "-"
+        out.append(f"| {r['method']} | {r['step_ms']:.1f} | {each} | {total} | {r['tokens_per_s']:,.0f} "
+                   f"| {r['tflops']:.1f} | {mfu} "
                    f"| {vs} | {r.get('host_syncs', 'not checked (cut short)')[:50]} "
+                   f"| {r.get('attention') or attention_backend(r['method'], r.get('kernels', []))} "
                    f"| {_attention_kernels(r.get('kernels', []), r.get('kernel_ms'))} |")
     return "\n".join(out) + "\n"
