@@ -10,7 +10,7 @@ Layouts (bf16, 12 heads, the model's relative position bias, M = 128):
   s2s-1k   seq2seq fine-tuning: source CONTEXT, target ORIGINAL at step t, one PSEUDO per target
            token; 1024 tokens, batch 16, D 64 and 128;
   s2s-2k   the same at 2048 tokens, batch 8, D 64 and 128.
-Rows are padded to a multiple of 128 with invalid keys (FlexAttention's block), the same for all.
+Rows are padded to the longest with invalid keys, as a training step pads its micro-batch, the same for all.
 
 Every method is timed by one function (bench/attention_harness.py: do_bench, the L2 cache flushed
 and the gradients reset before each run), on the same q, k, v made as the model makes them (views
@@ -63,7 +63,7 @@ from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, bac
                                    apply_configs, candidates, flex_blocks, flex_sanity, fused_dq, layout,
                                    ours_method, read_configs, save_configs, table_16bit)
 from bench.attention_harness import charge, fused_flex, kernel_names, timer
-from bench.common import write_json
+from bench.common import attention_backend, write_json
 
 # the row that times the bias table's other dtype (attention_plan.TABLE_16BIT -> its label)
 ALT_TABLE = {False: "ours, 16-bit bias table", True: "ours, float32 bias table"}
@@ -298,8 +298,8 @@ def report(rec):
     print(f"  a layer is charged its call + 1/{n} of the step's setup and reduce; FLOPs on visible pairs: forward "
           f"{fwd_flops:.3g}, forward+backward 3.5x")
     print("  | method | fwd ms | fwd+bwd ms | setup ms | reduce ms | layer fwd+bwd ms | fwd+bwd TFLOP/s (visible) "
-          "| ours speed-up (layer fwd+bwd) | work ratio | kernels |")
-    print("  | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| ours' speed / this one's (layer fwd+bwd) | work ratio | attention ran | kernels |")
+    print("  | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, m in rec["methods"].items():
         m["fwd_tflops"] = fwd_flops / m["fwd_ms"] * 1e-9
         m["fwdbwd_tflops"] = 3.5 * fwd_flops / m["fwdbwd_ms"] * 1e-9
@@ -307,7 +307,7 @@ def report(rec):
         print(f"  | {label}{'' if m['bias_grad'] else ' (no bias gradient)'} | {m['fwd_ms']:.3f} | "
               f"{m['fwdbwd_ms']:.3f} | {m['setup_ms']:.3f} | {m['reduce_ms']:.3f} | {m['layer_fwdbwd_ms']:.3f} | "
               f"{m['fwdbwd_tflops']:.1f} | {up} | {work(rec, label) / rec['computed']:.2f} | "
-              f"{', '.join(n[:60] for n in m['kernels'])} |", flush=True)
+              f"{attention_backend(label, m['kernels'])} | {', '.join(n[:60] for n in m['kernels'])} |", flush=True)
     plain = rec["methods"].get("sdpa-nomask")
     if ours and plain:
         rec["density_bound"] = work(rec, "sdpa-nomask") / rec["computed"]

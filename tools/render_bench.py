@@ -25,8 +25,8 @@ def attention(path):
                 f"PARTIAL {t['partial']}, FULL {t['full']}, FAR {t['far']}, GATHER {t['gather']} tiles; codes + map + "
                 f"table {r['map_ms']:.3f} ms" + (f" eager, {r['map_graph_ms']:.3f} ms as a graph" if "map_graph_ms" in r
                                                    else "") + ")", "",
-                "| method | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s | ours fwd speed-up | ours fwd+bwd "
-                "speed-up |",
+                "| method | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s | ours' fwd speed / this one's "
+                "| ours' fwd+bwd speed / this one's |",
                 "|---|---|---|---|---|---|---|"]
         ms = r["methods"]
         for label, m in ms.items():
@@ -44,7 +44,8 @@ def attention(path):
 
 def charged_attention(d):
     """The equal-work harness's file: per layout, each method's call, setup and reduce times, a
-    layer's charge, ours' speed-up beside the work ratio, and the kernels that ran."""
+    layer's charge, ours' speed over its own beside the work ratio, and what ran its attention."""
+    from bench.common import attention_backend
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, {d['date']}. Times in ms (median, CUDA events, "
            "L2 flushed, gradients reset, one function for every method); a layer is charged its call and its share "
            "of the step's setup and reduce; TFLOP/s count the visible pairs only."
@@ -54,13 +55,15 @@ def charged_attention(d):
         out += [f"**{r['layout']}, D {r['D']}** (B {r['B']}, L {r['L']}, {r['layers']} layers a step; visible "
                 f"{100 * r['visible'] / dense:.1f}% of L*L, ours computes {100 * r['computed'] / dense:.1f}%)", "",
                 "| method | bias gradient | fwd ms | fwd+bwd ms | setup ms | reduce ms | layer fwd+bwd ms | "
-                "fwd+bwd TFLOP/s | ours speed-up | work ratio | kernels |", "|---" * 11 + "|"]
+                "fwd+bwd TFLOP/s | ours' speed / this one's | work ratio | attention ran | kernels |",
+                "|---" * 12 + "|"]
         for label, m in r["methods"].items():
             work = (r["computed"] if label.startswith("ours") else dense * (m.get("blocks") or 1)) / r["computed"]
             up = f"{m['layer_fwdbwd_ms'] / ours['layer_fwdbwd_ms']:.2f}x" if ours else "-"
             out.append(f"| {label} | {'yes' if m['bias_grad'] else 'no'} | {m['fwd_ms']:.3f} | {m['fwdbwd_ms']:.3f} | "
                        f"{m['setup_ms']:.3f} | {m['reduce_ms']:.3f} | {m['layer_fwdbwd_ms']:.3f} | "
-                       f"{m['fwdbwd_tflops']:.1f} | {up} | {work:.2f} | {', '.join(m.get('kernels', []))} |")
+                       f"{m['fwdbwd_tflops']:.1f} | {up} | {work:.2f} "
+                       f"| {attention_backend(label, m.get('kernels', []))} | {', '.join(m.get('kernels', []))} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -261,4 +264,34 @@ def step(path):
                    f"| {vs} | {r.get('host_syncs', 'not checked (cut short)')[:50]} "
                    f"| {r.get('attention') or attention_backend(r['method'], r.get('kernels', []))} "
                    f"| {_attention_kernels(r.get('kernels', []), r.get('kernel_ms'))} |")
+    return "\n".join(out) + "\n"
+
+
+def compile_cost(path):
+    """bench/bench_step.py --json of one method eager and compiled (METHOD and METHOD:compiled, in one
+    interleaved run): each one's step in processor time where the file has it (a CPU's), else wall
+    time, the compile's cost (the compiled row's warm-up over the eager one's, the same steps), and
+    the steps after which compiling pays back, against train.py's default run (its --steps)."""
+    import train
+    d = _load(path)
+    eager = next(r for r in d["rows"] if r.get("mode", "eager") == "eager")
+    comp = next(r for r in d["rows"] if r.get("mode") == "compiled")
+    cpu = "step_cpu_ms" in eager
+    step, warm, rounds = ("step_cpu_ms", "warmup_cpu_s", "round_cpu_ms") if cpu else ("step_ms", "warmup_s",
+                                                                                      "round_ms")
+    clock = "processor" if cpu else "wall"
+    out = [f"| mode | step, {clock} ms | each round | warm-up ({clock} s, compile included) "
+           "| eager's step / this one's | step, wall ms |", "|---|---|---|---|---|---|"]
+    for r in (eager, comp):
+        out.append(f"| {r['mode']} | {r[step]:.0f} | {', '.join(f'{t:.0f}' for t in r[rounds])} | {r[warm]:.1f} "
+                   f"| {eager[step] / r[step]:.3f}x | {r['step_ms']:.0f} |")
+    saved_s, cost_s = (eager[step] - comp[step]) / 1e3, comp[warm] - eager[warm]
+    steps = train.get_args([]).steps
+    eager_s, comp_s = steps * eager[step] / 1e3, cost_s + steps * comp[step] / 1e3
+    pays = f"pays back after {cost_s / saved_s:.0f} steps" if saved_s > 0 else "never pays back"
+    out += ["", f"{d['device']}, {d['dtype']}, torch {d['torch']}, commit {d['commit']}, {d['date']}; "
+            f"`{d['command']}`. Compiling costs {cost_s:.0f} {clock} s once per process and saves "
+            f"{1e3 * saved_s:.0f} ms a step: it {pays}. Over train.py's default run of {steps} steps: eager "
+            f"{eager_s / 60:.1f} min, compiled {comp_s / 60:.1f} min of steps, so "
+            f"{'compiled' if comp_s < eager_s else 'eager'} is the faster."]
     return "\n".join(out) + "\n"
