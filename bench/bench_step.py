@@ -17,7 +17,10 @@ one seed, the same batches, the same optimizer (fused AdamW) and `--warmup-steps
 (their seconds, compilation included, reported apart). Then `--steps` timed steps each, in
 `--rounds` interleaved rounds with the methods' order rotated each round, every round between two
 synchronizations, no profiler: tokens/s is input tokens over the rounds' wall time, and each
-round's step time shows the drift. One more step under the profiler names the kernels that ran
+round's step time shows the drift. On a CPU each round is also timed in processor seconds (this
+process's and its compiler's children's): on a shared machine, where a niced run gets what the
+others leave, they count the work a step costs where the wall clock counts the wait. One more
+step under the profiler names the kernels that ran
 (which backend did the work, in words: bench/common.attention_backend) with each one's
 milliseconds and the total of every kernel's time in that step beside the unprofiled wall time
 (what the host leaves uncovered), and one under torch.cuda.set_sync_debug_mode("error") says
@@ -222,7 +225,7 @@ class Method:
         self.d = Dist(0, 1, 0, device, dtype)
         self.targs = argparse.Namespace(lr=1e-4, warmup=10, steps=10_000, seed=0, clip=1.0)
         self.loss_sums, self.window, self.micro, self.step = loss_fn(args), StepStats(), micro, 0
-        self.train_step, self.seconds, self.warmup_s = train_step, [], 0.0
+        self.train_step, self.seconds, self.warmup_s, self.cpu_seconds = train_step, [], 0.0, []
 
     def one(self):
         self.window.add(self.train_step(self.call, self.model, self.optimizer, self.micro, self.loss_sums, self.d,
@@ -230,20 +233,28 @@ class Method:
         self.step += 1
 
     def run(self, steps):
-        """`steps` steps under this method's attention, between two synchronizations: their seconds."""
+        """`steps` steps under this method's attention, between two synchronizations: their seconds, and
+        the processor seconds this process and its children (a compiler's) spent in them."""
         with self.backend(METHODS[method_of(self.name)]), self.configs():
             sync(self.device)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), processor_seconds()
             for _ in range(steps):
                 self.one()
             sync(self.device)
+        self.cpu_seconds.append(processor_seconds() - c0)
         return time.perf_counter() - t0
 
     def timing(self, per_round):
-        """The method's time so far: its mean step time over the rounds run, and each round's."""
-        return dict(method=self.name, backend=METHODS[method_of(self.name)], mode=self.mode, warmup_s=self.warmup_s,
-                    step_ms=1e3 * sum(self.seconds) / (per_round * len(self.seconds)),
-                    round_ms=[1e3 * s / per_round for s in self.seconds])
+        """The method's time so far: its mean step time over the rounds run, and each round's; on a CPU
+        also in processor time (module docstring)."""
+        out = dict(method=self.name, backend=METHODS[method_of(self.name)], mode=self.mode, warmup_s=self.warmup_s,
+                   step_ms=1e3 * sum(self.seconds) / (per_round * len(self.seconds)),
+                   round_ms=[1e3 * s / per_round for s in self.seconds])
+        if self.device.type == "cpu":
+            timed = self.cpu_seconds[1:]  # the first is the warm-up's
+            out.update(warmup_cpu_s=self.cpu_seconds[0], step_cpu_ms=1e3 * sum(timed) / (per_round * len(timed)),
+                       round_cpu_ms=[1e3 * s / per_round for s in timed])
+        return out
 
     def row(self, per_round):
         """The method's row after every round: its timing, loss, and the kernels and sync checks."""
@@ -265,6 +276,9 @@ def rounds(args, names=None):
     return [[names[(r + i) % n] for i in range(n)] for r in range(args.rounds)]
 
 
+FAILED = {}  # method -> the error that stopped its warm-up (written to the JSON)
+
+
 def measure_all(args, micro, fresh, device, dtype, report, pad_id=0):
     """Every method's model made and warmed (compilation included, its seconds kept apart), then
     `--rounds` rounds of `--steps / --rounds` timed steps each, interleaved, then each method's
@@ -277,10 +291,18 @@ def measure_all(args, micro, fresh, device, dtype, report, pad_id=0):
         if methods and late():
             print(f"  {name:<12} left out: the deadline has passed", flush=True)
             continue
-        m = methods[name] = Method(name, args, micro, fresh, device, dtype, pad_id)
-        m.warmup_s = m.run(args.warmup_steps)
+        try:
+            m = Method(name, args, micro, fresh, device, dtype, pad_id)
+            m.warmup_s = m.run(args.warmup_steps)
+        except Exception as e:  # noqa: BLE001  (a mode that does not run here, CUDA graphs say, is reported)
+            FAILED[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            print(f"  {name:<12} failed: {FAILED[name]}", flush=True)
+            continue
+        methods[name] = m
         print(f"  {name:<12} warmed up in {m.warmup_s:.0f} s ({args.warmup_steps} steps)", flush=True)
     names = list(methods)
+    if not names:
+        raise SystemExit("bench_step: no method ran (" + "; ".join(f"{k}: {v}" for k, v in FAILED.items()) + ")")
     for r, order in enumerate(rounds(args, names)):
         if r and late():
             print(f"  rounds {r + 1}-{args.rounds}: not run, the deadline has passed", flush=True)
@@ -291,6 +313,13 @@ def measure_all(args, micro, fresh, device, dtype, report, pad_id=0):
     rows = [methods[name].row(per_round) for name in names]
     report(rows, True)
     return rows
+
+
+def processor_seconds():
+    """User and system seconds of this process and of its children waited for (a compiler's)."""
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def kernels_of(one, device, top=16):
@@ -388,7 +417,7 @@ def main(argv=None):
                   (f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] else "") +
                   f"; kernels {row['kernel_total_ms']:.1f} ms of a step; {row['attention']}; "
                   f"host syncs: {row['host_syncs']}", flush=True)
-        out.update(rows=rows, complete=final)
+        out.update(rows=rows, complete=final, failed=dict(FAILED))
         if args.json:  # after every round: a run cut short keeps its timings
             write_json(args.json, out)
 

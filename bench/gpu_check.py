@@ -15,6 +15,12 @@
                                                              # step with each attention (bench/bench_step.py)
     python -m bench.gpu_check --part tune --out gpu          # the backward's blocks: a sweep on the PMLM layout,
                                                              # then the steps with ours as planned and as swept
+    python -m bench.gpu_check --part all                     # the one prepared call (at most 8 minutes):
+                                                             # correctness tests on CUDA, the PMLM and seq2seq steps
+                                                             # with each attention eager, compiled and as CUDA graphs,
+                                                             # the per-layer harness, a profiled step with its total
+                                                             # kernel time; all under results/<device>-<date>/
+    python -m bench.gpu_check --part all --tiny --out DIR    # the same at tiny shapes on a CPU: the plumbing
     python -m bench.gpu_check --part decode --out gpu        # the next call on the warm machine: Flex beside ours
                                                              # (the sweep's blocks), early exit (and a carried
                                                              # --elmer-ckpt's learnt exit), off-ramp, gather,
@@ -43,6 +49,8 @@ import time
 if __name__ == "__main__" and not __package__:  # run as a file, its imports would not resolve
     sys.exit("error: run it from the repository root as a module: python -m bench.gpu_check (--help)")
 
+from bench.common import write_json
+from bench.gpu_profile import H100_BF16_TFLOPS, part_profile
 from bench.gpu_lease import (Report, environment, missing_here, pack_cache, print_wheels, timed_steps, use_cache,
                              wheel_commands)
 
@@ -79,14 +87,18 @@ BENCHES = [
      [f"checkpoints/reproduce-gpu/{r}/best.pt" for r in ("sum-t5", "elmer-hard", "nar-mlae-b")],
      "ELMER one pass and Mask-Predict faster than AR beam 5 at batch 1, one pass faster than Mask-Predict"),
 ]
-H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 SXM, the MFU denominator
+BUDGET, ALL_BUDGET = 540.0, 480.0  # seconds: a part of a 10-minute call; --part all, 8 minutes
 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", choices=PARTS + ("all",),
-                   help="what to check (all: every part, past one call's 10 minutes)")
-    p.add_argument("--out", default="gpu_check", help="directory for results.md and gpu_check.log")
+                   help="what to check (all: the one prepared call, at most 8 minutes)")
+    p.add_argument("--out", default=None,
+                   help="directory for results.md, gpu_check.log and the parts' files (default gpu_check; --part "
+                        "all: results/<device>-<date>)")
+    p.add_argument("--tiny", action="store_true",
+                   help="--part all at tiny shapes, on a CPU too: the plumbing only, no measurement")
     p.add_argument("--wheels", action="store_true",
                    help="print the wheels a GPU image needs and the commands; runs anywhere")
     p.add_argument("--steps", type=int, default=200, help="pmlm: training steps per backend")
@@ -99,15 +111,20 @@ def get_args(argv=None):
                    help="decode: a fine-tuned ELMER to time its learnt exit (carry it: it is ignored by git)")
     p.add_argument("--cache", default="checkpoints/gpu-cache",
                    help="Triton's and Inductor's compilation caches, kept here and packed into OUT/gpu-cache.tgz")
-    p.add_argument("--budget", type=float, default=540,
-                   help="speed, decode: seconds the part may take in all; a step that would start too late is skipped")
+    p.add_argument("--budget", type=float, default=None,
+                   help=f"speed, decode, all: seconds the part may take in all (all: {ALL_BUDGET:.0f} unless given); a "
+                        "step that would start too late is skipped, one that runs too long is stopped")
     args = p.parse_args(argv)
     if not args.wheels and args.part is None:
         p.error("give --part (or --wheels)")
     if args.steps < 1 or not args.loss_tolerance > 0:
         p.error("--steps must be at least 1 and --loss-tolerance above 0")
+    if args.budget is None:
+        args.budget = ALL_BUDGET if args.part == "all" else BUDGET
     if not args.budget > 0:
         p.error("--budget must be above 0 seconds")
+    if args.tiny and args.part != "all":
+        p.error("--tiny goes with --part all")
     return args
 
 
@@ -139,50 +156,6 @@ def part_bench(rep):
                      tail[0].replace("|", "/")[:120]])
     rep.rows("benchmarks (full tables in gpu_check.log)", ["benchmark", "target", "status", "seconds", "last line"],
              rows)
-
-
-# kernel names as the profiler reports them, matched exactly (a substring such as 'tile' also
-# names cuBLAS kernels): what each share of a step is made of
-KERNEL_CLASSES = {"attention kernels": ("_fwd_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_delta_kernel"),
-                  "codes and tile map": ("_codes_kernel", "_class_kernel", "_list_kernel"),
-                  "off-ramps": ("_offramp_kernel", "_offramp_combine_kernel"),
-                  "gather / scatter / index": ("_gather_kernel", "_scatter_kernel", "_compact_kernel")}
-
-
-def part_profile(rep, objectives=("pmlm", "elmer")):
-    """A `base` training step under torch.profiler in bf16 autocast (train.py's --dtype auto on CUDA):
-    the top kernels by CUDA time (to check the classification by eye), the shares of the kernel
-    classes above, and the step's model FLOP utilisation (6 N tokens / time / peak; attention's
-    FLOPs not counted)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    from bench.profile_step import make_step
-    rows_all = []
-    for objective in objectives:
-        step = make_step(objective, "base")
-        for _ in range(3):  # compile and warm the allocator
-            step()
-        torch.cuda.synchronize()
-        t0 = time.time()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(2):
-                step()
-            torch.cuda.synchronize()
-        wall = (time.time() - t0) / 2
-        events = [e for e in prof.key_averages() if e.device_time_total > 0]
-        total = sum(e.self_device_time_total for e in events) or 1.0
-        share = lambda names: sum(e.self_device_time_total for e in events if e.key in names) / total  # noqa: E731
-        top = sorted(events, key=lambda e: -e.self_device_time_total)[:15]
-        rep.log(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40))
-        rep.rows(f"profile: base {objective} step (bf16), top kernels by CUDA time",
-                 ["kernel", "class", "share", "ms per step"],
-                 [[e.key[:80].replace("|", "/"), next((c for c, n in KERNEL_CLASSES.items() if e.key in n), "other"),
-                   f"{e.self_device_time_total / total:.1%}", f"{e.self_device_time_total / 2e3:.2f}"] for e in top])
-        mfu = 6 * step.n_params * step.tokens / wall / (H100_BF16_TFLOPS * 1e12)
-        rows_all.append([objective, f"{total / 2e3:.1f}", f"{1000 * wall:.1f}", f"{mfu:.1%}"]
-                        + [f"{share(n):.1%}" for n in KERNEL_CLASSES.values()])
-    rep.rows("profile: shares of a base training step (bf16)", ["objective", "CUDA ms per step", "wall ms per step",
-                                                                 "MFU (6 N tokens)"] + list(KERNEL_CLASSES), rows_all)
 
 
 def part_pmlm(rep, args):
@@ -330,6 +303,74 @@ def part_decode(rep, args):
             rep.rows("profile", ["error"], [[f"{type(e).__name__}: {str(e)[:200]}"]])
 
 
+# the prepared call's correctness tests on CUDA: the custom operators torch.compile traces, the baselines
+# (the mask's alignment, Flex's backward), the compiled step's graphs and syncs, then the kernels themselves
+ALL_TESTS = ["tests/test_attention_op.py", "tests/test_baselines.py", "tests/test_step_syncs.py",
+             "tests/test_pseudo_attention.py"]
+# (objective, methods, seconds at most) of the prepared call's steps: eager first, then compiled, then graphs, Flex
+# (the slowest to compile) last, so that what a short lease cuts is what matters least
+ALL_STEPS = [("pmlm", "ours,sdpa-mask,sdpa-nomask,ours:compiled,sdpa-mask:compiled,ours:graph,flex", 150),
+             ("s2s", "ours,sdpa-mask,sdpa-nomask,ours:compiled,sdpa-mask:compiled", 90)]
+
+
+def part_all(rep, args):
+    """The one prepared call, within --budget (480 s): the correctness tests on CUDA,
+    bench_step.py's PMLM and seq2seq steps with each attention eager, compiled and as CUDA graphs
+    (ALL_STEPS; each run stops its rounds before its cap and keeps what it measured), the per-layer
+    harness at the PMLM step's row count (bench_attention.py, no Flex), then a profiled PMLM step with
+    its total kernel time. Every file lands in OUT with environment.json (device, versions, commit,
+    command, date). --tiny: the same at tiny shapes, on a CPU too (the smoke sizes, the CPU's methods,
+    the interpreter), to test the plumbing."""
+    import torch
+    py, out, t0 = sys.executable, os.path.abspath(args.out), time.time()
+    cpu = not torch.cuda.is_available()
+    if args.tiny:
+        tests = [("correctness tests (tiny: the mask built once and aligned)",
+                  [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_baselines.py", "-k",
+                   "one_mask_per_forward or padded_once"], 120)]
+    else:
+        tests = [("correctness tests on CUDA", [py, "-m", "pytest", "-q", "-rf", "--tb=short", "-p", "no:cacheprovider",
+                                                "-p", "no:logging"] + ALL_TESTS, 120)]
+    steps = []
+    for objective, methods, cap in ALL_STEPS:
+        if args.tiny:  # the CPU's methods, the compiled modes for the PMLM step only
+            methods = "reference,reference:compiled,reference:graph" if objective == "pmlm" else "reference,sdpa-mask"
+            size = ["--smoke"]
+        else:
+            size = ["--steps", "6", "--rounds", "3", "--warmup-steps", "3", "--deadline", str(cap - 60)]
+        steps.append((f"bench_step.py: {objective} step, {methods}",
+                      [py, "-m", "bench.bench_step", "--objective", objective, "--methods", methods] + size
+                      + ["--json", os.path.join(out, f"step-{objective}.json")], cap))
+    harness = ["--smoke"] if args.tiny else ["--deadline", "40"]
+    steps.append(("bench_attention.py: the PMLM layout at D 64, the step's rows, no Flex",
+                  [py, "-m", "bench.bench_attention", "--layouts", "pmlm", "--dims", "64", "--no-flex"] + harness
+                  + ["--json", os.path.join(out, "attention.json")], 60))
+    env = {"TRITON_INTERPRET": "1"} if cpu else None
+    if args.tiny:  # the plumbing: no step's cap but the budget (a loaded CPU is slow)
+        steps = [(title, cmd, args.budget) for title, cmd, _ in steps]
+    rows = timed_steps(rep, tests + steps, args.budget - 40, env)
+    rep.rows("all: steps", ["step", "status", "seconds", "last line"], rows)
+    if args.budget - (time.time() - t0) >= 30:
+        try:
+            part_profile(rep, ("pmlm",), tiny=args.tiny)
+        except Exception as e:  # noqa: BLE001  (the profile is the last step: report, do not lose the rest)
+            rep.rows("profile", ["error"], [[f"{type(e).__name__}: {str(e)[:200]}"]])
+    else:
+        rep.rows("profile", ["status"], [["skipped (budget spent)"]])
+    print(f"all: {time.time() - t0:.0f} s", flush=True)
+
+
+def default_out(args, device_name):
+    """--out, or for --part all results/<device>-<date> (an H200: results/h200-2026-12-01)."""
+    import re
+    if args.out:
+        return args.out
+    if args.part != "all":
+        return "gpu_check"
+    found = re.search(r"\b([A-Z]+\d+)\b", device_name)
+    return os.path.join(ROOT, "results", f"{found.group(1).lower() if found else 'gpu'}-{time.strftime('%Y-%m-%d')}")
+
+
 RUNS = {"tests-kernels": lambda rep, args: part_tests(rep, KERNEL_TESTS),
         "tests-rest": lambda rep, args: part_tests(rep, other_tests()),
         "bench": lambda rep, args: part_bench(rep),
@@ -349,24 +390,35 @@ def main(argv=None):
         if args.part is None:
             return 0
     import torch
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() and not args.tiny:
         print("error: bench/gpu_check.py checks a CUDA GPU, and this machine has none (its CPU-side parts run in "
-              "tests/test_gpu_check.py)", file=sys.stderr)
+              "tests/test_gpu_check.py; --part all --tiny runs the prepared call's plumbing here)", file=sys.stderr)
         return 2
     missing = missing_here()
-    if missing and args.part in ("tests-rest", "all"):
+    if missing and args.part == "tests-rest":
         build, install = wheel_commands(missing)
         print(f"error: the test suite needs {', '.join(missing)}: build the wheels with `{build}` on a machine "
               f"with network, then `{install}` here", file=sys.stderr)
         return 2
+    env = environment_of(" ".join(["python", "-m", "bench.gpu_check"] + list(sys.argv[1:] if argv is None else argv)))
+    args.out = default_out(args, env["device"])
     cache = use_cache(args.cache)
     rep = Report(args.out)
-    rep.rows("environment", ["GPU, versions, date"], [[environment()]])
-    for part in (PARTS[:5] if args.part == "all" else (args.part,)):
-        print(f"== {part}", flush=True)
-        RUNS[part](rep, args)
+    write_json(os.path.join(args.out, "environment.json"), env)
+    rep.rows("environment", ["device, versions, commit, date", "command"], [[environment(), env["command"]]])
+    if args.part == "all":
+        part_all(rep, args)
+    else:
+        RUNS[args.part](rep, args)
     print(f"rows: {rep.rows_path}; log: {rep.log_path}; caches: {pack_cache(cache, args.out)}")
     return 0
+
+
+def environment_of(command):
+    """Device, versions, commit, date and command of the call (OUT/environment.json)."""
+    from bench.bench_step import environment as step_environment
+    import torch
+    return dict(step_environment(torch.device("cuda" if torch.cuda.is_available() else "cpu")), command=command)
 
 
 if __name__ == "__main__":

@@ -99,13 +99,20 @@ class Report:
 def environment():
     import torch
     import triton
-    return (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-            f"Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return (f"{device}, torch {torch.__version__}, triton {triton.__version__}, "
+            f"Python {sys.version.split()[0]}, commit {commit}, {time.strftime('%Y-%m-%d')}")
 
 
-def timed_steps(rep, steps, budget):
+def timed_steps(rep, steps, budget, env=None):
     """Run (title, command, cap seconds) in order, each within what is left of `budget`; a step with
-    under 20 s left is skipped and says so. Rows: title, status, seconds, its last line."""
+    under 20 s left is skipped and says so. Rows: title, status, seconds, its last line. env: the
+    variables the commands run with (default: the GPU's, Triton compiling rather than interpreting)."""
     t0, rows = time.time(), []
     for title, cmd, cap in steps:
         left = budget - (time.time() - t0)
@@ -113,7 +120,8 @@ def timed_steps(rep, steps, budget):
             rows.append([title, "skipped (budget spent)", "0", "-"])
             continue
         print(f"== {title}", flush=True)
-        status, out, secs = rep.run(cmd, env={"TRITON_INTERPRET": "0", "PYTHONUNBUFFERED": "1"}, timeout=min(cap, left))
+        status, out, secs = rep.run(cmd, env=dict(env or {"TRITON_INTERPRET": "0"}, PYTHONUNBUFFERED="1"),
+                                    timeout=min(cap, left))
         tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]
         print(out[-4000:], flush=True)
         rows.append([title, status, f"{secs:.0f}", tail[0].replace("|", "/")[:140]])

@@ -120,3 +120,56 @@ def test_tune_sweeps_then_times_the_steps_with_what_the_sweep_saved(monkeypatch,
     assert len(steps) == 2 and all(s[s.index("--methods") + 1] == "ours,ours-swept,sdpa-mask" for s in steps)
     assert all(s[s.index("--configs") + 1] == str(swept) for s in steps)
     assert (tmp_path / "out" / "swept-configs.json").exists()
+
+
+def test_the_prepared_call_fits_its_eight_minutes_and_runs_every_step_and_method(monkeypatch, tmp_path):
+    """--part all on a GPU (its commands recorded, none run): the correctness tests on CUDA, the PMLM
+    step with ours, SDPA with and without its mask and Flex, eager, compiled and as CUDA graphs, the
+    seq2seq step, the per-layer harness, each JSON under OUT; the steps' caps and the profile's share
+    within the 480 s budget, and the output folder named after the device and the day."""
+    import argparse
+    import time
+    ran = []
+    monkeypatch.setattr(gpu_check.Report, "run", lambda self, cmd, env=None, timeout=560: ran.append(
+        (cmd, timeout)) or (0, "done", 1.0))
+    monkeypatch.setattr(gpu_check, "part_profile", lambda rep, objectives, tiny=False: ran.append((["profile"], 0)))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    args = gpu_check.get_args(["--part", "all", "--out", str(tmp_path)])
+    assert args.budget == gpu_check.ALL_BUDGET == 480
+    gpu_check.part_all(gpu_check.Report(str(tmp_path)), args)
+    cmds = [" ".join(c) for c, _ in ran]
+    assert "tests/test_attention_op.py" in cmds[0] and "tests/test_step_syncs.py" in cmds[0]
+    pmlm = next(c for c in ran if "--objective" in c[0] and c[0][c[0].index("--objective") + 1] == "pmlm")[0]
+    methods = pmlm[pmlm.index("--methods") + 1].split(",")
+    assert {"ours", "sdpa-mask", "sdpa-nomask", "flex", "ours:compiled", "ours:graph"} <= set(methods)
+    assert any("--objective s2s" in c for c in cmds) and any("bench.bench_attention" in c for c in cmds)
+    assert all(str(tmp_path) in c[c.index("--json") + 1] for c, _ in ran if "--json" in c)
+    assert cmds[-1] == "profile"
+    assert sum(cap for _, _, cap in gpu_check.ALL_STEPS) + 120 + 60 + 40 <= args.budget
+    name = gpu_check.default_out(argparse.Namespace(out=None, part="all"), "NVIDIA H200")
+    assert name == os.path.join(ROOT, "results", f"h200-{time.strftime('%Y-%m-%d')}")
+    assert gpu_check.default_out(argparse.Namespace(out=None, part="pmlm"), "NVIDIA H200") == "gpu_check"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's rehearsal of the GPU call")
+def test_the_prepared_call_runs_end_to_end_at_tiny_shapes(tmp_path):
+    """python -m bench.gpu_check --part all --tiny on a CPU: every step runs to its end (the steps with
+    the CPU's methods, compiled and graph modes at the compiler's tracing, the harness under the
+    interpreter, the profile), and OUT holds the environment, the rows and each JSON."""
+    import json
+    out = tmp_path / "g"
+    r = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--part", "all", "--tiny", "--out", str(out),
+                        "--budget", "3000"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
+                       text=True, timeout=3600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    env = json.loads((out / "environment.json").read_text())
+    assert {"device", "torch", "triton", "commit", "date", "command"} <= set(env) and "--part all" in env["command"]
+    rows = (out / "results.md").read_text()
+    steps = [l for l in rows.split("### all: steps")[1].split("###")[0].splitlines() if l.startswith("| ") and
+             not l.startswith("| step")]
+    assert len(steps) == 4 and all(l.split("|")[2].strip() == "0" for l in steps), steps
+    assert "kernels / wall" in rows
+    pmlm = json.loads((out / "step-pmlm.json").read_text())
+    assert pmlm["complete"] and [r["mode"] for r in pmlm["rows"]] == ["eager", "compiled", "graph"]
+    assert json.loads((out / "step-s2s.json").read_text())["complete"]
+    assert json.loads((out / "attention.json").read_text())["complete"]

@@ -36,7 +36,8 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
 
 from reproduce.claims import pair_text, verdict_text  # noqa: E402
 from tools import figures, layouts, records  # noqa: E402
-from tools.render_bench import attention, exit_rows, fused_backward, loops, loss_profile, step, sweep, targets  # noqa: E402
+from tools.render_bench import (attention, compile_cost, exit_rows, fused_backward, loops, loss_profile, step,  # noqa: E402
+                                sweep, targets)
 from tools.figures import ROOT, _jsonl, _load  # noqa: E402
 from reproduce.plan import seeds_of  # noqa: E402
 
@@ -317,7 +318,8 @@ RENDERERS = {"study": study, "run-times": run_times, "run-time": run_time, "defa
              "claims-summary": claims_summary, "pretrainings": pretrainings,
              "plot-pretrainings": figures.plot_pretrainings,
              "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep,
-             "plot-mask-ratio": figures.plot_mask_ratio, "lr-grid": lr_grid, "plot-layout": layouts.plot_layout}
+             "plot-mask-ratio": figures.plot_mask_ratio, "lr-grid": lr_grid, "plot-layout": layouts.plot_layout,
+             "compile-cost": compile_cost}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
 

@@ -52,6 +52,7 @@ SOURCES = {
         "3.11": Field(BUDGET, "environment"), "2.13.0": Field(".ci/run", "torch=="),
         "3.12": Field(H200_28 + "call1/step.json", "python"), "2.11.0": Field(H200_28 + "call1/step.json", "torch"),
         "3.6.0": Field(H200_28 + "call1/step.json", "triton"),
+        "8": Field("bench/gpu_check.py", "BUDGET, ALL_BUDGET = ", after="540.0,", div=60),  # --part all, minutes
         "400": default("train.py --steps"), "8,192": default("train.py --batch-tokens"),
         "50": default("train.py --eval-every"), "2": Field(CPU_DEFAULT + "RUN.md", "2-core CI-like machine"),
         "3": default("finetune.py --epochs"),
@@ -117,7 +118,7 @@ SOURCES = {
         "16k": Field("bench/bench_gather.py", '"--tokens"'),
         "25%": Field("bench/bench_gather.py", "for frac in"), "50%": Field("bench/bench_gather.py", "for frac in"),
         "90%": Field("bench/bench_gather.py", "for frac in"),
-        "6": Field("bench/gpu_check.py", "mfu = 6 * step.n_params"),
+        "6": Field("bench/gpu_profile.py", "mfu = 6 * step.n_params"),
     },
     "docs/design.md": {
         "1%": Field("tests/test_dtype.py", "assert worst <"),
