@@ -50,8 +50,9 @@ def add_run_flags(p, out, lr, save_every):
                         "(kernels/baselines.py); the same model and result, another speed (docs/kernels.md)")
     p.add_argument("--compile", default="auto", choices=COMPILE,
                    help="torch.compile the model for the training steps (its backward compiled with it; evaluation "
-                        "stays eager): auto = on on CUDA, off on a CPU, where compiling costs more than it saves over "
-                        "a default run (results/cpu-compile)")
+                        "stays eager): auto = on on CUDA, off on a CPU, where the eager step's logs are the ones "
+                        "recorded (compiled code sums in another order; `python -m bench.bench_step --methods "
+                        "reference,reference:compiled` times the two)")
     add_dtype_flag(p)
 
 
@@ -148,7 +149,7 @@ def compiles(args, d):
 def compiled(ddp_model, args, d):
     """The model the training steps call: `ddp_model` itself, or under --compile torch.compile of it, whose
     graph the loss functions call in place of its forward. Our attention is a custom operator there
-    (kernels/attention_op.py), so a PMLM, seq2seq or ELMER forward is one graph (tests/test_compiled_step.py);
+    (kernels/attention_op.py), so a PMLM, seq2seq or ELMER forward is one graph (tests/test_step_syncs.py);
     ELMER's counts of active tokens are traced as symbols (capture_dynamic_output_shape_ops), not read.
     The raw model stays what is saved and evaluated."""
     return compile_model(ddp_model) if compiles(args, d) else ddp_model
