@@ -95,7 +95,31 @@ def test_every_step_table_says_ours_speed_over_the_others(tmp_path):
                                     objective="pmlm", tokens_per_step=1, flops_per_step=1.0, flop_count="x",
                                     command="c", rows=rows)))
     text = step(str(path))
-    assert "| ours' speed / this one's |" in text
+    assert "| ours' speed over it |" in text
     line = next(l for l in text.splitlines() if l.startswith("| sdpa-mask"))
     assert "| 1.50x (rounds 1.50-1.51) |" in line and "SDPA, memory-efficient (CUTLASS)" in line and "| 75.0 |" in line
     assert "| 1.00x |" in next(l for l in text.splitlines() if l.startswith("| ours"))
+
+
+def test_the_compile_cost_table_counts_the_compile_against_a_default_run(tmp_path):
+    """tools/render_bench.compile_cost: a CPU's eager and compiled rows read in processor time, the
+    compile charged once (the compiled warm-up over the eager one's) and the verdict over train.py's
+    default --steps, both ways round."""
+    from tools.render_bench import compile_cost
+    import train
+    steps = train.get_args([]).steps
+
+    def table(compiled_ms, compile_s):
+        rows = [dict(mode=mode, step_ms=5e3, step_cpu_ms=ms, round_cpu_ms=[ms], warmup_cpu_s=w)
+                for mode, ms, w in (("eager", 1000.0, 10.0), ("compiled", compiled_ms, 10.0 + compile_s))]
+        path = tmp_path / "c.json"
+        path.write_text(json.dumps(dict(device="CPU", dtype="float32", torch="2", commit="abc", date="d", command="c",
+                                        rows=rows)))
+        return compile_cost(str(path))
+
+    fast = table(900.0, 0.05 * steps)  # saves 0.1 s a step, costs half of that over the run
+    assert "| compiled | 900 |" in fast and "1.111x" in fast and f"pays back after {steps // 2} steps" in fast
+    assert fast.rstrip().endswith("so compiled is the faster.")
+    slow = table(900.0, 0.2 * steps)  # costs twice what it saves over the run
+    assert slow.rstrip().endswith("so eager is the faster.")
+    assert "never pays back" in table(1100.0, 1.0)
