@@ -4,6 +4,7 @@
     python -m tools.aot --loops           # and the SASS per loop iteration of each tile class vs plain FlashAttention
     python -m tools.aot --json out.json --only pseudo_attention
     python -m tools.aot --only pseudo_attention --cases '^rel-bfloat16-d64$' --config 64=64,64,4,3,32,128,8,3,4,3
+    python -m tools.aot --only pseudo_attention,yardstick --kernels 'bwd' --loops   # the backward table
 
 The Triton interpreter (how the tests run the kernels on a CPU) accepts code that the GPU compiler
 refuses, such as a non-constexpr global read inside a kernel. This runs the real compiler instead:
@@ -91,6 +92,8 @@ def _key(fn, args, kwargs):
     def one(i, a):
         if i in fixed:
             return ("any",)
+        if isinstance(a, tuple):  # a NamedTuple of tensors and scalars (kernels/attention_plan.py)
+            return tuple(one(None, x) for x in a)
         if isinstance(a, torch.Tensor):
             return ("t", str(a.dtype))
         if isinstance(a, int):
@@ -108,8 +111,10 @@ def compile_launch(module_name, kernel, args, kwargs):
     from tools.aot_cases import HOME
     fn = getattr(importlib.import_module(HOME[module_name]), kernel)
     backend = make_backend(TARGET)
+    flags = kwargs.get("F")  # the attention kernels' constexprs (kernels/attention_plan.Flags)
+    blocks = (flags.BM, flags.BN) if flags is not None else (kwargs.get("BM"), kwargs.get("BN"))
     row = dict(module=module_name, kernel=kernel, num_warps=kwargs.get("num_warps", 4),
-               num_stages=kwargs.get("num_stages", 3))
+               num_stages=kwargs.get("num_stages", 3), blocks=blocks if None not in blocks else None)
     try:
         binder = create_function_from_signature(fn.signature, fn.params, backend)
         kw = dict(kwargs, debug=False)
@@ -140,18 +145,22 @@ def compile_launch(module_name, kernel, args, kwargs):
 
 def _loops(cubin):
     found = sass_loops(cubin)
-    return dict(loops=[l["instructions"] for l in found], loop_waits=[l["min_wait"] for l in found])
+    return dict(loops=[l["instructions"] for l in found], loop_waits=[l["min_wait"] for l in found],
+                loop_wgmma=[l["wgmma"] for l in found], loop_atomics=[l["atomics"] for l in found])
 
 
 def sass_loops(cubin):
-    """Instruction counts of the loops of a compiled kernel's SASS, in address order: a loop is a
-    backward branch (BRA to a lower address) and the instructions from its target to it."""
+    """The loops of a compiled kernel's SASS, in address order: a loop is a backward branch (BRA to a
+    lower address) and the instructions from its target to it. Per loop: instructions, the fewest
+    copy groups left in flight at a wait, wgmma (HGMMA) by shape, and atomic adds to global memory in
+    elements per thread (REDG/ATOMG, F32x4 counting 4): both branches of an if count."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.cubin")
         with open(path, "wb") as f:
             f.write(cubin)
         tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
         sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True).stdout
+    code = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
     loops = []
     for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", sass):
         here = int(m.group(1), 16)
@@ -164,12 +173,19 @@ def sass_loops(cubin):
             target = at.group(1)
         start = int(target, 16)
         if start < here:
+            body = [text for addr, text in code if start <= addr <= here]
             # cp.async waits in the loop: DEPBAR.LE SB0, N lets the N most recent copy groups stay in
             # flight; N = 0 waits for every outstanding copy, the next tiles' included
-            waits = [int(w.group(2), 16)
-                     for w in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+DEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)
-                     if start <= int(w.group(1), 16) <= here]
-            loops.append(dict(start=start, instructions=(here - start) // 16 + 1, min_wait=min(waits, default=None)))
+            waits = [int(w.group(1), 16) for w in (re.search(r"DEPBAR\.LE SB0, (0x[0-9a-f]+)", t) for t in body) if w]
+            shapes = {}
+            for t in body:
+                g = re.search(r"\bHGMMA\.(\d+x\d+x\d+)", t)
+                if g:
+                    shapes[g.group(1)] = shapes.get(g.group(1), 0) + 1
+            atomics = sum(int(a.group(1) or 1) for a in (re.search(r"\b(?:REDG|ATOMG)\.[\w.]*?F32(?:x(\d))?\b", t)
+                                                         for t in body) if a)
+            loops.append(dict(start=start, instructions=(here - start) // 16 + 1, min_wait=min(waits, default=None),
+                              wgmma=shapes, atomics=atomics))
     return sorted(loops, key=lambda l: l["start"])
 
 
@@ -180,13 +196,16 @@ def _compile_job(job):
     return row
 
 
-def compile_all(modules=MODULES, workers=2, cases=None):
-    """Rows of the table for every distinct launch of every module that exists."""
+def compile_all(modules=MODULES, workers=2, cases=None, kernels=None):
+    """Rows of the table for every distinct launch of every module that exists (of the kernels whose
+    name matches the regular expression `kernels`, all by default)."""
     from tools.aot_cases import HOME
     jobs = {}
     for name in modules:
         module = importlib.import_module(HOME[name])
         for case, kernel, args, kwargs in capture(name, cases):
+            if kernels and not re.search(kernels, kernel):
+                continue
             key = (name, _key(getattr(module, kernel), args, kwargs))
             if key not in jobs:
                 jobs[key] = [name, kernel, args, kwargs, []]
@@ -252,13 +271,85 @@ def loop_table(rows):
     return "\n".join(lines), out
 
 
+# an H100's / H200's SM: 64K 32-bit registers, allocated per warp in units of 256; 228 KB of shared
+# memory, of which a program gets what it asks plus 1 KB; at most 64 warps
+SM_REGISTERS, SM_SHARED, BLOCK_RESERVED, SM_WARPS = 65536, 233472, 1024, 64
+
+
+def programs_per_sm(row):
+    """How many programs of a compiled kernel fit on one SM at once, by registers, shared memory and warps."""
+    per_warp = -(-row["registers"] * 32 // 256) * 256
+    by_registers = (SM_REGISTERS // per_warp) // row["num_warps"]
+    return min(by_registers, SM_SHARED // (row["shared"] + BLOCK_RESERVED), SM_WARPS // row["num_warps"])
+
+
+def wgmma_macs(shapes, num_warps):
+    """Multiply-adds of a loop iteration's wgmma ({'64x32x16': count}): each is issued by every warpgroup."""
+    macs = 0
+    for shape, n in shapes.items():
+        m, k_n, k = (int(x) for x in shape.split("x"))
+        macs += n * m * k_n * k
+    return macs * (num_warps // 4)
+
+
+def backward_table(rows):
+    """Per dK/dV kernel (ours and the plain FlashAttention-2 yardstick, tools/aot_cases.py) and case:
+    registers, spills, shared memory, programs an SM, and per loop iteration (one tile) of each class
+    the SASS instructions, the wgmma, and the atomic adds to global memory in elements per tile
+    (elements a thread x threads; both branches of an if counted)."""
+    lines = ["| kernel | case | warps | registers | spill B | shared B | programs / SM | loop: instructions, "
+             "wgmma, atomic elements per tile |", "|" + "---|" * 8]
+    out = []
+    for r in rows:
+        if not r["compiles"] or r["kernel"] not in ("_bwd_kv_kernel", "_plain_flash_bwd"):
+            continue
+        case = r["cases"][0]
+        names = ("plain",) if r["kernel"] == "_plain_flash_bwd" else \
+            LOOP_NAMES[case.split("-")[0] in REL_CASES]
+        if len(r["loops"]) != len(names):
+            continue
+        threads = 32 * r["num_warps"]
+        loops = {n: dict(instructions=i, wgmma=sum(w.values()), wgmma_shapes=w, atomics=a * threads)
+                 for n, i, w, a in zip(names, r["loops"], r["loop_wgmma"], r["loop_atomics"])}
+        row = dict(kernel=r["kernel"], case=case, blocks=r.get("blocks"), num_warps=r["num_warps"],
+                   registers=r["registers"], spill=r["spill_stores"], shared=r["shared"],
+                   programs_per_sm=programs_per_sm(r), loops=loops)
+        out.append(row)
+        shapes = lambda l: "+".join(f"{c}x{s}" for s, c in l["wgmma_shapes"].items())  # noqa: E731
+        cells = "; ".join(f"{n} {l['instructions']}, {l['wgmma']} ({shapes(l)}), {l['atomics']}"
+                          for n, l in loops.items())
+        lines.append(f"| {r['kernel']} | {case} | {r['num_warps']} | {r['registers']} | {r['spill_stores']} | "
+                     f"{r['shared']} | {row['programs_per_sm']} | {cells} |")
+    return "\n".join(lines), out
+
+
+def record_side(path, side, rows, command, commit=None):
+    """Keep `rows` under `side` in the before/after record at `path`, with the command, the commit
+    (of the working tree, `git describe --dirty`, unless given) and the Triton version."""
+    if commit is None:
+        r = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+        commit = r.stdout.strip() or "unknown"
+    record = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            record = json.load(f)
+    record[side] = dict(command=command, commit=commit, triton=triton.__version__, rows=rows)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+
+
 def get_args(argv=None):
     """The flags, each refused in one line; --config put in force (attention_plan.OVERRIDE)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default=",".join(MODULES), help="comma-separated kernel modules of kernels/")
     p.add_argument("--json", default=None, help="also write the rows to this file")
+    p.add_argument("--side", default=None,
+                   help="with --json: keep the rows under this name in the file, beside the other sides it holds "
+                        "(a before/after record: {side: {command, commit, triton, rows}})")
     p.add_argument("--workers", type=int, default=2, help="compiles in parallel")
     p.add_argument("--cases", default=None, help="only the cases whose name matches this regular expression")
+    p.add_argument("--kernels", default=None, help="only the kernels whose name matches this regular expression")
     p.add_argument("--loops", action="store_true",
                    help="also print the SASS per loop iteration of each tile class against plain FlashAttention")
     p.add_argument("--config", action="append", default=[], metavar="D=BM,BN,...",
@@ -277,11 +368,13 @@ def get_args(argv=None):
     if unknown:
         p.error(f"--only {a.only}: no compile cases in {', '.join(unknown)} (the modules with cases: "
                 f"{', '.join(MODULES)})")
-    if a.cases is not None:
+    for flag, value in (("--cases", a.cases), ("--kernels", a.kernels)):
         try:
-            re.compile(a.cases)
+            re.compile(value or "")
         except re.error as e:
-            p.error(f"--cases {a.cases!r} is not a regular expression ({e})")
+            p.error(f"{flag} {value!r} is not a regular expression ({e})")
+    if a.side and not a.json:
+        p.error("--side names where the rows go in the --json file: give --json too")
     if a.workers < 1:
         p.error("--workers must be at least 1")
     if a.json:  # checked before the compile, which takes minutes
@@ -294,7 +387,7 @@ def get_args(argv=None):
 def main(argv=None):
     a = get_args(argv)
     t0 = time.time()
-    rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases)
+    rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases, a.kernels)
     if not rows:
         print(f"error: no compile case matched (--only {a.only}" + (f", --cases {a.cases!r}" if a.cases else "") + ")",
               file=sys.stderr)
@@ -303,12 +396,16 @@ def main(argv=None):
     if a.loops:
         print()
         print(loop_table(rows)[0])
+        print()
+        print(backward_table(rows)[0])
     bad = [r for r in rows if not r["compiles"] or r["spill_stores"]]
     print(f"{len(rows)} distinct kernels compiled for sm_{TARGET.arch}a in {time.time() - t0:.0f}s with triton "
           f"{triton.__version__}; {sum(not r['compiles'] for r in rows)} failed, "
           f"{sum(bool(r.get('spill_stores')) for r in rows)} spill, "
           f"{sum(bool(r.get('wgmma_serialized')) for r in rows)} with wgmma serialised by ptxas")
-    if a.json:
+    if a.json and a.side:
+        record_side(a.json, a.side, rows, "python -m tools.aot " + " ".join(sys.argv[1:] if argv is None else argv))
+    elif a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
     return 1 if bad else 0

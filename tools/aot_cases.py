@@ -8,6 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import attention_plan
 from kernels import early_exit as ee
 from kernels import offramp_loss as ol
 from kernels import pseudo_attention as pa
@@ -214,8 +215,42 @@ def _plain_flash_fwd(Q, K, V, O, sb, sh, sm, H, L, qk_scale, D: tl.constexpr, BM
              mask=rows[:, None] < L)
 
 
+@triton.jit(do_not_specialize=["L"])
+def _plain_flash_bwd(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, sb, sh, sm, H, L, qk_scale, scale, D: tl.constexpr,
+                     BM: tl.constexpr, BN: tl.constexpr, FUSED_DQ: tl.constexpr):
+    """A plain FlashAttention-2 dK/dV kernel (no mask, no bias, every query tile in order; the same
+    contiguous (B, H, L, D) strides for every tensor), with dQ added by atomics where FUSED_DQ: what
+    the pseudo-mask dK/dV kernel's loops are read against."""
+    pid_n, bh = tl.program_id(0), tl.program_id(1)
+    base = (bh // H).to(tl.int64) * sb + (bh % H).to(tl.int64) * sh
+    cols = pid_n * BN + tl.arange(0, BN)
+    offs_m, offs_d = tl.arange(0, BM), tl.arange(0, D)
+    k = tl.load(K + base + cols[:, None] * sm + offs_d[None, :], mask=cols[:, None] < L, other=0.0)
+    v = tl.load(V + base + cols[:, None] * sm + offs_d[None, :], mask=cols[:, None] < L, other=0.0)
+    dk = tl.zeros((BN, D), tl.float32)
+    dv = tl.zeros((BN, D), tl.float32)
+    for start in range(0, L, BM):
+        rows = start + offs_m
+        q_t = tl.load(Q + base + rows[None, :] * sm + offs_d[:, None], mask=rows[None, :] < L, other=0.0)
+        do = tl.load(DO + base + rows[:, None] * sm + offs_d[None, :], mask=rows[:, None] < L, other=0.0)
+        lse = tl.load(LSE + bh.to(tl.int64) * L + rows, mask=rows < L, other=float("inf"))
+        delta = tl.load(DELTA + bh.to(tl.int64) * L + rows, mask=rows < L, other=0.0)
+        p_t = tl.exp2(tl.dot(k, q_t) * qk_scale - lse[None, :])  # (BN, BM)
+        dv += tl.dot(p_t.to(do.dtype), do)
+        ds_t = p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])
+        dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t))
+        if FUSED_DQ:
+            dq_t = tl.dot(tl.trans(k), ds_t.to(k.dtype)) * scale  # (D, BM)
+            tl.atomic_add(DQ + base + rows[None, :] * sm + offs_d[:, None], dq_t, mask=rows[None, :] < L,
+                          sem="relaxed")
+    tl.store(DK + base + cols[:, None] * sm + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
+             mask=cols[:, None] < L)
+    tl.store(DV + base + cols[:, None] * sm + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=cols[:, None] < L)
+
+
 def yardstick():
-    """The yardstick at D = 64 and 128 with the pseudo-mask forward's CUDA blocks."""
+    """The yardsticks at D = 64 and 128: the forward with the pseudo-mask forward's CUDA blocks, the
+    dK/dV kernel with the pseudo-mask dK/dV kernel's (and its dQ fused where the plan fuses it)."""
 
     def launch(dtype, D, B=2, H=12, L=768):
         cfg = config(torch.device("cuda"), D)
@@ -223,7 +258,17 @@ def yardstick():
         q, k, v, o = (torch.empty(B, H, L, D, dtype=dtype) for _ in range(4))
         _plain_flash_fwd[(triton.cdiv(L, BM), B * H)](q, k, v, o, *q.stride()[:3], H, L, D ** -0.5 * 1.4426950408889634,
                                                       D=D, BM=BM, BN=BN, num_warps=warps, num_stages=stages)
-    return [(f"plain-flash-bfloat16-d{D}", lambda D=D: launch(torch.bfloat16, D)) for D in (64, 128)]
+
+    def launch_bwd(dtype, D, B=2, H=12, L=768):
+        cfg = config(torch.device("cuda"), D)
+        q, k, v, do, dk, dv = (torch.empty(B, H, L, D, dtype=dtype) for _ in range(6))
+        lse, delta, dq = torch.empty(B, H, L), torch.empty(B, H, L), torch.empty(B, H, L, D)
+        _plain_flash_bwd[(triton.cdiv(L, cfg.BNK), B * H)](
+            q, k, v, do, lse, delta, dk, dv, dq, *q.stride()[:3], H, L, D ** -0.5 * 1.4426950408889634, D ** -0.5,
+            D=D, BM=cfg.BMK, BN=cfg.BNK, FUSED_DQ=attention_plan.FUSED_DQ and D <= 64, num_warps=cfg.kv_warps,
+            num_stages=cfg.kv_stages)
+    return [(f"plain-flash-bfloat16-d{D}", lambda D=D: launch(torch.bfloat16, D)) for D in (64, 128)] + \
+        [(f"plain-flash-bwd-bfloat16-d{D}", lambda D=D: launch_bwd(torch.bfloat16, D)) for D in (64, 128)]
 
 
 CASES = {"pseudo_attention": attention, "tilemap": tilemap, "early_exit": early_exit, "offramp_loss": offramp_loss,
