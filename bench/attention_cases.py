@@ -110,16 +110,16 @@ def table_16bit(on):
 
 def candidates(D):
     """[(Config, dQ fused)] that --sweep times at head dim D, the plan's own first. At D 64 the
-    backward's blocks vary with its structure: 4 warps on 64 x 64 tiles (one warpgroup, no second
-    one repeating the first's S^T and dP^T rows), and 32 x 128 tiles (half the q and dO reloads per
-    key). At D 128 (one backward structure: None) the dK/dV kernel keeps a copy in flight at 3 stages.
-    The dK/dV kernel of each compiles for sm_90a without spills (results/aot/candidates, by
-    tools/aot.py --config). The last rows vary the forward instead."""
+    backward varies with its structure: dQ apart, two warpgroups on 128 keys x 32 queries (one
+    program an SM), the 8-warp 64 x 64 tiles of before (whose second warpgroup repeats S^T and dP^T),
+    and the dK/dV loop a stage shallower. At D 128 (one backward structure: None) the dK/dV kernel
+    keeps a copy in flight at 3 stages. Each dK/dV kernel compiles for sm_90a (python -m tools.aot
+    --config: registers, spills, wgmma per iteration). The last rows vary the forward instead."""
     from kernels.attention_plan import CUDA_CONFIGS, FUSED_DQ, Config
     base = CUDA_CONFIGS[D]
     if D == 64:
-        rows = [(base, FUSED_DQ), (base._replace(kv_warps=4), False),
-                (base._replace(BMK=32, BNK=128), True), (base._replace(BMK=32, BNK=128), False),
+        rows = [(base, FUSED_DQ), (base, False), (base._replace(BMK=32, BNK=128, kv_warps=8), True),
+                (base._replace(BMK=64, BNK=64, kv_warps=8), True), (base._replace(kv_stages=3), FUSED_DQ),
                 (base._replace(fwd_stages=4), FUSED_DQ), (Config(128, 128, 8, 3, 64, 64, 8, 3, 8, 3), FUSED_DQ)]
     else:
         rows = [(base, None), (base._replace(kv_stages=3), None),

@@ -6,6 +6,7 @@ the caller's cache and checked on the host only.
 from typing import NamedTuple
 
 import torch
+import triton
 
 from .reference import RelPosBias
 from .tilemap import build_map, code_tensor
@@ -34,10 +35,19 @@ class Config(NamedTuple):
     dq_stages: int
 
 
-# the fastest forward+backward of bench/bench_attention.py --sweep's candidates on a GPU, PMLM at
-# D 64 and s2s-1k at D 128 (bench/RESULTS.md)
+# The forward's blocks: the fastest forward+backward of bench/bench_attention.py --sweep's
+# candidates on a GPU, PMLM at D 64 and s2s-1k at D 128 (bench/RESULTS.md). The dK/dV kernel's at
+# D 64: one warpgroup (4 warps) on 64 keys x 32 queries, each product computed once. Two warpgroups
+# on 64 keys repeat S^T and dP^T and their softmax: Triton gives a product that feeds another (S^T
+# -> dV, dP^T -> dK) all its warps along its 64 rows, the second warpgroup the first's rows (28 wgmma
+# a tile where 20 do). One warpgroup on 64 x 64 spills with dQ fused; two on 128 keys x 32 queries
+# take 255 registers (one program an SM) and spill at 128. This one compiles to 255 registers
+# without spills, two programs an SM, and a fourth stage lets its FAR loop keep twice the copies in
+# flight for 8 KB more (results/aot/backward-sm90a-triton-3.9.json, docs/kernels.md). At D 128 one
+# warpgroup spills (8 to 48 bytes at 16 or 32 queries, 2 or 3 stages), so the kernel keeps two, and
+# with them S^T and dP^T computed twice.
 CUDA_CONFIGS = {
-    64: Config(64, 64, 4, 3, 64, 64, 8, 3, 4, 3),
+    64: Config(64, 64, 4, 3, 32, 64, 4, 4, 4, 3),
     128: Config(64, 64, 4, 2, 32, 64, 8, 2, 4, 3),
 }
 # Each loop reads its tile list a tile ahead (attention_tiles._entry), so at 3 stages the pipeliner
@@ -46,12 +56,18 @@ CUDA_CONFIGS = {
 # (the shared memory of each case: python -m tools.aot).
 # The backward's structure: False, two kernels (dK/dV per key tile, dQ per query tile, each
 # recomputing the probabilities of its tiles); True, one at head dims up to 64 (the dK/dV kernel adds
-# each tile's dQ into a float32 buffer by atomics), measured faster there (bench/RESULTS.md). At
-# D 128 the fused kernel either spills or takes mma.sync for dS^T K (too few rows for a warpgroup's
-# wgmma), so D 128 keeps two kernels. A plan records the choice it was made with (meta["fused"]).
+# each tile's dQ into a float32 buffer by atomics), measured faster there (bench/RESULTS.md) and the
+# cheaper by count: per 32 x 64 tile at D 64, fused costs one product (dQ^T = K^T dS^T) and 2,048
+# float32 atomic adds; apart, the dQ kernel redoes S and dP (two products) besides dS K, reloads K and
+# V (16 KB a 64-key tile) and recomputes the tile's exponentials, bias and rule. At D 128 the dK/dV
+# kernel is at its registers' limit without dQ, so D 128 keeps two kernels. A plan records the
+# choice it was made with (meta["fused"]).
 # The atomics make dQ's float32 sums order-dependent on a GPU (as the bias table's gradient already
 # was): equal to within rounding, not bit for bit, from run to run.
 FUSED_DQ = True
+# The table's gradient summed by windows in registers (kernels/attention_backward.py) up to this head
+# dim; past it every pair is added by an atomic (at D 128 the dK/dV kernel is at its registers' limit).
+GRAD_WINDOWS_MAX_D = 64
 MAP_WARPS = 4  # of the tile map's cell programs (kernels/tilemap.py _class_kernel) on a GPU
 # The relative bias table in q's dtype (16-bit q only) instead of float32. A FULL tile reads its bias
 # as a (BM, BN) window of the table, through shared memory like K and V: in float32 that is as many
@@ -71,6 +87,77 @@ def config(device, D):
     cfg = OVERRIDE.get(D) or CUDA_CONFIGS[64 if D <= 64 else 128]
     assert max(cfg.BN, cfg.BNK) <= WINDOW_PAD, f"key blocks wider than WINDOW_PAD = {WINDOW_PAD}: {cfg}"
     return cfg
+
+
+# -----------------------------------------------------------------------------
+# the kernels' arguments, grouped: each a NamedTuple the launcher fills and a kernel reads by field
+
+class Rows(NamedTuple):
+    """A (B, H, L, D) tensor: its pointer and its batch, head and row strides (the last is 1)."""
+    ptr: object
+    sb: int
+    sh: int
+    sm: int
+
+
+def rows_of(x):
+    return Rows(x, *x.stride()[:3])
+
+
+class Codes(NamedTuple):
+    """The codes of kernels/tilemap.py, (6, B, Lp) int32 each: q's and k's, planes sq and sk apart,
+    rows rq and rk apart."""
+    QC: object
+    KC: object
+    sq: int
+    sk: int
+    rq: int
+    rk: int
+
+
+class Lists(NamedTuple):
+    """One orientation's tile lists (kernels/tilemap.TileMap): (B, n, 4, m) entries, (B, n, 4) counts."""
+    LIST: object
+    COUNT: object
+
+
+class RelBias(NamedTuple):
+    """The relative bias as the kernels read it: the extended table (H, 4, TW) (extended_table) and
+    its max distance M; DTABLE, the dK/dV programs' rows of its gradient (P, H, NB * BN), or any
+    pointer where none is asked."""
+    TABLE: object
+    DTABLE: object
+    max_dist: int
+
+
+class DenseBias(NamedTuple):
+    """A dense additive bias expanded to (B, H, Lq, Lk) (zero strides broadcast), and DBIAS, the
+    (B, H, Lq, Lk) float32 buffer of its gradient, or any pointer where none is asked."""
+    BIAS: object
+    sb: int
+    sh: int
+    sm: int
+    sn: int
+    DBIAS: object
+
+
+class Flags(NamedTuple):
+    """The compile-time flags of the attention kernels (one constexpr): head dim, blocks (BM x BN: query
+    rows x keys), the extended table's row width TW (table_width), the blocks NB of a dK/dV program's
+    gradient row (grad_blocks), and what a kernel computes besides its outputs."""
+    D: int
+    BM: int
+    BN: int
+    TW: int
+    NB: int
+    HAS_SEQ: bool
+    REL: bool
+    REL_GRAD: bool
+    DENSE: bool
+    DENSE_GRAD: bool
+    FUSED_DQ: bool
+    GRAD_WINDOWS: bool
+    PRECISION: str
 
 
 # -----------------------------------------------------------------------------
@@ -180,7 +267,7 @@ def launch_meta(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq
 # -----------------------------------------------------------------------------
 # the relative bias as the kernels read it
 
-_INDEX = {}  # (M, H, device) -> the gather and fold indices of the extended table, made once
+_INDEX = {}  # the gather indices of the extended table and the fold of the gradient rows, made once
 
 
 def table_width(M):
@@ -195,10 +282,9 @@ def _extension(M, H, device):
     if key not in _INDEX:
         t = torch.arange(width + 3, device=device)
         d = (t - E).clamp(-M, M) + M  # slot t of the extended row -> column of the (H, 2M+1) table
-        fold = d[:width].contiguous()
         shifted = torch.stack([d[s:s + width] for s in range(4)])  # (4, width): copy s starts s entries later
         flat = shifted[None] + (2 * M + 1) * torch.arange(H, device=device)[:, None, None]  # (H, 4, width)
-        _INDEX[key] = (flat, fold)
+        _INDEX[key] = flat
     return _INDEX[key]
 
 
@@ -210,13 +296,23 @@ def extended_table(by_distance, M, dtype=torch.float32):
     rows are plain windows of it; the four shifted copies let a window that starts anywhere be read
     16 bytes at a time in float32 (kernels/attention_tiles.py `_window`; 8 in 16 bits).
     Float32 by default: TABLE_16BIT says why and what 16 bits would change."""
-    flat, _ = _extension(M, by_distance.shape[0], by_distance.device)
+    flat = _extension(M, by_distance.shape[0], by_distance.device)
     w = by_distance.detach().reshape(-1)[flat].float() * LOG2E  # two launches: the gather, the scaling
     return w if dtype == torch.float32 else w.to(dtype)  # and a cast in 16 bits
 
 
-def fold_table_grad(dw, M):
-    """The gradient of by_distance (H, 2M+1) from that of the extended table's rows, (P, H, width)
-    summed over programs: every slot past +-M belongs to the entry it was clamped to."""
-    _, fold = _extension(M, dw.shape[1], dw.device)
-    return torch.zeros(dw.shape[1], 2 * M + 1, device=dw.device).index_add_(1, fold, dw.sum(0))
+def grad_blocks(M, BN):
+    """Blocks of BN slots in a dK/dV program's row of the table's gradient (kernels/attention_backward.py):
+    slot a holds distance clamp(a - M - BN, -M, M), a in [0, 2M + 2BN), so that a window of BN keys
+    that starts anywhere in [-M - BN, M] lands inside it. A power of two, 16 at least (a tl.dot's width)."""
+    return max(16, triton.next_power_of_2(-(-(2 * M + 2 * BN) // BN)))
+
+
+def fold_table_grad(dw, M, BN):
+    """The gradient of by_distance (H, 2M+1) from the dK/dV programs' rows (P, H, NB * BN) summed over
+    programs: slot a is distance a - M - BN, and a distance past +-M belongs to the entry it clamps to."""
+    width = dw.shape[2]
+    key = ("fold", M, BN, width, str(dw.device))
+    if key not in _INDEX:
+        _INDEX[key] = (torch.arange(width, device=dw.device) - M - BN).clamp(-M, M) + M
+    return torch.zeros(dw.shape[1], 2 * M + 1, device=dw.device).index_add_(1, _INDEX[key], dw.sum(0))

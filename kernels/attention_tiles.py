@@ -10,6 +10,8 @@ gather the bias pair by pair; FULL tiles (wholly inside, every pair visible) loa
 skip the rule and read the bias as table windows; GATHER tiles are FULL ones whose bias must be
 gathered; FAR tiles read one bias scalar.
 """
+from typing import NamedTuple
+
 import triton
 import triton.language as tl
 
@@ -22,6 +24,46 @@ _LENGTHS = ["Lq", "Lk", "n_qt", "n_kt"]
 _PARTIAL, _FULL, _FAR, _GATHER, _EDGE = (tl.constexpr(c) for c in range(1, 6))  # a loop's tile class
 # kernels/attention_plan.py WINDOW_PAD; a global a @triton.jit function reads must be a tl.constexpr object
 WINDOW_PAD = tl.constexpr(128)
+
+
+class Program(NamedTuple):
+    """What every tile of a program reads besides its own rows: the codes (attention_plan.Codes), the
+    dense bias (attention_plan.DenseBias), the program's batch row b and head h, the lengths, and the
+    scores' scale in base 2."""
+    C: object
+    X: object
+    b: object
+    h: object
+    Lq: object
+    Lk: object
+    qk_scale: object
+
+
+class BiasRead(NamedTuple):
+    """A program's relative bias: W, distance 0 of its head's extended table (copy 0, base 2); the two
+    values a FAR tile may have (_far_pair); the max distance M."""
+    W: object
+    far_lo: object
+    far_hi: object
+    max_dist: object
+
+
+class QTile(NamedTuple):
+    """The query rows of a q-major program (the forward's, the dQ kernel's): q, its codes, the rows."""
+    q: object
+    qa: object
+    qb: object
+    qq: object
+    qp: object
+    rows: object
+
+
+class KeySide(NamedTuple):
+    """Where a q-major program reads its key tiles: K and V of its (b, h), rows skn and svn apart."""
+    K: object
+    V: object
+    skn: object
+    svn: object
 
 
 @triton.jit
@@ -121,7 +163,7 @@ def _near(W, qp, kp, max_dist):
 
 @triton.jit
 def _near_t(W, qp, kp, max_dist):
-    """(BN, BM), keys along dim 0; also returns the clamped distances (the gradient's addresses)."""
+    """(BN, BM), keys along dim 0; also returns the clamped distances (where a pair's gradient goes)."""
     d = tl.minimum(tl.maximum(kp[:, None] - qp[None, :], -max_dist), max_dist)
     return tl.load(W + d), d
 
@@ -149,12 +191,10 @@ def _window(TROW, plane, qp, k0, max_dist, offs_n, BN: tl.constexpr):
 
 @triton.jit
 def _window_t(TROW, plane, qp, k0, max_dist, offs_n, BN: tl.constexpr):
-    """(BN, BM), keys along dim 0; also returns the slots in the row (the gradient's addresses,
-    relative to distance 0)."""
+    """(BN, BM), keys along dim 0."""
     copy, start = _window_rows(qp, k0, max_dist, BN)
     row = TROW + copy * plane + start
-    bias = tl.load(row[None, :] + offs_n[:, None])
-    return bias, (start + copy - max_dist - WINDOW_PAD)[None, :] + offs_n[:, None]
+    return tl.load(row[None, :] + offs_n[:, None])
 
 
 @triton.jit
@@ -251,44 +291,78 @@ def _edge(lst, n_part, n_tiles, L, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k, code, k0, kt, qp, kp, KC, sk, rk, b, W, plane, far_lo, far_hi, max_dist, qk_scale, offs_n,
-            PRECISION: tl.constexpr, CLASS: tl.constexpr, BN: tl.constexpr, REL: tl.constexpr):
+def _scores(q, k, code, k0, qp, kp, bias, qk_scale, F: tl.constexpr, CLASS: tl.constexpr):
     """Base-2 scores of a (query, key) tile with its relative bias (the table is in base 2), read as
     windows (FULL), pair by pair (PARTIAL, GATHER, EDGE) or as one scalar (FAR). The bias is added
     after the product, not given as its accumulator: registers that non-wgmma instructions define
     inside a wgmma's pipeline stage make ptxas serialise every wgmma of the kernel (C7515)."""
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-    if REL:
+    s = tl.dot(q, tl.trans(k), input_precision=F.PRECISION) * qk_scale
+    if F.REL:
         if CLASS == 2:
-            s += _window(W - max_dist - WINDOW_PAD, plane, qp, k0, max_dist, offs_n, BN)
+            s += _window(bias.W - bias.max_dist - WINDOW_PAD, F.TW, qp, k0, bias.max_dist, tl.arange(0, F.BN), F.BN)
         elif CLASS == 3:
-            s += _far(code, far_lo, far_hi)
+            s += _far(code, bias.far_lo, bias.far_hi)
         else:
-            s += _near(W, qp, kp, max_dist)
+            s += _near(bias.W, qp, kp, bias.max_dist)
     return s
 
 
 @triton.jit
-def _tile_scores(code, k0, q, qa, qb, qq, qp, Kb, Vb, KC, sk, rk, b, h, offs_n, offs_d, Lk, skn, svn,
-                 qk_scale, W, plane, far_lo, far_hi, max_dist, BIAS, sbb, sbh, sbm, sbn, rows, Lq,
-                 CLASS: tl.constexpr, BN: tl.constexpr, HAS_SEQ: tl.constexpr, REL: tl.constexpr,
-                 DENSE: tl.constexpr, PRECISION: tl.constexpr):
-    """(scores, K, V) of one key tile against the program's query tile, compiled for one class
-    (PARTIAL, FULL, FAR, GATHER or EDGE): the forward's and the dQ kernel's common part. k0: a FULL
-    tile's first key position (_k0, read by the loop a tile ahead, as the entry itself); unused otherwise."""
+def _tile_scores(code, k0, qt, ks, bias, P, F: tl.constexpr, CLASS: tl.constexpr):
+    """(scores, K, V) of one key tile against the program's query rows qt (QTile), compiled for one
+    class (PARTIAL, FULL, FAR, GATHER or EDGE): the forward's and the dQ kernel's common part. ks:
+    KeySide, bias: BiasRead, P: Program, F: attention_plan.Flags. k0: a FULL tile's first key position
+    (_k0, read by the loop a tile ahead, as the entry itself); unused otherwise."""
     MASKED: tl.constexpr = CLASS == 5  # EDGE: the PARTIAL tile that straddles Lk, loaded with bounds checks
     if CLASS == 3:
         kt = code // 2
     else:
         kt = code
-    cols = kt * BN + offs_n
-    k = _rows(Kb, cols, offs_d, skn, Lk, MASKED)
-    v = _rows(Vb, cols, offs_d, svn, Lk, MASKED)
-    ka, kb, kq, kp = _k_codes(KC, sk, rk, b, cols, Lk, MASKED)
-    s = _scores(q, k, code, k0, kt, qp, kp, KC, sk, rk, b, W, plane, far_lo, far_hi, max_dist, qk_scale, offs_n,
-                PRECISION, CLASS, BN, REL)
-    if DENSE:
-        s += _dense(BIAS, b, h, sbb, sbh, sbm, sbn, rows, cols, Lq, Lk)
+    offs_d = tl.arange(0, F.D)
+    cols = kt * F.BN + tl.arange(0, F.BN)
+    k = _rows(ks.K, cols, offs_d, ks.skn, P.Lk, MASKED)
+    v = _rows(ks.V, cols, offs_d, ks.svn, P.Lk, MASKED)
+    ka, kb, kq, kp = _k_codes(P.C.KC, P.C.sk, P.C.rk, P.b, cols, P.Lk, MASKED)
+    s = _scores(qt.q, k, code, k0, qt.qp, kp, bias, P.qk_scale, F, CLASS)
+    if F.DENSE:
+        X = P.X
+        s += _dense(X.BIAS, P.b, P.h, X.sb, X.sh, X.sm, X.sn, qt.rows, cols, P.Lq, P.Lk)
     if CLASS % 4 == 1:  # PARTIAL or EDGE: the rule, pair by pair
-        s = tl.where(_see(qa, qb, qq, ka, kb, kq, HAS_SEQ), s, float("-inf"))
+        s = tl.where(_see(qt.qa, qt.qb, qt.qq, ka, kb, kq, F.HAS_SEQ), s, float("-inf"))
     return s, k, v
+
+
+@triton.jit
+def _q_loop(lst, start, end, carry, qt, ks, bias, P, step, F: tl.constexpr, CLASS: tl.constexpr):
+    """Entries start..end-1 of one class's list of a q-major program (the forward's, the dQ kernel's):
+    for each key tile, carry = step(carry, scores, K, V, qt, F, CLASS). The next entry is read a tile
+    ahead (_entry), and for FULL tiles the first key position k0 with it."""
+    nxt = _entry(lst, start, end)
+    k0n = 0
+    if CLASS == 2:
+        k0n = _k0(P.C.KC, P.C.sk, P.C.rk, P.b, nxt * F.BN)
+    for t in range(start, end):
+        code, nxt = nxt, _entry(lst, t + 1, end)
+        k0 = k0n
+        if CLASS == 2:
+            k0n = _k0(P.C.KC, P.C.sk, P.C.rk, P.b, nxt * F.BN)
+        s, k, v = _tile_scores(code, k0, qt, ks, bias, P, F, CLASS)
+        carry = step(carry, s, k, v, qt, F, CLASS)
+    return carry
+
+
+@triton.jit
+def _q_program(lst, cnt, n_tiles, carry, qt, ks, bias, P, step, F: tl.constexpr):
+    """Every tile of a q-major program's lists (lst: its 4 lists of n_tiles entries, cnt: its 4
+    counts), one loop per class, each compiled for its class: FAR, FULL, GATHER, then PARTIAL and
+    the EDGE tile that straddles Lk. The order only moves rounding, and it matters to the compiler,
+    which lays out a loop's softmax as the loop before it left its running max and sums."""
+    if F.REL:
+        carry = _q_loop(lst + 2 * n_tiles, 0, tl.load(cnt + 2), carry, qt, ks, bias, P, step, F, _FAR)
+    carry = _q_loop(lst + n_tiles, 0, tl.load(cnt + 1), carry, qt, ks, bias, P, step, F, _FULL)
+    if F.REL:
+        carry = _q_loop(lst + 3 * n_tiles, 0, tl.load(cnt + 3), carry, qt, ks, bias, P, step, F, _GATHER)
+    n_part = tl.load(cnt)
+    edge = _edge(lst, n_part, n_tiles, P.Lk, F.BN)
+    carry = _q_loop(lst, 0, n_part - edge, carry, qt, ks, bias, P, step, F, _PARTIAL)
+    return _q_loop(lst, n_part - edge, n_part, carry, qt, ks, bias, P, step, F, _EDGE)

@@ -47,7 +47,7 @@ def test_the_sweep_times_only_candidates_that_match_and_keeps_the_fastest(monkey
     monkeypatch.setattr(attention_plan, "OVERRIDE", {})
     monkeypatch.setattr(attention_plan, "FUSED_DQ", True)
     base = CUDA_CONFIGS[64]
-    wrong, slow, fast = base._replace(BNK=128), base, base._replace(kv_warps=4)
+    wrong, slow, fast = base._replace(BNK=128), base, base._replace(kv_warps=8)
     monkeypatch.setattr(bench_attention, "candidates", lambda D: [(wrong, True), (slow, True), (fast, False)])
     timed = []
 
@@ -72,7 +72,7 @@ def test_the_sweep_times_only_candidates_that_match_and_keeps_the_fastest(monkey
 def test_swept_configurations_travel_in_a_file_and_apply_only_where_asked(monkeypatch, tmp_path):
     from bench.attention_cases import configs_in_force, read_configs, save_configs
     from kernels import attention_plan
-    monkeypatch.setattr(attention_plan, "OVERRIDE", {64: attention_plan.CUDA_CONFIGS[64]._replace(kv_warps=4)})
+    monkeypatch.setattr(attention_plan, "OVERRIDE", {64: attention_plan.CUDA_CONFIGS[64]._replace(kv_warps=8)})
     monkeypatch.setattr(attention_plan, "FUSED_DQ", False)
     path = tmp_path / "swept.json"
     save_configs(str(path))
@@ -81,7 +81,7 @@ def test_swept_configurations_travel_in_a_file_and_apply_only_where_asked(monkey
     monkeypatch.setattr(attention_plan, "OVERRIDE", {})
     monkeypatch.setattr(attention_plan, "FUSED_DQ", True)
     with configs_in_force(saved):
-        assert attention_plan.config(torch.device("cuda"), 64).kv_warps == 4 and attention_plan.FUSED_DQ is False
+        assert attention_plan.config(torch.device("cuda"), 64).kv_warps == 8 and attention_plan.FUSED_DQ is False
     assert attention_plan.OVERRIDE == {} and attention_plan.FUSED_DQ is True
     with configs_in_force(None):
         assert attention_plan.config(torch.device("cuda"), 64) == attention_plan.CUDA_CONFIGS[64]
@@ -95,7 +95,7 @@ def test_past_its_deadline_the_sweep_times_the_plans_own_alone(monkeypatch):
     from kernels.attention_plan import CUDA_CONFIGS
     monkeypatch.setattr(attention_plan, "OVERRIDE", {})
     base = CUDA_CONFIGS[64]
-    monkeypatch.setattr(bench_attention, "candidates", lambda D: [(base, True), (base._replace(kv_warps=4), False)])
+    monkeypatch.setattr(bench_attention, "candidates", lambda D: [(base, True), (base._replace(kv_warps=8), False)])
     monkeypatch.setattr(bench_attention, "check", lambda *a, **k: True)
     timed = []
     monkeypatch.setattr(bench_attention, "charge",

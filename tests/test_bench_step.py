@@ -54,13 +54,13 @@ def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
             bench_step.get_args(bad + ["--smoke"])
         assert e.value.code == 2, bad
     path = tmp_path / "swept.json"
-    path.write_text(json.dumps({"64": list(attention_plan.CUDA_CONFIGS[64]._replace(kv_warps=4)), "fused_dq": False}))
+    path.write_text(json.dumps({"64": list(attention_plan.CUDA_CONFIGS[64]._replace(kv_warps=8)), "fused_dq": False}))
     args = argparse.Namespace(configs=str(path), objective="pmlm")
     monkeypatch.setattr(attention_plan, "FUSED_DQ", True)
     made = {name: bench_step.Method(name, args, [], lambda: torch.nn.Linear(2, 2), torch.device("cpu"), torch.float32)
             for name in ("ours", "ours-swept")}
     with made["ours-swept"].configs():
-        assert attention_plan.config(torch.device("cuda"), 64).kv_warps == 4 and not attention_plan.FUSED_DQ
+        assert attention_plan.config(torch.device("cuda"), 64).kv_warps == 8 and not attention_plan.FUSED_DQ
     with made["ours"].configs():
         assert attention_plan.config(torch.device("cuda"), 64) == attention_plan.CUDA_CONFIGS[64]
     assert attention_plan.FUSED_DQ and not attention_plan.OVERRIDE

@@ -114,6 +114,42 @@ def test_tile_loops_keep_copies_in_flight(rows):
     assert seen == 2
 
 
+def test_backward_computes_each_product_once_and_leaves_room_for_two_programs(rows):
+    """The dK/dV kernel at D 64 and its CUDA configuration, dQ fused and apart, read off its SASS
+    (tools/aot.py backward_table):
+    each loop iteration's wgmma do exactly the tile's five products (S^T, dP^T, dV, dK and, fused,
+    dQ^T: BM x BN x D multiply-adds each) and, in the loops whose tiles sum the table's gradient by
+    windows (FULL, PARTIAL, EDGE; up to GRAD_WINDOWS_MAX_D), its two grouping products (BN x BM x NB
+    each) - no warpgroup repeats another's rows; where it sums by windows, no atomic add but dQ's
+    (BM x D a tile) in the FAR and FULL loops; no spill, and registers and shared memory for two
+    programs an SM. (At D 128 one warpgroup spills: kernels/attention_plan.CUDA_CONFIGS.)"""
+    import tools.aot as aot
+    from kernels.attention_plan import CUDA_CONFIGS, GRAD_WINDOWS_MAX_D, grad_blocks
+    _, table = aot.backward_table(rows)
+    seen = 0
+    for r in table:
+        if r["kernel"] != "_bwd_kv_kernel" or r["case"] not in ("rel_fused-bfloat16-d64", "rel-bfloat16-d64"):
+            continue
+        D = 64
+        cfg = CUDA_CONFIGS[D]
+        fused = r["case"].startswith("rel_fused")  # as tools/aot_cases.py compiles it
+        tile = cfg.BMK * cfg.BNK * D
+        windows = D <= GRAD_WINDOWS_MAX_D
+        grouping = 2 * cfg.BNK * cfg.BMK * grad_blocks(128, cfg.BNK) if windows else 0
+        for name, loop in r["loops"].items():
+            want = (5 if fused else 4) * tile + (grouping if name in ("FULL", "PARTIAL", "EDGE") else 0)
+            got = aot.wgmma_macs(loop["wgmma_shapes"], r["num_warps"])
+            print(f"{r['case']} {name}: {loop['wgmma']} wgmma, {got} multiply-adds (want {want}), "
+                  f"{loop['atomics']} atomic elements")
+            assert got == want, f"{r['case']} {name}: wgmma do {got} multiply-adds, the products {want}"
+            if windows and name in ("FAR", "FULL"):
+                assert loop["atomics"] == (cfg.BMK * D if fused else 0), f"{r['case']} {name}: {loop['atomics']}"
+        assert r["spill"] == 0 and r["programs_per_sm"] >= 2, \
+            f"{r['case']}: {r['registers']} registers at {r['num_warps']} warps, {r['shared']} B shared"
+        seen += 1
+    assert seen == 2
+
+
 def test_tile_map_kernels_have_no_loop_and_leave_room_for_many_programs(rows):
     """The map's two kernels (kernels/tilemap.py): no loop in either (every cell, every list of a
     row, at once), and at the CUDA blocks the cell kernel takes at most 128 registers a thread at

@@ -86,6 +86,34 @@ def mlae_cross_layout(B, L, g, ratio=0.15):
     return (qk, qk.clone(), kk, kk.clone(), valid, None, None), (q_pos, k_pos)
 
 
+def pmlm_positions(layout, g):
+    """Position ids of a PMLM layout as core/pmlm.py gives them: the context at 0, 1, ..., each step's
+    ORIGINAL tokens and as many PSEUDO ones at the positions of a masked span of the context. The
+    context's key tiles then run (consecutive positions), the appended part's do not."""
+    kind, step = layout[0], layout[1]
+    n_ctx = int((kind[0] == CONTEXT).sum())
+    pos = torch.arange(kind.shape[1])
+    for s in range(1, int(step[0].max()) + 1):
+        n = int(((kind[0] == ORIGINAL) & (step[0] == s)).sum())
+        start = int(torch.randint(0, n_ctx - n, (1,), generator=g))
+        for k in (ORIGINAL, PSEUDO):
+            pos[(kind[0] == k) & (step[0] == s)] = start + torch.arange(n)
+    return pos.expand(kind.shape).clone()
+
+
+def key_tiles(pos, valid, BN):
+    """(running, not running): the key tiles of BN whose live keys' positions run k0, k0 + 1, ... and
+    the others (the two ways a dK/dV program sums the table's gradient, kernels/attention_backward.py)."""
+    B, L = pos.shape
+    run = []
+    for b in range(B):
+        for t in range(0, L, BN):
+            live = valid[b, t:t + BN]
+            d = (pos[b, t:t + BN] - torch.arange(len(live)))[live]
+            run.append(bool((d == d[0]).all()) if len(d) else True)
+    return sum(run), len(run) - sum(run)
+
+
 def packed_layout(B, L, g):
     """Three causal sequences packed in each row, with a padded tail."""
     kind, step, *_ = causal_layout(B, L)
@@ -189,6 +217,19 @@ def test_pmlm_layout(bias):
     run_case(pmlm_layout(2, 60, gen(4)), bias=bias, D=32)
 
 
+@pytest.mark.parametrize("M", [128, 5])
+def test_pmlm_positions(M):
+    """PMLM with its real position ids: the context's key tiles sum the table's gradient in registers,
+    window by window (scattered appended queries against them included), the appended part's add it
+    pair by pair; M = 5 also makes FAR tiles. The dead keys of the last row sit at position 0."""
+    layout = pmlm_layout(2, 60, gen(70))
+    pos = pmlm_positions(layout, gen(71))
+    pos[-1, -5:] = 0
+    running, not_running = key_tiles(pos, layout[4], pa.config(torch.device(DEVICE), 32).BNK)
+    assert running > 0 and not_running > 0
+    run_case(layout, bias="rel", M=M, pos=(pos, pos), D=32)
+
+
 def test_causal():
     run_case(causal_layout(2, 100), bias="rel")
 
@@ -206,8 +247,8 @@ def tile_classes(layout, pos, M, blocks=(16, 16)):
 @pytest.mark.parametrize("layout", ["causal", "bidirectional"])
 def test_tiles_whose_distances_clamp_to_one_value(layout):
     """With positions 0..L-1 and max distance 4, most 16x16 tiles read a single bias entry: the
-    kernels' FAR loops (a scalar bias load, one atomic add of the gradient) next to the per-pair
-    ones. Which tiles are FAR is tested against the dense mask in tests/test_tilemap.py."""
+    kernels' FAR loops (a scalar bias load, the gradient summed into one of two per program) next to
+    the per-pair ones. Which tiles are FAR is tested against the dense mask in tests/test_tilemap.py."""
     lay = causal_layout(2, 100) if layout == "causal" else random_layout(2, 100, 100, gen(9), steps=1)
     if layout == "bidirectional":
         lay = (torch.zeros_like(lay[0]),) + lay[1:2] + (torch.zeros_like(lay[2]),) + lay[3:]
@@ -264,13 +305,19 @@ def test_a_bias_table_without_gradient():
 @pytest.mark.parametrize("D", [64, 128])
 def test_cross_attention_with_the_cuda_launch_configuration(monkeypatch, D):
     """The blocks, warps and stages the launchers pick on a GPU, run by the interpreter: MLAE (b)'s
-    layout, and sorted positions with M = 8, where whole 128 x 64 tiles are FAR."""
+    layout, sorted positions with M = 8, where whole tiles are FAR, and PMLM with its position ids,
+    whose key tiles sum the table's gradient both ways."""
     from kernels import attention_plan
     cfg = attention_plan.CUDA_CONFIGS[D]
     monkeypatch.setattr(attention_plan, "config", lambda device, D: cfg)
     layout, pos = mlae_cross_layout(2, 300, gen(23))
     run_case(layout, bias="rel", M=128, pos=pos, D=D, H=1)
     run_case(cross_layout(2, 150, 300), bias="rel", M=8, sorted_pos=True, D=D, H=1)
+    layout = pmlm_layout(1, 200, gen(24))
+    pos = pmlm_positions(layout, gen(25))
+    running, not_running = key_tiles(pos, layout[4], cfg.BNK)
+    assert running > 0 and not_running > 0
+    run_case(layout, bias="rel", M=128, pos=(pos, pos), D=D, H=1)
     pos = torch.arange(150).expand(2, 150), torch.arange(300).expand(2, 300)
     assert tile_classes(cross_layout(2, 150, 300), pos, 8, (cfg.BM, cfg.BN))[..., 2].sum() > 0
 
