@@ -147,6 +147,39 @@ def loops(path):
     return "\n".join(out) + "\n"
 
 
+def backward(path):
+    """tools/aot.py --loops --json FILE --side before|after: the dK/dV kernel's compile-time proxies
+    before and after a change, beside the plain FlashAttention-2 dK/dV kernel (tools/aot_cases.py)
+    compiled with the same blocks, warps and stages."""
+    from tools.aot import backward_table, wgmma_macs
+    rec = _load(path)
+    out = ["Triton " + ", ".join(sorted({rec[s]['triton'] for s in rec})) + ", sm_90a, read off the SASS of one "
+           "iteration of each tile-class loop. Tile: query rows x keys. Products a pair: the wgmma's "
+           "multiply-adds over pairs x D (S^T, dP^T, dV, dK and a fused dQ: 5; the table's gradient grouped "
+           "by windows adds 2 NB / D). Atomic adds: elements added to global memory per 4,096 pairs (both "
+           "branches of an if counted). Instructions: SASS a thread x threads, per pair. Loops FAR / FULL / "
+           "PARTIAL (the plain kernel: its one loop).", "",
+           "| side | kernel | case | tile, warps | registers | spill B | shared KB | programs / SM | "
+           "wgmma / iteration | products a pair | atomic adds / 4096 pairs | instructions a pair |",
+           "|" + "---|" * 12]
+    for side in ("before", "after"):
+        if side not in rec:
+            continue
+        for r in backward_table(rec[side]["rows"])[1]:
+            (bm, bn), D = r["blocks"], int(r["case"].rsplit("-d", 1)[1])
+            pairs, threads = bm * bn, 32 * r["num_warps"]
+            loops = [r["loops"].get(n) for n in (("plain",) if "plain" in r["loops"] else ("FAR", "FULL", "PARTIAL"))]
+            main = r["loops"].get("FULL") or r["loops"]["plain"]
+            cell = lambda f: " / ".join("-" if l is None else f(l) for l in loops)  # noqa: E731
+            out.append(f"| {side} ({rec[side]['commit']}) | {r['kernel']} | {r['case']} | {bm} x {bn}, "
+                       f"{r['num_warps']} | {r['registers']} | {r['spill']} | {r['shared'] / 1024:.0f} | "
+                       f"{r['programs_per_sm']} | "
+                       f"{main['wgmma']} | {wgmma_macs(main['wgmma_shapes'], r['num_warps']) / (pairs * D):.2f} | "
+                       + cell(lambda l: f"{l['atomics'] * 4096 // pairs}") + " | "
+                       + cell(lambda l: f"{l['instructions'] * threads / pairs:.0f}") + " |")
+    return "\n".join(out) + "\n"
+
+
 def fused_backward(path):
     """bench/bench_attention.py --json: per layout, ours kernel-only with the backward's two
     structures (dQ fused by atomics into the dK/dV kernel, or a dQ kernel apart), fwd+bwd and

@@ -36,7 +36,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
 
 from reproduce.claims import pair_text, verdict_text  # noqa: E402
 from tools import figures, layouts, records  # noqa: E402
-from tools.render_bench import (attention, compile_cost, exit_rows, fused_backward, loops, loss_profile, step,  # noqa: E402
+from tools.render_bench import (attention, backward, compile_cost, exit_rows, fused_backward, loops, loss_profile, step,  # noqa: E402
                                 sweep, targets)
 from tools.figures import ROOT, _jsonl, _load  # noqa: E402
 from reproduce.plan import seeds_of  # noqa: E402
@@ -309,7 +309,7 @@ def study(path):
 
 
 RENDERERS = {"study": study, "run-times": run_times, "run-time": run_time, "default-pretraining": default_pretraining,
-             "default-finetuning": default_finetuning, "loops": loops,
+             "default-finetuning": default_finetuning, "loops": loops, "backward": backward,
              "attention": attention, "step": step, "targets": targets, "sweep": sweep, "exit": exit_rows,
              "table": table,
              "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward,
