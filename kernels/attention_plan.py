@@ -37,15 +37,11 @@ class Config(NamedTuple):
 
 # The forward's blocks: the fastest forward+backward of bench/bench_attention.py --sweep's
 # candidates on a GPU, PMLM at D 64 and s2s-1k at D 128 (bench/RESULTS.md). The dK/dV kernel's at
-# D 64: one warpgroup (4 warps) on 64 keys x 32 queries, each product computed once. Two warpgroups
-# on 64 keys repeat S^T and dP^T and their softmax: Triton gives a product that feeds another (S^T
-# -> dV, dP^T -> dK) all its warps along its 64 rows, the second warpgroup the first's rows (28 wgmma
-# a tile where 20 do). One warpgroup on 64 x 64 spills with dQ fused; two on 128 keys x 32 queries
-# take 255 registers (one program an SM) and spill at 128. This one compiles to 255 registers
-# without spills, two programs an SM, and a fourth stage lets its FAR loop keep twice the copies in
-# flight for 8 KB more (results/aot/backward-sm90a-triton-3.9.json, docs/kernels.md). At D 128 one
-# warpgroup spills (8 to 48 bytes at 16 or 32 queries, 2 or 3 stages), so the kernel keeps two, and
-# with them S^T and dP^T computed twice.
+# D 64: one warpgroup on 64 keys x 32 queries, so that each product is computed once (with two
+# warpgroups on 64 keys, Triton lays a product that feeds another along all the warps' rows and the
+# second repeats the first's S^T and dP^T) and two programs fit an SM without spills; at D 128 one
+# warpgroup spills, so the kernel keeps two. The compiled counts of each: docs/kernels.md ("The
+# backward without doubled work", python -m tools.aot --loops).
 CUDA_CONFIGS = {
     64: Config(64, 64, 4, 3, 32, 64, 4, 4, 4, 3),
     128: Config(64, 64, 4, 2, 32, 64, 8, 2, 4, 3),
