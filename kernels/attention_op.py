@@ -20,8 +20,11 @@ from typing import List, Optional, Tuple
 import torch
 import triton
 
-from . import attention_plan as ap
-from . import pseudo_attention as pa
+from .attention_plan import _cached, config, extended_table, launch_meta, table_dtype
+from .attention_plan import plan as make_plan
+from .pseudo_attention import _backward as launch_backward
+from .pseudo_attention import _forward as launch_forward
+from .pseudo_attention import _sum_to
 from .reference import RelPosBias
 from .tilemap import SLOTS, TileMap
 
@@ -37,8 +40,8 @@ def attention_plan(q_kind: Tensor, q_step: Tensor, k_kind: Tensor, k_step: Tenso
                    q_seq: Optional[Tensor], k_seq: Optional[Tensor], q_pos: Optional[Tensor], k_pos: Optional[Tensor],
                    D: int, max_dist: int, backward: bool) -> List[Tensor]:
     """max_dist < 0: no relative bias. backward False: k_list and k_count are empty."""
-    cfg = ap.config(q_kind.device, D)
-    qc, kc, tiles = ap.plan(None, cfg, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos,
+    cfg = config(q_kind.device, D)
+    qc, kc, tiles = make_plan(None, cfg, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos,
                             None if max_dist < 0 else max_dist, backward)
     if qc is kc:  # one metadata for queries and keys: an operator's outputs may not alias
         qc = kc.clone()
@@ -49,7 +52,7 @@ def attention_plan(q_kind: Tensor, q_step: Tensor, k_kind: Tensor, k_step: Tenso
 
 @attention_plan.register_fake
 def _(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos, D, max_dist, backward):
-    cfg = ap.config(q_kind.device, D)
+    cfg = config(q_kind.device, D)
     (B, Lq), Lk = q_kind.shape, k_kind.shape[1]
     n_qt, n_kt, n_qs, n_ks = (triton.cdiv(Lq, cfg.BM), triton.cdiv(Lk, cfg.BN), triton.cdiv(Lq, cfg.BMK),
                               triton.cdiv(Lk, cfg.BNK))
@@ -61,12 +64,12 @@ def _(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos, D, ma
 def _meta(q, k, plan, table, dense, max_dist, scale, has_seq):
     """The launchers' meta of a call from the plan operator's tensors."""
     qc, kc, q_list, q_count, k_list, k_count = plan
-    cfg = ap.config(q.device, q.shape[-1])
+    cfg = config(q.device, q.shape[-1])
     backward = k_list.numel() > 0
     tiles = TileMap((cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, q_list, q_count,
                     k_list if backward else None, k_count if backward else None)
-    ext = None if table is None else ap.extended_table(table, max_dist, ap.table_dtype(q))
-    return ap.launch_meta(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq)
+    ext = None if table is None else extended_table(table, max_dist, table_dtype(q))
+    return launch_meta(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq)
 
 
 # -----------------------------------------------------------------------------
@@ -77,7 +80,7 @@ def attention_forward(q: Tensor, k: Tensor, v: Tensor, qc: Tensor, kc: Tensor, q
                       k_list: Tensor, k_count: Tensor, table: Optional[Tensor], dense: Optional[Tensor], max_dist: int,
                       scale: float, has_seq: bool) -> Tuple[Tensor, Tensor]:
     meta = _meta(q, k, (qc, kc, q_list, q_count, k_list, k_count), table, dense, max_dist, scale, has_seq)
-    return pa._forward(q, k, v, meta, scale)
+    return launch_forward(q, k, v, meta, scale)
 
 
 @attention_forward.register_fake
@@ -93,9 +96,9 @@ def attention_backward(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, l
                        dense_grad: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     meta = _meta(q, k, (qc, kc, q_list, q_count, k_list, k_count), table, dense, max_dist, scale, has_seq)
     do = do if do.stride(-1) == 1 else do.contiguous()
-    dq, dk, dv, dtable, dbias = pa._backward(q, k, v, o, lse, do, meta, scale, dense_grad, table_grad=table_grad)
+    dq, dk, dv, dtable, dbias = launch_backward(q, k, v, o, lse, do, meta, scale, dense_grad, table_grad=table_grad)
     dtable = dtable.to(table.dtype) if dtable is not None else q.new_empty(_EMPTY)
-    dbias = pa._sum_to(dbias, dense.shape).view(dense.shape).to(dense.dtype) if dbias is not None else q.new_empty(
+    dbias = _sum_to(dbias, dense.shape).view(dense.shape).to(dense.dtype) if dbias is not None else q.new_empty(
         _EMPTY)
     return dq, dk, dv, dtable, dbias
 
@@ -142,7 +145,7 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
     q_pos, k_pos = (bias.q_pos, bias.k_pos) if rel else (None, None)
     grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, table, dense))
     refs = (q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos)
-    plan = ap._cached(cache, ("op-plan", D, M, grad), refs, lambda: attention_plan(
+    plan = _cached(cache, ("op-plan", D, M, grad), refs, lambda: attention_plan(
         q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos, D, M, grad))
     scale = D ** -0.5 if scale is None else float(scale)
     o, _ = attention_forward(q, k, v, *plan, table, dense, max(M, 0), scale, q_seq is not None)
