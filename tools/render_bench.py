@@ -274,8 +274,8 @@ def step(path):
     if "swept_configs" in d:
         rounds += (f"; ours-swept ran the sweep's configurations {_configs(d['swept_configs'])}, ours the plan's "
                    f"{_configs(d['plan_configs'])}")
-    base = next((r for r in d["rows"] if r["method"] == "ours"), d["rows"][0])
-    name = base["method"]
+    base = next((r for r in d["rows"] if r["method"] == "ours"), d["rows"][0] if d["rows"] else None)
+    name = base["method"] if base else "ours"
     possessive = name + ("'" if name.endswith("s") else "'s")
     out = [f"{d['device']}, torch {d['torch']}, triton {d['triton']}, commit {d['commit']}, {d['date']}: "
            f"`{d['model']}` {d['objective']} step, {d['tokens_per_step']:,} input tokens, "
