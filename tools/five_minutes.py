@@ -1,5 +1,5 @@
 """The README's five-minute path, run and timed: each command as a newcomer types it on a fresh
-clone, its wall time and the last lines it prints, kept in a results folder from which the README's
+clone, its wall time and the last lines it prints on stdout, kept in a results folder from which the README's
 block is rendered (`python -m tools.render_docs`).
 
     python -m tools.five_minutes --out results/five-minute --machine "one thread of ..."
@@ -31,7 +31,8 @@ DOCUMENT = ("GNU Wget is a free software package for retrieving files using HTTP
 
 
 class Step:
-    """One command of the path: what it shows, its argv, and how many of its last output lines to keep."""
+    """One command of the path: what it shows, its argv, and how many of its last lines of stdout to keep
+    (where the scripts print their results; progress goes to stderr)."""
 
     def __init__(self, shows, argv, keep):
         self.shows, self.argv, self.keep = shows, argv, keep
@@ -45,11 +46,11 @@ STEPS = [
     Step("the released summarizer's one-line summary of a document typed on the command line",
          ["eval.py", f"{RELEASE}/summarize.pt.xz", "--text", DOCUMENT], keep=1),
     Step("its ROUGE on a fixed sample of the test split, beside the LEAD baselines, with its latency",
-         ["eval.py", f"{RELEASE}/summarize.pt.xz", "--limit", "200"], keep=6),
+         ["eval.py", f"{RELEASE}/summarize.pt.xz", "--limit", "200"], keep=5),
     Step("the fine-tuning loop, from the released pretraining on a twentieth of the training pairs for one "
-         "epoch: a log line every 25 steps and the validation at the end",
+         "epoch, validated at its end on a part of the validation split",
          ["finetune.py", "--init", f"{RELEASE}/pretrained.pt.xz", "--train-share", "0.05", "--epochs", "1",
-          "--out", "checkpoints/five-minute"], keep=4),
+          "--valid-examples", "500", "--rouge-examples", "50", "--out", "checkpoints/five-minute"], keep=4),
     Step("the pretraining loop, UniLMv2's PMLM on the `tiny` preset (its tokenizer trained first, as on any fresh "
          "clone): its held-out loss beside the unigram entropy, which a model that has learnt is under",
          ["train.py", "--model", "tiny", "--steps", "100", "--out", "checkpoints/five-minute-pretrain"], keep=2),
@@ -67,7 +68,7 @@ def run(steps, machine, root=ROOT):
         seconds = time.perf_counter() - start
         if done.returncode:
             raise SystemExit(f"error: {step.command} exited {done.returncode}:\n{done.stderr[-2000:]}")
-        lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
+        lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
         record["steps"].append({"command": step.command, "shows": step.shows, "seconds": round(seconds, 1),
                                 "output": lines[-step.keep:]})
         print(f"      {seconds:.0f} s", file=sys.stderr, flush=True)
