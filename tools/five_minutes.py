@@ -47,13 +47,13 @@ STEPS = [
          ["eval.py", f"{RELEASE}/summarize.pt.xz", "--text", DOCUMENT], keep=1),
     Step("its ROUGE on a fixed sample of the test split, beside the LEAD baselines, with its latency",
          ["eval.py", f"{RELEASE}/summarize.pt.xz", "--limit", "200"], keep=5),
-    Step("the fine-tuning loop, from the released pretraining on a twentieth of the training pairs for one "
-         "epoch, validated at its end on a part of the validation split",
-         ["finetune.py", "--init", f"{RELEASE}/pretrained.pt.xz", "--train-share", "0.05", "--epochs", "1",
+    Step("the fine-tuning loop, from the released pretraining on a small share of the training pairs for "
+         "one epoch, validated at its end on a part of the validation split",
+         ["finetune.py", "--init", f"{RELEASE}/pretrained.pt.xz", "--train-share", "0.03", "--epochs", "1",
           "--valid-examples", "500", "--rouge-examples", "50", "--out", "checkpoints/five-minute"], keep=4),
     Step("the pretraining loop, UniLMv2's PMLM on the `tiny` preset (its tokenizer trained first, as on any fresh "
          "clone): its held-out loss beside the unigram entropy, which a model that has learnt is under",
-         ["train.py", "--model", "tiny", "--steps", "100", "--out", "checkpoints/five-minute-pretrain"], keep=2),
+         ["train.py", "--model", "tiny", "--steps", "50", "--out", "checkpoints/five-minute-pretrain"], keep=2),
 ]
 
 
