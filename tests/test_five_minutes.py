@@ -6,11 +6,12 @@ import os
 from tools import five_minutes, render_release
 
 
-def test_each_step_is_run_timed_and_its_last_lines_kept(tmp_path):
+def test_each_step_is_run_timed_and_its_last_lines_of_stdout_kept(tmp_path):
     steps = [five_minutes.Step("a first line", ["-c", "print('a'); print(); print('b')"], keep=1),
-             five_minutes.Step("both lines", ["-c", "import sys; print('c'); print('d', file=sys.stderr)"], keep=2)]
+             five_minutes.Step("both lines", ["-c", "import sys; print('c'); print('d'); print('e', file=sys.stderr)"],
+                               keep=2)]
     record = five_minutes.run(steps, "a test machine", root=str(tmp_path))
-    assert [s["output"] for s in record["steps"]] == [["b"], ["c", "d"]]
+    assert [s["output"] for s in record["steps"]] == [["b"], ["c", "d"]]  # stdout's, not the progress on stderr
     assert all(s["seconds"] >= 0 for s in record["steps"]) and record["machine"] == "a test machine"
     path = tmp_path / "run.json"
     path.write_text(json.dumps(record))
@@ -35,3 +36,9 @@ def test_without_the_release_it_says_what_to_make_and_writes_nothing(tmp_path, m
     assert five_minutes.main(["--out", str(out), "--machine", "m"]) == 2
     assert "releases/pmlm-small/pretrained.pt.xz" in capsys.readouterr().err and not out.exists()
 
+
+def test_the_record_the_readme_renders_ran_the_path_as_it_is_now():
+    """results/five-minute/run.json holds the commands of STEPS, in order: a changed step is run again."""
+    with open(os.path.join(five_minutes.ROOT, "results", "five-minute", "run.json")) as f:
+        ran = [s["command"] for s in json.load(f)["steps"]]
+    assert ran == [s.command for s in five_minutes.STEPS]
