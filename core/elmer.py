@@ -79,9 +79,6 @@ class ELMER(EncoderDecoder):
         with torch.no_grad():
             self.exit_clf.weight.zero_()
             self.exit_clf.bias.zero_()
-        self.exit_counts = torch.zeros(L + 1, dtype=torch.long)  # generate's statistics, index = layer
-        self.exit_work = dict(macs=0, macs_off=0)  # and its decoder multiply-adds (core/exit_measures.py)
-        self.exit_entropies = []  # and its output tokens' off-ramp entropies, (n, L) per row
 
     @property
     def exit_entropy(self):  # the threshold under the paper's measure (0: that measure is not in use)
@@ -322,4 +319,4 @@ def lplm_loss_sums(model, batch):
 
 # the data of LPLM and the inference live beside: core/lplm.py, core/exit_measures.py
 from .lplm import full_stop_ids, infilling_spans, lplm_batch, lplm_corrupt, sentence_shuffle  # noqa: E402,F401
-from .exit_decode import decode_exit, exit_statistics, finish, generate, merge_words  # noqa: E402,F401
+from .exit_decode import ExitTrace, decode_exit, exit_statistics, finish, generate, merge_words  # noqa: E402,F401
