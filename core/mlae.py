@@ -7,7 +7,7 @@ are never masked). The masked tokens are *removed* from the encoder's input, as 
 patches: each example keeps its unmasked tokens with their original position ids, compacted to
 the left and padded to the longest in the batch, so the encoder's cost falls with the mask
 ratio. A light decoder (fewer layers than the encoder) reconstructs the masked tokens
-bidirectionally, in one of two variants (SPEC "MLAE"):
+bidirectionally, in one of two variants (sections 3.1 and 5.2.2):
 
     (a) self-attention only, over the full sequence: the encoder's latents put back at their
         positions, the [MASK] embedding (token + position) at the masked positions;
@@ -258,8 +258,9 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
 # source's latents followed by the target tokens, with the seq2seq (prefix) mask
 
 class MLAEUniLM(MLAE):
-    """Encoder over "SRC [EOS]"; the decoder stack (no cross-attention: the layers of variant
-    (a); a (b) checkpoint's cross-attention is dropped) over [latents | [SOS] y_1 .. y_{T-1}]:
+    """Encoder over "[SOS] SRC [EOS]" (cfg.enc_sos: as MLAE's pretraining laid out its text); the
+    decoder stack (no cross-attention: the layers of variant (a); a (b) checkpoint's cross-attention
+    is dropped) over [latents | [SOS] y_1 .. y_{T-1}]:
 
         kind   CONTEXT (the latents, positions 0..S-1) | ORIGINAL (targets, positions S..S+T-1)
         step   0                                       | 1 .. T

@@ -9,7 +9,7 @@ Choices, and why:
     (UniLMv2 section 4.1): one (heads, buckets) table shared by all layers, buckets over the
     distance of *position ids*, so appended [P]/ORIGINAL copies are at their masked token's place.
   * Attention masks are never tensors: every token carries (kind, step) and a validity bit and
-    kernels.attention applies the rule (SPEC "The attention mask as data").
+    kernels.attention applies the rule (UniLMv2 section 3.2, Figure 5; kernels/reference.py).
   * The output softmax is tied to the token embedding, after a dense+GELU+LN transform (BERT).
   * Dropout on embeddings and residual branches; none on attention probabilities (the fused
     kernel has none).
