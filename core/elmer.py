@@ -132,7 +132,7 @@ class ELMER(EncoderDecoder):
         mem_meta = Meta(torch.zeros(1, B * S, dtype=torch.long, device=dev), torch.zeros(1, B * S, dtype=torch.long,
                         device=dev), src_valid.reshape(1, -1), torch.arange(B, device=dev).repeat_interleave(S)[None])
         dense_meta = Meta(torch.zeros_like(pos), torch.zeros_like(pos))  # bidirectional
-        dense_mem = self._mem_meta(src_valid)
+        dense_mem = self.memory_meta(src_valid)
         active = torch.ones(B, T, dtype=torch.bool, device=dev)
         for l, layer in enumerate(self.dec_layers):
             idx = kernels.active_index(active)  # (N,), the one host sync of the layer

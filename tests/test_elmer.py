@@ -133,7 +133,7 @@ def test_lplm_all_last_layer_equals_plain_nar():
         meta = Meta(torch.zeros_like(pos), torch.zeros_like(pos))
         bias = model.rel_bias(model.dec_rel_table, pos, pos)
         for layer in model.dec_layers:
-            x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=model._mem_meta(valid))
+            x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=model.memory_meta(valid))
         logits = model.head(model.ln_dec(x))[target != IGNORE]
         plain = torch.nn.functional.cross_entropy(logits, target[target != IGNORE], reduction="sum")
     print(f"LPLM {loss.item():.6f} plain {plain.item():.6f}")
