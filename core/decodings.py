@@ -10,6 +10,9 @@ name no way of decoding.
     for gen in kind.settings(args, state, path):    # one row each (ELMER: one per exit threshold)
         ids, scores = kind.generate(model, arch, src_ids, tok, stats, **gen)
         row = dict(decoding=kind.label(gen), **kind.report(model, arch, gen, stats, path))
+
+stats is the caller's dict, None where nothing is to be measured: the decodings of a row put their
+measurements there (Mask-Predict its model calls, ELMER its exit_decode.ExitTrace), never on the model.
 """
 import argparse
 import inspect
@@ -21,7 +24,7 @@ import torch
 from . import decoding, exit_decode, mask_predict, seq2seq, t5
 from .decoding import LENGTH_NORMS
 from .architectures import ARCHS, seq2seq_ops
-from .exit_decode import entropy_quantiles, exit_statistics, merge_words
+from .exit_decode import ExitTrace, entropy_quantiles, exit_statistics, merge_words
 from .exit_measures import MEASURES, exit_settings, resolve_exit
 from .static_beam import static_beam_pmlm, static_beam_t5
 
@@ -196,8 +199,10 @@ def elmer_settings(args, state, path):
 
 
 def elmer_generate(model, arch, src_ids, tok, stats, *, exit_rule=None):
+    """stats, where the caller keeps one, holds the decodings' ExitTrace ("exit")."""
     measure, threshold = exit_rule or (None, None)
-    out = exit_decode.generate(model, src_ids, tok, delta=threshold, measure=measure)
+    trace = None if stats is None else stats.setdefault("exit", ExitTrace(len(model.dec_layers)))
+    out = exit_decode.generate(model, src_ids, tok, delta=threshold, measure=measure, trace=trace)
     return out, torch.zeros(len(out))
 
 
@@ -206,13 +211,13 @@ def elmer_report(model, arch, gen, stats, path):
     against exit disabled; and the off-ramp entropies behind an entropy exit (where the vocabulary
     projection ran): the median and the 5th percentile per layer, "-" where a layer computed none."""
     measure, threshold = gen["exit_rule"] or (model.exit_measure, model.exit_threshold)
-    mean, frac = exit_statistics(model.exit_counts)
+    trace = (stats or {}).get("exit") or ExitTrace(len(model.dec_layers))
+    mean, frac = exit_statistics(trace.counts)
     row = dict(iterations="-", exit_measure=measure, exit_threshold=threshold, mean_exit=mean,
                exit_frac="/".join(f"{f:.2f}" for f in frac),
-               dec_flops=model.exit_work["macs"] / max(1, model.exit_work["macs_off"]))
+               dec_flops=trace.work["macs"] / max(1, trace.work["macs_off"]))
     for name, q in (("entropy_p50", 0.5), ("entropy_p5", 0.05)):
-        row[name] = "/".join("-" if v is None else f"{v:.2f}"
-                             for v in entropy_quantiles(model.exit_entropies, q))
+        row[name] = "/".join("-" if v is None else f"{v:.2f}" for v in entropy_quantiles(trace.entropies, q))
     if measure == "entropy" and threshold > 0 and frac[-1] == 1.0:
         print(f"note: no output token of {path} left before the top at entropy < {threshold:g}: its off-ramp "
               f"entropies per layer, median {row['entropy_p50']}, 5th percentile {row['entropy_p5']} nats",

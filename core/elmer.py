@@ -79,9 +79,6 @@ class ELMER(EncoderDecoder):
         with torch.no_grad():
             self.exit_clf.weight.zero_()
             self.exit_clf.bias.zero_()
-        self.exit_counts = torch.zeros(L + 1, dtype=torch.long)  # generate's statistics, index = layer
-        self.exit_work = dict(macs=0, macs_off=0)  # and its decoder multiply-adds (core/exit_measures.py)
-        self.exit_entropies = []  # and its output tokens' off-ramp entropies, (n, L) per row
 
     @property
     def exit_entropy(self):  # the threshold under the paper's measure (0: that measure is not in use)
@@ -138,7 +135,7 @@ class ELMER(EncoderDecoder):
         mem_meta = Meta(torch.zeros(1, B * S, dtype=torch.long, device=dev), torch.zeros(1, B * S, dtype=torch.long,
                         device=dev), src_valid.reshape(1, -1), torch.arange(B, device=dev).repeat_interleave(S)[None])
         dense_meta = Meta(torch.zeros_like(pos), torch.zeros_like(pos))  # bidirectional
-        dense_mem = self._mem_meta(src_valid)
+        dense_mem = self.memory_meta(src_valid)
         active = torch.ones(B, T, dtype=torch.bool, device=dev)
         for l, layer in enumerate(self.dec_layers):
             idx = kernels.active_index(active)  # (N,), the one host sync of the layer
@@ -325,4 +322,4 @@ def lplm_loss_sums(model, batch):
 
 # the data of LPLM and the inference live beside: core/lplm.py, core/exit_measures.py
 from .lplm import full_stop_ids, infilling_spans, lplm_batch, lplm_corrupt, sentence_shuffle  # noqa: E402,F401
-from .exit_decode import decode_exit, exit_statistics, finish, generate, merge_words  # noqa: E402,F401
+from .exit_decode import ExitTrace, decode_exit, exit_statistics, finish, generate, merge_words  # noqa: E402,F401

@@ -152,13 +152,25 @@ def merge_words(text):
     return " ".join(out)
 
 
+class ExitTrace:
+    """What ELMER's decodings measured, kept for the caller that asks for it (eval.py's row) and
+    passed to generate explicitly: the model keeps no statistics. counts: the output tokens that
+    left at each layer (index = layer, 1-based; the paper's Figure 2); work: the decoder's
+    multiply-adds ("macs") and those it would have spent with exit disabled ("macs_off";
+    decoder_macs); entropies: per output row its tokens' off-ramp entropies, (n, L)."""
+
+    def __init__(self, n_layers):
+        self.counts = torch.zeros(n_layers + 1, dtype=torch.long)
+        self.work = dict(macs=0, macs_off=0)
+        self.entropies = []
+
+
 @torch.no_grad()
-def generate(model, src_ids, tok, delta=None, measure=None):
-    """Output id lists for a batch of (already truncated) sources; updates model.exit_counts with
-    the exit layers of the tokens up to and including each row's first [EOS], appends their
-    off-ramp entropies, (n, L) per row, to model.exit_entropies (decode_exit's "entropy"), and
-    model.exit_work with the decoder's multiply-adds ("macs") and those it would have spent with
-    exit disabled ("macs_off"; decoder_macs)."""
+def generate(model, src_ids, tok, delta=None, measure=None, trace=None):
+    """Output id lists for a batch of (already truncated) sources. trace: an ExitTrace that
+    receives the exit layers of the tokens up to and including each row's first [EOS], their
+    off-ramp entropies (decode_exit's "entropy") and the decoder's multiply-adds; None: nothing
+    is measured beyond the decoding itself."""
     dev = next(model.parameters()).device
     limit = model.cfg.max_positions - 1
     src, valid = pad_stack([np.array(list(s)[:limit] + [tok.eos_id], dtype=np.int64) for s in src_ids], tok.pad_id)
@@ -167,18 +179,19 @@ def generate(model, src_ids, tok, delta=None, measure=None):
     delta = model.exit_threshold if delta is None else delta
     measure = model.exit_measure if measure is None else measure
     T, (B, S) = model.dec_len, src.shape
-    this = {}
+    this = {} if trace is not None else None
     tokens, layers = decode_exit(model, memory, valid, T, delta, measure=measure, work=this)
-    L = len(model.dec_layers)
-    off = dict(queries=[B * T] * L, ramp=[0] * (L - 1) + [B * T], measure=[0] * L)
-    model.exit_work["macs"] += decoder_macs(model.cfg, T, S, this)
-    model.exit_work["macs_off"] += decoder_macs(model.cfg, T, S, off)
-    tokens, layers, entropies = tokens.tolist(), layers.tolist(), this["entropy"].cpu()
-    for row, lay, ent in zip(tokens, layers, entropies):
-        n = row.index(tok.eos_id) + 1 if tok.eos_id in row else len(row)
-        for x in lay[:n]:
-            model.exit_counts[x] += 1
-        model.exit_entropies.append(ent[:n])
+    tokens = tokens.tolist()
+    if trace is not None:
+        L = len(model.dec_layers)
+        off = dict(queries=[B * T] * L, ramp=[0] * (L - 1) + [B * T], measure=[0] * L)
+        trace.work["macs"] += decoder_macs(model.cfg, T, S, this)
+        trace.work["macs_off"] += decoder_macs(model.cfg, T, S, off)
+        for row, lay, ent in zip(tokens, layers.tolist(), this["entropy"].cpu()):
+            n = row.index(tok.eos_id) + 1 if tok.eos_id in row else len(row)
+            for x in lay[:n]:
+                trace.counts[x] += 1
+            trace.entropies.append(ent[:n])
     return [finish(row, tok.eos_id, tok.n_special) for row in tokens]
 
 
@@ -193,7 +206,7 @@ def exit_statistics(counts):
 
 def entropy_quantiles(rows, q):
     """The q-quantile of the off-ramp entropy at each layer over the output tokens of
-    model.exit_entropies, among those whose entropy that layer computed; None for a layer that
+    ExitTrace.entropies, among those whose entropy that layer computed; None for a layer that
     computed none. Why an entropy exit does or does not fire: a layer exits tokens at threshold
     delta only where its low quantiles are under delta."""
     if not rows:

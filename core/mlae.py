@@ -7,7 +7,7 @@ are never masked). The masked tokens are *removed* from the encoder's input, as 
 patches: each example keeps its unmasked tokens with their original position ids, compacted to
 the left and padded to the longest in the batch, so the encoder's cost falls with the mask
 ratio. A light decoder (fewer layers than the encoder) reconstructs the masked tokens
-bidirectionally, in one of two variants (SPEC "MLAE"):
+bidirectionally, in one of two variants (sections 3.1 and 5.2.2):
 
     (a) self-attention only, over the full sequence: the encoder's latents put back at their
         positions, the [MASK] embedding (token + position) at the masked positions;
@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL
 from .batch import Batch, flat_positions, pad_stack
+from .kv_cache import KVCache
 from .model import EncoderDecoder, Layer, Meta, local_rel_table, positions, select, _init
 from .t5 import IGNORE, encoder_input, span_ids
 from .tokenizer import MASK
@@ -110,7 +111,7 @@ class MLAE(EncoderDecoder):
             for layer in self.dec_layers:
                 x, _ = layer(x, meta, bias=bias)
         else:
-            mem_meta = self._mem_meta(enc_valid)
+            mem_meta = self.memory_meta(enc_valid)
             cross = self.rel_bias(self.cross_rel_table, dec_pos, enc_pos)  # [MASK] vs latent, original positions
             for layer in self.dec_layers:
                 x, _ = layer(x, meta, bias=bias, memory=latents, mem_meta=mem_meta, cross_bias=cross)
@@ -258,8 +259,9 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
 # source's latents followed by the target tokens, with the seq2seq (prefix) mask
 
 class MLAEUniLM(MLAE):
-    """Encoder over "SRC [EOS]"; the decoder stack (no cross-attention: the layers of variant
-    (a); a (b) checkpoint's cross-attention is dropped) over [latents | [SOS] y_1 .. y_{T-1}]:
+    """Encoder over "[SOS] SRC [EOS]" (cfg.enc_sos: as MLAE's pretraining laid out its text); the
+    decoder stack (no cross-attention: the layers of variant (a); a (b) checkpoint's cross-attention
+    is dropped) over [latents | [SOS] y_1 .. y_{T-1}]:
 
         kind   CONTEXT (the latents, positions 0..S-1) | ORIGINAL (targets, positions S..S+T-1)
         step   0                                       | 1 .. T
@@ -301,9 +303,10 @@ class MLAEUniLM(MLAE):
 
 class MLAEUniLMDecoder:
     """The IncrementalDecoder protocol of core/decoding.py for MLAEUniLM (cf. T5Decoder): the
-    source is encoded and run through the decoder stack once, its keys/values cached per layer;
-    each step feeds one target token (ORIGINAL, step t + 1, position S_b + t) against the
-    cache and appends its keys/values. use_cache=False re-runs the whole forward every step."""
+    source is encoded and run through the decoder stack once, its keys/values cached per layer
+    (core/kv_cache.py); each step feeds one target token (ORIGINAL, step t + 1, position S_b + t)
+    against the cache and appends its keys/values. use_cache=False re-runs the whole forward every
+    step."""
 
     @torch.no_grad()
     def __init__(self, model, src_ids_list, tok, use_cache=True):
@@ -318,9 +321,9 @@ class MLAEUniLMDecoder:
             pos = positions(self.src)
             latents = model.encode(self.src, pos, self.src_valid)
             z = torch.zeros_like(self.src)
-            self.k_meta = Meta(z + CONTEXT, z, self.src_valid)
-            self.k_pos = pos
-            _, self.cache = model.stack(latents, self.k_meta, pos, self.k_meta, pos)
+            meta = Meta(z + CONTEXT, z, self.src_valid)
+            _, kv = model.stack(latents, meta, pos, meta, pos)
+            self.cache = KVCache(kv, meta, pos)
 
     @torch.no_grad()
     def step(self, prev=None):
@@ -337,11 +340,9 @@ class MLAEUniLMDecoder:
             return F.log_softmax(self.model.head(h[:, -1]).float(), -1)
         one = torch.ones_like(pos)
         meta = Meta(one * ORIGINAL, one * (t + 1))
-        self.k_meta = Meta(torch.cat([self.k_meta.kind, meta.kind], 1), torch.cat([self.k_meta.step, meta.step], 1),
-                           torch.cat([self.k_meta.valid, one.bool()], 1))
-        self.k_pos = torch.cat([self.k_pos, pos], 1)
-        x, new = self.model.stack(self.model.emb(tokens[:, None], pos), meta, pos, self.k_meta, self.k_pos, self.cache)
-        self.cache = [(torch.cat([k, nk], 2), torch.cat([v, nv], 2)) for (k, v), (nk, nv) in zip(self.cache, new)]
+        k_meta, k_pos = self.cache.keys(meta.kind, meta.step, pos, one.bool())
+        x, new = self.model.stack(self.model.emb(tokens[:, None], pos), meta, pos, k_meta, k_pos, self.cache.kv)
+        self.cache.append(new, meta.kind, meta.step, pos, one.bool())
         return F.log_softmax(self.model.head(self.model.ln_dec(x[:, 0])).float(), -1)  # (N, V)
 
     @torch.no_grad()
@@ -350,9 +351,7 @@ class MLAEUniLMDecoder:
         self.src, self.src_valid, self.src_len = self.src[index], self.src_valid[index], self.src_len[index]
         self.prefix = self.prefix[index]
         if self.cache is not None:
-            self.k_meta = Meta(self.k_meta.kind[index], self.k_meta.step[index], self.k_meta.valid[index])
-            self.k_pos = self.k_pos[index]
-            self.cache = [(k[index], v[index]) for k, v in self.cache]
+            self.cache.reorder(index)
         self.rows = len(index)
 
 

@@ -9,7 +9,7 @@ Choices, and why:
     (UniLMv2 section 4.1): one (heads, buckets) table shared by all layers, buckets over the
     distance of *position ids*, so appended [P]/ORIGINAL copies are at their masked token's place.
   * Attention masks are never tensors: every token carries (kind, step) and a validity bit and
-    kernels.attention applies the rule (SPEC "The attention mask as data").
+    kernels.attention applies the rule (UniLMv2 section 3.2, Figure 5; kernels/reference.py).
   * The output softmax is tied to the token embedding, after a dense+GELU+LN transform (BERT).
   * Dropout on embeddings and residual branches; none on attention probabilities (the fused
     kernel has none).
@@ -281,8 +281,8 @@ class EncoderDecoder(nn.Module):
       * Masks as data: the encoder is all CONTEXT with key padding; the decoder's self-attention
         is all ORIGINAL with step = target index (causal); the cross-attention's queries are
         CONTEXT against the memory, whose padding keys are invalid.
-    Decoding with a key/value cache: cross_kv projects the memory once for every decoder layer;
-    decode_step runs one new target token against the cached self-attention keys/values.
+    Decoding with a key/value cache (core/kv_cache.py): cross_kv projects the memory once for every
+    decoder layer; decode_step runs one new target token against the cached self-attention keys.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -317,7 +317,8 @@ class EncoderDecoder(nn.Module):
             x, _ = layer(x, meta, bias=bias)
         return self.ln_enc(x)
 
-    def _mem_meta(self, src_valid):
+    def memory_meta(self, src_valid):
+        """The memory's keys as a cross-attention reads them: CONTEXT, the padding invalid."""
         zero = torch.zeros(src_valid.shape, dtype=torch.long, device=src_valid.device)
         return Meta(zero, zero, src_valid)
 
@@ -326,7 +327,7 @@ class EncoderDecoder(nn.Module):
         (B, S) bool. Returns the decoder's final hidden states (B, T, C), or, given a (B, T) bool
         `predict`, the logits (N, V) at its N True positions (see UnifiedLM.forward)."""
         meta = Meta(torch.full_like(tgt_in, kernels.ORIGINAL), tgt_pos, tgt_valid)  # causal: step = index
-        mem_meta = self._mem_meta(src_valid)
+        mem_meta = self.memory_meta(src_valid)
         bias = self.rel_bias(self.dec_rel_table, tgt_pos, tgt_pos)
         x = self.emb(tgt_in, tgt_pos)
         for layer in self.dec_layers:
@@ -347,39 +348,35 @@ class EncoderDecoder(nn.Module):
         (B, H, S, D): computed once per source, reused at every decoding step."""
         return [layer.cross.keys_values(memory) for layer in self.dec_layers]
 
-    def decode_step(self, tokens, t, past, mem_kv, src_valid):
-        """One decoding step for every row at target index t (an int).
-        tokens: (N,) long, the decoder input at index t; past: per decoder layer the cached
-        self-attention (k, v) of indices 0..t-1, each (N, H, t, D), or None when t == 0;
-        mem_kv: from cross_kv; src_valid: (N, S) bool.
-        Returns (logits (N, V), the new past, now holding indices 0..t)."""
-        N, dev = tokens.shape[0], tokens.device
+    def decode_step(self, tokens, cache):
+        """One decoding step for every row: tokens (N,) long, the decoder input at target index
+        t = cache.length, against cache (core/kv_cache.KVCache: the self-attention keys of indices
+        0..t-1 and the memory's cross-attention keys, from cross_kv), to which this step's keys are
+        appended. Returns the logits (N, V)."""
+        N, dev, t = tokens.shape[0], tokens.device, cache.length
         pos = torch.full((N, 1), t, dtype=torch.long, device=dev)
-        k_pos = torch.arange(t + 1, device=dev).expand(N, t + 1)
         meta = Meta(torch.full((N, 1), kernels.ORIGINAL, dtype=torch.long, device=dev), pos)
-        k_meta = Meta(torch.full((N, t + 1), kernels.ORIGINAL, dtype=torch.long, device=dev), k_pos)
-        mem_meta = self._mem_meta(src_valid)
+        k_meta, k_pos = cache.keys(meta.kind, pos, pos)  # causal: a key's step is its index
         bias = self.rel_bias(self.dec_rel_table, pos, k_pos)
         x = self.emb(tokens[:, None], pos)  # (N, 1, C)
-        new_past = []
+        new = []
         for i, layer in enumerate(self.dec_layers):
-            p = None if past is None else past[i]
-            x, (k, v) = layer(x, meta, k_meta, bias, past=p, mem_kv=mem_kv[i], mem_meta=mem_meta)
-            if p is not None:
-                k, v = torch.cat([p[0], k], 2), torch.cat([p[1], v], 2)
-            new_past.append((k, v))
-        return self.head(self.ln_dec(x[:, 0])), new_past
+            x, kv = layer(x, meta, k_meta, bias, past=cache.past(i), mem_kv=cache.cross[i], mem_meta=cache.cross_meta)
+            new.append(kv)
+        cache.append(new, meta.kind, pos, pos)
+        return self.head(self.ln_dec(x[:, 0]))
 
-
-    def decode_step_into(self, tokens, pos, at, cache, mem_kv, meta, k_meta, k_pos, mem_meta):
-        """decode_step at fixed shapes: tokens (N,) at positions pos (N, 1); the new self-attention
-        keys and values are written into `cache` (per decoder layer (k, v), each (N, H, M, D)) at
-        index `at` ((1,) long), and the queries attend to all M slots: k_meta gives slot j step j, so
-        the causal rule hides the slots past the step. Returns the logits (N, V)."""
-        bias = self.rel_bias(self.dec_rel_table, pos, k_pos)
+    def decode_step_into(self, tokens, pos, meta, cache):
+        """decode_step at fixed shapes: tokens (N,) at positions pos (N, 1), with their Meta; the
+        new self-attention keys and values are written into the cache's slots (per decoder layer
+        (k, v), each (N, H, M, D)) at cache.write_at ((1,) long), and the queries attend to all M
+        slots: cache.meta gives slot j step j, so the causal rule hides the slots past the step.
+        Returns the logits (N, V)."""
+        bias = self.rel_bias(self.dec_rel_table, pos, cache.pos)
         x = self.emb(tokens[:, None], pos)
         for i, layer in enumerate(self.dec_layers):
-            x, _ = layer(x, meta, k_meta, bias, past=cache[i], mem_kv=mem_kv[i], mem_meta=mem_meta, write_at=at)
+            x, _ = layer(x, meta, cache.meta, bias, past=cache.kv[i], mem_kv=cache.cross[i], mem_meta=cache.cross_meta,
+                         write_at=cache.write_at)
         return self.head(self.ln_dec(x[:, 0]))
 
 

@@ -98,7 +98,7 @@ class NARModel(EncoderDecoder):
         zero = torch.zeros_like(tgt_in)
         pos = positions(tgt_in)
         meta = Meta(zero, zero, tgt_valid)  # bidirectional
-        mem_meta = self._mem_meta(src_valid)
+        mem_meta = self.memory_meta(src_valid)
         bias = self.rel_bias(self.dec_rel_table, pos, pos)
         cross = None
         if self.cross_rel_table is not None:

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL, PSEUDO
+from .kv_cache import KVCache
 from .model import Meta
 from .pmlm import IGNORE, collate
 
@@ -81,8 +82,9 @@ class PMLMDecoder:
     source is an invalid key. use_cache=False recomputes the whole prefix with a plain forward at
     every step: the slow reference the cache is tested against.
 
-    Cache: per layer the keys and values (N, H, L, D) of the source and of every target token fed
-    so far, with their kind/step/pos/valid (N, L). The source is encoded once, all CONTEXT.
+    Cache (core/kv_cache.py): per layer the keys and values (N, H, L, D) of the source and of every
+    target token fed so far, with their kind/step/valid and positions (N, L). The source is encoded
+    once, all CONTEXT. Without use_cache it holds the source's key metadata alone.
     """
 
     def __init__(self, model, src_ids, tok, use_cache=True, max_src=None):
@@ -96,15 +98,12 @@ class PMLMDecoder:
             self.src_tok[b, :len(s)] = torch.tensor(s, device=dev)
         ar = torch.arange(Smax, device=dev)[None]
         valid = ar < self.src_len[:, None]
-        # key metadata (N, L), source first: CONTEXT, step 0, pos 0..S_b-1 (0 on padding)
-        self.k_kind = torch.full((N, Smax), CONTEXT, device=dev)
-        self.k_step = torch.zeros(N, Smax, dtype=torch.long, device=dev)
-        self.k_pos = torch.where(valid, ar, 0)
-        self.k_valid = valid
+        # the source's keys: CONTEXT, step 0, pos 0..S_b-1 (0 on padding)
+        kind, step = torch.full((N, Smax), CONTEXT, device=dev), torch.zeros(N, Smax, dtype=torch.long, device=dev)
+        pos = torch.where(valid, ar, 0)
         self.out = torch.zeros(N, 0, dtype=torch.long, device=dev)  # (N, t) the target so far
-        self.cache = None
-        if use_cache:
-            self.cache = self._encode_source()
+        kv = self._encode_source(Meta(kind, step, valid), pos) if use_cache else []
+        self.cache = KVCache(kv, Meta(kind, step, valid), pos)
         self.rows_ = N
 
     @property
@@ -115,17 +114,16 @@ class PMLMDecoder:
     def t(self):
         return self.out.shape[1]
 
-    def _encode_source(self):
+    def _encode_source(self, meta, pos):
         """Run the source through every layer once; return its per-layer (k, v)."""
         m = self.model
-        meta = Meta(self.k_kind, self.k_step, self.k_valid)
-        x = m.emb(self.src_tok, self.k_pos, torch.zeros_like(self.k_pos))
-        bias = m.rel_bias(self.k_pos, self.k_pos)
-        cache = []
+        x = m.emb(self.src_tok, pos, torch.zeros_like(pos))
+        bias = m.rel_bias(pos, pos)
+        kv = []
         for layer in m.layers:
-            x, kv = layer(x, meta, bias=bias)
-            cache.append(kv)
-        return cache
+            x, layer_kv = layer(x, meta, bias=bias)
+            kv.append(layer_kv)
+        return kv
 
     def _check_positions(self, last_pos):
         limit = self.model.cfg.max_positions
@@ -158,21 +156,16 @@ class PMLMDecoder:
             q_kind = torch.cat([ones * ORIGINAL, ones * PSEUDO], 1)
             q_step = torch.cat([ones * t, ones * (t + 1)], 1)
         q_valid = torch.ones_like(q_tok, dtype=torch.bool)
-        k_meta = Meta(torch.cat([self.k_kind, q_kind], 1), torch.cat([self.k_step, q_step], 1),
-                      torch.cat([self.k_valid, q_valid], 1))
-        bias = m.rel_bias(q_pos, torch.cat([self.k_pos, q_pos], 1))
+        k_meta, k_pos = self.cache.keys(q_kind, q_step, q_pos, q_valid)
+        bias = m.rel_bias(q_pos, k_pos)
         x = m.emb(q_tok, q_pos, torch.ones_like(q_tok))  # (N, Lq, C), segment 1
         meta = Meta(q_kind, q_step)
+        new = []
         for i, layer in enumerate(m.layers):
-            x, (k, v) = layer(x, meta, k_meta=k_meta, bias=bias, past=self.cache[i])
-            if t > 0:  # only the ORIGINAL token joins the cache: no later query may see a [P]
-                pk, pv = self.cache[i]
-                self.cache[i] = (torch.cat([pk, k[:, :, :1]], 2), torch.cat([pv, v[:, :, :1]], 2))
-        if t > 0:
-            self.k_kind = torch.cat([self.k_kind, q_kind[:, :1]], 1)
-            self.k_step = torch.cat([self.k_step, q_step[:, :1]], 1)
-            self.k_pos = torch.cat([self.k_pos, q_pos[:, :1]], 1)
-            self.k_valid = torch.cat([self.k_valid, q_valid[:, :1]], 1)
+            x, (k, v) = layer(x, meta, k_meta=k_meta, bias=bias, past=self.cache.past(i))
+            new.append((k[:, :, :1], v[:, :, :1]))
+        if t > 0:  # only the ORIGINAL token joins the cache: no later query may see a [P]
+            self.cache.append(new, q_kind[:, :1], q_step[:, :1], q_pos[:, :1], q_valid[:, :1])
         return m.ln_f(x[:, -1])
 
     def _step_full(self):
@@ -180,21 +173,19 @@ class PMLMDecoder:
         m, t, N = self.model, self.t, self.rows
         dev = self.out.device
         tgt_pos = self.src_len[:, None] + torch.arange(t + 1, device=dev)[None]  # (N, t+1)
+        src = self.cache  # the source's keys alone: no key joins it without use_cache
         tokens = torch.cat([self.src_tok, self.out, torch.full((N, 1), self.tok.pseudo_id, device=dev)], 1)
-        pos = torch.cat([self.k_pos, tgt_pos], 1)
-        seg = torch.cat([torch.zeros_like(self.k_pos), torch.ones_like(tgt_pos)], 1)
+        pos = torch.cat([src.pos, tgt_pos], 1)
+        seg = torch.cat([torch.zeros_like(src.pos), torch.ones_like(tgt_pos)], 1)
         steps = torch.arange(1, t + 2, device=dev)[None].expand(N, -1)
-        kind = torch.cat([self.k_kind, torch.full((N, t), ORIGINAL, device=dev),
+        kind = torch.cat([src.meta.kind, torch.full((N, t), ORIGINAL, device=dev),
                           torch.full((N, 1), PSEUDO, device=dev)], 1)
-        step = torch.cat([self.k_step, steps], 1)
-        valid = torch.cat([self.k_valid, torch.ones(N, t + 1, dtype=torch.bool, device=dev)], 1)
+        step = torch.cat([src.meta.step, steps], 1)
+        valid = torch.cat([src.meta.valid, torch.ones(N, t + 1, dtype=torch.bool, device=dev)], 1)
         return m(tokens, pos, seg, kind, step, valid)[:, -1]
 
     def reorder(self, index):
         index = index.to(self.out.device)
         self.src_len, self.src_tok, self.out = self.src_len[index], self.src_tok[index], self.out[index]
-        self.k_kind, self.k_step = self.k_kind[index], self.k_step[index]
-        self.k_pos, self.k_valid = self.k_pos[index], self.k_valid[index]
-        if self.cache is not None:
-            self.cache = [(k[index], v[index]) for k, v in self.cache]
+        self.cache.reorder(index)
         self.rows_ = index.numel()

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 import kernels
 from .decoding import NEG_INF, length_norm_fn
 from .graphs import capture, weights_version
+from .kv_cache import KVCache
 from .model import Meta
 from .mask_predict import SOURCE_BUCKET
 
@@ -53,7 +54,8 @@ def ban_repeated_ngrams_static(logp, hyps, t, n):
 class StaticBeam:
     """Beam search of size K for B sources with at most M steps, at fixed shapes. A subclass gives
     the decoder: `_setup(...)` (eager, per run: the sources into the static buffers; allocates
-    `self.cache`, per layer (k, v) of N = B*K rows, reordered with the beams), `_clear()` (the
+    `self.cache`, a core/kv_cache.KVCache of N = B*K rows at fixed shapes, its keys and values
+    reordered with the beams), `_clear()` (the
     decoder's part of the start) and `_logits()` (one decoder step of every row, at self.t, fed
     self.prev). run(...) -> (list of B token lists, (B,) scores)."""
 
@@ -137,7 +139,7 @@ class StaticBeam:
         self.alive.copy_(self.alive & ~done & ~last)
         self.anyone.copy_(self.alive.any())
         rows = live_parent.reshape(-1)
-        for k, v in self.cache:
+        for k, v in self.cache.kv:
             k.copy_(k.index_select(0, rows))
             v.copy_(v.index_select(0, rows))
         self.hyps.copy_(torch.where(cols == t, live_tok.reshape(-1, 1), self.hyps[rows]))
@@ -186,7 +188,6 @@ class StaticBeamT5(StaticBeam):
         self.meta = Meta(orig[:, :1], self.pos)
         zero = torch.zeros(N, S, dtype=torch.long, device=dev)
         self.mem_meta = Meta(zero, zero, self.src_valid)
-        self.mem_kv = None
 
     def _setup(self, memory, src_valid):
         """memory: (B, S', C) the encoder's output, src_valid (B, S') bool, S' <= S."""
@@ -195,9 +196,9 @@ class StaticBeamT5(StaticBeam):
         if self.cache is None:
             _, H, _, D = mem_kv[0][0].shape
             dt, dev, L = mem_kv[0][0].dtype, memory.device, len(mem_kv)
-            self.cache = _pairs(L, self.B * K, H, self.M, D, dt, dev)
-            self.mem_kv = _pairs(L, self.B * K, H, self.S, D, dt, dev)
-        for (k, v), (mk, mv) in zip(mem_kv, self.mem_kv):
+            self.cache = KVCache(_pairs(L, self.B * K, H, self.M, D, dt, dev), self.k_meta, self.k_pos,
+                                 _pairs(L, self.B * K, H, self.S, D, dt, dev), self.mem_meta, self.t.view(1))
+        for (k, v), (mk, mv) in zip(mem_kv, self.cache.cross):
             mk.zero_()
             mv.zero_()
             mk[:, :, :S].copy_(k.repeat_interleave(K, 0))
@@ -208,14 +209,13 @@ class StaticBeamT5(StaticBeam):
 
     def _clear(self):
         self.pos.zero_()
-        for k, v in self.cache:
+        for k, v in self.cache.kv:
             k.zero_()
             v.zero_()
 
     def _logits(self):
         self.meta.cache.clear()  # the queries' codes depend on the step: made anew inside the graph
-        out = self.model.decode_step_into(self.prev, self.pos, self.t.view(1), self.cache, self.mem_kv, self.meta,
-                                          self.k_meta, self.k_pos, self.mem_meta)
+        out = self.model.decode_step_into(self.prev, self.pos, self.meta, self.cache)  # writes at slot self.t
         self.pos.add_(1)
         return out
 
@@ -247,26 +247,27 @@ class StaticBeamPMLM(StaticBeam):
         """The sources encoded by PMLMDecoder itself (the same tokens, positions and cache)."""
         from .seq2seq import PMLMDecoder
         dec = PMLMDecoder(self.model, src_ids, self.tok, max_src=max_src)
-        K, S, M = self.K, dec.k_pos.shape[1], self.M
+        K, S, M = self.K, dec.cache.length, self.M
         limit = self.model.cfg.max_positions
         if int(dec.src_len.max()) + M - 1 >= limit:
             raise ValueError(f"decoding {M} steps reaches position {int(dec.src_len.max()) + M - 1}, past the "
                              f"model's max_positions {limit}: shorten the source or max_len")
         if self.cache is None:
-            _, H, _, D = dec.cache[0][0].shape
-            self.cache = _pairs(len(dec.cache), self.B * K, H, self.S + M + 1, D, dec.cache[0][0].dtype, self.t.device)
-        for (k, v), (ck, cv) in zip(dec.cache, self.cache):
+            _, H, _, D = dec.cache.kv[0][0].shape
+            kv = _pairs(len(dec.cache.kv), self.B * K, H, self.S + M + 1, D, dec.cache.kv[0][0].dtype, self.t.device)
+            self.cache = KVCache(kv, self.k_meta, self.k_pos)  # a step writes at its own slots (_logits)
+        for (k, v), (ck, cv) in zip(dec.cache.kv, self.cache.kv):
             ck[:, :, :S].copy_(k.repeat_interleave(K, 0))
             cv[:, :, :S].copy_(v.repeat_interleave(K, 0))
         self.src_len.copy_(dec.src_len.repeat_interleave(K, 0))
         self.k_valid[:, :self.S].zero_()
-        self.k_valid[:, :S].copy_(dec.k_valid.repeat_interleave(K, 0))
+        self.k_valid[:, :S].copy_(dec.cache.meta.valid.repeat_interleave(K, 0))
         self.k_pos[:, :self.S].zero_()
-        self.k_pos[:, :S].copy_(dec.k_pos.repeat_interleave(K, 0))
+        self.k_pos[:, :S].copy_(dec.cache.pos.repeat_interleave(K, 0))
         self.k_pos[:, self.S:self.S + M].copy_(self.src_len[:, None] + torch.arange(M, device=self.t.device))
 
     def _clear(self):
-        for k, v in self.cache:  # the target and [P] slots; the source's stay
+        for k, v in self.cache.kv:  # the target and [P] slots; the source's stay
             k[:, :, self.S:].zero_()
             v[:, :, self.S:].zero_()
 
@@ -280,10 +281,10 @@ class StaticBeamPMLM(StaticBeam):
         self.k_pos[:, -1] = p
         at = torch.stack([torch.where(t == 0, S + M - 1, S + t - 1), torch.full_like(t, S + M)])
         self.meta.cache.clear()  # the step's codes and tile maps: made anew inside the graph
-        bias = m.rel_bias(self.q_pos, self.k_pos)
+        bias = m.rel_bias(self.q_pos, self.cache.pos)
         x = m.emb(self.q_tok, self.q_pos, torch.ones_like(self.q_tok))
         for i, layer in enumerate(m.layers):
-            x, _ = layer(x, self.meta, k_meta=self.k_meta, bias=bias, past=self.cache[i], write_at=at)
+            x, _ = layer(x, self.meta, k_meta=self.cache.meta, bias=bias, past=self.cache.kv[i], write_at=at)
         return m.head(m.ln_f(x[:, -1]))
 
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .batch import Batch, flat_positions, pad_stack, source_array
+from .kv_cache import KVCache
 from .model import positions
 from .tokenizer import FIRST_SENTINEL, N_SENTINELS
 
@@ -219,7 +220,8 @@ class T5Decoder:
     `rows` is the current number of rows N. Each source gets [EOS] appended (and is cut to fit
     the position table); they are padded and encoded once. With use_cache (default) the
     cross-attention keys/values of the memory are projected once per decoder layer, and each step
-    runs the one new token against the cached self-attention keys/values; use_cache=False
+    runs the one new token against the cached self-attention keys/values (core/kv_cache.py: the
+    cache holds both); use_cache=False
     re-decodes the whole prefix every step (the reference the cache is tested against). Runs
     without gradients; put the model in eval mode first.
     """
@@ -232,8 +234,8 @@ class T5Decoder:
         pos = positions(src)
         memory = model.encode(src, pos, self.src_valid)  # (N, S, C)
         self.memory = None if use_cache else memory
-        self.mem_kv = model.cross_kv(memory) if use_cache else None
-        self.past = None  # per decoder layer (k, v), each (N, H, t, D)
+        self.cache = KVCache.empty(len(src_ids_list), dev, model.cross_kv(memory),
+                                   model.memory_meta(self.src_valid)) if use_cache else None
         self.prefix = torch.zeros(len(src_ids_list), 0, dtype=torch.long, device=dev)  # decoder inputs so far
         self.rows = len(src_ids_list)
 
@@ -248,7 +250,7 @@ class T5Decoder:
             tokens = prev.to(self.prefix.device, torch.long).view(self.rows)
         self.prefix = torch.cat([self.prefix, tokens[:, None]], 1)  # (N, t + 1)
         if self.use_cache:
-            logits, self.past = self.model.decode_step(tokens, t, self.past, self.mem_kv, self.src_valid)
+            logits = self.model.decode_step(tokens, self.cache)
         else:
             pos = torch.arange(t + 1, device=tokens.device).expand_as(self.prefix)
             h = self.model.decode(self.prefix, pos, torch.ones_like(self.prefix, dtype=torch.bool),
@@ -259,13 +261,10 @@ class T5Decoder:
     @torch.no_grad()
     def reorder(self, index):
         index = index.to(self.prefix.device, torch.long)
-        pick = lambda kv: (kv[0].index_select(0, index), kv[1].index_select(0, index))
         self.src_valid = self.src_valid.index_select(0, index)
         self.prefix = self.prefix.index_select(0, index)
         if self.memory is not None:
             self.memory = self.memory.index_select(0, index)
-        if self.mem_kv is not None:
-            self.mem_kv = [pick(kv) for kv in self.mem_kv]
-        if self.past is not None:
-            self.past = [pick(kv) for kv in self.past]
+        if self.cache is not None:
+            self.cache.reorder(index)
         self.rows = len(index)

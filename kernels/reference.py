@@ -4,8 +4,8 @@ Every Triton kernel here is tested against the function of the same job in this 
 functions materialise what the kernels never do (an (B, Lq, Lk) mask, a (B, H, Lq, Lk) bias) so
 that a reader can check the rule in one screen.
 
-The attention rule (SPEC "The attention mask as data"; UniLMv2 section 3.2, Figure 5): each token
-carries a kind (CONTEXT, ORIGINAL, PSEUDO) and a factorization step.
+The attention rule (UniLMv2 section 3.2, Figure 5): each token carries a kind (CONTEXT, ORIGINAL,
+PSEUDO) and a factorization step.
   * every query sees every CONTEXT key;
   * an ORIGINAL query at step s also sees ORIGINAL keys at step <= s;
   * a PSEUDO query at step s also sees ORIGINAL keys at step < s and PSEUDO keys at step == s;

@@ -242,8 +242,8 @@ BUDGETS = {
         scratch="--model small", elmer="--permutations {permutations}", elmer_ft="", sym="3",
         # seconds per pretraining step, per LPLM step at k = 2, per fine-tuning epoch (results/cpu-finetune-lr)
         # and per evaluation of the whole test split, at one thread beside a second runner: the
-        # estimates until state.json's measured runs replace them
-        seconds=dict(train=4.6, train_elmer=17.0, finetune=1000, eval=250)),
+        # estimates until state.json's measured runs replace them; measured computing in bf16
+        seconds=dict(train=4.6, train_elmer=17.0, finetune=1000, eval=250), measured_in="bfloat16"),
     # the paper-sized run for us: small preset still (the embedded corpus is a few million tokens:
     # base would only memorise it), 20,000 steps of 8192 tokens, 10 epochs, dropout 0.1 for the
     # many passes, the whole test split, LPLM's k = 10

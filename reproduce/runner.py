@@ -55,7 +55,7 @@ from reproduce.further_seeds import not_needed  # noqa: E402
 from reproduce.plan import (BUDGETS, BY_NAME, ORDER, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
                             plan_for, stage_of, steps_of)
 from reproduce.weights import round_in_place  # noqa: E402
-from reproduce.runstate import (STOPPED, archived, claim, command, estimate, kind_of, load_state,  # noqa: E402,F401
+from reproduce.runstate import (STOPPED, archived, claim, command, compute_dtype, estimate, kind_of, load_state,  # noqa: E402,F401
                                 locked_state, progress_of, ran_otherwise, record, stale_reason, wrong_checkpoint)
 
 
@@ -276,6 +276,7 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
     """([runs not done that can start], their estimated seconds, {stage: (runs left, seconds)}); a
     runner (not a worker) prints each run's state under its stage, and with --dry-run its command."""
     left, total, stages, shown = [], 0.0, {}, None
+    here = compute_dtype(args.dtype)
     for r in runs:
         argv_, _ = resolved[r.name]
         done, resume = progress_of(r, argv_, fields, args.out, state, resolved)
@@ -300,7 +301,7 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
         mark = unavailable.get(r.name) or spared or ("done" if done >= 1 else busy + todo)
         if done >= 1 and stale and r.name not in unavailable:  # an evaluation of a stale fine-tuning
             mark = f"stale ({stale}): runs again after it"
-        secs = 0.0 if done >= 1 or r.name in unavailable or spared else estimate(r, fields, state) * (1 - done)
+        secs = 0.0 if done >= 1 or r.name in unavailable or spared else estimate(r, fields, state, here) * (1 - done)
         total += secs
         n, t = stages.get(shown, (0, 0.0))
         stages[shown] = (n + (r in left), t + secs)

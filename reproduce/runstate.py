@@ -375,15 +375,33 @@ def _multiple(run, fields):
     return epochs_of(run, fields) / fields["epochs"] if run.script == "finetune" else run.steps_x
 
 
-def estimate(run, fields, state):
-    """Seconds for the whole run: the mean measured time of finished runs of its kind here, else
-    the budget's figure (per step for pretraining, per epoch for fine-tuning)."""
+DTYPE_SPEED = "results/studies/dtype.json"  # tokens/s of one CPU training step in each compute dtype
+
+
+def dtype_slowdown(measured, here):
+    """How many times longer a run takes computing in dtype HERE than it took in MEASURED, by the
+    training step's rates in DTYPE_SPEED (1 where either is not there: a GPU's, or unknown)."""
+    if not measured or not here or measured == here:
+        return 1.0
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, DTYPE_SPEED)) as f:
+        rate = {row["dtype"]: row["rate"] for row in json.load(f)["rows"]}
+    return rate[measured] / rate[here] if measured in rate and here in rate else 1.0
+
+
+def estimate(run, fields, state, here=None):
+    """Seconds for the whole run: the mean measured time of finished runs of its kind, else the
+    budget's figure (per step for pretraining, per epoch for fine-tuning), each scaled from the
+    dtype it was measured in to HERE, the dtype this machine computes in (a float32-only CPU takes
+    about twice a bf16 one's time)."""
     key = kind_of(run)
-    same = [r["seconds"] / _multiple(BY_NAME[name], fields) for name, r in state["runs"].items()
+    same = [r["seconds"] / _multiple(BY_NAME[name], fields) * dtype_slowdown(r.get("dtype"), here)
+            for name, r in state["runs"].items()
             if name in BY_NAME and kind_of(BY_NAME[name]) == key and r.get("status") == "done"]
     if same:
         return sum(same) / len(same) * _multiple(run, fields)
-    s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60))
+    s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60)) * dtype_slowdown(
+        fields.get("measured_in"), here)
     if key.startswith("finetune") and "classify" not in key:  # an epoch of the budget's share of the pairs
         s *= fields.get("share", 1)
     if not fields.get("scale", True):  # the budget's figures are per run

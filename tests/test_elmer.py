@@ -9,8 +9,8 @@ import torch
 
 import kernels
 from core.config import preset
-from core.elmer import (ELMER, IGNORE, assigned_loss_sums, decode_exit, elmer_seq2seq_batch, exit_statistics,
-                        generate, infilling_spans, lplm_corrupt, sentence_shuffle)
+from core.elmer import (ELMER, IGNORE, ExitTrace, assigned_loss_sums, decode_exit, elmer_seq2seq_batch,
+                        exit_statistics, generate, infilling_spans, lplm_corrupt, sentence_shuffle)
 
 V = 97
 
@@ -133,7 +133,7 @@ def test_lplm_all_last_layer_equals_plain_nar():
         meta = Meta(torch.zeros_like(pos), torch.zeros_like(pos))
         bias = model.rel_bias(model.dec_rel_table, pos, pos)
         for layer in model.dec_layers:
-            x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=model._mem_meta(valid))
+            x, _ = layer(x, meta, bias=bias, memory=memory, mem_meta=model.memory_meta(valid))
         logits = model.head(model.ln_dec(x))[target != IGNORE]
         plain = torch.nn.functional.cross_entropy(logits, target[target != IGNORE], reduction="sum")
     print(f"LPLM {loss.item():.6f} plain {plain.item():.6f}")
@@ -209,9 +209,10 @@ def test_output_does_not_depend_on_reference_length():
     a = elmer_seq2seq_batch(pairs_a, Tok, 16, 12, 12)
     b = elmer_seq2seq_batch(pairs_b, Tok, 16, 12, 12)
     assert a.tgt_out.shape == b.tgt_out.shape == (1, 12)  # the decoder length is dec_len either way
-    out = generate(model, [p[0] for p in pairs_a], Tok)
+    trace = ExitTrace(len(model.dec_layers))
+    out = generate(model, [p[0] for p in pairs_a], Tok, trace=trace)
     assert out == generate(model, [p[0] for p in pairs_b], Tok)
-    assert int(model.exit_counts.sum()) > 0
+    assert int(trace.counts.sum()) > 0
 
 
 def test_soft_training_sees_what_decoding_sees():
@@ -310,9 +311,9 @@ def test_learnt_copy_task_exits_early_at_the_papers_delta(exit_train):
     model, acc = train_copy(exit_train=exit_train)
     assert acc > 0.95, acc
     pairs = copy_task(10_000)
-    model.exit_counts.zero_()
-    out = generate(model, [s for s, _ in pairs], CopyTok, delta=0.5, measure="entropy")
-    mean, frac = exit_statistics(model.exit_counts)
+    trace = ExitTrace(len(model.dec_layers))
+    out = generate(model, [s for s, _ in pairs], CopyTok, delta=0.5, measure="entropy", trace=trace)
+    mean, frac = exit_statistics(trace.counts)
     print(f"{exit_train}: mean exit layer {mean:.2f}, per layer {frac}")
     assert mean < 2.5 and frac[0] + frac[1] > 0.5
     assert sum(o == t for o, (_, t) in zip(out, pairs)) >= 0.9 * len(pairs)

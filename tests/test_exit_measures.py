@@ -3,6 +3,7 @@ saves, the exit classifier's training beside the LM, the FLOP count, the flags, 
 duplicate merging."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,7 +11,8 @@ from core.config import preset
 from core.elmer import ELMER, elmer_seq2seq_batch
 from core.errors import UserError
 from core.exit_measures import check_threshold, exit_settings
-from core.exit_decode import decode_exit, decoder_macs, entropy_quantiles, finish, generate, merge_words
+from core.exit_decode import (ExitTrace, decode_exit, decoder_macs, entropy_quantiles, finish, generate,
+                              merge_words)
 from core.finetuning import elmer_options
 
 from test_elmer import V, memory_of, tiny as elmer_tiny
@@ -79,11 +81,10 @@ def test_entropies_recorded_where_the_vocabulary_projection_ran(measure):
 
     class Tok:
         pad_id, eos_id, n_special = 0, 3, 6
-    model.exit_entropies = []
-    generate(model, [[7, 8, 9], [10, 11]], Tok, delta=1e-9, measure="entropy")
-    assert len(model.exit_entropies) == 2 and all(r.shape[1] == L and 1 <= r.shape[0] <= 12
-                                                  for r in model.exit_entropies)
-    med = entropy_quantiles(model.exit_entropies, 0.5)
+    trace = ExitTrace(L)
+    generate(model, [[7, 8, 9], [10, 11]], Tok, delta=1e-9, measure="entropy", trace=trace)
+    assert len(trace.entropies) == 2 and all(r.shape[1] == L and 1 <= r.shape[0] <= 12 for r in trace.entropies)
+    med = entropy_quantiles(trace.entropies, 0.5)
     assert len(med) == L and all(0 < m < math.log(V) + 1e-4 for m in med)
     assert entropy_quantiles([torch.tensor([[1.0, math.nan], [3.0, math.nan]])], 0.5) == [2.0, None]
 
@@ -179,11 +180,54 @@ def test_generate_counts_flops_against_exit_disabled():
 
     class Tok:
         pad_id, eos_id, n_special = 0, 3, 6
-    generate(model, [[7, 8, 9], [10, 11]], Tok, delta=0.0)
-    assert model.exit_work["macs"] == model.exit_work["macs_off"]
-    model.exit_work.update(macs=0, macs_off=0)
-    generate(model, [[7, 8, 9], [10, 11]], Tok, delta=0.0, measure="classifier")  # threshold 0: all at layer 1
-    assert model.exit_work["macs"] < 0.6 * model.exit_work["macs_off"]  # the K/V and memory of 2 layers stay
+    trace = ExitTrace(len(model.dec_layers))
+    generate(model, [[7, 8, 9], [10, 11]], Tok, delta=0.0, trace=trace)
+    assert trace.work["macs"] == trace.work["macs_off"] > 0
+    trace = ExitTrace(len(model.dec_layers))
+    generate(model, [[7, 8, 9], [10, 11]], Tok, delta=0.0, measure="classifier", trace=trace)  # threshold 0: layer 1
+    assert trace.work["macs"] < 0.6 * trace.work["macs_off"]  # the K/V and memory of 2 layers stay
+
+
+def test_the_trace_holds_the_exits_and_the_model_no_statistics():
+    """generate's statistics go to the ExitTrace its caller passes: per row the exit layers and
+    off-ramp entropies of the tokens up to its first [EOS], as decode_exit gives them, and the
+    multiply-adds; a second call adds to them. The model leaves a decode with the attributes and
+    the state it came with, and decodes the same tokens without a trace."""
+    from core.batch import pad_stack
+
+    class Tok:
+        pad_id, eos_id, n_special = 0, 3, 6
+    model, sources = tiny(), [[7, 8, 9], [10, 11], [12, 13, 14, 15]]
+    L, T = len(model.dec_layers), model.dec_len
+    src, valid = pad_stack([np.array(s + [Tok.eos_id]) for s in sources], Tok.pad_id)
+    with torch.no_grad():
+        memory = model.encode_source(src, valid)
+        work = {}
+        decode_exit(model, memory, valid, T, 1e-9, work=work)
+        delta = float(work["entropy"][..., 0].median())  # about half the tokens leave at layer 1
+        work = {}
+        tokens, layers = decode_exit(model, memory, valid, T, delta, work=work)
+    assert 0 < int((layers == 1).sum()) < layers.numel()
+    ends = [row.index(Tok.eos_id) + 1 if Tok.eos_id in row else T for row in tokens.tolist()]
+    counts = sum(torch.bincount(layers[b, :n], minlength=L + 1) for b, n in enumerate(ends))
+    attributes, state = set(vars(model)), {k: v.clone() for k, v in model.state_dict().items()}
+
+    trace = ExitTrace(L)
+    out = generate(model, sources, Tok, delta=delta, measure="entropy", trace=trace)
+    assert torch.equal(trace.counts, counts) and int(trace.counts.sum()) == sum(ends)
+    assert len(trace.entropies) == len(sources)
+    for b, n in enumerate(ends):
+        torch.testing.assert_close(trace.entropies[b], work["entropy"][b, :n], rtol=0, atol=0, equal_nan=True)
+    off = dict(queries=[len(sources) * T] * L, ramp=[0] * (L - 1) + [len(sources) * T], measure=[0] * L)
+    S = src.shape[1]
+    assert trace.work == dict(macs=decoder_macs(model.cfg, T, S, work), macs_off=decoder_macs(model.cfg, T, S, off))
+    generate(model, sources, Tok, delta=delta, measure="entropy", trace=trace)
+    assert torch.equal(trace.counts, 2 * counts) and len(trace.entropies) == 2 * len(sources)
+
+    assert set(vars(model)) == attributes
+    assert not [a for a in dir(model) if a in ("exit_counts", "exit_work", "exit_entropies")]
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert generate(model, sources, Tok, delta=delta, measure="entropy") == out
 
 
 def test_base_elmer_is_the_papers_6l_6l():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from conftest import ROOT
 
@@ -441,3 +442,24 @@ def test_jobs_stop_and_continue(tmp_path):
     commands_of = {n: log_commands(out, n) for n in runs if n != "pre-pmlm"}
     assert all(len(c) == 1 for c in commands_of.values()), (commands_of, text)
     assert "results: " in text
+
+
+def test_estimates_scale_a_time_measured_in_another_dtype_to_this_machines():
+    """A run measured computing in bf16 is estimated slower on a float32-only machine by the training
+    step's measured rates (results/studies/dtype.json), and the budget's own figures, measured in
+    bf16, the same; a time measured in the dtype this machine computes in is taken as it is."""
+    fields = plan.BUDGETS["cpu"]
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "studies",
+                           "dtype.json")) as f:
+        rate = {row["dtype"]: row["rate"] for row in json.load(f)["rows"]}
+    slower = rate["bfloat16"] / rate["float32"]
+    assert slower > 1.5
+    bf16 = {"runs": {"sum-pmlm": {"seconds": 100.0, "status": "done", "dtype": "bfloat16"}}}
+    assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, bf16, "bfloat16") == 100.0
+    assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, bf16, "float32") == pytest.approx(100.0 * slower)
+    fp32 = {"runs": {"sum-pmlm": {"seconds": 100.0, "status": "done", "dtype": "float32"}}}
+    assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, fp32, "float32") == 100.0
+    empty = {"runs": {}}
+    assert reproduce.estimate(plan.BY_NAME["cls-t5"], fields, empty, "float32") == pytest.approx(
+        reproduce.estimate(plan.BY_NAME["cls-t5"], fields, empty, "bfloat16") * slower)
+    assert reproduce.estimate(plan.BY_NAME["cls-t5"], fields, empty) == fields["seconds"]["finetune"] * 6

@@ -14,7 +14,7 @@ file (relative to the repository root) that it reads (for `table`, PATH::MARKER 
 "~" standing for a space in the marker; `targets` PATH::PREFIX keeps the targets so named;
 `scorecard` PATH::measured the claims measured, PATH::PAPER one paper's; `study` a file that
 tools/records.py wrote): no number in a
-block is typed by hand. Files scanned: README.md, docs/*.md, bench/RESULTS.md.
+block is typed by hand. Files scanned: README.md, docs/*.md, bench/RESULTS.md, releases/README.md.
 
 The `plot-*` kinds draw a figure into docs/figures/ (tools/figures.py: SVG, byte-identical for the
 same data) and write the line that shows it; drawing needs matplotlib (`pip install -r requirements-docs.txt`),
@@ -35,7 +35,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
     sys.exit("error: run it from the repository root as a module: python -m tools.render_docs [--check]")
 
 from reproduce.claims import pair_text, verdict_text  # noqa: E402
-from tools import figures, layouts, records  # noqa: E402
+from tools import figures, layouts, records, render_release  # noqa: E402
 from tools.render_bench import (attention, backward, compile_cost, exit_rows, fused_backward, loops, loss_profile, step,  # noqa: E402
                                 sweep, targets)
 from tools.figures import ROOT, _jsonl, _load  # noqa: E402
@@ -89,9 +89,8 @@ def _run_note(path):
 
 def _took(part, r):
     """'`COMMAND` took N min S s (MACHINE).': a run's own machine line, if it has one, else its file's."""
-    secs = part["seconds"]
-    took = f"{secs // 60:.0f} min {secs % 60:.0f} s" if secs >= 60 else f"{secs:.0f} s"
-    return f"`{part['command']}` took {took} ({part.get('machine', r['machine'])})."
+    verb = "ran" if "pieces" in part else "took"
+    return f"`{part['command']}` {verb} {render_release.made_in(part)} ({part.get('machine', r['machine'])})."
 
 
 def run_time(spec):
@@ -319,12 +318,15 @@ RENDERERS = {"study": study, "run-times": run_times, "run-time": run_time, "defa
              "plot-pretrainings": figures.plot_pretrainings,
              "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep,
              "plot-mask-ratio": figures.plot_mask_ratio, "lr-grid": lr_grid, "plot-layout": layouts.plot_layout,
-             "compile-cost": compile_cost}
+             "compile-cost": compile_cost,
+             "release": render_release.release, "examples": render_release.examples,
+             "five-minute": render_release.five_minutes}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
 
 def files():
-    return [p for p in [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "bench", "RESULTS.md")]
+    return [p for p in [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "bench", "RESULTS.md"),
+                        os.path.join(ROOT, "releases", "README.md")]
             + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) if os.path.exists(p)]
 
 

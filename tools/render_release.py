@@ -29,8 +29,10 @@ def release(path):
         f"| `{ft_file}` | fine-tuned from it ({ev['task']}); lowest validation loss {best['valid_loss']:.3f} at step "
         f"{best['step']}; test split ({ev['n']} examples, {ev['decoding']}): {scores} | {size[ft_file]} |",
     ]
-    made = [f"* `{part['command']}` ({part['seconds'] / 60:.0f} min)" for name, part in sorted(run.items())
-            if isinstance(part, dict) and "command" in part]
+    order = ("pretrain-log.jsonl", "finetune-log.jsonl", "eval.log")  # as they ran, then any other
+    parts = sorted((order.index(k) if k in order else len(order), k) for k, v in run.items()
+                   if isinstance(v, dict) and "command" in v)
+    made = [f"* `{run[k]['command']}` ({made_in(run[k])})" for _, k in parts]
     return ("\n".join(rows) + "\n\nMade at commit " + run["commit"] + f" on {run['date']}, {run['machine']}:\n\n"
             + "\n".join(made) + "\n")
 
@@ -44,3 +46,33 @@ def examples(path):
         out += [f"> {r['source']}", "", f"* reference: *{r['reference']}*", f"* the model: *{r['prediction']}*{score}",
                 ""]
     return "\n".join(out)
+
+
+def made_in(part):
+    """A run's wall time, or where it ran in pieces (stopped and continued with --resume), how many and
+    the time of those whose clock was kept."""
+    if "pieces" not in part:
+        return took(part["seconds"])
+    kept = [p for p in part["pieces"] if p is not None]
+    return (f"in {len(part['pieces'])} pieces continued with --resume; the {len(kept)} timed took "
+            f"{took(sum(kept))}")
+
+
+def took(secs):
+    """N s, or N min S s."""
+    return f"{secs // 60:.0f} min {secs % 60:.0f} s" if secs >= 60 else f"{secs:.0f} s"
+
+
+def five_minutes(path):
+    """results/five-minute/run.json (tools/five_minutes.py): each command of the path, what it shows,
+    its wall time and the last lines it printed; then the whole path's time and where it ran."""
+    with open(os.path.join(ROOT, path)) as f:
+        run = json.load(f)
+    out = []
+    for i, step in enumerate(run["steps"], 1):
+        out += [f"{i}. {step['shows'][0].upper()}{step['shows'][1:]} ({took(step['seconds'])}):", "",
+                "   ```bash", f"   {step['command']}", "   ```", "", "   ```"]
+        out += [f"   {line}" for line in step["output"]] + ["   ```", ""]
+    total = sum(step["seconds"] for step in run["steps"])
+    return ("\n".join(out) + f"\nIn all {took(total)}, at {run['commit']} on {run['date']} ({run['machine']}, "
+            f"OMP_NUM_THREADS={run['threads']}).\n")

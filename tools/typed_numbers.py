@@ -1,5 +1,5 @@
-"""Every number typed by hand in the prose of the README, docs/, bench/RESULTS.md and CHANGELOG.md,
-held to the one place it comes from.
+"""Every number typed by hand in the prose of the README, docs/, bench/RESULTS.md, releases/README.md
+and CHANGELOG.md, held to the one place it comes from.
 
     python -m tools.typed_numbers      # each typed number and its source; exit 1 on one without
 
@@ -47,7 +47,8 @@ def files():
     """The documents checked, relative to the repository root."""
     docs = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
     paths = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CHANGELOG.md"),
-             os.path.join(ROOT, "bench", "RESULTS.md")] + [p for p in docs if not p.endswith("LOG.md")]
+             os.path.join(ROOT, "bench", "RESULTS.md"), os.path.join(ROOT, "releases", "README.md")] + [
+                 p for p in docs if not p.endswith("LOG.md")]
     return [os.path.relpath(p, ROOT) for p in paths]
 
 

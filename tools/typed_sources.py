@@ -259,6 +259,9 @@ SOURCES = {
         "800": Field("reproduce/plan.py", 'model="small", steps=', at="f6488a2"),
     },
     # a dated record: each entry's numbers are its commit's, a "was N" the commit's before
+    "releases/README.md": {
+        "8": Field("eval.py", '(("LEAD-8", 8)'),
+    },
     "CHANGELOG.md": {
         "1.0": default("finetune.py --train-share"),
         "128": Field("bench/bench_step.py", "args.micro_batch = 16 if"),
