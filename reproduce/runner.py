@@ -55,7 +55,8 @@ from reproduce.further_seeds import not_needed  # noqa: E402
 from reproduce.plan import (BUDGETS, BY_NAME, ORDER, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
                             plan_for, stage_of, steps_of)
 from reproduce.weights import round_in_place  # noqa: E402
-from reproduce.runstate import (STOPPED, archived, claim, command, compute_dtype, estimate, kind_of, load_state,  # noqa: E402,F401
+from reproduce.dtypes import compute_dtype  # noqa: E402
+from reproduce.runstate import (STOPPED, archived, claim, command, estimate, kind_of, load_state,  # noqa: E402,F401
                                 locked_state, progress_of, ran_otherwise, record, stale_reason, wrong_checkpoint)
 
 

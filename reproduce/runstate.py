@@ -10,6 +10,7 @@ import shlex
 import sys
 import time
 
+from reproduce.dtypes import compute_dtype, dtype_slowdown
 from reproduce.plan import BY_NAME, epochs_of, needs_of, steps_of
 
 VARYING = ("--steps", "--epochs", "--dtype")  # a run continues, or is extended, under other values of these
@@ -375,25 +376,10 @@ def _multiple(run, fields):
     return epochs_of(run, fields) / fields["epochs"] if run.script == "finetune" else run.steps_x
 
 
-DTYPE_SPEED = "results/studies/dtype.json"  # tokens/s of one CPU training step in each compute dtype
-
-
-def dtype_slowdown(measured, here):
-    """How many times longer a run takes computing in dtype HERE than it took in MEASURED, by the
-    training step's rates in DTYPE_SPEED (1 where either is not there: a GPU's, or unknown)."""
-    if not measured or not here or measured == here:
-        return 1.0
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, DTYPE_SPEED)) as f:
-        rate = {row["dtype"]: row["rate"] for row in json.load(f)["rows"]}
-    return rate[measured] / rate[here] if measured in rate and here in rate else 1.0
-
-
 def estimate(run, fields, state, here=None):
     """Seconds for the whole run: the mean measured time of finished runs of its kind, else the
     budget's figure (per step for pretraining, per epoch for fine-tuning), each scaled from the
-    dtype it was measured in to HERE, the dtype this machine computes in (a float32-only CPU takes
-    about twice a bf16 one's time)."""
+    dtype it was measured in to HERE, the dtype this machine computes in (reproduce/dtypes.py)."""
     key = kind_of(run)
     same = [r["seconds"] / _multiple(BY_NAME[name], fields) * dtype_slowdown(r.get("dtype"), here)
             for name, r in state["runs"].items()
@@ -414,16 +400,6 @@ def estimate(run, fields, state, here=None):
 # a run's outcome, recorded
 
 STOPPED = (130, 143)  # 128 + SIGINT / SIGTERM: the scripts saved and stopped
-
-
-def compute_dtype(flag):
-    """The dtype the scripts' forward passes ran in on this machine under --dtype FLAG (their default
-    auto: bf16 where the CPU has it in hardware, float32 elsewhere): a pair's two sides are the same
-    recipe only where they ran in one."""
-    import torch
-    from core.distributed import resolve_dtype
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return str(resolve_dtype(flag or "auto", device)).replace("torch.", "")
 
 
 def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_):
