@@ -21,6 +21,7 @@
                                                              # the per-layer harness, a profiled step with its total
                                                              # kernel time; all under results/<device>-<date>/
     python -m bench.gpu_check --part all --tiny --out DIR    # the same at tiny shapes on a CPU: the plumbing
+                                                             # (TEXTGEN_REHEARSAL=1 runs its test in the suite)
     python -m bench.gpu_check --part decode --out gpu        # the next call on the warm machine: Flex beside ours
                                                              # (the sweep's blocks), early exit (and a carried
                                                              # --elmer-ckpt's learnt exit), off-ramp, gather,

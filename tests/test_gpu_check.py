@@ -151,7 +151,9 @@ def test_the_prepared_call_fits_its_eight_minutes_and_runs_every_step_and_method
     assert gpu_check.default_out(argparse.Namespace(out=None, part="pmlm"), "NVIDIA H200") == "gpu_check"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's rehearsal of the GPU call")
+@pytest.mark.skipif(torch.cuda.is_available() or not os.environ.get("TEXTGEN_REHEARSAL"),
+                    reason="the CPU's rehearsal of the GPU call, minutes long: run it before a GPU call with "
+                           "TEXTGEN_REHEARSAL=1 python -m pytest tests/test_gpu_check.py")
 def test_the_prepared_call_runs_end_to_end_at_tiny_shapes(tmp_path):
     """python -m bench.gpu_check --part all --tiny on a CPU: every step runs to its end (the steps with
     the CPU's methods, compiled and graph modes at the compiler's tracing, the harness under the
