@@ -1,6 +1,10 @@
 import json
 import os
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -17,6 +21,68 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 # where a test runs a Triton kernel: the GPU where there is one, else the CPU's interpreter
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# -----------------------------------------------------------------------------
+# the ahead-of-time compile of every kernel (tools/aot.py) that tests/test_compile.py reads: minutes
+# of single-threaded compiles, started in the background as soon as the tests are collected, at a
+# lower priority than the tests, so that it takes the cores the other tests leave idle; the tests
+# that read it run last, by when it has finished or is close to
+
+AOT = pytest.StashKey[dict]()
+
+
+def start_aot(folder):
+    """tools.aot --loops --json in a subprocess at nice 10, with the real compiler (TRITON_INTERPRET
+    unset) and a Triton cache of its own: {process, rows (the JSON it writes), log (its output)}."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_CACHE_DIR", os.path.join(folder, "triton-cache"))
+    job = dict(rows=os.path.join(folder, "rows.json"), log=os.path.join(folder, "aot.log"), folder=folder)
+    with open(job["log"], "w") as log:
+        job["process"] = subprocess.Popen([sys.executable, "-m", "tools.aot", "--loops", "--json", job["rows"]],
+                                          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          preexec_fn=lambda: os.nice(10), start_new_session=True)
+    return job
+
+
+def aot_rows(config, timeout=900):
+    """The rows of the compile started at collection (started here if it was not), once it ends."""
+    job = config.stash.get(AOT, None)
+    if job is None:
+        job = config.stash[AOT] = start_aot(tempfile.mkdtemp(prefix="aot-"))
+    try:
+        job["process"].wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop(job)
+    with open(job["log"]) as f:
+        out = f.read()
+    print(out)
+    assert os.path.exists(job["rows"]), f"tools.aot wrote no result:\n{out[-6000:]}"
+    with open(job["rows"]) as f:
+        return json.load(f)
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(config, items):
+    reading = [i for i in items if "rows" in getattr(i, "fixturenames", ()) and i.path.name == "test_compile.py"]
+    if reading and not config.option.collectonly:
+        compile_tests = [i for i in items if i.path.name == "test_compile.py"]
+        items[:] = [i for i in items if i.path.name != "test_compile.py"] + compile_tests
+        config.stash[AOT] = start_aot(tempfile.mkdtemp(prefix="aot-"))
+
+
+def stop(job):
+    """Kill the compile and its worker processes (its own process group)."""
+    if job["process"].poll() is None:
+        os.killpg(job["process"].pid, signal.SIGKILL)
+        job["process"].wait()
+
+
+def pytest_unconfigure(config):
+    job = config.stash.get(AOT, None)
+    if job is not None:
+        stop(job)  # where the session stopped before the compile's tests
+        shutil.rmtree(job["folder"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +123,4 @@ def read_log(out_dir):
 TINY = ["--dtype", "float32", "--model", "tiny", "--vocab-size", "600", "--seq-len", "48", "--batch-tokens", "384",
         "--micro-batch", "4", "--warmup", "2", "--log-every", "1", "--eval-every", "3",
         "--eval-examples", "8", "--save-every", "100"]
+

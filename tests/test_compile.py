@@ -4,10 +4,7 @@ GPU compiler refuses. Also checks what the compiled code says about speed: the a
 matmuls are Hopper wgmma that ptxas did not serialise, the forward's loops stay within stated
 multiples of a plain FlashAttention loop, and no kernel spills registers. Prints the table (pytest -s shows it;
 `python -m tools.aot` prints it alone)."""
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,15 +14,11 @@ pytest.importorskip("triton")
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory):
-    out = tmp_path_factory.mktemp("aot") / "rows.json"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
-    r = subprocess.run([sys.executable, "-m", "tools.aot", "--loops", "--json", str(out)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=900)
-    print(r.stdout)
-    assert out.exists(), f"tools.aot wrote no result:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return json.loads(out.read_text())
+def rows(request):
+    """tools.aot --loops --json's rows, compiled in the background from the start of the session
+    (tests/conftest.py)."""
+    from conftest import aot_rows
+    return aot_rows(request.config)
 
 
 def test_every_kernel_compiles_for_sm90(rows):
