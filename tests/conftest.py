@@ -124,3 +124,46 @@ TINY = ["--dtype", "float32", "--model", "tiny", "--vocab-size", "600", "--seq-l
         "--micro-batch", "4", "--warmup", "2", "--log-every", "1", "--eval-every", "3",
         "--eval-examples", "8", "--save-every", "100"]
 
+
+# the fine-tuning checkpoints of tests/test_finetune.py and tests/test_release.py: built once a session
+
+@pytest.fixture(scope="session")
+def task_files(tmp_path_factory):
+    """Small JSONL train/valid/test files cut from the embedded corpus (with its field names)."""
+    return write_task_files(tmp_path_factory.mktemp("tasks"), dict(train=160, valid=24, test=12))
+
+
+@pytest.fixture(scope="session")
+def pretrained(text_file, tmp_path_factory):
+    """Tiny PMLM, T5 and T5-NAR checkpoints after a few steps each."""
+    import train
+    out = {}
+    for objective in ("pmlm", "t5", "t5-nar"):
+        path = str(tmp_path_factory.mktemp(objective))
+        train.main(["--data", text_file, "--objective", objective, "--steps", "4", "--out", path] + TINY)
+        out[objective] = os.path.join(path, "last.pt")
+    return out
+
+
+# flags of a fine-tuning that takes seconds on a CPU
+FT = ["--epochs", "2", "--batch", "32", "--micro-batch", "16", "--max-src", "32", "--max-tgt", "12",
+      "--rouge-examples", "8", "--valid-examples", "16", "--log-every", "2", "--lr", "1e-3"]
+
+
+@pytest.fixture(scope="session")
+def finetuned(pretrained, text_file, task_files, tmp_path_factory):
+    """A short fine-tuning of each way of decoding (AR from the PMLM and from T5, Mask-Predict,
+    ELMER's early exit) and of a classifier (T5's encoder)."""
+    import finetune
+    import train
+    root = tmp_path_factory.mktemp("finetuned")
+    elmer = str(root / "pre-elmer")
+    train.main(["--data", text_file, "--objective", "elmer", "--dec-len", "8", "--permutations", "2", "--steps", "1",
+                "--out", elmer] + TINY)
+    runs = dict(unilm=(pretrained["pmlm"], []), t5=(pretrained["t5"], []), nar=(pretrained["t5-nar"], ["--nar"]),
+                elmer=(os.path.join(elmer, "last.pt"), []),
+                classify=(pretrained["t5"], ["--task", "classify"]))  # a PMLM's [SOS] this short: one class
+    for name, (init, extra) in runs.items():
+        finetune.main(["--init", init, "--train-data", task_files["train"], "--valid-data", task_files["valid"],
+                       "--out", str(root / name)] + FT + ["--rouge-examples", "0"] + extra)
+    return {name: str(root / name / "best.pt") for name in runs}

@@ -8,29 +8,7 @@ import torch
 
 import eval as evaluate_script
 import finetune
-import train
-from conftest import ROOT, TINY, read_log, write_task_files
-
-
-@pytest.fixture(scope="module")
-def task_files(tmp_path_factory):
-    """Small JSONL train/valid/test files cut from the embedded corpus (with its field names)."""
-    return write_task_files(tmp_path_factory.mktemp("tasks"), dict(train=160, valid=24, test=12))
-
-
-@pytest.fixture(scope="module")
-def pretrained(text_file, tmp_path_factory):
-    """Tiny PMLM, T5 and T5-NAR checkpoints after a few steps each."""
-    out = {}
-    for objective in ("pmlm", "t5", "t5-nar"):
-        path = str(tmp_path_factory.mktemp(objective))
-        train.main(["--data", text_file, "--objective", objective, "--steps", "4", "--out", path] + TINY)
-        out[objective] = os.path.join(path, "last.pt")
-    return out
-
-
-FT = ["--epochs", "2", "--batch", "32", "--micro-batch", "16", "--max-src", "32", "--max-tgt", "12",
-      "--rouge-examples", "8", "--valid-examples", "16", "--log-every", "2", "--lr", "1e-3"]
+from conftest import FT, ROOT, read_log
 
 
 @pytest.mark.parametrize("objective", ["pmlm", "t5"])
@@ -321,23 +299,6 @@ def test_a_resumed_run_never_writes_a_worse_model_over_best_pt(pretrained, task_
 # -----------------------------------------------------------------------------
 # --text: a typed document's output, the evaluation's for the same document
 
-@pytest.fixture(scope="module")
-def finetuned(pretrained, text_file, task_files, tmp_path_factory):
-    """A short fine-tuning of each way of decoding (AR from the PMLM and from T5, Mask-Predict,
-    ELMER's early exit) and of a classifier (T5's encoder)."""
-    root = tmp_path_factory.mktemp("finetuned")
-    elmer = str(root / "pre-elmer")
-    train.main(["--data", text_file, "--objective", "elmer", "--dec-len", "8", "--permutations", "2", "--steps", "1",
-                "--out", elmer] + TINY)
-    runs = dict(unilm=(pretrained["pmlm"], []), t5=(pretrained["t5"], []), nar=(pretrained["t5-nar"], ["--nar"]),
-                elmer=(os.path.join(elmer, "last.pt"), []),
-                classify=(pretrained["t5"], ["--task", "classify"]))  # a PMLM's [SOS] this short: one class
-    for name, (init, extra) in runs.items():
-        finetune.main(["--init", init, "--train-data", task_files["train"], "--valid-data", task_files["valid"],
-                       "--out", str(root / name)] + FT + ["--rouge-examples", "0"] + extra)
-    return {name: str(root / name / "best.pt") for name in runs}
-
-
 # the decoding flags each kind is asked with: away from their defaults, so that they must reach it
 TEXT_FLAGS = dict(unilm=["--beam", "2"], t5=["--beam", "1", "--no-repeat-ngram", "0"],
                   nar=["--iterations", "2", "--length-beam", "2"], elmer=["--exit-entropy", "inf"], classify=[])
@@ -487,42 +448,3 @@ def test_a_nar_fine_tuning_keeps_the_cross_table_when_asked(capsys, pretrained, 
     assert state["model_config"]["cross_anchor"] == "proportional" and "cross_rel_table" in state["model"]
     rows = evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--latency-samples", "1"])
     assert rows[0]["n"] == 12
-
-
-def test_a_release_packs_both_checkpoints_and_its_card_reads_their_record(finetuned, pretrained, task_files,
-                                                                          tmp_path, capsys):
-    """tools/release.py: the pretraining and its fine-tuning packed (bf16, xz), their logs and test
-    evaluation kept; the card renders from that record; the packed fine-tuned checkpoint answers
-    --text as the checkpoint it came from, rounded, would."""
-    from core import checkpoint
-    from tools import release, render_release
-    ckpt = finetuned["unilm"]
-    with pytest.raises(release.UserError, match="no evaluation .*eval-best-test.json"):
-        release.release(pretrained["pmlm"], ckpt, "tiny", root=str(tmp_path))
-    row = evaluate_script.main([ckpt, "--data", task_files["test"], "--latency-samples", "1"])[0]
-    args = evaluate_script.get_args([ckpt, "--data", task_files["test"]])
-    evaluation = evaluate_script.result_names(ckpt, args)[0]
-    with pytest.raises(release.UserError, match="another --init file"):
-        release.release(pretrained["t5"], ckpt, "tiny", evaluation=evaluation, root=str(tmp_path))
-    run = tmp_path / "run.json"
-    run.write_text(json.dumps({"machine": "a test", "date": "today",
-                               "pretrain-log.jsonl": {"command": "python train.py", "seconds": 60.0},
-                               "finetune-log.jsonl": {"command": "python finetune.py", "pieces": [30.0, None, 90.0]}}))
-    sizes = release.release(pretrained["pmlm"], ckpt, "tiny", str(run), evaluation, root=str(tmp_path))
-    assert sorted(sizes) == ["releases/tiny/pretrained.pt.xz", "releases/tiny/summarize.pt.xz"]
-    assert all(os.path.getsize(tmp_path / f) == n for f, n in sizes.items())
-    card = render_release.release(str(tmp_path / "results" / "release-tiny" / "run.json"))
-    assert "`releases/tiny/pretrained.pt.xz` | pretrained for 4 steps" in card
-    assert f"{row['rougeL']:.2f} |" in card and f"test split ({row['n']} examples" in card
-    assert "* `python train.py` (1 min 0 s)\n* `python finetune.py` (in 3 pieces continued with --resume; the 2 " \
-           "timed took 2 min 0 s)" in card
-    shown = render_release.examples(str(tmp_path / "results" / "release-tiny" / "examples.jsonl"))
-    outputs = os.path.join(os.path.dirname(evaluation), "outputs-" + os.path.basename(evaluation)[5:-5] + ".jsonl")
-    first = json.loads(open(outputs).readline())
-    assert shown.startswith(f"> {first['source']}\n") and f"* the model: *{first['prediction']}* (ROUGE-L" in shown
-    packed = str(tmp_path / "releases" / "tiny" / "summarize.pt.xz")
-    rounded = tmp_path / "rounded.pt"
-    torch.save(checkpoint.rounded(torch.load(ckpt, weights_only=True)), rounded)
-    doc = "a library for reading and writing compressed archives in many formats"
-    capsys.readouterr()
-    assert evaluate_script.main([packed, "--text", doc]) == evaluate_script.main([str(rounded), "--text", doc])
