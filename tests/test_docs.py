@@ -372,3 +372,14 @@ def test_a_sweep_and_a_step_say_which_backward_and_blocks_ran(tmp_path):
     table = render_bench.step(str(path)).splitlines()
     assert "| ours' speed over it |" in table[2]
     assert "| 1.50x (rounds 1.40-1.60) |" in table[4] and "| 1.00x |" in table[5]
+
+
+def test_an_ordering_names_only_runs_the_file_measured_unless_it_is_archived():
+    """The scorecard's check: a measured run with no row under runs is an error, except in an ordering
+    read from the archive, whose runs' rows are the archive's."""
+    from tools.figures import orderings_of
+    o = dict(chain="sum-pmlm > sum-mlm", values={"sum-pmlm": 1.0, "sum-mlm": 2.0}, seeds={}, pairs=[])
+    with pytest.raises(SystemExit, match="'sum-pmlm' as measured"):
+        orderings_of(dict(orderings=[o], runs={}), "results.json")
+    archived = dict(o, archived=dict(commit="0000000", written="2026-11-28", verdict="not resolved"))
+    assert orderings_of(dict(orderings=[archived], runs={}), "results.json") == [archived]

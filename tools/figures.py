@@ -286,15 +286,16 @@ def plot_exits(folder, where):
 
 def orderings_of(d, path):
     """results.json's orderings, each checked against the plan and the file: a chain names runs of
-    the plan, and a run given a value, seeds or a pair has its row in the file's runs; else one
-    `error:` line naming the ordering and the run."""
+    the plan, and a run given a value, seeds or a pair has its row in the file's runs (an archived
+    ordering's runs are the archive's, reproduce/claims.py); else one `error:` line naming the ordering
+    and the run."""
     for o in d["orderings"]:
         chain = parse_chain(o["chain"])[0]
         measured = ([n for n, v in o.get("values", {}).items() if v is not None]
                     + [s for seeds in o.get("seeds", {}).values() for s in seeds]
                     + [n for p in o["pairs"] for n in (p["a"], p["b"])])
         unplanned = [n for n in chain + list(o.get("values", {})) if n not in BY_NAME]
-        unrun = [n for n in measured if n not in d["runs"]]
+        unrun = [] if o.get("archived") else [n for n in measured if n not in d["runs"]]
         if unplanned or unrun:
             raise SystemExit(f"error: {path}: the ordering {o['chain']!r} names " + (
                 f"{unplanned[0]!r}, which is no run of the plan (reproduce/plan.py)" if unplanned else

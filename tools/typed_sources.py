@@ -43,9 +43,9 @@ ALL_AT_1 = "masked, every token leaves at layer 1, graphs"
 SOURCES = {
     "README.md": {
         "5.4M": Field(CPU_DEFAULT + "eval.json", "params_M"),
-        "7.5M": Field(BUDGET, "runs/sum-t5/metrics/params_M"),
+        "7.5M": Field(BUDGET, "runs/sum-mlae-none/metrics/params_M"),
         "12": Field(CPU_DEFAULT + "run.json", "pretrain-log.jsonl/seconds", div=60),
-        "77": Field(BUDGET, "pretraining/pre-t5/seconds", div=60),
+        "169": Field(BUDGET, "pretraining/pre-elmer/seconds", div=60),
         "1e-3": default("finetune.py --lr"),
         "2020": Paper("UniLMv2: Bao et al., ICML 2020"), "2022": Paper("ELMER: Li et al., EMNLP 2022"),
         "3.10": Field("pyproject.toml", "requires-python"), "2.4": Field("requirements.txt", "torch>="),
