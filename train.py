@@ -29,7 +29,7 @@ from core.errors import UserError, main_guard
 from core.guards import HelpFormatter, check_continues, check_positions, parse_args, refuse_unused
 from core.mlae import VARIANTS
 from core.model import count_parameters
-from core.objectives import OBJECTIVES
+from core.objectives import OBJECTIVES, flag_table
 from core.optim import make_optimizer
 from core.pmlm import KEEP, LOSSES
 from core.progress import Progress, fmt_duration
@@ -95,32 +95,14 @@ def get_args(argv=None):
     add_run_flags(p, out="checkpoints/pretrain", lr=1e-3, save_every=100)
     args = parse_args(p, argv)
     if not args.resume:  # resuming, the checkpoint's objective decides (and changed flags are refused)
-        refuse_unused(args, dict(objective_flags(args),
+        refuse_unused(args, dict(flag_table(args),
                                  vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)",
                                              True)))
-    if args.objective == "mlm":  # mlm is pmlm --losses ae
-        args.losses = "ae"
+    for k, v in OBJECTIVES[args.objective].fixes.items():  # mlm is pmlm --losses ae
+        setattr(args, k, v)
     if not 0.0 <= args.keep <= 0.9:
         raise UserError(f"--keep {args.keep} is not a share of the masked tokens in [0, 0.9] (10% always go random)")
     return args
-
-
-# what an objective's flag needs, said where a run of another objective is given it
-NEEDS = dict(losses=" (mlm is pmlm --losses ae)", cross_rel_pos=" (the objectives with a cross-attention bias)",
-             length_grad=" (the objective with a length predictor)")
-
-
-def objective_flags(args):
-    """refuse_unused's table: each flag an objective record names, whether it applies to this run."""
-    table = {}
-    for flag in sorted({f for o in OBJECTIVES.values() for f in o.flags}):
-        owners = sorted(n for n, o in OBJECTIVES.items() if flag in o.flags)
-        applies = flag in OBJECTIVES[args.objective].flags
-        if flag == "cross_rel_pos":  # MLAE's decoder (a) has no cross-attention
-            applies = applies and not (args.objective == "mlae" and args.decoder == "a")
-            owners = ["mlae --decoder b" if n == "mlae" else n for n in owners]
-        table[flag] = (applies, "to --objective " + " or ".join(owners) + NEEDS.get(flag, ""))
-    return table
 
 
 @main_guard
@@ -169,8 +151,9 @@ def check_room(args, obj, cfg):
     if args.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
     # stored in the checkpoint: fine-tuning and generation feed the decoder this many [MASK]s
-    if "dec_len" in obj.flags:
-        check_positions(f"--dec-len {args.dec_len}", args.dec_len, cfg.max_positions, "lower --dec-len")
+    opts = obj.options(args)
+    if opts is not None:
+        check_positions(f"--dec-len {opts['dec_len']}", opts["dec_len"], cfg.max_positions, "lower --dec-len")
 
 
 def model_and_optimizer(args, d, obj, tok, train, state, ckpt_path):
@@ -216,8 +199,7 @@ def run(args, d):
     loss_sums = obj.loss(args)
     ddp_model = wrap_ddp(model, d)
     digests = run_digests(args, state)
-    elmer_opts = dict(dec_len=args.dec_len,
-                      separate_offramps=args.separate_offramps) if "dec_len" in obj.flags else None
+    elmer_opts = obj.options(args)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
               f"{args.objective}{f' ({args.losses})' if 'keep' in obj.flags else ''}, {d.world} process(es) on "
               f"{d.device.type} ({str(d.dtype)[6:]}), {examples_per_step} examples x {args.seq_len} tokens per step")

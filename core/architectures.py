@@ -24,7 +24,7 @@ from . import elmer, mask_predict, nar, seq2seq, t5
 from .classify import Classifier, EncoderClassifier
 from .config import decoder_depth
 from .errors import UserError
-from .mlae import MLAE, MLAEUniLM, MLAEUniLMDecoder, variant_of
+from .mlae import MLAE, MLAEUniLM, MLAEUniLMDecoder
 from .model import EncoderDecoder, UnifiedLM
 from .objectives import objective_of
 
@@ -72,6 +72,7 @@ class Arch(NamedTuple):
     ops: Optional[Callable] = None        # (dec_len, sos) -> Seq2SeqOps; None: summarization turns it into another
     summarize_as: Optional[Callable] = None  # (cfg, nar, style) -> (arch, cfg) it is fine-tuned into for summarization
     decode: str = "ar"                    # "ar" (beam search), "nar" (Mask-Predict) or "elmer" (one pass, exits)
+    exits: bool = False                   # early exit (ELMER): the exit flags apply, the checkpoint records its options
     positions_apart: bool = False         # pretraining recorded its encoder's and decoder's positions apart (T5's)
     nar_decoder: bool = False             # its decoder was pretrained on targets without [EOS] (T5-NAR's)
     one_table: bool = False               # source and target share one position table (a single stack)
@@ -106,16 +107,15 @@ class Arch(NamedTuple):
         return model
 
 
-def to_nar(arch, cfg, nar_flag, style):
-    """Any encoder-decoder fine-tuned with --nar is a CMLM (its encoder after [SOS] where MLAE's was)."""
-    return ("nar", dataclasses.replace(cfg, enc_sos=arch.startswith("mlae"))) if nar_flag else None
+def to_nar(cfg, nar_flag, enc_sos=False):
+    """Any encoder-decoder fine-tuned with --nar is a CMLM (its encoder after [SOS] where its
+    pretraining put one: enc_sos)."""
+    return ("nar", dataclasses.replace(cfg, enc_sos=enc_sos)) if nar_flag else None
 
 
-def mlae_into(arch):
-    def into(cfg, nar_flag, style):  # MLAE's encoder was pretrained on "[SOS] TEXT [EOS]"
-        return to_nar(arch, cfg, nar_flag, style) or (
-            ("mlae-unilm" if style == "unilm" else "mlae-s2s"), dataclasses.replace(cfg, enc_sos=True))
-    return into
+def mlae_into(cfg, nar_flag, style):  # MLAE's encoder was pretrained on "[SOS] TEXT [EOS]"
+    return to_nar(cfg, nar_flag, enc_sos=True) or (
+        ("mlae-unilm" if style == "unilm" else "mlae-s2s"), dataclasses.replace(cfg, enc_sos=True))
 
 
 def unilm_into(cfg, nar_flag, style):
@@ -138,14 +138,14 @@ ARCHS = {a.name: a for a in (
     Arch("unilm", lambda cfg, opts: UnifiedLM(cfg), ops=unilm_ops, summarize_as=unilm_into, one_table=True,
          masks_decoder_inputs=False, has_style=True, scratch_as="pmlm"),
     Arch("t5", lambda cfg, opts: EncoderDecoder(cfg), encoder=EncoderDecoder, ops=t5_ops(t5.T5Decoder),
-         summarize_as=lambda cfg, nar_flag, style: to_nar("t5", cfg, nar_flag, style) or ("t5", cfg),
+         summarize_as=lambda cfg, nar_flag, style: to_nar(cfg, nar_flag) or ("t5", cfg),
          positions_apart=True, classify_sos=False, scratch_as="t5", depth_flags=True),
     Arch("t5-nar", lambda cfg, opts: nar.NARModel(cfg), encoder=nar.NARModel, summarize_as=t5_nar_into,
          positions_apart=True, nar_decoder=True, classify_sos=False),
     Arch("mlae-a", lambda cfg, opts: MLAE(cfg, "a"), encoder=lambda cfg: MLAE(cfg, "a"),
-         summarize_as=mlae_into("mlae-a"), has_style=True),
+         summarize_as=mlae_into, has_style=True),
     Arch("mlae-b", lambda cfg, opts: MLAE(cfg, "b"), encoder=lambda cfg: MLAE(cfg, "b"),
-         summarize_as=mlae_into("mlae-b"), has_style=True),
+         summarize_as=mlae_into, has_style=True),
     Arch("mlae-s2s", lambda cfg, opts: EncoderDecoder(cfg), ops=t5_ops(t5.T5Decoder), schedule="linear",
          can_classify=False),
     Arch("mlae-unilm", lambda cfg, opts: MLAEUniLM(cfg), ops=t5_ops(MLAEUniLMDecoder), one_table=True,
@@ -153,23 +153,17 @@ ARCHS = {a.name: a for a in (
     Arch("roberta-s2s", lambda cfg, opts: EncoderDecoder(cfg), ops=t5_ops(t5.T5Decoder), can_classify=False),
     Arch("nar", lambda cfg, opts: nar.NARModel(cfg), ops=nar_ops, decode="nar", masks_decoder_inputs=False,
          can_classify=False),
-    Arch("elmer", lambda cfg, opts: elmer.ELMER(cfg, **(opts or {})), ops=elmer_ops, decode="elmer",
+    Arch("elmer", lambda cfg, opts: elmer.ELMER(cfg, **(opts or {})), ops=elmer_ops, decode="elmer", exits=True,
          label_smoothing=0.0, can_classify=False, scratch_as="elmer"),
 )}
-# the architecture each pretraining objective leaves (MLAE's: by its decoder, arch_of)
-OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5", "t5-nar": "t5-nar", "elmer": "elmer"}
-
-
 def arch_of(state, path):
-    """The architecture of a checkpoint, from its kind (and its 'arch' once fine-tuned)."""
+    """The architecture of a checkpoint: its 'arch' once fine-tuned, else its objective's (Objective.arch)."""
     if "arch" in state:
         return state["arch"]
     obj = objective_of(state.get("kind", ""))
-    if obj is not None and obj.name == "mlae":
-        return "mlae-" + variant_of(state["model"])
-    if obj is None or obj.name not in OF_OBJECTIVE:
+    if obj is None or obj.arch is None:
         raise UserError(f"{path}: a {state.get('kind')!r} checkpoint has no architecture this script knows")
-    return OF_OBJECTIVE[obj.name]
+    return obj.arch(state)
 
 
 def seq2seq_arch(arch, cfg, nar_flag, style):

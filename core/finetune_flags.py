@@ -20,7 +20,7 @@ CHECKED_ELSEWHERE = ("enc_layers", "dec_layers", "adaptive_stop")  # check_nar_f
 def unused_flags(args, arch, summ):
     """guards.refuse_unused's table: each option's flags, and whether this run (a checkpoint of
     `arch`, before it is turned into its fine-tuning architecture) uses them."""
-    scratch_run, elmer, nar = args.init == "none", ARCHS[arch].decode == "elmer", summ and args.nar
+    scratch_run, elmer, nar = args.init == "none", ARCHS[arch].exits, summ and args.nar
     return dict(
         arch=(scratch_run, "with --init none (a checkpoint brings its own architecture)"),
         model=(scratch_run, "with --init none (a checkpoint brings its own size)"),

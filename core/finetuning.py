@@ -27,7 +27,7 @@ def elmer_options(arch, source, exit_mode="hard", exit_measure=None, exit_thresh
     how training treats exits. Soft exit runs every layer at inference (entropy threshold 0)
     unless eval.py is given a threshold. None for other architectures; the exit flags of another
     architecture are refused."""
-    if ARCHS[arch].decode != "elmer":
+    if not ARCHS[arch].exits:
         if exit_measure is not None or exit_threshold is not None:
             raise UserError(f"--exit-measure / --exit-threshold / --exit-entropy apply to elmer only, not {arch}")
         return None
