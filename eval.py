@@ -16,7 +16,7 @@ markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its g
 to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
 name and a hash of its path, with -sampleN under --limit, -exit-MEASUREX under an exit threshold
 X (e.g. -exit-entropy0.5), -adaptive or -allpasses under --adaptive-stop or --no-adaptive-stop, and
-a decoding flag away from its default, e.g. -beam1, -it4, -lb2), so that no evaluation overwrites
+a decoding flag away from its default, e.g. -beam1, -it4, -lb2, -static), so that no evaluation overwrites
 another. ELMER rows add the mean exit layer, the fraction exiting
 per layer and the decoder's multiply-adds relative to exit disabled (dec_flops).
 Every checkpoint, data file and flag is checked before the first is evaluated (a flag that
@@ -55,7 +55,7 @@ from core.training import add_dtype_flag, autocast
 
 # the decoding flags that name a result file when given away from their default (result_names)
 DECODING_TAGS = dict(beam="beam", max_len="max", min_len="min", length_penalty="lp", length_norm="",
-                     no_repeat_ngram="nr", length_beam="lb", iterations="it")
+                     no_repeat_ngram="nr", length_beam="lb", iterations="it", search="")
 # what --text refuses: the flags of an evaluation over a data set
 EVALUATION_ONLY = ("data", "split", "src_field", "tgt_field", "limit", "latency_samples", "no_lead")
 
