@@ -24,7 +24,10 @@ from . import elmer, mask_predict, nar, seq2seq, t5
 from .classify import Classifier, EncoderClassifier
 from .config import decoder_depth
 from .errors import UserError
+from .exit_measures import MEASURES
+from .flags import AT_LEAST_1, DEC_LEN, Rule, flag
 from .mlae import MLAE, MLAEUniLM, MLAEUniLMDecoder
+from .nar import CROSS_ANCHORS
 from .model import EncoderDecoder, UnifiedLM
 from .objectives import objective_of
 
@@ -65,6 +68,48 @@ def elmer_ops(dec_len, sos):
     return Seq2SeqOps(batch, elmer.elmer_seq2seq_loss_sums, None, 1)
 
 
+# -----------------------------------------------------------------------------
+# finetune.py's flags of the architectures that have their own (Arch.add_flags)
+
+# an entropy in nats, infinite where every token is to leave at layer 1
+EXIT_ENTROPY = Rule(lambda v: v >= 0, "0 or more (inf: every token exits at layer 1)", infinite=True)
+
+
+def add_elmer_flags(p):
+    """The flags of an ELMER fine-tuning: its exit, its measure and threshold, its decoder's length."""
+    flag(p, "--exit", default="hard", choices=["hard", "soft"],
+         help="elmer: hard or soft early exit (ELMER 4.3)")
+    flag(p, "--exit-measure", default=None, choices=MEASURES,
+         help="elmer: what decides a token's exit at inference: the off-ramp entropy (the paper, "
+              "a vocabulary projection per layer), or O(d) measures: the cosine of h^l and h^(l-1) "
+              "(state), a learnt linear exit classifier (classifier; always trained). Default entropy")
+    flag(p, "--exit-threshold", type=float, default=None,
+         help="elmer: the measure's threshold (entropy: exit below it, default 0.5; state: cosine "
+              "above it, default 0.99; classifier: probability above it, default 0.9)")
+    flag(p, "--exit-entropy", rule=EXIT_ENTROPY, type=float, default=None,
+         help="elmer: shorthand for --exit-measure entropy --exit-threshold X")
+    flag(p, "--exit-train", default="hard", choices=["hard", "all"],
+         help="elmer, hard exit: tokens leave during fine-tuning once their off-ramp entropy is under "
+              "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
+    flag(p, "--dec-len", rule=DEC_LEN, type=int, default=None,
+         help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
+
+
+def add_nar_flags(p):
+    """The flags of a NAR fine-tuning (CMLM) and its Mask-Predict decoding."""
+    flag(p, "--nar", action="store_true",
+         help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
+    flag(p, "--length-beam", rule=AT_LEAST_1, type=int, default=3, help="--nar: length candidates")
+    flag(p, "--iterations", rule=AT_LEAST_1, type=int, default=10, help="--nar: Mask-Predict iterations")
+    flag(p, "--cross-anchor", default="none", choices=CROSS_ANCHORS,
+         help="--nar: the cross-attention's position bias that MLAE (b) and T5-NAR pretrain: dropped "
+              "(none), or kept with target token i of T at (i + 1/2)/T of the source (proportional; "
+              "a fresh table where the checkpoint has none)")
+    flag(p, "--adaptive-stop", action="store_true",
+         help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
+              "default: all --iterations, as published")
+
+
 class Arch(NamedTuple):
     name: str
     model: Callable                       # (cfg, elmer_opts) -> the model it fine-tunes, or generates with
@@ -84,6 +129,7 @@ class Arch(NamedTuple):
     has_style: bool = False               # summarization picks a --style (seq2seq or UniLM-style)
     scratch_as: Optional[str] = None      # finetune.py --init none --arch NAME: the objective whose shape it takes
     depth_flags: bool = False             # --init none: --enc-layers / --dec-layers set its depths
+    add_flags: Optional[Callable] = None  # (parser) -> None: finetune.py's flags of fine-tuning into it
 
     @property
     def classifier_reads(self):
@@ -152,9 +198,9 @@ ARCHS = {a.name: a for a in (
          schedule="linear", can_classify=False),
     Arch("roberta-s2s", lambda cfg, opts: EncoderDecoder(cfg), ops=t5_ops(t5.T5Decoder), can_classify=False),
     Arch("nar", lambda cfg, opts: nar.NARModel(cfg), ops=nar_ops, decode="nar", masks_decoder_inputs=False,
-         can_classify=False),
+         can_classify=False, add_flags=add_nar_flags),
     Arch("elmer", lambda cfg, opts: elmer.ELMER(cfg, **(opts or {})), ops=elmer_ops, decode="elmer", exits=True,
-         label_smoothing=0.0, can_classify=False, scratch_as="elmer"),
+         label_smoothing=0.0, can_classify=False, scratch_as="elmer", add_flags=add_elmer_flags),
 )}
 def arch_of(state, path):
     """The architecture of a checkpoint: its 'arch' once fine-tuned, else its objective's (Objective.arch)."""
@@ -164,6 +210,11 @@ def arch_of(state, path):
     if obj is None or obj.arch is None:
         raise UserError(f"{path}: a {state.get('kind')!r} checkpoint has no architecture this script knows")
     return obj.arch(state)
+
+
+def arch_flags(name):
+    """(parser) -> None: the architecture's flags of finetune.py, under a heading naming it."""
+    return lambda p: ARCHS[name].add_flags(p.add_argument_group(f"fine-tuning into {name}"))
 
 
 def seq2seq_arch(arch, cfg, nar_flag, style):

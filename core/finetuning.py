@@ -8,10 +8,8 @@ from .mlae import ScheduledMasking
 
 def scheduled_loss(loss_fn, arch, args):
     """The AR loss with scheduled masking of the decoder inputs (MLAE Algorithm 1) for the
-    encoder-decoder architectures; --mask-schedule defaults to linear for MLAE, none otherwise
-    (args.mask_schedule is resolved in place, so the checkpoint records it)."""
-    if args.mask_schedule is None:
-        args.mask_schedule = ARCHS[arch].schedule
+    encoder-decoder architectures, at the run's resolved --mask-schedule (by default the
+    architecture's: linear for MLAE, none otherwise; finetune.py architecture)."""
     if not ARCHS[arch].masks_decoder_inputs:
         if args.mask_schedule != "none":
             raise UserError(f"--mask-schedule {args.mask_schedule} masks decoder inputs: the {arch} architecture "
