@@ -122,8 +122,6 @@ def splits(args, d, summ):
     fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
     say = lambda msg: print0(d, msg, file=sys.stderr)  # rank 0's, with its other notes on stderr
     train = load_split(args.task, "train", args.train_data, *fields, note=say)
-    if not 0 < args.train_share <= 1:
-        raise UserError(f"--train-share {args.train_share} must be in (0, 1]")
     if args.train_share < 1:
         train = train.share(args.train_share)
     valid_path = args.valid_data if args.valid_data or not args.train_data else None

@@ -79,7 +79,7 @@ def finetuning_flags(p):
     flag(p, "--task", default="summarize", choices=TASKS)
     flag(p, "--train-data", default=None, help="a .jsonl training file (default: the embedded corpus)")
     flag(p, "--valid-data", default=None, help="a .jsonl validation file (default: the embedded corpus)")
-    flag(p, "--train-share", type=float, default=1.0,
+    flag(p, "--train-share", rule=Rule(lambda v: 0 < v <= 1, "in (0, 1]"), type=float, default=1.0,
          help="fine-tune on a fixed share of the training examples, spread evenly over the file "
               "(0.5: every other one); validation stays whole")
     flag(p, "--src-field", default=None, help="source field of --train-data (summarize; default document)")
