@@ -16,7 +16,7 @@ markdown; each checkpoint's row goes to eval-NAME-DATA.json next to it and its g
 to outputs-NAME-DATA.jsonl (NAME the checkpoint's file name, DATA the split, or the --data file's
 name and a hash of its path, with -sampleN under --limit, -exit-MEASUREX under an exit threshold
 X (e.g. -exit-entropy0.5), -adaptive or -allpasses under --adaptive-stop or --no-adaptive-stop, and
-a decoding flag away from its default, e.g. -beam1, -it4, -lb2), so that no evaluation overwrites
+a decoding flag away from its default, e.g. -beam1, -it4, -lb2, -static), so that no evaluation overwrites
 another. ELMER rows add the mean exit layer, the fraction exiting
 per layer and the decoder's multiply-adds relative to exit disabled (dec_flops).
 Every checkpoint, data file and flag is checked before the first is evaluated (a flag that
@@ -43,49 +43,60 @@ from core.decodings import DECODINGS, decoding_of
 from core.distributed import resolve_dtype
 from core.exit_measures import exit_settings
 from core.errors import UserError, main_guard
+from core.flags import AT_LEAST_1, flag
 from core.guards import HelpFormatter, check_positions, parse_args, refuse_unused
 from core.architectures import ARCHS, arch_of, build_model
 from core.generation import rouge, summarize
 from core.model import count_parameters
 from core.tasks import Labels, lead, load_split
-from core.timing import clock
+from core.timing import speed
 from core.tokenizer import Tokenizer
 from core.training import add_dtype_flag, autocast
 
 
 # the decoding flags that name a result file when given away from their default (result_names)
 DECODING_TAGS = dict(beam="beam", max_len="max", min_len="min", length_penalty="lp", length_norm="",
-                     no_repeat_ngram="nr", length_beam="lb", iterations="it")
+                     no_repeat_ngram="nr", length_beam="lb", iterations="it", search="")
 # what --text refuses: the flags of an evaluation over a data set
 EVALUATION_ONLY = ("data", "split", "src_field", "tgt_field", "limit", "latency_samples", "no_lead")
 
 
+def evaluation_flags(p):
+    """The flags of every evaluation (and of --text, but those EVALUATION_ONLY)."""
+    flag(p, "checkpoints", nargs="*", default=["checkpoints"],
+         help="fine-tuned checkpoints, or directories: every best.pt under them (default: "
+         "checkpoints, where finetune.py writes)")
+    flag(p, "--data", default=None, help="a .jsonl file to evaluate on (default: the embedded corpus)")
+    flag(p, "--split", default="test", choices=["train", "valid", "test"], help="split of the embedded corpus")
+    flag(p, "--src-field", default=None)
+    flag(p, "--tgt-field", default=None)
+    flag(p, "--limit", rule=AT_LEAST_1, type=int, default=None,
+         help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
+         "checkpoint (the embedded corpus is sorted by package, so its head is not a sample)")
+    flag(p, "--text", default=None,
+         help="decode this document instead of a data set, or with - each line of stdin: its output "
+              "alone, one line each (a summary, or a classifier's label)")
+    flag(p, "--max-len", rule=AT_LEAST_1, type=int, default=None,
+         help="generated tokens at most, [EOS] included (default: the fine-tuning's --max-tgt, the "
+         "longest target it trained)")
+    flag(p, "--batch-size", rule=AT_LEAST_1, type=int, default=64, help="batch for quality and throughput")
+    flag(p, "--latency-samples", rule=AT_LEAST_1, type=int, default=20, help="examples timed one by one")
+    flag(p, "--no-lead", action="store_true",
+         help="omit the baseline rows (LEAD; classification's majority class)")
+    flag(p, "--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
+# who declares each flag of the script: its own set, the dtype flag it shares with train.py and
+# finetune.py, and each way of decoding (core/decodings.py)
+DECLARED_BY = dict({"eval.py": evaluation_flags, "core/training.py": add_dtype_flag},
+                   **{f"decoding {n}": (lambda p, k=kind: k.add_flags(p.add_argument_group(k.title)))
+                      for n, kind in DECODINGS.items()})
+
+
 def parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("checkpoints", nargs="*", default=["checkpoints"],
-                   help="fine-tuned checkpoints, or directories: every best.pt under them (default: "
-                   "checkpoints, where finetune.py writes)")
-    p.add_argument("--data", default=None, help="a .jsonl file to evaluate on (default: the embedded corpus)")
-    p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split of the embedded corpus")
-    p.add_argument("--src-field", default=None)
-    p.add_argument("--tgt-field", default=None)
-    p.add_argument("--limit", type=int, default=None,
-                   help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
-                   "checkpoint (the embedded corpus is sorted by package, so its head is not a sample)")
-    p.add_argument("--text", default=None,
-                   help="decode this document instead of a data set, or with - each line of stdin: its output "
-                        "alone, one line each (a summary, or a classifier's label)")
-    p.add_argument("--max-len", type=int, default=None,
-                   help="generated tokens at most, [EOS] included (default: the fine-tuning's --max-tgt, the "
-                   "longest target it trained)")
-    p.add_argument("--batch-size", type=int, default=64, help="batch for quality and throughput")
-    p.add_argument("--latency-samples", type=int, default=20, help="examples timed one by one")
-    p.add_argument("--no-lead", action="store_true",
-                   help="omit the baseline rows (LEAD; classification's majority class)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    add_dtype_flag(p)
-    for kind in DECODINGS.values():  # each way of decoding declares its own flags (core/decodings.py)
-        kind.add_flags(p.add_argument_group(kind.title))
+    for add in DECLARED_BY.values():
+        add(p)
     return p
 
 
@@ -107,19 +118,6 @@ def progress_line(what, stream=None):
             shown[0] = 10 * done // max(1, total)
             print(f"  {what}: {done}/{total}", file=stream, flush=True)
     return show
-
-
-def speed(device, run_batch, sources, batch_size, latency_samples):
-    """(ms per sample at batch size 1, samples/s at batch_size), warm-up excluded: each timed
-    sample runs once before the clock (a fixed-shape decoder captures a graph per source length)."""
-    one = sources[:max(1, latency_samples)]
-    for s in one:  # warm-up
-        run_batch([s])
-    latency = sum(clock(device, lambda s=s: run_batch([s])) for s in one) / len(one)
-    big = (sources * (1 + batch_size // max(1, len(sources))))[:batch_size]
-    run_batch(big)  # warm-up
-    throughput = len(big) / clock(device, lambda: run_batch(big))
-    return 1000 * latency, throughput
 
 
 def pick_checkpoints(paths):
@@ -410,13 +408,15 @@ def main(argv=None):
     past = args.limit if args.limit and args.limit >= max(sizes) else None
     if past:  # no sample: the whole split, and its files named so
         print(f"note: --limit {args.limit} is not under the {max(sizes)} examples there are: all of them are evaluated")
-        args.limit = None
+    dtype = resolve_dtype(args.dtype, device)
+    # the run's config, frozen: what --limit, --dtype auto and --device auto resolved to (each result records it)
+    args = args.resolved(limit=None if past else args.limit, dtype_run=str(dtype).split(".")[-1],
+                         device_run=device.type)
     check_settings(args, paths, states)
     plans = decoding_settings(args, paths, states)
     for task in sorted({state["kind"].split("/")[1] for state in states.values()}):  # said once, not per checkpoint
         load_split(task, args.split, args.data, args.src_field, args.tgt_field)
-    dtype = resolve_dtype(args.dtype, device)
-    args.dtype_run, args.device_run = str(dtype).split(".")[-1], device.type
+    print(args.line(), file=sys.stderr)  # every input checked: the config the rows below record
     rows = []
     for path in paths:  # each row's files on disk at once: a later failure loses none of them
         for gen in plans[path]:  # a sweep: one row each

@@ -32,23 +32,23 @@ import torch
 
 from core import checkpoint
 from core.classify import classify_batch, classify_loss_sums
-from core.config import PRESETS, ModelConfig, preset
+from core.config import ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.guards import HelpFormatter, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
-from core.architectures import ARCHS, arch_of, build_model, seq2seq_arch, seq2seq_ops
-from core.finetune_flags import add_elmer_flags, add_nar_flags, check_nar_flags, unused_flags
+from core.architectures import ARCHS, arch_flags, arch_of, build_model, seq2seq_arch, seq2seq_ops
+from core.finetune_flags import check_nar_flags, finetuning_flags, scratch_flags, seq2seq_flags, unused_flags
 from core.finetuning import elmer_options, scheduled_loss
 from core.generation import rouge, summarize
 from core.positions import DEFAULT_MAX_SRC, fit_lengths, positions_of
 from core.exit_measures import exit_flags
-from core.mlae import CROSS_INITS, SCHEDULES, init_from_pretrained
+from core.mlae import init_from_pretrained
 from core.model import count_parameters
 from core.objectives import OBJECTIVES
-from core.optim import LR_SCHEDULES, make_optimizer
+from core.optim import make_optimizer
 from core.progress import Progress, fmt_duration
-from core.tasks import TASKS, Labels, examples_for_step, load_split
+from core.tasks import Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
 from core.training import (EarlyStop, add_run_flags, attention_choice, autocast, corpus_tokenizer, evaluate,
                            restore_rng, rng_state, run_digests, start_or_resume, training_steps, wrap_ddp)
@@ -58,71 +58,27 @@ RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every",
 FINETUNE_LR = 1e-3  # the lowest validation loss of a grid up to pretraining's rate (docs/design.md)
 
 
-def get_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--init", default="checkpoints/pretrain/last.pt",
-                   help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
-    p.add_argument("--arch", default="unilm", choices=["unilm", "t5", "elmer"],
-                   help="with --init none: the architecture")
-    add_elmer_flags(p)
-    p.add_argument("--model", default="small", choices=sorted(PRESETS), help="with --init none: the preset")
-    p.add_argument("--enc-layers", type=int, default=None,
-                   help="with --init none --arch t5: encoder layers (default MLAE's: 2/4/12 at tiny/small/base)")
-    p.add_argument("--dec-layers", type=int, default=None,
-                   help="with --init none --arch t5: decoder layers (default MLAE's: 1/2/4 at tiny/small/base)")
-    p.add_argument("--vocab-size", type=int, default=8000, help="with --init none: tokenizer of the embedded corpus")
-    p.add_argument("--task", default="summarize", choices=TASKS)
-    p.add_argument("--train-data", default=None, help="a .jsonl training file (default: the embedded corpus)")
-    p.add_argument("--valid-data", default=None, help="a .jsonl validation file (default: the embedded corpus)")
-    p.add_argument("--train-share", type=float, default=1.0,
-                   help="fine-tune on a fixed share of the training examples, spread evenly over the file "
-                        "(0.5: every other one); validation stays whole")
-    p.add_argument("--src-field", default=None, help="source field of --train-data (summarize; default document)")
-    p.add_argument("--tgt-field", default=None, help="target field (summarize; default summary)")
-    p.add_argument("--text-field", default=None, help="text field (classify; default document)")
-    p.add_argument("--label-field", default=None, help="label field (classify; default section)")
-    p.add_argument("--cls-vector", default=None, choices=("first", "last"),
-                   help="classify: the token whose vector the linear layer reads, the first ([SOS], or T5's first "
-                        "text token) or the last ([EOS]); default the papers': first for a pmlm or mlm stack, "
-                        "last for the encoder of an encoder-decoder (the MLAE paper, section 3.2)")
-    p.add_argument("--max-src", type=int, default=None,
-                   help="source tokens kept, [SOS]/[EOS] included (default: 80, the measured recipe, or less "
-                        "to fit the positions the checkpoint was pretrained on; more than those is refused)")
-    p.add_argument("--max-tgt", type=int, default=24, help="target tokens kept, [EOS] included")
-    p.add_argument("--epochs", type=float, default=3,
-                   help="the most passes over the training split (fractions allowed); the run stops earlier on "
-                        "validation (--patience)")
-    p.add_argument("--batch", type=int, default=64, help="global batch, in examples")
-    p.add_argument("--lr-schedule", default="inverse-sqrt", choices=LR_SCHEDULES,
-                   help="after warmup: MLAE's inverse square root decay (its Table 11), or UniLMv2's linear "
-                        "decay to 0 at the last of --epochs")
-    p.add_argument("--warmup-epochs", type=float, default=0.15,
-                   help="warmup, in epochs: the same steps whatever --epochs allows (more epochs, the same schedule)")
-    p.add_argument("--valid-every", type=float, default=0.5, help="validate every this many epochs")
-    p.add_argument("--patience", type=int, default=2,
-                   help="stop after this many validations in a row without a lower validation loss (0: never; "
-                        "run all --epochs)")
-    p.add_argument("--label-smoothing", type=float, default=None,
-                   help="default 0.1, elmer 0 (the paper's plain cross-entropy). Smoothing e puts a floor under "
-                        "an off-ramp's entropy: -(1-e+e/V)ln(1-e+e/V) - (V-1)(e/V)ln(e/V), 1.22 nats at e=0.1, "
-                        "V=8000: above the paper's delta 0.5, so no token would ever exit by entropy")
-    p.add_argument("--valid-examples", type=int, default=2000,
-                   help="validation loss / accuracy on this many (the loss early stopping reads: enough tokens that "
-                        "its noise is under the changes it tracks)")
-    p.add_argument("--rouge-examples", type=int, default=200, help="quick ROUGE (greedy) on this many")
-    p.add_argument("--style", default=None, choices=["seq2seq", "unilm"],
-                   help="AR style: mlae seq2seq (default) or unilm; pmlm/mlm unilm (default) or seq2seq (a random "
-                        "decoder: the RoBERTa baseline)")
-    p.add_argument("--cross-init", default="self", choices=CROSS_INITS,
-                   help="mlae/t5: cross-attention from the layer's self-attention, random, or the whole decoder random")
-    p.add_argument("--mask-schedule", default=None, choices=SCHEDULES,
-                   help="AR: decoder inputs masked at ratio m_t (MLAE Algorithm 1; default linear for mlae, else none)")
-    p.add_argument("--mask-init", type=float, default=0.6, help="m0 of --mask-schedule")
-    p.add_argument("--mask-epochs", type=float, default=3,
-                   help="linear --mask-schedule: m_t falls from m0 to 0 over this many epochs, whatever --epochs")
-    add_nar_flags(p)
+def run_flags(p):
     add_run_flags(p, out="checkpoints/finetune", lr=FINETUNE_LR, save_every=200)
-    return parse_args(p, argv)
+
+
+# who declares each flag of the script: its own sets (core/finetune_flags.py), the architectures that
+# have flags of their own (ELMER's exit, the CMLM's decoding; core/architectures.py) and the set it
+# shares with train.py
+DECLARED_BY = dict({"fine-tuning": finetuning_flags, "--init none": scratch_flags, "seq2seq": seq2seq_flags},
+                   **{f"architecture {n}": arch_flags(n) for n, a in ARCHS.items() if a.add_flags},
+                   **{"core/training.py": run_flags})
+
+
+def parser():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    for add in DECLARED_BY.values():
+        add(p)
+    return p
+
+
+def get_args(argv=None):
+    return parse_args(parser(), argv)
 
 
 @main_guard
@@ -166,8 +122,6 @@ def splits(args, d, summ):
     fields = (args.src_field, args.tgt_field) if summ else (args.text_field, args.label_field)
     say = lambda msg: print0(d, msg, file=sys.stderr)  # rank 0's, with its other notes on stderr
     train = load_split(args.task, "train", args.train_data, *fields, note=say)
-    if not 0 < args.train_share <= 1:
-        raise UserError(f"--train-share {args.train_share} must be in (0, 1]")
     if args.train_share < 1:
         train = train.share(args.train_share)
     valid_path = args.valid_data if args.valid_data or not args.train_data else None
@@ -198,10 +152,18 @@ def micro_batches(make, size, srcs, tgts, idx):
             for j in range(0, len(idx), size)]
 
 
+def steps_of(args, n):
+    """--epochs, warmup and the masking's span in steps of --batch over n training examples: warmup and
+    the masking's span in epochs of their own, so that --epochs, a maximum, changes neither."""
+    steps_per_epoch = math.ceil(n / args.batch)
+    return dict(steps=max(1, round(args.epochs * steps_per_epoch)),
+                warmup=max(1, round(args.warmup_epochs * steps_per_epoch)),
+                mask_steps=max(1, round(args.mask_epochs * steps_per_epoch)))
+
+
 def schedule(args, d, train, valid, arch, loss_fn, state, summ):
     """(training examples, examples per process a step, steps between validations, the loss with
-    MLAE's scheduled masking where it applies): --epochs in steps; warmup and the masking's span in
-    epochs of their own, so that --epochs, a maximum, changes neither."""
+    MLAE's scheduled masking where it applies)."""
     n = len(train)
     if args.batch % d.world or args.batch < d.world:
         raise UserError(f"--batch {args.batch} cannot be shared evenly by {d.world} processes")
@@ -209,15 +171,13 @@ def schedule(args, d, train, valid, arch, loss_fn, state, summ):
         raise UserError(f"{min(len(valid), args.valid_examples)} validation example(s) cannot give each of {d.world} "
                         f"processes one")
     steps_per_epoch = math.ceil(n / args.batch)
-    args.steps = max(1, round(args.epochs * steps_per_epoch))
-    args.warmup = max(1, round(args.warmup_epochs * steps_per_epoch))
-    args.mask_steps = max(1, round(args.mask_epochs * steps_per_epoch))
     if summ:
         loss_fn = scheduled_loss(loss_fn, arch, args)
         if state is None and args.mask_schedule == "none":
             refuse_unused(args, dict(mask_init=(False, "with a --mask-schedule other than none")))
         if state is None and args.mask_schedule != "linear":
             refuse_unused(args, dict(mask_epochs=(False, "with --mask-schedule linear")))
+    print0(d, args.line())  # the run's config, resolved: with its schedule, before any step
     print0(d, f"data: {train.origin}: {n} train, {len(valid)} valid examples ({args.task}); "
               f"{steps_per_epoch} steps per epoch, {args.steps} steps")
     return n, args.batch // d.world, max(1, round(args.valid_every * steps_per_epoch)), loss_fn
@@ -234,9 +194,12 @@ def source_of(args, d, train, state):
     return source, source.get("step")  # which checkpoint of its pretraining (reproduce/runner.py reads it)
 
 
-def architecture(args, source, state, summ, measure, threshold):
-    """(architecture, config, ELMER's options) of the run: the source's, turned into the one it
-    fine-tunes as (core/architectures.py), its lengths fitted to the positions it trained."""
+def architecture(args, source, state, summ, measure, threshold, n_train):
+    """(architecture, config, ELMER's options, the run's resolved config) of the run: the source's,
+    turned into the one it fine-tunes as (core/architectures.py), its lengths fitted to the positions
+    it trained. The flags whose defaults the architecture decides are resolved here, so that the
+    checkpoint records them (and eval.py builds the classifier from the record), and the steps of
+    --epochs over the n_train training examples."""
     arch = arch_of(source, args.init)
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
     pretrained_arch = arch
@@ -245,9 +208,10 @@ def architecture(args, source, state, summ, measure, threshold):
     arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
     if state is None and summ and args.nar:  # the model records it: a resume and eval.py build the same
         cfg = dataclasses.replace(cfg, cross_anchor=args.cross_anchor)
+    max_src = args.max_src
     if state is None and "model" in source:  # stay within the positions pretraining trained
-        args.max_src = fit_lengths(pretrained_arch, positions_of(source), args.max_src, args.max_tgt if summ else 0)
-    args.max_src = args.max_src or DEFAULT_MAX_SRC
+        max_src = fit_lengths(pretrained_arch, positions_of(source), max_src, args.max_tgt if summ else 0)
+    max_src = max_src or DEFAULT_MAX_SRC
     elmer_opts = elmer_options(arch, source, args.exit, measure, threshold, args.dec_len, args.exit_train)
     if elmer_opts and not (isinstance(elmer_opts["dec_len"], int) and elmer_opts["dec_len"] >= 2):
         raise UserError(f"{args.init} records --dec-len {elmer_opts['dec_len']!r}, which no decoder can use: "
@@ -255,14 +219,15 @@ def architecture(args, source, state, summ, measure, threshold):
     if elmer_opts:  # the decoder is fed dec_len [MASK]s at positions 0..dec_len-1
         check_positions(f"the decoder's --dec-len {elmer_opts['dec_len']}", elmer_opts["dec_len"], cfg.max_positions,
                         "give a smaller --dec-len")
-    if args.label_smoothing is None:  # resolved per architecture, so the checkpoint records it
-        args.label_smoothing = ARCHS[arch].label_smoothing
-    if not summ and args.cls_vector is None:  # likewise: eval.py builds the classifier from the record
-        args.cls_vector = ARCHS[arch].classifier_reads
-    if args.max_src > cfg.max_positions or (ARCHS[arch].one_table and args.max_src + args.max_tgt > cfg.max_positions):
-        raise UserError(f"--max-src {args.max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} "
+    if max_src > cfg.max_positions or (ARCHS[arch].one_table and max_src + args.max_tgt > cfg.max_positions):
+        raise UserError(f"--max-src {max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} "
                         "positions")
-    return arch, cfg, elmer_opts
+    return arch, cfg, elmer_opts, args.resolved(
+        max_src=max_src,
+        label_smoothing=ARCHS[arch].label_smoothing if args.label_smoothing is None else args.label_smoothing,
+        cls_vector=ARCHS[arch].classifier_reads if not summ and args.cls_vector is None else args.cls_vector,
+        mask_schedule=ARCHS[arch].schedule if summ and args.mask_schedule is None else args.mask_schedule,
+        **steps_of(args, n_train))
 
 
 def task_data(args, d, arch, tok, cfg, elmer_opts, train, valid, state, summ):
@@ -341,7 +306,7 @@ def run(args, d):
     summ = args.task == "summarize"
     train, valid = splits(args, d, summ)
     source, init_step = source_of(args, d, train, state)
-    arch, cfg, elmer_opts = architecture(args, source, state, summ, measure, threshold)  # every flag checked
+    arch, cfg, elmer_opts, args = architecture(args, source, state, summ, measure, threshold, len(train))
     tok, cfg = tokenizer_of(args, d, train, source, cfg)
     labels, make, loss_fn, (src_ids, tgt_ids), (valid_ids, valid_tgt) = task_data(args, d, arch, tok, cfg, elmer_opts,
                                                                                 train, valid, state, summ)

@@ -26,12 +26,11 @@ from core.config import preset
 from core.data import TokenStream, held_out_key, pretraining_texts, token_counts, unigram_entropy
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
+from core.flags import AT_LEAST_0, AT_LEAST_1, VOCAB_SIZE, Rule, declared, flag
 from core.guards import HelpFormatter, check_continues, check_positions, parse_args, refuse_unused
-from core.mlae import VARIANTS
 from core.model import count_parameters
-from core.objectives import OBJECTIVES
+from core.objectives import OBJECTIVES, flag_table, objective_flags
 from core.optim import make_optimizer
-from core.pmlm import KEEP, LOSSES
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer
 from core.training import (add_run_flags, attention_choice, corpus_tokenizer, evaluate, per_token, restore_rng,
@@ -42,85 +41,56 @@ RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", 
              "attention", "compile")
 
 
+def pretraining_flags(p):
+    """The flags every pretraining run reads (but --vocab-size, which a given --tokenizer fixes);
+    each objective declares its own beside its record (core/objectives.py)."""
+    flag(p, "--objective", default="pmlm", choices=list(OBJECTIVES),
+         help="; ".join(f"{n}: {o.paper}" for n, o in OBJECTIVES.items()))
+    flag(p, "--model", default="small", choices=["tiny", "small", "base"])
+    flag(p, "--rel-pos", action=argparse.BooleanOptionalAction, default=True, help="T5-style relative position bias")
+    flag(p, "--data", default=None, help=".txt or .jsonl pretraining text (default: embedded corpus)")
+    flag(p, "--valid-data", default=None, help="held-out text (default: 2%% of --data by hash)")
+    flag(p, "--text-field", default="text", help="field of a .jsonl --data")
+    flag(p, "--vocab-size", rule=VOCAB_SIZE, type=int, default=8000)
+    flag(p, "--tokenizer", default=None, help="an existing SentencePiece .model with the reserved ids")
+    flag(p, "--seq-len", rule=Rule(lambda v: v >= 8, "at least 8"), type=int, default=128,
+         help="tokens per example before the appended part")
+    flag(p, "--batch-tokens", rule=AT_LEAST_1, type=int, default=8192, help="global batch, in --seq-len tokens")
+    flag(p, "--steps", rule=AT_LEAST_1, type=int, default=400,
+         help="optimizer steps of --batch-tokens (the default run leaves the unigram plateau: docs/design.md)")
+    flag(p, "--warmup", rule=AT_LEAST_0, type=int, default=40)
+    flag(p, "--eval-every", rule=AT_LEAST_1, type=int, default=50)
+    flag(p, "--eval-examples", rule=AT_LEAST_1, type=int, default=256)
+
+
+def run_flags(p):
+    add_run_flags(p, out="checkpoints/pretrain", lr=1e-3, save_every=100)
+
+
+# who declares each flag of the script: its own set, the set it shares with finetune.py, and each
+# objective's record (tests/test_flags.py: every flag by exactly one of them)
+DECLARED_BY = dict({"train.py": pretraining_flags, "core/training.py": run_flags},
+                   **{f"objective {n}": objective_flags(n) for n, o in OBJECTIVES.items() if o.add_flags})
 # the flags every run uses; every other flag is named by the objectives it applies to
 # (core/objectives.py `flags`; tests/test_trust.py walks the parser against both)
-ALWAYS_APPLIES = ("help", "objective", "model", "rel_pos", "data", "valid_data", "text_field", "tokenizer", "seq_len",
-                  "batch_tokens", "steps", "warmup", "eval_every", "eval_examples", "micro_batch", "lr", "weight_decay",
-                  "clip", "dropout", "log_every", "save_every", "stop_after", "out", "resume", "overwrite", "seed",
-                  "device", "dtype", "attention", "compile")
+ALWAYS_APPLIES = ("help",) + tuple(f for f in declared(pretraining_flags) + declared(run_flags) if f != "vocab_size")
+
+
+def parser():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    for add in DECLARED_BY.values():
+        add(p)
+    return p
 
 
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--objective", default="pmlm", choices=list(OBJECTIVES),
-                   help="; ".join(f"{n}: {o.paper}" for n, o in OBJECTIVES.items()))
-    p.add_argument("--losses", default="ae+par", choices=LOSSES, help="PMLM ablations (UniLMv2 4.6)")
-    p.add_argument("--keep", type=float, default=KEEP,
-                   help="pmlm, mlm: share of the masked tokens left as they are (UniLMv2 4.1: 80%% [MASK] / 10%% "
-                        "random / 10%% kept); 0 gives 90/10, which hides every target from the [P]s (equation 5)")
-    p.add_argument("--model", default="small", choices=["tiny", "small", "base"])
-    p.add_argument("--dec-layers", type=int, default=None,
-                   help="t5, t5-nar, mlae: decoder layers (default 1/2/4 at tiny/small/base, MLAE's); elmer: default "
-                        "as the encoder")
-    p.add_argument("--enc-layers", type=int, default=None,
-                   help="t5, t5-nar, mlae: encoder layers (default 2/4/12 at tiny/small/base); elmer: the preset's")
-    p.add_argument("--decoder", default="b", choices=VARIANTS,
-                   help="mlae: (b) [MASK]s with cross-attention to the latents (the paper's choice for NAR, "
-                        "Table 6), (a) self-attention over latents + [MASK]s")
-    p.add_argument("--cross-rel-pos", action=argparse.BooleanOptionalAction, default=True,
-                   help="mlae (b): relative position bias in the cross-attention ([MASK] vs latent position ids); "
-                        "t5-nar: the same, each target token's anchor being its span's sentinel's source position")
-    p.add_argument("--length-grad", action=argparse.BooleanOptionalAction, default=False,
-                   help="t5-nar: let the length predictor's loss reach the encoder (off: span corruption's target "
-                        "length depends on the window's length alone, and that gradient collapsed the encoder)")
-    p.add_argument("--permutations", type=int, default=10, help="elmer: exit-layer assignments per sequence (LPLM's k)")
-    p.add_argument("--dec-len", type=int, default=32,
-                   help="elmer: [MASK] tokens the decoder is fed when fine-tuned and generating")
-    p.add_argument("--separate-offramps", action="store_true", help="elmer: one off-ramp per decoder layer, not shared")
-    p.add_argument("--rel-pos", action=argparse.BooleanOptionalAction, default=True,
-                   help="T5-style relative position bias")
-    p.add_argument("--data", default=None, help=".txt or .jsonl pretraining text (default: embedded corpus)")
-    p.add_argument("--valid-data", default=None, help="held-out text (default: 2%% of --data by hash)")
-    p.add_argument("--text-field", default="text", help="field of a .jsonl --data")
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--tokenizer", default=None, help="an existing SentencePiece .model with the reserved ids")
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per example before the appended part")
-    p.add_argument("--batch-tokens", type=int, default=8192, help="global batch, in --seq-len tokens")
-    p.add_argument("--steps", type=int, default=400,
-                   help="optimizer steps of --batch-tokens (the default run leaves the unigram plateau: "
-                        "docs/design.md)")
-    p.add_argument("--warmup", type=int, default=40)
-    p.add_argument("--eval-every", type=int, default=50)
-    p.add_argument("--eval-examples", type=int, default=256)
-    add_run_flags(p, out="checkpoints/pretrain", lr=1e-3, save_every=100)
-    args = parse_args(p, argv)
+    """The run's flags, checked and frozen: those that apply to the objective, and the ones it sets itself."""
+    args = parse_args(parser(), argv)
     if not args.resume:  # resuming, the checkpoint's objective decides (and changed flags are refused)
-        refuse_unused(args, dict(objective_flags(args),
+        refuse_unused(args, dict(flag_table(args),
                                  vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)",
                                              True)))
-    if args.objective == "mlm":  # mlm is pmlm --losses ae
-        args.losses = "ae"
-    if not 0.0 <= args.keep <= 0.9:
-        raise UserError(f"--keep {args.keep} is not a share of the masked tokens in [0, 0.9] (10% always go random)")
-    return args
-
-
-# what an objective's flag needs, said where a run of another objective is given it
-NEEDS = dict(losses=" (mlm is pmlm --losses ae)", cross_rel_pos=" (the objectives with a cross-attention bias)",
-             length_grad=" (the objective with a length predictor)")
-
-
-def objective_flags(args):
-    """refuse_unused's table: each flag an objective record names, whether it applies to this run."""
-    table = {}
-    for flag in sorted({f for o in OBJECTIVES.values() for f in o.flags}):
-        owners = sorted(n for n, o in OBJECTIVES.items() if flag in o.flags)
-        applies = flag in OBJECTIVES[args.objective].flags
-        if flag == "cross_rel_pos":  # MLAE's decoder (a) has no cross-attention
-            applies = applies and not (args.objective == "mlae" and args.decoder == "a")
-            owners = ["mlae --decoder b" if n == "mlae" else n for n in owners]
-        table[flag] = (applies, "to --objective " + " or ".join(owners) + NEEDS.get(flag, ""))
-    return table
+    return args.resolved(**OBJECTIVES[args.objective].fixes)  # mlm is pmlm --losses ae
 
 
 @main_guard
@@ -169,8 +139,9 @@ def check_room(args, obj, cfg):
     if args.seq_len > cfg.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds the {args.model} model's {cfg.max_positions} positions")
     # stored in the checkpoint: fine-tuning and generation feed the decoder this many [MASK]s
-    if "dec_len" in obj.flags:
-        check_positions(f"--dec-len {args.dec_len}", args.dec_len, cfg.max_positions, "lower --dec-len")
+    opts = obj.options(args)
+    if opts is not None:
+        check_positions(f"--dec-len {opts['dec_len']}", opts["dec_len"], cfg.max_positions, "lower --dec-len")
 
 
 def model_and_optimizer(args, d, obj, tok, train, state, ckpt_path):
@@ -200,14 +171,13 @@ def run(args, d):
     # resume: the checkpoint's flags win, except the ones a user may change
     args, state, ckpt_path = start_or_resume(args, ("pretrain/",), RESUMABLE, d)
     obj = OBJECTIVES[args.objective]
-    if args.seq_len < 8:
-        raise UserError(f"--seq-len {args.seq_len} is too short (at least 8)")
     examples_per_step = args.batch_tokens // args.seq_len
     if examples_per_step < d.world or examples_per_step % d.world:
         raise UserError(f"--batch-tokens {args.batch_tokens} / --seq-len {args.seq_len} = {examples_per_step} "
                         f"examples per step, which {d.world} processes cannot share evenly")
     per_rank = examples_per_step // d.world
     check_room(args, obj, model_config(args, obj, state, args.vocab_size))
+    print0(d, args.line())  # the resolved config: what the run reads and its checkpoints save
 
     # -----------------------------------------------------------------------------
     # tokenizer and data, model and optimizer
@@ -216,8 +186,7 @@ def run(args, d):
     loss_sums = obj.loss(args)
     ddp_model = wrap_ddp(model, d)
     digests = run_digests(args, state)
-    elmer_opts = dict(dec_len=args.dec_len,
-                      separate_offramps=args.separate_offramps) if "dec_len" in obj.flags else None
+    elmer_opts = obj.options(args)
     print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
               f"{args.objective}{f' ({args.losses})' if 'keep' in obj.flags else ''}, {d.world} process(es) on "
               f"{d.device.type} ({str(d.dtype)[6:]}), {examples_per_step} examples x {args.seq_len} tokens per step")

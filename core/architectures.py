@@ -24,7 +24,10 @@ from . import elmer, mask_predict, nar, seq2seq, t5
 from .classify import Classifier, EncoderClassifier
 from .config import decoder_depth
 from .errors import UserError
-from .mlae import MLAE, MLAEUniLM, MLAEUniLMDecoder, variant_of
+from .exit_measures import MEASURES
+from .flags import AT_LEAST_1, DEC_LEN, Rule, flag
+from .mlae import MLAE, MLAEUniLM, MLAEUniLMDecoder
+from .nar import CROSS_ANCHORS
 from .model import EncoderDecoder, UnifiedLM
 from .objectives import objective_of
 
@@ -65,6 +68,48 @@ def elmer_ops(dec_len, sos):
     return Seq2SeqOps(batch, elmer.elmer_seq2seq_loss_sums, None, 1)
 
 
+# -----------------------------------------------------------------------------
+# finetune.py's flags of the architectures that have their own (Arch.add_flags)
+
+# an entropy in nats, infinite where every token is to leave at layer 1
+EXIT_ENTROPY = Rule(lambda v: v >= 0, "0 or more (inf: every token exits at layer 1)", infinite=True)
+
+
+def add_elmer_flags(p):
+    """The flags of an ELMER fine-tuning: its exit, its measure and threshold, its decoder's length."""
+    flag(p, "--exit", default="hard", choices=["hard", "soft"],
+         help="elmer: hard or soft early exit (ELMER 4.3)")
+    flag(p, "--exit-measure", default=None, choices=MEASURES,
+         help="elmer: what decides a token's exit at inference: the off-ramp entropy (the paper, "
+              "a vocabulary projection per layer), or O(d) measures: the cosine of h^l and h^(l-1) "
+              "(state), a learnt linear exit classifier (classifier; always trained). Default entropy")
+    flag(p, "--exit-threshold", type=float, default=None,
+         help="elmer: the measure's threshold (entropy: exit below it, default 0.5; state: cosine "
+              "above it, default 0.99; classifier: probability above it, default 0.9)")
+    flag(p, "--exit-entropy", rule=EXIT_ENTROPY, type=float, default=None,
+         help="elmer: shorthand for --exit-measure entropy --exit-threshold X")
+    flag(p, "--exit-train", default="hard", choices=["hard", "all"],
+         help="elmer, hard exit: tokens leave during fine-tuning once their off-ramp entropy is under "
+              "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
+    flag(p, "--dec-len", rule=DEC_LEN, type=int, default=None,
+         help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
+
+
+def add_nar_flags(p):
+    """The flags of a NAR fine-tuning (CMLM) and its Mask-Predict decoding."""
+    flag(p, "--nar", action="store_true",
+         help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
+    flag(p, "--length-beam", rule=AT_LEAST_1, type=int, default=3, help="--nar: length candidates")
+    flag(p, "--iterations", rule=AT_LEAST_1, type=int, default=10, help="--nar: Mask-Predict iterations")
+    flag(p, "--cross-anchor", default="none", choices=CROSS_ANCHORS,
+         help="--nar: the cross-attention's position bias that MLAE (b) and T5-NAR pretrain: dropped "
+              "(none), or kept with target token i of T at (i + 1/2)/T of the source (proportional; "
+              "a fresh table where the checkpoint has none)")
+    flag(p, "--adaptive-stop", action="store_true",
+         help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
+              "default: all --iterations, as published")
+
+
 class Arch(NamedTuple):
     name: str
     model: Callable                       # (cfg, elmer_opts) -> the model it fine-tunes, or generates with
@@ -72,6 +117,7 @@ class Arch(NamedTuple):
     ops: Optional[Callable] = None        # (dec_len, sos) -> Seq2SeqOps; None: summarization turns it into another
     summarize_as: Optional[Callable] = None  # (cfg, nar, style) -> (arch, cfg) it is fine-tuned into for summarization
     decode: str = "ar"                    # "ar" (beam search), "nar" (Mask-Predict) or "elmer" (one pass, exits)
+    exits: bool = False                   # early exit (ELMER): the exit flags apply, the checkpoint records its options
     positions_apart: bool = False         # pretraining recorded its encoder's and decoder's positions apart (T5's)
     nar_decoder: bool = False             # its decoder was pretrained on targets without [EOS] (T5-NAR's)
     one_table: bool = False               # source and target share one position table (a single stack)
@@ -83,6 +129,7 @@ class Arch(NamedTuple):
     has_style: bool = False               # summarization picks a --style (seq2seq or UniLM-style)
     scratch_as: Optional[str] = None      # finetune.py --init none --arch NAME: the objective whose shape it takes
     depth_flags: bool = False             # --init none: --enc-layers / --dec-layers set its depths
+    add_flags: Optional[Callable] = None  # (parser) -> None: finetune.py's flags of fine-tuning into it
 
     @property
     def classifier_reads(self):
@@ -106,16 +153,15 @@ class Arch(NamedTuple):
         return model
 
 
-def to_nar(arch, cfg, nar_flag, style):
-    """Any encoder-decoder fine-tuned with --nar is a CMLM (its encoder after [SOS] where MLAE's was)."""
-    return ("nar", dataclasses.replace(cfg, enc_sos=arch.startswith("mlae"))) if nar_flag else None
+def to_nar(cfg, nar_flag, enc_sos=False):
+    """Any encoder-decoder fine-tuned with --nar is a CMLM (its encoder after [SOS] where its
+    pretraining put one: enc_sos)."""
+    return ("nar", dataclasses.replace(cfg, enc_sos=enc_sos)) if nar_flag else None
 
 
-def mlae_into(arch):
-    def into(cfg, nar_flag, style):  # MLAE's encoder was pretrained on "[SOS] TEXT [EOS]"
-        return to_nar(arch, cfg, nar_flag, style) or (
-            ("mlae-unilm" if style == "unilm" else "mlae-s2s"), dataclasses.replace(cfg, enc_sos=True))
-    return into
+def mlae_into(cfg, nar_flag, style):  # MLAE's encoder was pretrained on "[SOS] TEXT [EOS]"
+    return to_nar(cfg, nar_flag, enc_sos=True) or (
+        ("mlae-unilm" if style == "unilm" else "mlae-s2s"), dataclasses.replace(cfg, enc_sos=True))
 
 
 def unilm_into(cfg, nar_flag, style):
@@ -138,38 +184,37 @@ ARCHS = {a.name: a for a in (
     Arch("unilm", lambda cfg, opts: UnifiedLM(cfg), ops=unilm_ops, summarize_as=unilm_into, one_table=True,
          masks_decoder_inputs=False, has_style=True, scratch_as="pmlm"),
     Arch("t5", lambda cfg, opts: EncoderDecoder(cfg), encoder=EncoderDecoder, ops=t5_ops(t5.T5Decoder),
-         summarize_as=lambda cfg, nar_flag, style: to_nar("t5", cfg, nar_flag, style) or ("t5", cfg),
+         summarize_as=lambda cfg, nar_flag, style: to_nar(cfg, nar_flag) or ("t5", cfg),
          positions_apart=True, classify_sos=False, scratch_as="t5", depth_flags=True),
     Arch("t5-nar", lambda cfg, opts: nar.NARModel(cfg), encoder=nar.NARModel, summarize_as=t5_nar_into,
          positions_apart=True, nar_decoder=True, classify_sos=False),
     Arch("mlae-a", lambda cfg, opts: MLAE(cfg, "a"), encoder=lambda cfg: MLAE(cfg, "a"),
-         summarize_as=mlae_into("mlae-a"), has_style=True),
+         summarize_as=mlae_into, has_style=True),
     Arch("mlae-b", lambda cfg, opts: MLAE(cfg, "b"), encoder=lambda cfg: MLAE(cfg, "b"),
-         summarize_as=mlae_into("mlae-b"), has_style=True),
+         summarize_as=mlae_into, has_style=True),
     Arch("mlae-s2s", lambda cfg, opts: EncoderDecoder(cfg), ops=t5_ops(t5.T5Decoder), schedule="linear",
          can_classify=False),
     Arch("mlae-unilm", lambda cfg, opts: MLAEUniLM(cfg), ops=t5_ops(MLAEUniLMDecoder), one_table=True,
          schedule="linear", can_classify=False),
     Arch("roberta-s2s", lambda cfg, opts: EncoderDecoder(cfg), ops=t5_ops(t5.T5Decoder), can_classify=False),
     Arch("nar", lambda cfg, opts: nar.NARModel(cfg), ops=nar_ops, decode="nar", masks_decoder_inputs=False,
-         can_classify=False),
-    Arch("elmer", lambda cfg, opts: elmer.ELMER(cfg, **(opts or {})), ops=elmer_ops, decode="elmer",
-         label_smoothing=0.0, can_classify=False, scratch_as="elmer"),
+         can_classify=False, add_flags=add_nar_flags),
+    Arch("elmer", lambda cfg, opts: elmer.ELMER(cfg, **(opts or {})), ops=elmer_ops, decode="elmer", exits=True,
+         label_smoothing=0.0, can_classify=False, scratch_as="elmer", add_flags=add_elmer_flags),
 )}
-# the architecture each pretraining objective leaves (MLAE's: by its decoder, arch_of)
-OF_OBJECTIVE = {"pmlm": "unilm", "mlm": "unilm", "t5": "t5", "t5-nar": "t5-nar", "elmer": "elmer"}
-
-
 def arch_of(state, path):
-    """The architecture of a checkpoint, from its kind (and its 'arch' once fine-tuned)."""
+    """The architecture of a checkpoint: its 'arch' once fine-tuned, else its objective's (Objective.arch)."""
     if "arch" in state:
         return state["arch"]
     obj = objective_of(state.get("kind", ""))
-    if obj is not None and obj.name == "mlae":
-        return "mlae-" + variant_of(state["model"])
-    if obj is None or obj.name not in OF_OBJECTIVE:
+    if obj is None or obj.arch is None:
         raise UserError(f"{path}: a {state.get('kind')!r} checkpoint has no architecture this script knows")
-    return OF_OBJECTIVE[obj.name]
+    return obj.arch(state)
+
+
+def arch_flags(name):
+    """(parser) -> None: the architecture's flags of finetune.py, under a heading naming it."""
+    return lambda p: ARCHS[name].add_flags(p.add_argument_group(f"fine-tuning into {name}"))
 
 
 def seq2seq_arch(arch, cfg, nar_flag, style):

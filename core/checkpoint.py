@@ -21,6 +21,7 @@ import zipfile
 import torch
 
 from .errors import UserError
+from .objectives import objective_of
 
 FORMAT = "textgen-ckpt-1"
 
@@ -150,14 +151,14 @@ def upgrade_args(state):
     """A checkpoint's args as its run would read them today: flags added since it was written get the
     value the run actually trained with. Every such shim of a resumed run is here."""
     args, kind = dict(state.get("args") or {}), str(state.get("kind", ""))
-    objective = kind.split("/")[-1]
+    obj = objective_of(kind)
     if kind.startswith("pretrain/"):
-        if objective in ("mlae", "t5-nar") and isinstance(state.get("model"), dict):
+        if obj is not None and "cross_rel_pos" in obj.flags and isinstance(state.get("model"), dict):
             args["cross_rel_pos"] = "cross_rel_table" in state["model"]  # older runs had no table
-        if "keep" not in args:  # written before --keep: as it trained
-            args["keep"] = 0.1 if objective == "mlm" else 0.0
-        if "length_grad" not in args:  # written before --length-grad: the length loss reached the encoder
-            args["length_grad"] = True
+        # written before --keep (as it trained: Objective.legacy) and --length-grad (the length loss
+        # reached the encoder)
+        for k, v in dict(dict(keep=0.0, length_grad=True), **(obj.legacy if obj is not None else {})).items():
+            args.setdefault(k, v)
     if kind.startswith("finetune/"):
         args = upgrade_finetune_args(args)
     return args

@@ -26,6 +26,7 @@ from .decoding import LENGTH_NORMS
 from .architectures import ARCHS, seq2seq_ops
 from .exit_decode import ExitTrace, entropy_quantiles, exit_statistics, merge_words
 from .exit_measures import MEASURES, exit_settings, resolve_exit
+from .flags import AT_LEAST_0, AT_LEAST_1, flag
 from .static_beam import static_beam_pmlm, static_beam_t5
 
 # a fine-tuning that recorded no --max-tgt ran at its default
@@ -102,18 +103,18 @@ def static_search(model, decoder, beam, search, use_cache=True):
 
 
 def ar_flags(p):
-    p.add_argument("--beam", type=int, default=5, help="beam size (UniLMv2 Table 10, XSum: 5)")
-    p.add_argument("--min-len", type=int, default=1)
-    p.add_argument("--length-penalty", type=float, default=0.6,
-                   help="alpha: a beam's score is its log-probability / lp(len) (UniLMv2 Table 10, XSum: 0.6)")
-    p.add_argument("--length-norm", default="wu", choices=LENGTH_NORMS,
-                   help="lp(len): wu = ((5 + len) / 6) ** alpha (Wu et al. 2016, UniLMv2's decoding), "
-                        "pow = len ** alpha (fairseq)")
-    p.add_argument("--no-repeat-ngram", type=int, default=3)
-    p.add_argument("--search", default="auto", choices=SEARCHES,
-                   help="beam search at fixed shapes, its steps replayed as CUDA graphs (static: T5's and "
-                        "UniLMv2's decoders, core/static_beam.py), or with shapes that shrink as sources finish "
-                        "(eager, core/decoding.py); the same tokens; auto: static on CUDA, eager on the CPU")
+    flag(p, "--beam", rule=AT_LEAST_1, type=int, default=5, help="beam size (UniLMv2 Table 10, XSum: 5)")
+    flag(p, "--min-len", rule=AT_LEAST_0, type=int, default=1)
+    flag(p, "--length-penalty", type=float, default=0.6,
+         help="alpha: a beam's score is its log-probability / lp(len) (UniLMv2 Table 10, XSum: 0.6)")
+    flag(p, "--length-norm", default="wu", choices=LENGTH_NORMS,
+         help="lp(len): wu = ((5 + len) / 6) ** alpha (Wu et al. 2016, UniLMv2's decoding), "
+              "pow = len ** alpha (fairseq)")
+    flag(p, "--no-repeat-ngram", rule=AT_LEAST_0, type=int, default=3)
+    flag(p, "--search", default="auto", choices=SEARCHES,
+         help="beam search at fixed shapes, its steps replayed as CUDA graphs (static: T5's and "
+              "UniLMv2's decoders, core/static_beam.py), or with shapes that shrink as sources finish "
+              "(eager, core/decoding.py); the same tokens; auto: static on CUDA, eager on the CPU")
 
 
 def ar_settings(args, state, path):
@@ -147,11 +148,13 @@ def ar_report(model, arch, gen, stats, path):
 # Mask-Predict (a CMLM): length candidates, then passes that re-mask the least confident tokens
 
 def nar_flags(p):
-    p.add_argument("--length-beam", type=int, default=None, help="length candidates (default: the fine-tuning's)")
-    p.add_argument("--iterations", type=int, default=None, help="Mask-Predict iterations (default: the fine-tuning's)")
-    p.add_argument("--adaptive-stop", action=argparse.BooleanOptionalAction, default=None,
-                   help="stop a candidate once its masked state repeats (fairseq's behaviour), or run every "
-                        "iteration (--no-adaptive-stop, as published; default: the fine-tuning's)")
+    flag(p, "--length-beam", rule=AT_LEAST_1, type=int, default=None,
+         help="length candidates (default: the fine-tuning's)")
+    flag(p, "--iterations", rule=AT_LEAST_1, type=int, default=None,
+         help="Mask-Predict iterations (default: the fine-tuning's)")
+    flag(p, "--adaptive-stop", action=argparse.BooleanOptionalAction, default=None,
+         help="stop a candidate once its masked state repeats (fairseq's behaviour), or run every "
+              "iteration (--no-adaptive-stop, as published; default: the fine-tuning's)")
 
 
 def nar_settings(args, state, path):
@@ -182,15 +185,15 @@ def nar_report(model, arch, gen, stats, path):
 # ELMER: one NAR pass, each token leaving the decoder at the layer its exit measure says
 
 def elmer_flags(p):
-    p.add_argument("--exit-measure", default=None, choices=MEASURES,
-                   help="the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
-                        "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/exit_measures.py")
-    p.add_argument("--exit-threshold", default=None,
-                   help="the measure's threshold, or several comma-separated (a sweep: one row and one "
-                        "result file each); entropy 0 / state 1 / classifier 1 never exit early")
-    p.add_argument("--exit-entropy", default=None,
-                   help="shorthand for --exit-measure entropy --exit-threshold X (0 never exits early, inf at "
-                        "layer 1)")
+    flag(p, "--exit-measure", default=None, choices=MEASURES,
+         help="the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
+              "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/exit_measures.py")
+    flag(p, "--exit-threshold", default=None,
+         help="the measure's threshold, or several comma-separated (a sweep: one row and one "
+              "result file each); entropy 0 / state 1 / classifier 1 never exit early")
+    flag(p, "--exit-entropy", default=None,
+         help="shorthand for --exit-measure entropy --exit-threshold X (0 never exits early, inf at "
+              "layer 1)")
 
 
 def elmer_settings(args, state, path):

@@ -1,11 +1,15 @@
-"""finetune.py's flags of ELMER's and of NAR fine-tuning, and which of its flags a fine-tuning run
-uses: guards.refuse_unused's table (a flag given where it has no effect is refused, not silently
-dropped), and the checks of the flags that shape a model from scratch or its decoding.
+"""Which of finetune.py's flags a fine-tuning run uses (the flags are declared by finetune.py, the
+architectures' records and core/training.py): guards.refuse_unused's table (a flag given where it
+has no effect is refused, not silently dropped), and the checks of the flags that shape a model
+from scratch or its decoding.
 tests/test_trust.py walks finetune.py's parser against them."""
 from .architectures import ARCHS
+from .config import PRESETS
 from .errors import UserError
-from .exit_measures import MEASURES
-from .nar import CROSS_ANCHORS
+from .flags import ABOVE_0, AT_LEAST_0, AT_LEAST_1, FRACTION, VOCAB_SIZE, Rule, flag
+from .mlae import CROSS_INITS, SCHEDULES
+from .optim import LR_SCHEDULES
+from .tasks import TASKS
 
 # the flags every run uses; every other flag enters unused_flags' table (or CHECKED_ELSEWHERE's
 # checks), which says which runs it applies to (tests/test_trust.py walks the parser against them)
@@ -20,7 +24,7 @@ CHECKED_ELSEWHERE = ("enc_layers", "dec_layers", "adaptive_stop")  # check_nar_f
 def unused_flags(args, arch, summ):
     """guards.refuse_unused's table: each option's flags, and whether this run (a checkpoint of
     `arch`, before it is turned into its fine-tuning architecture) uses them."""
-    scratch_run, elmer, nar = args.init == "none", ARCHS[arch].decode == "elmer", summ and args.nar
+    scratch_run, elmer, nar = args.init == "none", ARCHS[arch].exits, summ and args.nar
     return dict(
         arch=(scratch_run, "with --init none (a checkpoint brings its own architecture)"),
         model=(scratch_run, "with --init none (a checkpoint brings its own size)"),
@@ -65,36 +69,79 @@ def check_nar_flags(args):
         raise UserError("--adaptive-stop changes Mask-Predict decoding: it needs --nar")
 
 
-def add_elmer_flags(p):
-    """The flags of an ELMER fine-tuning: its exit, its measure and threshold, its decoder's length."""
-    p.add_argument("--exit", default="hard", choices=["hard", "soft"],
-                   help="elmer: hard or soft early exit (ELMER 4.3)")
-    p.add_argument("--exit-measure", default=None, choices=MEASURES,
-                   help="elmer: what decides a token's exit at inference: the off-ramp entropy (the paper, "
-                        "a vocabulary projection per layer), or O(d) measures: the cosine of h^l and h^(l-1) "
-                        "(state), a learnt linear exit classifier (classifier; always trained). Default entropy")
-    p.add_argument("--exit-threshold", type=float, default=None,
-                   help="elmer: the measure's threshold (entropy: exit below it, default 0.5; state: cosine "
-                        "above it, default 0.99; classifier: probability above it, default 0.9)")
-    p.add_argument("--exit-entropy", type=float, default=None,
-                   help="elmer: shorthand for --exit-measure entropy --exit-threshold X")
-    p.add_argument("--exit-train", default="hard", choices=["hard", "all"],
-                   help="elmer, hard exit: tokens leave during fine-tuning once their off-ramp entropy is under "
-                        "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
-    p.add_argument("--dec-len", type=int, default=None,
-                   help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
+# -----------------------------------------------------------------------------
+# the flags finetune.py declares itself (the architectures' own: core/architectures.py Arch.add_flags)
+
+def finetuning_flags(p):
+    """The flags every fine-tuning reads (those of one task apply to it alone: unused_flags)."""
+    flag(p, "--init", default="checkpoints/pretrain/last.pt",
+         help="pretrained checkpoint (train.py), or 'none': random weights, the no-pretraining ablation")
+    flag(p, "--task", default="summarize", choices=TASKS)
+    flag(p, "--train-data", default=None, help="a .jsonl training file (default: the embedded corpus)")
+    flag(p, "--valid-data", default=None, help="a .jsonl validation file (default: the embedded corpus)")
+    flag(p, "--train-share", rule=Rule(lambda v: 0 < v <= 1, "in (0, 1]"), type=float, default=1.0,
+         help="fine-tune on a fixed share of the training examples, spread evenly over the file "
+              "(0.5: every other one); validation stays whole")
+    flag(p, "--src-field", default=None, help="source field of --train-data (summarize; default document)")
+    flag(p, "--tgt-field", default=None, help="target field (summarize; default summary)")
+    flag(p, "--text-field", default=None, help="text field (classify; default document)")
+    flag(p, "--label-field", default=None, help="label field (classify; default section)")
+    flag(p, "--cls-vector", default=None, choices=("first", "last"),
+         help="classify: the token whose vector the linear layer reads, the first ([SOS], or T5's first "
+              "text token) or the last ([EOS]); default the papers': first for a pmlm or mlm stack, "
+              "last for the encoder of an encoder-decoder (the MLAE paper, section 3.2)")
+    flag(p, "--max-src", rule=Rule(lambda v: v >= 3, "at least 3"), type=int, default=None,
+         help="source tokens kept, [SOS]/[EOS] included (default: 80, the measured recipe, or less "
+              "to fit the positions the checkpoint was pretrained on; more than those is refused)")
+    flag(p, "--max-tgt", rule=Rule(lambda v: v >= 2, "at least 2"), type=int, default=24,
+         help="target tokens kept, [EOS] included")
+    flag(p, "--epochs", rule=ABOVE_0, type=float, default=3,
+         help="the most passes over the training split (fractions allowed); the run stops earlier on "
+              "validation (--patience)")
+    flag(p, "--batch", rule=AT_LEAST_1, type=int, default=64, help="global batch, in examples")
+    flag(p, "--lr-schedule", default="inverse-sqrt", choices=LR_SCHEDULES,
+         help="after warmup: MLAE's inverse square root decay (its Table 11), or UniLMv2's linear "
+              "decay to 0 at the last of --epochs")
+    flag(p, "--warmup-epochs", rule=AT_LEAST_0, type=float, default=0.15,
+         help="warmup, in epochs: the same steps whatever --epochs allows (more epochs, the same schedule)")
+    flag(p, "--valid-every", rule=ABOVE_0, type=float, default=0.5, help="validate every this many epochs")
+    flag(p, "--patience", rule=AT_LEAST_0, type=int, default=2,
+         help="stop after this many validations in a row without a lower validation loss (0: never; "
+              "run all --epochs)")
+    flag(p, "--label-smoothing", rule=FRACTION, type=float, default=None,
+         help="default 0.1, elmer 0 (the paper's plain cross-entropy). Smoothing e puts a floor under "
+              "an off-ramp's entropy: -(1-e+e/V)ln(1-e+e/V) - (V-1)(e/V)ln(e/V), 1.22 nats at e=0.1, "
+              "V=8000: above the paper's delta 0.5, so no token would ever exit by entropy")
+    flag(p, "--valid-examples", rule=AT_LEAST_1, type=int, default=2000,
+         help="validation loss / accuracy on this many (the loss early stopping reads: enough tokens that "
+              "its noise is under the changes it tracks)")
+    flag(p, "--rouge-examples", rule=AT_LEAST_0, type=int, default=200, help="quick ROUGE (greedy) on this many")
 
 
-def add_nar_flags(p):
-    """The flags of a NAR fine-tuning (CMLM) and its Mask-Predict decoding."""
-    p.add_argument("--nar", action="store_true",
-                   help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
-    p.add_argument("--length-beam", type=int, default=3, help="--nar: length candidates")
-    p.add_argument("--iterations", type=int, default=10, help="--nar: Mask-Predict iterations")
-    p.add_argument("--cross-anchor", default="none", choices=CROSS_ANCHORS,
-                   help="--nar: the cross-attention's position bias that MLAE (b) and T5-NAR pretrain: dropped "
-                        "(none), or kept with target token i of T at (i + 1/2)/T of the source (proportional; "
-                        "a fresh table where the checkpoint has none)")
-    p.add_argument("--adaptive-stop", action="store_true",
-                   help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
-                        "default: all --iterations, as published")
+def scratch_flags(p):
+    """The flags of a model from scratch (--init none), which a checkpoint brings otherwise."""
+    flag(p, "--arch", default="unilm", choices=["unilm", "t5", "elmer"],
+         help="with --init none: the architecture")
+    flag(p, "--model", default="small", choices=sorted(PRESETS), help="with --init none: the preset")
+    flag(p, "--enc-layers", rule=AT_LEAST_1, type=int, default=None,
+         help="with --init none --arch t5: encoder layers (default MLAE's: 2/4/12 at tiny/small/base)")
+    flag(p, "--dec-layers", rule=AT_LEAST_1, type=int, default=None,
+         help="with --init none --arch t5: decoder layers (default MLAE's: 1/2/4 at tiny/small/base)")
+    flag(p, "--vocab-size", rule=VOCAB_SIZE, type=int, default=8000,
+         help="with --init none: tokenizer of the embedded corpus")
+
+
+def seq2seq_flags(p):
+    """The flags of autoregressive summarization: its style, its cross-attention's start, MLAE's
+    scheduled masking."""
+    flag(p, "--style", default=None, choices=["seq2seq", "unilm"],
+         help="AR style: mlae seq2seq (default) or unilm; pmlm/mlm unilm (default) or seq2seq (a random "
+              "decoder: the RoBERTa baseline)")
+    flag(p, "--cross-init", default="self", choices=CROSS_INITS,
+         help="mlae/t5: cross-attention from the layer's self-attention, random, or the whole decoder random")
+    flag(p, "--mask-schedule", default=None, choices=SCHEDULES,
+         help="AR: decoder inputs masked at ratio m_t (MLAE Algorithm 1; default linear for mlae, else none)")
+    flag(p, "--mask-init", rule=Rule(lambda v: 0 <= v <= 1, "in [0, 1]"), type=float, default=0.6,
+         help="m0 of --mask-schedule")
+    flag(p, "--mask-epochs", rule=ABOVE_0, type=float, default=3,
+         help="linear --mask-schedule: m_t falls from m0 to 0 over this many epochs, whatever --epochs")

@@ -8,10 +8,8 @@ from .mlae import ScheduledMasking
 
 def scheduled_loss(loss_fn, arch, args):
     """The AR loss with scheduled masking of the decoder inputs (MLAE Algorithm 1) for the
-    encoder-decoder architectures; --mask-schedule defaults to linear for MLAE, none otherwise
-    (args.mask_schedule is resolved in place, so the checkpoint records it)."""
-    if args.mask_schedule is None:
-        args.mask_schedule = ARCHS[arch].schedule
+    encoder-decoder architectures, at the run's resolved --mask-schedule (by default the
+    architecture's: linear for MLAE, none otherwise; finetune.py architecture)."""
     if not ARCHS[arch].masks_decoder_inputs:
         if args.mask_schedule != "none":
             raise UserError(f"--mask-schedule {args.mask_schedule} masks decoder inputs: the {arch} architecture "
@@ -27,7 +25,7 @@ def elmer_options(arch, source, exit_mode="hard", exit_measure=None, exit_thresh
     how training treats exits. Soft exit runs every layer at inference (entropy threshold 0)
     unless eval.py is given a threshold. None for other architectures; the exit flags of another
     architecture are refused."""
-    if ARCHS[arch].decode != "elmer":
+    if not ARCHS[arch].exits:
         if exit_measure is not None or exit_threshold is not None:
             raise UserError(f"--exit-measure / --exit-threshold / --exit-entropy apply to elmer only, not {arch}")
         return None

@@ -14,66 +14,10 @@ import torch
 
 from .distributed import all_reduce_sum
 from .errors import ACTIVE, Interrupted, UserError
+from .flags import RunConfig, rules_of
 
 # -----------------------------------------------------------------------------
 # flags: parsed, remembered as given, checked
-
-# dest -> (test, what the value must be); a dest a script does not have is skipped
-RULES = {
-    "steps": (lambda v: v >= 1, "at least 1"),
-    "warmup": (lambda v: v >= 0, "0 or more"),
-    "eval_every": (lambda v: v >= 1, "at least 1"),
-    "eval_examples": (lambda v: v >= 1, "at least 1"),
-    "batch_tokens": (lambda v: v >= 1, "at least 1"),
-    "dec_layers": (lambda v: v >= 1, "at least 1"),
-    "micro_batch": (lambda v: v >= 1, "at least 1"),
-    "lr": (lambda v: v > 0, "above 0"),
-    "weight_decay": (lambda v: v >= 0, "0 or more"),
-    "clip": (lambda v: v > 0, "above 0"),
-    "dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "label_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "warmup_epochs": (lambda v: v >= 0, "0 or more"),
-    "mask_epochs": (lambda v: v > 0, "above 0"),
-    "valid_every": (lambda v: v > 0, "above 0"),
-    "patience": (lambda v: v >= 0, "0 or more"),
-    "log_every": (lambda v: v >= 1, "at least 1"),
-    "save_every": (lambda v: v >= 1, "at least 1"),
-    "stop_after": (lambda v: v >= 1, "at least 1"),
-    "epochs": (lambda v: v > 0, "above 0"),
-    "batch": (lambda v: v >= 1, "at least 1"),
-    "max_src": (lambda v: v >= 3, "at least 3"),
-    "max_tgt": (lambda v: v >= 2, "at least 2"),
-    "valid_examples": (lambda v: v >= 1, "at least 1"),
-    "rouge_examples": (lambda v: v >= 0, "0 or more"),
-    "limit": (lambda v: v >= 1, "at least 1"),
-    "beam": (lambda v: v >= 1, "at least 1"),
-    "max_len": (lambda v: v >= 1, "at least 1"),
-    "min_len": (lambda v: v >= 0, "0 or more"),
-    "no_repeat_ngram": (lambda v: v >= 0, "0 or more"),
-    "batch_size": (lambda v: v >= 1, "at least 1"),
-    "latency_samples": (lambda v: v >= 1, "at least 1"),
-    "enc_layers": (lambda v: v >= 1, "at least 1"),
-    "permutations": (lambda v: v >= 1, "at least 1"),
-    "dec_len": (lambda v: v >= 2, "at least 2 (one token and its [EOS])"),
-    "iterations": (lambda v: v >= 1, "at least 1"),
-    "length_beam": (lambda v: v >= 1, "at least 1"),
-    "mask_init": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    # eval.py's is a comma-separated sweep, checked value by value by core.exit_measures
-    "exit_entropy": (lambda v: isinstance(v, str) or v >= 0, "0 or more (inf: every token exits at layer 1)"),
-    # numpy's generators take seeds below 2**32; torch's manual_seed, below 2**64
-    "seed": (lambda v: 0 <= v < 2 ** 32, "in [0, 2**32)"),
-    # SentencePiece keeps piece ids in 32-bit ints; a vocabulary this large is never sensible
-    "vocab_size": (lambda v: v <= 1 << 20, "at most 1048576"),
-}
-# float flags that may be infinite (every other float flag must be a finite number)
-INFINITE_OK = {"exit_entropy"}
-
-
-class Args(argparse.Namespace):
-    """A Namespace that also remembers which flags the command line gave. The slot keeps `given`
-    out of vars(args), and so out of checkpoints and config.json."""
-    __slots__ = ("given",)
-
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """--help keeps the script's docstring as written and ends each flag's line with its default
@@ -87,33 +31,34 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def parse_args(p, argv=None):
-    """p.parse_args(argv), then every value checked against RULES: one `error:` line naming each
-    flag out of range."""
-    args = p.parse_args(argv, namespace=Args())
+    """p.parse_args(argv), every value checked against its flag's rule (core/flags.py): one `error:`
+    line naming each flag out of range. The flags as given, frozen (a RunConfig), remembering which
+    the command line gave."""
+    args = p.parse_args(argv)
     defaults = {a.dest: a.default for a in p._actions}
     for a in p._actions:
         a.default = argparse.SUPPRESS
     try:
-        args.given = set(vars(p.parse_args(argv)))
+        given = set(vars(p.parse_args(argv)))
     finally:
         for a in p._actions:
             a.default = defaults[a.dest]
-    check_values(args)
-    return args
+    check_values(args, rules_of(p))
+    return RunConfig(given, **vars(args))
 
 
-def check_values(args):
+def check_values(args, rules):
     flag = lambda k: "--" + k.replace("_", "-")
     bad = []
     for k, v in vars(args).items():
-        if isinstance(v, float) and (math.isnan(v) or math.isinf(v) and k not in INFINITE_OK):
-            bad.append(f"{flag(k)} {v} must be a finite number" + (f" {RULES[k][1]}" if k in RULES else ""))
+        rule = rules.get(k)
+        if isinstance(v, float) and (math.isnan(v) or math.isinf(v) and not (rule and rule.infinite)):
+            bad.append(f"{flag(k)} {v} must be a finite number" + (f" {rule.what}" if rule else ""))
             continue
-        if k not in RULES or v is None:  # None: not given, derived later (from a checkpoint, the encoder)
+        if rule is None or v is None:  # None: not given, derived later (from a checkpoint, the encoder)
             continue
-        test, what = RULES[k]
-        if not test(v):
-            bad.append(f"{flag(k)} {v} must be {what}")
+        if not rule.test(v):
+            bad.append(f"{flag(k)} {v} must be {rule.what}")
     if getattr(args, "min_len", 0) > (getattr(args, "max_len", None) or math.inf):
         bad.append(f"--min-len {args.min_len} is above --max-len {args.max_len}")
     if getattr(args, "device", None) == "cuda" and not torch.cuda.is_available():

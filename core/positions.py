@@ -3,7 +3,7 @@ targets and [P]s on position embeddings that never received a gradient. A pretra
 records its positions (core/objectives.py Objective.positions); fit_lengths reads them."""
 from .architectures import ARCHS, arch_of
 from .errors import UserError
-from .objectives import OBJECTIVES
+from .objectives import objective_of
 from .t5 import corrupted_lengths
 
 DEFAULT_MAX_SRC = 80  # the source length of the README's measured recipe
@@ -12,10 +12,12 @@ DEFAULT_MAX_SRC = 80  # the source length of the README's measured recipe
 def positions_of(state):
     """The trained positions of a pretraining checkpoint; one written before they were recorded
     gets them from its --seq-len (T5 then used windows of seq_len - 3). MLAE's come from its
-    --seq-len always: its older records counted one position more than it trains."""
+    --seq-len always (Objective.stale_positions): its older records counted one position more than
+    it trains."""
     seq_len = int(state["args"]["seq_len"]) if "args" in state else None
-    if str(state.get("kind", "")) == "pretrain/mlae" and seq_len is not None:
-        return OBJECTIVES["mlae"].positions(seq_len)
+    obj = objective_of(state.get("kind", ""))
+    if obj is not None and obj.stale_positions and seq_len is not None:
+        return obj.positions(seq_len)
     if "positions" in state:
         return dict(state["positions"])
     if ARCHS[arch_of(state, "")].positions_apart:

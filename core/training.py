@@ -6,7 +6,6 @@ normalise by. The count is summed over all micro-batches and all processes befor
 pass, so a step computes the same gradient whatever the number of processes and of
 micro-batches: 2 processes x 2 micro-batches == 1 process x 4 micro-batches.
 """
-import argparse
 import contextlib
 import math
 import os
@@ -18,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import checkpoint
 from .distributed import DTYPES, all_reduce_sum, barrier, print0
 from .errors import UserError
+from .flags import ABOVE_0, AT_LEAST_0, AT_LEAST_1, FRACTION, SEED, RunConfig, flag
 from .guards import StopSignals, check_out, resume_conflicts
 from .optim import lr_at, set_lr
 from .tokenizer import cached_tokenizer
@@ -27,39 +27,40 @@ TOKENIZER_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_
 
 def add_run_flags(p, out, lr, save_every):
     """The flags train.py and finetune.py share: optimizer, dropout, cadence, output, resume, device."""
-    p.add_argument("--micro-batch", type=int, default=32, help="examples per forward pass per process")
-    p.add_argument("--lr", type=float, default=lr, help="peak learning rate")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping")
-    p.add_argument("--dropout", type=float, default=0.0,
-                   help="0 for runs that see the data once or twice (measured for pretraining: docs/design.md); the "
-                        "papers use "
-                        "0.1 over many epochs")
-    p.add_argument("--log-every", type=int, default=25)
-    p.add_argument("--save-every", type=int, default=save_every, help="write OUT/last.pt every this many steps")
-    p.add_argument("--stop-after", type=int, default=None,
-                   help="save and stop after this step, keeping the schedule (continue with --resume)")
-    p.add_argument("--out", default=out, help="directory for last.pt, config.json, log.jsonl")
-    p.add_argument("--resume", action="store_true", help="continue exactly from OUT/last.pt")
-    p.add_argument("--overwrite", action="store_true", help="replace the run already in OUT (without it, refused)")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--attention", default="auto", choices=ATTENTION,
-                   help="the attention's implementation: auto (our Triton kernel on CUDA, the PyTorch reference "
-                        "elsewhere), or PyTorch's SDPA with a dense mask built once per step, or FlexAttention "
-                        "(kernels/baselines.py); the same model and result, another speed (docs/kernels.md)")
-    p.add_argument("--compile", default="auto", choices=COMPILE,
-                   help="torch.compile the model for the training steps (its backward compiled with it; evaluation "
-                        "stays eager): auto = on on CUDA, off on a CPU, where the eager step's logs are the ones "
-                        "recorded (compiled code sums in another order; `python -m bench.bench_step --methods "
-                        "reference,reference:compiled` times the two)")
+    flag(p, "--micro-batch", rule=AT_LEAST_1, type=int, default=32, help="examples per forward pass per process")
+    flag(p, "--lr", rule=ABOVE_0, type=float, default=lr, help="peak learning rate")
+    flag(p, "--weight-decay", rule=AT_LEAST_0, type=float, default=0.01)
+    flag(p, "--clip", rule=ABOVE_0, type=float, default=1.0, help="gradient norm clipping")
+    flag(p, "--dropout", rule=FRACTION, type=float, default=0.0,
+         help="0 for runs that see the data once or twice (measured for pretraining: docs/design.md); the "
+              "papers use "
+              "0.1 over many epochs")
+    flag(p, "--log-every", rule=AT_LEAST_1, type=int, default=25)
+    flag(p, "--save-every", rule=AT_LEAST_1, type=int, default=save_every,
+         help="write OUT/last.pt every this many steps")
+    flag(p, "--stop-after", rule=AT_LEAST_1, type=int, default=None,
+         help="save and stop after this step, keeping the schedule (continue with --resume)")
+    flag(p, "--out", default=out, help="directory for last.pt, config.json, log.jsonl")
+    flag(p, "--resume", action="store_true", help="continue exactly from OUT/last.pt")
+    flag(p, "--overwrite", action="store_true", help="replace the run already in OUT (without it, refused)")
+    flag(p, "--seed", rule=SEED, type=int, default=1234)
+    flag(p, "--device", default="auto", choices=["auto", "cpu", "cuda"])
+    flag(p, "--attention", default="auto", choices=ATTENTION,
+         help="the attention's implementation: auto (our Triton kernel on CUDA, the PyTorch reference "
+              "elsewhere), or PyTorch's SDPA with a dense mask built once per step, or FlexAttention "
+              "(kernels/baselines.py); the same model and result, another speed (docs/kernels.md)")
+    flag(p, "--compile", default="auto", choices=COMPILE,
+         help="torch.compile the model for the training steps (its backward compiled with it; evaluation "
+              "stays eager): auto = on on CUDA, off on a CPU, where the eager step's logs are the ones "
+              "recorded (compiled code sums in another order; `python -m bench.bench_step --methods "
+              "reference,reference:compiled` times the two)")
     add_dtype_flag(p)
 
 
 def add_dtype_flag(p):
-    p.add_argument("--dtype", default="auto", choices=DTYPES,
-                   help="compute dtype of forward passes: auto = bf16 autocast on CUDA and on CPUs with native bf16 "
-                        "(AVX512-BF16 or AMX), float32 elsewhere")
+    flag(p, "--dtype", default="auto", choices=DTYPES,
+         help="compute dtype of forward passes: auto = bf16 autocast on CUDA and on CPUs with native bf16 "
+              "(AVX512-BF16 or AMX), float32 elsewhere")
 
 
 ATTENTION = ("auto", "triton", "reference", "sdpa", "flex")
@@ -89,7 +90,7 @@ def corpus_tokenizer(texts, vocab_size, d):
 
 
 def start_or_resume(args, kinds, resumable, d):
-    """(args, state or None, path of OUT/last.pt). OUT is checked before any work (see
+    """(config, state or None, path of OUT/last.pt). OUT is checked before any work (see
     guards.check_out). With --resume the checkpoint's flags win, except the `resumable` ones that
     a user may change (more steps, another log cadence); any other flag given with a different
     value is refused, with the list of conflicts."""
@@ -110,7 +111,7 @@ def start_or_resume(args, kinds, resumable, d):
         if k in resumable or k in moved or k not in saved or k == "overwrite":
             saved[k] = v
     print0(d, f"resuming from {path} at step {state['step']}")
-    return argparse.Namespace(**saved), state, path
+    return RunConfig(**saved), state, path
 
 
 def run_digests(args, state):

@@ -82,6 +82,7 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         assert named("--beam", "5") == named() and named("--beam", "1") != named()
         assert named("--iterations", "4", "--length-beam", "2").endswith("-lb2-it4.json")
         assert named("--length-penalty", "1.0", "--length-norm", "pow").endswith("-lp1-pow.json")
+        assert named("--search", "auto") == named() and named("--search", "static").endswith("-static.json")
 
 
 @pytest.mark.parametrize("objective", ["pmlm", "t5", "t5-nar"])

@@ -1,7 +1,7 @@
 """The codebase reads as one obvious place for each thing: no import circle (an import inside a
 function counts), no sys.path edit outside tests, no lab notes in code (a date, or a device's
 timing: those live in docs/ and docs/LOG.md), no file past 450 lines and no function past 80, and
-no test of a way of decoding's name where the records of core/decodings.py dispatch."""
+no test of a paper's or a way of decoding's name in product code, where the records dispatch."""
 import ast
 import glob
 import os
@@ -102,41 +102,64 @@ def test_files_and_functions_stay_small():
     assert not big and not long, big + long
 
 
-# the scripts and modules that dispatch through core/decodings.py's records, never on a kind's name
-DISPATCHED = ("eval.py", "finetune.py", "core/generation.py", "bench/bench_latency.py")
-KINDS = ("ar", "nar", "elmer")
+# the product code: the scripts and every module they build on dispatch through the records
+# (core/objectives.py, core/architectures.py, core/decodings.py), never on a paper's or a way of
+# decoding's name
+PRODUCT = ["train.py", "finetune.py", "eval.py", "bench/bench_latency.py"] + sorted(
+    rel(p) for p in SOURCES if rel(p).startswith(("core" + os.sep, "kernels" + os.sep)))
+KINDS = ("ar", "nar", "elmer", "mlae", "pmlm", "mlm", "t5", "t5-nar")
 
 
 def kind_tests(tree):
-    """(line, what) of each test of a decoding kind by its name: a comparison with "ar", "nar" or
-    "elmer" (or a lookup by one), a comparison of an architecture's `decode`, a table keyed by the
-    kinds (dict(nar=..., elmer=...).get(...); one such keyword is a checkpoint's key), `obj.name`,
-    `"dec_len" in` (ELMER by its flags)."""
+    """(line, what) of each test of a paper or a way of decoding by its name: a comparison with
+    "ar", "nar", "elmer", "mlae", "pmlm", "mlm", "t5" or "t5-nar" (alone or in a tuple), a prefix
+    test by one, a lookup by one, a comparison of an architecture's `decode` or of a record's
+    `name` with a string, a table keyed by the kinds (dict(nar=..., elmer=...).get(...); one such
+    keyword is a checkpoint's key), `obj.name`, `"dec_len" in` (ELMER by its flags)."""
     is_kind = lambda n: isinstance(n, ast.Constant) and n.value in KINDS
+    has_kind = lambda n: is_kind(n) or isinstance(n, (ast.Tuple, ast.List, ast.Set)) and any(map(is_kind, n.elts))
+    is_str = lambda n: isinstance(n, ast.Constant) and isinstance(n.value, str)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             operands = [node.left] + node.comparators
-            if any(is_kind(o) for o in operands):
+            if any(has_kind(o) for o in operands):
                 found.append((node.lineno, "compares with a kind's name"))
             if any(isinstance(o, ast.Attribute) and o.attr == "decode" for o in operands):
                 found.append((node.lineno, "compares an architecture's decode"))
+            if any(isinstance(o, ast.Attribute) and o.attr == "name" for o in operands) and any(map(is_str, operands)):
+                found.append((node.lineno, "compares a record's name"))
             if isinstance(node.left, ast.Constant) and node.left.value == "dec_len":
                 found.append((node.lineno, '"dec_len" in'))
         elif isinstance(node, ast.Subscript) and is_kind(node.slice):
             found.append((node.lineno, "looks a kind up by its name"))
         elif isinstance(node, ast.Call) and sum(k.arg in KINDS for k in node.keywords) > 1:
             found.append((node.lineno, "keys a dict by the kinds"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "startswith", "endswith") and node.args and has_kind(node.args[0]):
+            found.append((node.lineno, "tests a prefix by a kind's name"))
         elif isinstance(node, ast.Attribute) and node.attr == "name" and getattr(node.value, "id", None) == "obj":
             found.append((node.lineno, "obj.name"))
     return found
 
 
-def test_no_decoding_kind_by_name_outside_the_records():
-    bad = [f"{path}:{line}: {what}" for path in DISPATCHED
+def test_no_paper_or_decoding_kind_by_name_outside_the_records():
+    bad = [f"{path}:{line}: {what}" for path in PRODUCT
            for line, what in kind_tests(ast.parse(open(os.path.join(ROOT, path)).read()))]
     assert not bad, "\n".join(bad)
-    # what the test catches: the dispatch these files held before the records
+
+
+def test_the_name_test_catches_what_the_records_replaced():
     before = ('if ARCHS[arch].decode == "elmer":\n    x = dict(nar=1, elmer=2).get(how, "beam")\n'
-              'if "dec_len" in obj.flags or obj.name == "mlae": y')
-    assert len(kind_tests(ast.parse(before))) == 5
+              'if "dec_len" in obj.flags or obj.name == "mlae": y\n'
+              'if self.name == "t5-nar" or objective in ("mlae", "t5-nar") or arch.startswith("mlae"): z\n'
+              'w = OBJECTIVES["mlae"]')
+    assert {line for line, _ in kind_tests(ast.parse(before))} == {1, 2, 3, 4, 5}
+    # and put back into the product code, where the records stand for it
+    for path, record_field, name_test in (("core/objectives.py", "if self.framed:", 'if self.name == "mlae":'),
+                                          ("train.py", "if opts is not None:", 'if "dec_len" in obj.flags:'),
+                                          ("core/finetuning.py", "if not ARCHS[arch].exits:",
+                                           'if ARCHS[arch].decode != "elmer":')):
+        text = open(os.path.join(ROOT, path)).read()
+        assert record_field in text
+        assert kind_tests(ast.parse(text.replace(record_field, name_test))), path

@@ -148,7 +148,7 @@ SOURCES = {
         "2,909": lambda: len(split("test")),
         "130": Field("core/errors.py", "sys.exit(130)"), "143": Field("tests/test_reproduce.py", "returncode == 143"),
         "2 @ status 2": Field("core/errors.py", "sys.exit(2)"),
-        "2 @ 1 or 2": Field("core/guards.py", '"dec_len": (lambda v: v >= 2'),
+        "2 @ 1 or 2": Field("core/flags.py", 'DEC_LEN = Rule(lambda v: v >= 2'),
         "2 @ from 2 to": Field("core/model.py", "slopes = torch.linspace("),
         "0.02": Field("core/model.py", "BERT's N(0, 0.02) everywhere"),
         "768": Field("core/model.py", "BERT's N(0, 0.02) everywhere"),
