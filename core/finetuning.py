@@ -6,9 +6,10 @@ from .errors import UserError
 from .mlae import ScheduledMasking
 
 
-def scheduled_loss(loss_fn, arch, args):
+def scheduled_loss(loss_fn, arch, args, mask_steps):
     """The AR loss with scheduled masking of the decoder inputs (MLAE Algorithm 1) for the
-    encoder-decoder architectures; --mask-schedule defaults to linear for MLAE, none otherwise
+    encoder-decoder architectures, its linear schedule falling over `mask_steps` steps;
+    --mask-schedule defaults to linear for MLAE, none otherwise
     (args.mask_schedule is resolved in place, so the checkpoint records it)."""
     if args.mask_schedule is None:
         args.mask_schedule = ARCHS[arch].schedule
@@ -17,7 +18,7 @@ def scheduled_loss(loss_fn, arch, args):
             raise UserError(f"--mask-schedule {args.mask_schedule} masks decoder inputs: the {arch} architecture "
                             "has none to mask (use an encoder-decoder: t5, mlae, or --style seq2seq)")
         return loss_fn
-    return ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, args.mask_steps)
+    return ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, mask_steps)
 
 
 def elmer_options(arch, source, exit_mode="hard", exit_measure=None, exit_threshold=None, dec_len=None,
