@@ -36,7 +36,8 @@ from core.config import ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.guards import HelpFormatter, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
+from core.guards import (HelpFormatter, StopSignals, best_on_disk, check_continues, check_positions, parse_args,
+                         refuse_unused)
 from core.architectures import ARCHS, arch_flags, arch_of, build_model, seq2seq_arch, seq2seq_ops
 from core.finetune_flags import check_nar_flags, finetuning_flags, scratch_flags, seq2seq_flags, unused_flags
 from core.finetuning import elmer_options, scheduled_loss
@@ -46,12 +47,13 @@ from core.exit_measures import exit_flags
 from core.mlae import init_from_pretrained
 from core.model import count_parameters
 from core.objectives import OBJECTIVES
-from core.optim import make_optimizer
+from core.optim import lr_at, make_optimizer, set_lr
 from core.progress import Progress, fmt_duration
 from core.tasks import Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
-from core.training import (EarlyStop, add_run_flags, attention_choice, autocast, corpus_tokenizer, evaluate,
-                           restore_rng, rng_state, run_digests, start_or_resume, training_steps, wrap_ddp)
+from core.training import (EarlyStop, StepStats, StepSums, Throughput, accumulating, add_run_flags, attention_choice,
+                           autocast, check_finite, compiled, corpus_tokenizer, dropout_seed, evaluate, loss_norm,
+                           read_point, restore_rng, rng_state, run_digests, start_or_resume, wrap_ddp)
 
 RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype", "patience",
              "attention", "compile")
@@ -131,21 +133,6 @@ def splits(args, d, summ):
     return train, load_split(args.task, "valid", valid_path, *fields, note=say).shuffled()
 
 
-def validation(args, d, model, arch, tok, valid, valid_batches, loss_fn, summ, done):
-    """Validation loss and accuracy (all processes), then a quick greedy ROUGE (rank 0): the log record."""
-    ev = evaluate(model, valid_batches, loss_fn, d)
-    rec = dict(step=done, valid_loss=ev["nll"] / max(1.0, ev["n"]), valid_acc=ev["hit"] / max(1.0, ev["n"]))
-    if summ and d.master and args.rouge_examples > 0:
-        k = args.rouge_examples
-        with autocast(d.device, d.dtype):
-            preds = summarize(model, arch, tok, valid.sources[:k], args.max_src, max_len=args.max_tgt,
-                              length_beam=args.length_beam, iterations=args.iterations,
-                              adaptive_stop=args.adaptive_stop)
-        rec.update({f"valid_{m}": float(v) for m, v in rouge(preds, valid.targets[:k]).items()})
-        rec["sample"] = preds[0]
-    return rec
-
-
 def micro_batches(make, size, srcs, tgts, idx):
     """The examples idx of (srcs, tgts) as micro-batches of `size`, each made by make(sources, targets)."""
     return [make([srcs[i] for i in idx[j:j + size]], [tgts[i] for i in idx[j:j + size]])
@@ -161,26 +148,23 @@ def steps_of(args, n):
                 mask_steps=max(1, round(args.mask_epochs * steps_per_epoch)))
 
 
-def schedule(args, d, train, valid, arch, loss_fn, state, summ):
-    """(training examples, examples per process a step, steps between validations, the loss with
-    MLAE's scheduled masking where it applies)."""
-    n = len(train)
-    if args.batch % d.world or args.batch < d.world:
-        raise UserError(f"--batch {args.batch} cannot be shared evenly by {d.world} processes")
-    if min(len(valid), args.valid_examples) < d.world:
-        raise UserError(f"{min(len(valid), args.valid_examples)} validation example(s) cannot give each of {d.world} "
-                        f"processes one")
-    steps_per_epoch = math.ceil(n / args.batch)
-    if summ:
-        loss_fn = scheduled_loss(loss_fn, arch, args)
-        if state is None and args.mask_schedule == "none":
-            refuse_unused(args, dict(mask_init=(False, "with a --mask-schedule other than none")))
-        if state is None and args.mask_schedule != "linear":
-            refuse_unused(args, dict(mask_epochs=(False, "with --mask-schedule linear")))
-    print0(d, args.line())  # the run's config, resolved: with its schedule, before any step
-    print0(d, f"data: {train.origin}: {n} train, {len(valid)} valid examples ({args.task}); "
-              f"{steps_per_epoch} steps per epoch, {args.steps} steps")
-    return n, args.batch // d.world, max(1, round(args.valid_every * steps_per_epoch)), loss_fn
+def check_shares(batch, valid_examples, d):
+    """--batch and the validation examples against the processes that share them."""
+    if batch % d.world or batch < d.world:
+        raise UserError(f"--batch {batch} cannot be shared evenly by {d.world} processes")
+    if valid_examples < d.world:
+        raise UserError(f"{valid_examples} validation example(s) cannot give each of {d.world} processes one")
+
+
+def masked_loss(args, arch, loss_fn, state):
+    """The summarization loss with MLAE's scheduled masking where it applies (its ratio falls over
+    the run's resolved mask_steps), the masking's flags refused where the schedule leaves them unused."""
+    loss_fn = scheduled_loss(loss_fn, arch, args)
+    if state is None and args.mask_schedule == "none":
+        refuse_unused(args, dict(mask_init=(False, "with a --mask-schedule other than none")))
+    if state is None and args.mask_schedule != "linear":
+        refuse_unused(args, dict(mask_epochs=(False, "with --mask-schedule linear")))
+    return loss_fn
 
 
 def source_of(args, d, train, state):
@@ -277,7 +261,6 @@ def model_and_optimizer(args, d, arch, cfg, labels, elmer_opts, source, state, c
         if state.get("stopped_early"):
             raise UserError(f"{ckpt_path} stopped early at step {start}: its validation loss had not improved for "
                             f"{early.since_best} validations (best.pt holds the best); there is nothing to continue")
-        check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     return model, optimizer, start, early
 
 
@@ -308,17 +291,26 @@ def run(args, d):
     source, init_step = source_of(args, d, train, state)
     arch, cfg, elmer_opts, args = architecture(args, source, state, summ, measure, threshold, len(train))
     tok, cfg = tokenizer_of(args, d, train, source, cfg)
-    labels, make, loss_fn, (src_ids, tgt_ids), (valid_ids, valid_tgt) = task_data(args, d, arch, tok, cfg, elmer_opts,
+    labels, make, loss_sums, (src_ids, tgt_ids), (valid_ids, valid_tgt) = task_data(args, d, arch, tok, cfg, elmer_opts,
                                                                                 train, valid, state, summ)
-    n, per_rank, valid_every, loss_fn = schedule(args, d, train, valid, arch, loss_fn, state, summ)
+    check_shares(args.batch, min(len(valid), args.valid_examples), d)
+    if summ:
+        loss_sums = masked_loss(args, arch, loss_sums, state)
+    steps_per_epoch = math.ceil(len(train) / args.batch)
+    print0(d, args.line())  # the run's config, resolved: with its schedule, before any step
+    print0(d, f"data: {train.origin}: {len(train)} train, {len(valid)} valid examples ({args.task}); "
+              f"{steps_per_epoch} steps per epoch, {args.steps} steps")
 
     batches = functools.partial(micro_batches, make, args.micro_batch)
     valid_batches = batches(valid_ids, valid_tgt, range(d.rank, len(valid_ids), d.world))  # all, on any world size
+    per_rank = args.batch // d.world
 
     # -----------------------------------------------------------------------------
     # model and optimizer
     model, optimizer, start, early = model_and_optimizer(args, d, arch, cfg, labels, elmer_opts, source, state,
                                                          ckpt_path, summ)
+    if state is not None:
+        check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     ddp_model = wrap_ddp(model, d)
     digests = run_digests(args, state)
     print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
@@ -328,55 +320,107 @@ def run(args, d):
     def save(step, path=ckpt_path, with_optimizer=True, stopped_early=False):
         if not d.master:
             return
+        recorded = vars(args)  # the resolved config, with the steps of its epochs (reproduce/runstate.py reads them)
         checkpoint.save(path, dict(
             kind=f"finetune/{args.task}", arch=arch, model=model.state_dict(), model_config=cfg.to_dict(),
-            args=vars(args), step=step, best_valid_loss=early.best, since_best=early.since_best,
+            args=recorded, step=step, best_valid_loss=early.best, since_best=early.since_best,
             stopped_early=stopped_early, labels=labels.names if labels else None, init_step=init_step, digests=digests,
             optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
-            tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=vars(args)))
+            tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=recorded))
 
-    validate = functools.partial(validation, args, d, model, arch, tok, valid, valid_batches, loss_fn, summ)
     if early.stop:  # resumed with more --epochs after patience ran out at the old maximum's last validation
         return stopped_at_resume(d, save, start, early)
 
     # -----------------------------------------------------------------------------
-    # the loop
-    progress = Progress(args.steps, os.path.join(args.out, "log.jsonl") if d.master else None, start)
-    end = min(args.steps, args.stop_after or args.steps)
+    # the loop: the flags it reads
+    steps, warmup, peak_lr, lr_schedule = args.steps, args.warmup, args.lr, args.lr_schedule
+    clip, seed, batch_size = args.clip, args.seed, args.batch
+    log_every, save_every = args.log_every, args.save_every
+    valid_every = max(1, round(args.valid_every * steps_per_epoch))  # validations' cadence, in steps
+    rouge_examples = args.rouge_examples if summ and d.master else 0  # a quick greedy ROUGE on rank 0
+    max_src, decoding = args.max_src, dict(max_len=args.max_tgt, length_beam=args.length_beam,
+                                           iterations=args.iterations, adaptive_stop=args.adaptive_stop)
+    best_path = os.path.join(args.out, "best.pt")
+    end = min(steps, args.stop_after or steps)
+    progress = Progress(steps, os.path.join(args.out, "log.jsonl") if d.master else None, start)
+    model.train()
+    step_model = compiled(ddp_model, args.compile, d)  # what the steps call; `model` is saved and evaluated
+    window, speed = StepStats(), Throughput()
 
-    def batches_for(step):
-        idx = examples_for_step(n, step, args.batch, args.seed)[d.rank * per_rank:(d.rank + 1) * per_rank]
-        loss_fn.step = step  # the mask ratio of scheduled masking (a no-op attribute otherwise)
-        return batches(src_ids, tgt_ids, idx)
-    # the statistics are read (one host sync) only where they are logged, saved or validated
-    read_at = lambda done: any(done % k == 0 for k in (args.log_every, args.save_every, valid_every))  # noqa: E731
-    for done, stats in training_steps(ddp_model, model, optimizer, loss_fn, d, args, start, end, batches_for, read_at,
-                                      save, ckpt_path):
-        if done % args.log_every == 0 or done == end:
-            log_step(d, progress, done, stats)
-        stopping = False
-        if done % valid_every == 0 or done == args.steps:
-            rec = validate(done)
-            print0(d, "  valid | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items() if isinstance(v, float)))
-            if "sample" in rec:
-                print0(d, f"  sample (first validation source) | {rec['sample']}")
-            if d.master:
-                progress.log(rec)
-            if early.update(rec["valid_loss"]):
-                save(done, os.path.join(args.out, "best.pt"), with_optimizer=False)
-                print0(d, f"  lowest validation loss so far ({early.best:.4f}): {os.path.join(args.out, 'best.pt')}")
-            stopping = early.stop and done < args.steps
-            barrier(d)
-        if stopping:
-            save(done, stopped_early=True)
-            print0(d, f"early stop at step {done}: no lower validation loss in {early.since_best} validations; "
-                      f"best.pt holds the lowest ({early.best:.4f})")
-            end = done
-            break
-        if done == end or done % valid_every == 0 or done % args.save_every == 0:
-            save(done)
-    print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; "
-              f"checkpoints {ckpt_path}, {os.path.join(args.out, 'best.pt')}")
+    def validate(done):
+        """Validation loss and accuracy (all processes), then a quick greedy ROUGE (rank 0): the log record."""
+        ev = evaluate(model, valid_batches, loss_sums, d)
+        rec = dict(step=done, valid_loss=ev["nll"] / max(1.0, ev["n"]), valid_acc=ev["hit"] / max(1.0, ev["n"]))
+        if rouge_examples > 0:
+            with autocast(d.device, d.dtype):
+                preds = summarize(model, arch, tok, valid.sources[:rouge_examples], max_src, **decoding)
+            rec.update({f"valid_{m}": float(v) for m, v in rouge(preds, valid.targets[:rouge_examples]).items()})
+            rec["sample"] = preds[0]
+        return rec
+
+    with StopSignals() as stop:  # SIGINT/SIGTERM: the step ends, last.pt is saved, the run exits
+        for step in range(start, end):
+            idx = examples_for_step(len(train), step, batch_size, seed)[d.rank * per_rank:(d.rank + 1) * per_rank]
+            loss_sums.step = step  # the mask ratio of scheduled masking (a no-op attribute otherwise)
+            micro = batches(src_ids, tgt_ids, idx)
+            lr = lr_at(step, peak_lr, warmup, steps, lr_schedule)
+            set_lr(optimizer, lr)
+            torch.manual_seed(dropout_seed(seed, step, d))
+            # forward and backward of each micro-batch, the gradients accumulated; every loss is divided by the
+            # step's count of targets (loss_norm), so any split into micro-batches and processes gives one gradient.
+            # One autocast region for the step (each weight cast once); the backward passes run with autocast off.
+            norm, sums = loss_norm(micro, d), StepSums()
+            with autocast(d.device, d.dtype):
+                for j, batch in enumerate(micro):
+                    with accumulating(step_model, d, last=j == len(micro) - 1):
+                        out = loss_sums(step_model, batch.to(d.device))
+                        with torch.autocast(d.device.type, enabled=False):
+                            # DDP averages gradients over processes: multiplying by world makes that a sum
+                            (out["loss"] * (d.world / norm)).backward()
+                    sums.add(out, batch.n_tokens)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            stats = sums.total(norm, grad_norm, lr, d)
+            optimizer.found_inf = stats["skipped"]  # a non-finite loss or gradient: the fused AdamW skips the step
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            window.add(stats, step)
+            speed.add(stats["tokens"])
+            done = step + 1
+
+            # logging, validation (best.pt, early stopping), checkpoints: the statistics are read from the device
+            # (one host sync) only there
+            point = read_point(done, end, log_every, save_every, valid_every)
+            if point:
+                stats, skipped, first = window.read()
+                check_finite(skipped, first, done, save, ckpt_path)  # saved, then stopped
+                stats["tokens_per_s"] = speed.rate()
+            if done % log_every == 0 or done == end:
+                log_step(d, progress, done, stats)
+            stopping = False
+            if done % valid_every == 0 or done == steps:
+                rec = validate(done)
+                print0(d, "  valid | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items()
+                                                    if isinstance(v, float)))
+                if "sample" in rec:
+                    print0(d, f"  sample (first validation source) | {rec['sample']}")
+                if d.master:
+                    progress.log(rec)
+                if early.update(rec["valid_loss"]):
+                    save(done, best_path, with_optimizer=False)
+                    print0(d, f"  lowest validation loss so far ({early.best:.4f}): {best_path}")
+                stopping = early.stop and done < steps
+                barrier(d)
+            if stopping:
+                save(done, stopped_early=True)
+                print0(d, f"early stop at step {done}: no lower validation loss in {early.since_best} validations; "
+                          f"best.pt holds the lowest ({early.best:.4f})")
+                end = done
+                break
+            if done == end or done % valid_every == 0 or done % save_every == 0:
+                save(done)
+            stop.check(d, done, save, ckpt_path, point)
+    print0(d, f"done: step {end}/{steps} in {fmt_duration(time.time() - progress.t0)}; "
+              f"checkpoints {ckpt_path}, {best_path}")
     return early.best
 
 

@@ -27,14 +27,15 @@ from core.data import TokenStream, held_out_key, pretraining_texts, token_counts
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
 from core.flags import AT_LEAST_0, AT_LEAST_1, VOCAB_SIZE, Rule, declared, flag
-from core.guards import HelpFormatter, check_continues, check_positions, parse_args, refuse_unused
+from core.guards import HelpFormatter, StopSignals, check_continues, check_positions, parse_args, refuse_unused
 from core.model import count_parameters
 from core.objectives import OBJECTIVES, flag_table, objective_flags
-from core.optim import make_optimizer
+from core.optim import lr_at, make_optimizer, set_lr
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer
-from core.training import (add_run_flags, attention_choice, corpus_tokenizer, evaluate, per_token, restore_rng,
-                           rng_state, run_digests, start_or_resume, training_steps, wrap_ddp)
+from core.training import (StepStats, StepSums, Throughput, accumulating, add_run_flags, attention_choice, autocast,
+                           check_finite, compiled, corpus_tokenizer, dropout_seed, evaluate, loss_norm, per_token,
+                           read_point, restore_rng, rng_state, run_digests, start_or_resume, wrap_ddp)
 
 # flags that may differ when resuming: everything else comes from the checkpoint
 RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device", "dtype",
@@ -212,36 +213,71 @@ def run(args, d):
             config_json=dict(model=cfg.to_dict(), args=vars(args)))
 
     # -----------------------------------------------------------------------------
-    # the loop
-    progress = Progress(args.steps, os.path.join(args.out, "log.jsonl") if d.master else None, start)
-    end = min(args.steps, args.stop_after or args.steps)
+    # the loop: the flags it reads
+    steps, warmup, peak_lr, clip, seed = args.steps, args.warmup, args.lr, args.clip, args.seed
+    log_every, eval_every, save_every = args.log_every, args.eval_every, args.save_every
+    end = min(steps, args.stop_after or steps)
+    progress = Progress(steps, os.path.join(args.out, "log.jsonl") if d.master else None, start)
+    model.train()
+    step_model = compiled(ddp_model, args.compile, d)  # what the steps call; `model` is saved and evaluated
+    window, speed = StepStats(), Throughput()
     last_eval, last = None, {}
-    # the statistics are read (one host sync) only where they are logged, saved or evaluated
-    read_at = lambda done: any(done % k == 0 for k in (args.log_every, args.save_every, args.eval_every))  # noqa: E731
-    batches_for = lambda step: batches_of(train, step * examples_per_step + d.rank * per_rank, per_rank)  # noqa: E731
-    for done, stats in training_steps(ddp_model, model, optimizer, loss_sums, d, args, start, end, batches_for, read_at,
-                                      save, ckpt_path):
-        last = stats or last
-        if done % args.log_every == 0 or done == end:
-            loss, rate = stats["loss"] / stats["norm"], stats["tokens_per_s"]
-            parts = per_token(stats)
-            # the batch's own losses (what the step trained on), named so; the held-out ones are the eval lines
-            print0(d, progress.line(done, loss, stats["lr"], rate, "this batch: " + " ".join(
-                f"{k} {v:.3f}" for k, v in parts.items() if k != "loss")))
-            if d.master:
-                progress.log({**parts, **dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate,
-                                              grad_norm=stats["grad_norm"])})
-        if done % args.eval_every == 0 or done == end:
-            ev = evaluate(model, eval_batches, loss_sums, d)
-            rec = dict(step=done, unigram_entropy=entropy, **{f"valid_{k}": v for k, v in per_token(ev).items()})
-            last_eval = rec
-            print0(d, f"  held-out, step {done} | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items()
-                                                                if k.startswith("valid_")) + " | " + under_entropy(rec))
-            if d.master:
-                progress.log(rec)
-        if done % args.save_every == 0 or done == end:
-            save(done)
-    print0(d, f"done: step {end}/{args.steps} in {fmt_duration(time.time() - progress.t0)}; checkpoint {ckpt_path}"
+    with StopSignals() as stop:  # SIGINT/SIGTERM: the step ends, last.pt is saved, the run exits
+        for step in range(start, end):
+            micro = batches_of(train, step * examples_per_step + d.rank * per_rank, per_rank)
+            lr = lr_at(step, peak_lr, warmup, steps, "linear")
+            set_lr(optimizer, lr)
+            torch.manual_seed(dropout_seed(seed, step, d))
+            # forward and backward of each micro-batch, the gradients accumulated; every loss is divided by the
+            # step's count of targets (loss_norm), so any split into micro-batches and processes gives one gradient.
+            # One autocast region for the step: autocast keeps its bf16 copy of each weight until its outermost
+            # region ends, so the weights are cast once a step; the backward passes run with autocast off.
+            norm, sums = loss_norm(micro, d), StepSums()
+            with autocast(d.device, d.dtype):
+                for j, batch in enumerate(micro):
+                    with accumulating(step_model, d, last=j == len(micro) - 1):
+                        out = loss_sums(step_model, batch.to(d.device))
+                        with torch.autocast(d.device.type, enabled=False):
+                            # DDP averages gradients over processes: multiplying by world makes that a sum
+                            (out["loss"] * (d.world / norm)).backward()
+                    sums.add(out, batch.n_tokens)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            stats = sums.total(norm, grad_norm, lr, d)
+            optimizer.found_inf = stats["skipped"]  # a non-finite loss or gradient: the fused AdamW skips the step
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            window.add(stats, step)
+            speed.add(stats["tokens"])
+            done = step + 1
+
+            # logging, evaluation, checkpoints: the statistics are read from the device (one host sync) only there
+            point = read_point(done, end, log_every, save_every, eval_every)
+            if point:
+                stats, skipped, first = window.read()
+                check_finite(skipped, first, done, save, ckpt_path)  # saved, then stopped
+                stats["tokens_per_s"] = speed.rate()
+                last = stats
+            if done % log_every == 0 or done == end:
+                loss, rate = stats["loss"] / stats["norm"], stats["tokens_per_s"]
+                parts = per_token(stats)
+                # the batch's own losses (what the step trained on), named so; the held-out ones are the eval lines
+                print0(d, progress.line(done, loss, stats["lr"], rate, "this batch: " + " ".join(
+                    f"{k} {v:.3f}" for k, v in parts.items() if k != "loss")))
+                if d.master:
+                    progress.log({**parts, **dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate,
+                                                  grad_norm=stats["grad_norm"])})
+            if done % eval_every == 0 or done == end:
+                ev = evaluate(model, eval_batches, loss_sums, d)
+                rec = dict(step=done, unigram_entropy=entropy, **{f"valid_{k}": v for k, v in per_token(ev).items()})
+                last_eval = rec
+                print0(d, f"  held-out, step {done} | " + " | ".join(
+                    f"{k[6:]} {v:.4f}" for k, v in rec.items() if k.startswith("valid_")) + " | " + under_entropy(rec))
+                if d.master:
+                    progress.log(rec)
+            if done % save_every == 0 or done == end:
+                save(done)
+            stop.check(d, done, save, ckpt_path, point)
+    print0(d, f"done: step {end}/{steps} in {fmt_duration(time.time() - progress.t0)}; checkpoint {ckpt_path}"
               + (f"; held-out {under_entropy(last_eval)}" if last_eval else ""))
     return last
 

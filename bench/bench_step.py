@@ -208,7 +208,9 @@ class Method:
         from core.distributed import Dist
         from core.optim import make_optimizer
         from core.pmlm import static_shapes
-        from core.training import StepStats, compile_model, train_step
+        from core.optim import lr_at
+        from core.training import StepStats, compile_model
+        from bench.step import train_step
         from bench.attention_cases import configs_in_force, read_configs
         self.name, self.mode, self.device, self.backend = method, mode_of(method), device, kernels.use_backend
         saved = read_configs(args.configs) if method_of(method) == "ours-swept" else None
@@ -223,13 +225,13 @@ class Method:
             micro = [static_shapes(b, pad_id) for b in micro]
         self.optimizer = make_optimizer(self.model, 1e-4)
         self.d = Dist(0, 1, 0, device, dtype)
-        self.targs = argparse.Namespace(lr=1e-4, warmup=10, steps=10_000, seed=0, clip=1.0)
+        self.lr = lambda step: lr_at(step, 1e-4, 10, 10_000)  # noqa: E731
         self.loss_sums, self.window, self.micro, self.step = loss_fn(args), StepStats(), micro, 0
         self.train_step, self.seconds, self.warmup_s, self.cpu_seconds = train_step, [], 0.0, []
 
     def one(self):
         self.window.add(self.train_step(self.call, self.model, self.optimizer, self.micro, self.loss_sums, self.d,
-                                        self.targs, self.step), self.step)
+                                        step=self.step, lr=self.lr(self.step)), self.step)
         self.step += 1
 
     def run(self, steps):

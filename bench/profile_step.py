@@ -23,10 +23,11 @@ from core.distributed import Dist, resolve_dtype
 from core.elmer import ELMER, lplm_batch, lplm_loss_sums
 from core.objectives import OBJECTIVES
 from core.model import UnifiedLM
-from core.optim import make_optimizer
+from core.optim import lr_at, make_optimizer
 from core.pmlm import pmlm_batch, pmlm_loss_sums
 from core.tokenizer import cached_tokenizer
-from core.training import TOKENIZER_CACHE, train_step
+from core.training import TOKENIZER_CACHE
+from bench.step import train_step
 
 
 def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cuda", dtype="auto"):
@@ -54,7 +55,8 @@ def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cud
         ix = list(range(state["step"] * batch, (state["step"] + 1) * batch))
         b = make(ix)
         step.tokens = b.n_tokens
-        train_step(net, net, optimizer, [b], loss_sums, d, args, state["step"])
+        train_step(net, net, optimizer, [b], loss_sums, d, step=state["step"],
+                   lr=lr_at(state["step"], args.lr, args.warmup, args.steps))
         state["step"] += 1
     step.n_params = sum(p.numel() for p in net.parameters())
     step.tokens = 0

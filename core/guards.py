@@ -182,17 +182,25 @@ def best_on_disk(out, best):
 # Ctrl-C and SIGTERM: finish the step, save, exit
 
 class StopSignals:
-    """Installed for the training loop. The first SIGINT/SIGTERM asks for a stop after the
-    current step; a second one stops at once. Every process agrees on the step to stop at (the
-    flag is summed over processes), so no rank waits in a collective for one that left. Only rank
-    0 writes the checkpoint; every process exits with status 128 + the signal."""
+    """The context of the training loop (`with StopSignals() as stop:`; `stop.check` after each
+    step). The first SIGINT/SIGTERM asks for a stop after the current step; a second one stops at
+    once. Every process agrees on the step to stop at (the flag is summed over processes), so no
+    rank waits in a collective for one that left. Only rank 0 writes the checkpoint; every process
+    exits with status 128 + the signal. Leaving the context puts the previous handlers back."""
 
     def __init__(self):
-        self.signum = None
+        self.signum, self.previous = None, {}
+
+    def __enter__(self):
         # a signal the parent ignores (nohup, a background job) stays ignored
         self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)
                          if signal.getsignal(s) is not signal.SIG_IGN}
         ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.restore()
+        return False
 
     def handle(self, signum, frame):
         # Ctrl-C under torchrun reaches a worker twice at once (from the terminal, and forwarded by

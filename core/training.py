@@ -1,5 +1,7 @@
-"""The pieces of a training loop that train.py and finetune.py share: one optimizer step over a
-list of micro-batches, a held-out evaluation, and checkpoint state in and out.
+"""The pieces of the training loop that train.py and finetune.py write out: the parts of an optimizer
+step over a list of micro-batches (the loss's normaliser, gradient accumulation under DDP, the step's
+statistics summed on the device and read at logging points), a held-out evaluation, and checkpoint
+state in and out.
 
 Loss normalisation: every objective returns *sums* over its predicted tokens plus the count to
 normalise by. The count is summed over all micro-batches and all processes before the backward
@@ -18,8 +20,7 @@ from . import checkpoint
 from .distributed import DTYPES, all_reduce_sum, barrier, print0
 from .errors import UserError
 from .flags import ABOVE_0, AT_LEAST_0, AT_LEAST_1, FRACTION, SEED, RunConfig, flag
-from .guards import StopSignals, check_out, resume_conflicts
-from .optim import lr_at, set_lr
+from .guards import check_out, resume_conflicts
 from .tokenizer import cached_tokenizer
 
 TOKENIZER_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "cache")
@@ -122,9 +123,10 @@ def run_digests(args, state):
 
 
 def check_finite(skipped, first, done, save, path):
-    """Stop when a step since the last logging point had a non-finite loss or gradient. train_step
-    applied none of those, so the weights are those of the good steps: they are saved at `done`
-    (never poisoned ones) and the message names the first bad step and the file."""
+    """Stop when a step since the last logging point had a non-finite loss or gradient. The loop
+    applied none of those (StepSums' 'skipped' is the optimizer's found_inf), so the weights are those
+    of the good steps: they are saved at `done` (never poisoned ones) and the message names the first
+    bad step and the file."""
     if skipped:
         save(done)
         raise UserError(f"the loss or gradient became non-finite at step {first + 1}"
@@ -141,19 +143,18 @@ def autocast(device, dtype):
     return torch.autocast(device.type, dtype=dtype)
 
 
-def compiles(args, d):
-    """Whether --compile puts the training steps' model under torch.compile."""
-    choice = getattr(args, "compile", "off")  # a checkpoint written before the flag
+def compiles(choice, d):
+    """Whether --compile `choice` puts the training steps' model under torch.compile."""
     return choice == "on" or (choice == "auto" and d.device.type == "cuda")
 
 
-def compiled(ddp_model, args, d):
-    """The model the training steps call: `ddp_model` itself, or under --compile torch.compile of it, whose
+def compiled(ddp_model, choice, d):
+    """The model the training steps call: `ddp_model` itself, or under --compile `choice` torch.compile of it, whose
     graph the loss functions call in place of its forward. Our attention is a custom operator there
     (kernels/attention_op.py), so a PMLM, seq2seq or ELMER forward is one graph (tests/test_step_syncs.py);
     ELMER's counts of active tokens are traced as symbols (capture_dynamic_output_shape_ops), not read.
     The raw model stays what is saved and evaluated."""
-    return compile_model(ddp_model) if compiles(args, d) else ddp_model
+    return compile_model(ddp_model) if compiles(choice, d) else ddp_model
 
 
 def compile_model(module, **options):
@@ -211,82 +212,64 @@ class StepStats:
         return stats, skipped, first
 
 
-def train_step(ddp_model, raw_model, optimizer, micro_batches, loss_sums, d, args, step):
-    """One optimizer step, with no host sync: loss_sums(model, batch) -> dict of summed statistics
-    with a 'loss' (differentiable sum); each batch's `norm` (a host number) is the count it is
-    divided by, summed over the micro-batches and processes. A non-finite loss or gradient (the
-    same on every process after the reductions) is never applied: the fused AdamW skips the step
-    on the device (found_inf), as a gradient scaler would. Returns, on the device, the statistics
-    summed over micro-batches and processes ('sums' in the order of 'keys', with 'tokens' and
-    'norm'), 'grad_norm' and 'skipped' (1 if not applied), with the host's 'lr' and 'tokens'."""
-    lr = lr_at(step, args.lr, args.warmup, args.steps, getattr(args, "lr_schedule", "linear"))
-    set_lr(optimizer, lr)
-    # dropout draws from the global generator: seeding it per (step, rank) makes a resumed run
-    # replay exactly what the uninterrupted one would have done
-    torch.manual_seed(args.seed * 1_000_003 + step * d.world + d.rank)
+# -----------------------------------------------------------------------------
+# the parts of an optimizer step that train.py and finetune.py write out
+
+def dropout_seed(seed, step, d):
+    """The seed of the global generator (dropout's) for step `step` on this process: seeded per (step,
+    rank), a resumed run replays exactly what the uninterrupted one would have done."""
+    return seed * 1_000_003 + step * d.world + d.rank
+
+
+def loss_norm(micro_batches, d):
+    """What every micro-batch's summed loss is divided by: the count of the step's targets (each batch's
+    `norm`) over its micro-batches and processes, at least 1. A host number on one process, a device
+    tensor on several (summed with no host sync)."""
     norm = float(sum(b.norm for b in micro_batches))
     if d.world > 1:
         norm = all_reduce_sum(host_scalar(norm, d), d)
-    norm = norm.clamp_min(1.0) if torch.is_tensor(norm) else max(norm, 1.0)
-    totals, tokens = {}, 0
-    # one autocast region for all the micro-batches: autocast keeps its bf16 copy of each weight until its
-    # outermost region ends, so the weights are cast once a step rather than once a micro-batch; the
-    # backward passes run with autocast off, as outside any region
-    with autocast(d.device, d.dtype):
-        for j, batch in enumerate(micro_batches):
-            last = j == len(micro_batches) - 1
-            sync = contextlib.nullcontext() if (last or d.world == 1) else ddp_model.no_sync()
-            with sync:
-                sums = loss_sums(ddp_model, batch.to(d.device))
-                with torch.autocast(d.device.type, enabled=False):
-                    # DDP averages gradients over processes; multiplying by world turns that into a sum
-                    (sums["loss"] * (d.world / norm)).backward()
-            for k, v in sums.items():
-                totals[k] = totals[k] + v.detach().float() if k in totals else v.detach().float()
-            tokens += batch.n_tokens
-    grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), args.clip)
-    totals["tokens"] = host_scalar(tokens, d)
-    totals["norm"] = norm if torch.is_tensor(norm) else host_scalar(norm, d)
-    keys = sorted(totals)
-    sums = all_reduce_sum(torch.stack([totals[k].reshape(()).float() for k in keys if k not in ("norm",)]), d)
-    keys = [k for k in keys if k != "norm"] + ["norm"]  # norm is already the sum over processes
-    sums = torch.cat([sums, totals["norm"].reshape(1).float()])
-    skipped = (~torch.isfinite(sums).all() | ~torch.isfinite(grad_norm)).float()
-    optimizer.found_inf = skipped
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    # tokens: this process's input tokens times the processes, for the progress line's rate (the
-    # exact sum over processes is in sums)
-    return dict(keys=keys, sums=sums, grad_norm=grad_norm.detach(), skipped=skipped, lr=lr, tokens=tokens * d.world)
+    return norm.clamp_min(1.0) if torch.is_tensor(norm) else max(norm, 1.0)
 
 
-def training_steps(ddp_model, model, optimizer, loss_sums, d, args, start, end, batches_for, read_at, save,
-                   ckpt_path):
-    """The optimizer steps start..end-1 that train.py and finetune.py share, one at a time: after
-    each, (done, stats), stats the step's statistics read from the device (one host sync), with the
-    tokens per second since the last read, where read_at(done) or at the end, else None. A
-    non-finite step found at a read stops the run (check_finite, after saving); a signal stops it
-    after the caller has dealt with the step (StopSignals: saved, then exit status 128 + signal).
-    batches_for(step) gives this process's micro-batches of a step; the steps call ddp_model under --compile's
-    torch.compile (`compiled`)."""
-    speed, window, stop = Throughput(), StepStats(), StopSignals()
-    model.train()
-    ddp_model = compiled(ddp_model, args, d)
-    try:
-        for step in range(start, end):
-            step_stats = train_step(ddp_model, model, optimizer, batches_for(step), loss_sums, d, args, step)
-            window.add(step_stats, step)
-            speed.add(step_stats["tokens"])
-            done, stats = step + 1, None
-            point = read_at(done) or done == end
-            if point:
-                stats, skipped, first = window.read()
-                check_finite(skipped, first, done, save, ckpt_path)
-                stats["tokens_per_s"] = speed.rate()
-            yield done, stats
-            stop.check(d, done, save, ckpt_path, point)
-    finally:
-        stop.restore()
+def accumulating(ddp_model, d, last):
+    """The context of one micro-batch's forward and backward: under DDP the gradients are all-reduced
+    after the step's last micro-batch only (no_sync before it)."""
+    return contextlib.nullcontext() if (last or d.world == 1) else ddp_model.no_sync()
+
+
+class StepSums:
+    """A step's statistics, summed on the device over its micro-batches (`add`) and then over the
+    processes (`total`), with no host sync."""
+
+    def __init__(self):
+        self.totals, self.tokens = {}, 0
+
+    def add(self, sums, n_tokens):
+        """One micro-batch's loss_sums(model, batch) and its count of input tokens."""
+        for k, v in sums.items():
+            self.totals[k] = self.totals[k] + v.detach().float() if k in self.totals else v.detach().float()
+        self.tokens += n_tokens
+
+    def total(self, norm, grad_norm, lr, d):
+        """The step's statistics, on the device: 'sums' (in the order of 'keys', with 'tokens' and 'norm')
+        summed over the processes, 'grad_norm', 'skipped' (1 where the loss or the gradient is not finite:
+        the same on every process after the reductions), with the host's 'lr' and 'tokens' (this process's
+        input tokens times the processes, for the progress line's rate; the exact sum is in 'sums')."""
+        totals = dict(self.totals, tokens=host_scalar(self.tokens, d),
+                      norm=norm if torch.is_tensor(norm) else host_scalar(norm, d))
+        keys = sorted(totals)
+        sums = all_reduce_sum(torch.stack([totals[k].reshape(()).float() for k in keys if k not in ("norm",)]), d)
+        keys = [k for k in keys if k != "norm"] + ["norm"]  # norm is already the sum over processes
+        sums = torch.cat([sums, totals["norm"].reshape(1).float()])
+        skipped = (~torch.isfinite(sums).all() | ~torch.isfinite(grad_norm)).float()
+        return dict(keys=keys, sums=sums, grad_norm=grad_norm.detach(), skipped=skipped, lr=lr,
+                    tokens=self.tokens * d.world)
+
+
+def read_point(done, end, *every):
+    """Whether step `done` is a logging, evaluation or saving point (every k of `every`) or the last:
+    where the loop reads the statistics from the device (its one host sync)."""
+    return done == end or any(done % k == 0 for k in every)
 
 
 def per_token(sums):

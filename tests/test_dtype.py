@@ -39,16 +39,16 @@ def test_bf16_losses_follow_float32(text_file, tmp_path):
 
 def test_the_weights_are_cast_to_bf16_once_a_step(tokenizer, text_file):
     """A step of two micro-batches under bf16 autocast casts each weight matrix once (autocast keeps
-    its copy until its outermost region ends: train_step holds one region over the micro-batches),
+    its copy until its outermost region ends: the step holds one region over the micro-batches),
     where a region per micro-batch casts it twice, to the same gradients."""
-    import argparse
     import collections
     import contextlib
     from torch.utils._python_dispatch import TorchDispatchMode
     from core.distributed import Dist
     from core.optim import make_optimizer
     from core.pmlm import pmlm_loss_sums
-    from core.training import autocast, train_step
+    from core.training import autocast
+    from bench.step import train_step
     from test_step_syncs import pmlm_setup
     model, _, batches, args, _ = pmlm_setup(tokenizer, text_file)
     model.eval()  # no dropout: every pass sees the same network
@@ -69,8 +69,7 @@ def test_the_weights_are_cast_to_bf16_once_a_step(tokenizer, text_file):
     d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.bfloat16)
     optimizer = make_optimizer(model, 0.0)  # lr 0: the step leaves the weights as they are
     with Casts() as casts:
-        train_step(model, model, optimizer, batches, pmlm_loss_sums, d, argparse.Namespace(
-            lr=0.0, warmup=2, steps=10, seed=0, clip=1e9), 0)
+        train_step(model, model, optimizer, batches, pmlm_loss_sums, d, step=0, lr=0.0, clip=1e9)
     assert len(batches) == 2 and all(casts.n[w] == 1 for w in linear), [casts.n[w] for w in linear]
     norm = sum(b.norm for b in batches)
     grads, counts = [], []

@@ -141,16 +141,20 @@ def test_overwrite_replaces_the_run(world, tmp_path):
 # NaN: the step is not applied (on the device), the run stops at the next logging point and saves
 
 def test_nan_keeps_the_last_good_checkpoint(world, tmp_path, monkeypatch, capsys):
-    from core import training
-    real = training.train_step
+    from core.objectives import OBJECTIVES
+    steps, real_lr, pmlm = [], train.lr_at, OBJECTIVES["pmlm"]
 
-    def poisoned(ddp_model, model, opt, micro, loss_sums, d, args, step):
-        if step == 4:
-            loss_sums = lambda m, b, f=loss_sums: {k: (v * float("nan") if k == "loss" else v) for k,
-                                                   v in f(m, b).items()}
-        return real(ddp_model, model, opt, micro, loss_sums, d, args, step)
+    def lr_at(step, *a):  # the loop asks for each step's learning rate first: which step runs
+        steps.append(step)
+        return real_lr(step, *a)
 
-    monkeypatch.setattr(training, "train_step", poisoned)
+    def loss(args):  # step 4's training losses (not the held-out ones) are NaN
+        real = pmlm.loss(args)
+        return lambda m, b: {k: (v * float("nan") if k == "loss" and m.training and steps[-1] == 4 else v)
+                             for k, v in real(m, b).items()}
+
+    monkeypatch.setattr(train, "lr_at", lr_at)
+    monkeypatch.setitem(OBJECTIVES, "pmlm", pmlm._replace(loss=loss))
     out = str(tmp_path / "nan")
     with pytest.raises(SystemExit) as e:
         train.main(["--data", world["text"], "--steps", "8", "--out", out] + TINY[:-2] + ["--save-every", "2"])

@@ -14,7 +14,9 @@ from core.distributed import Dist
 from core.model import UnifiedLM
 from core.optim import make_optimizer
 from core.pmlm import pmlm_batch, pmlm_loss_sums
-from core.training import StepStats, train_step
+from core.optim import lr_at
+from core.training import StepStats
+from bench.step import train_step
 
 aten = torch.ops.aten
 # ops whose result's size or value the host must read from the device before it can go on
@@ -58,14 +60,20 @@ class SyncCounter(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def step(model, optimizer, batches, loss_sums, d, args, k):
+    """Training step k as train.py's loop takes it (bench/step.py), at its learning rate."""
+    return train_step(model, model, optimizer, batches, loss_sums, d, step=k, seed=args.seed, clip=args.clip,
+                      lr=lr_at(k, args.lr, args.warmup, args.steps))
+
+
 def syncs_of_a_step(model, batches, loss_sums):
     """What one training step after a warm-up step did that would wait for a GPU."""
     args = argparse.Namespace(lr=1e-3, warmup=2, steps=10, seed=0, clip=1.0)
     d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
     optimizer = make_optimizer(model, 1e-3)
-    train_step(model, model, optimizer, batches, loss_sums, d, args, 0)  # warm: lazy state made
+    step(model, optimizer, batches, loss_sums, d, args, 0)  # warm: lazy state made
     with SyncCounter() as counter:
-        train_step(model, model, optimizer, batches, loss_sums, d, args, 1)
+        step(model, optimizer, batches, loss_sums, d, args, 1)
     return counter.seen
 
 
@@ -88,11 +96,11 @@ def pmlm_setup(tokenizer, text_file):
 
 def test_a_pmlm_step_makes_no_host_sync(tokenizer, text_file):
     model, optimizer, batches, args, d = pmlm_setup(tokenizer, text_file)
-    train_step(model, model, optimizer, batches, pmlm_loss_sums, d, args, 0)  # warm: lazy state made
+    step(model, optimizer, batches, pmlm_loss_sums, d, args, 0)  # warm: lazy state made
     window = StepStats()
     with SyncCounter() as counter:
-        for step in (1, 2):
-            window.add(train_step(model, model, optimizer, batches, pmlm_loss_sums, d, args, step), step)
+        for k in (1, 2):
+            window.add(step(model, optimizer, batches, pmlm_loss_sums, d, args, k), k)
     assert counter.seen == [], counter.seen
     with SyncCounter() as counter:  # the logging point reads them all at once
         stats, skipped, first = window.read()
@@ -111,13 +119,13 @@ def test_the_counter_sees_what_would_sync(tokenizer, text_file):
 
 def test_a_non_finite_step_is_skipped_on_the_device(tokenizer, text_file):
     model, optimizer, batches, args, d = pmlm_setup(tokenizer, text_file)
-    train_step(model, model, optimizer, batches, pmlm_loss_sums, d, args, 0)
+    step(model, optimizer, batches, pmlm_loss_sums, d, args, 0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     poisoned = lambda m, b: {k: v * float("nan") if k == "loss" else v for k, v in pmlm_loss_sums(m, b).items()}
     window = StepStats()
-    window.add(train_step(model, model, optimizer, batches, poisoned, d, args, 1), 1)
+    window.add(step(model, optimizer, batches, poisoned, d, args, 1), 1)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    window.add(train_step(model, model, optimizer, batches, pmlm_loss_sums, d, args, 2), 2)
+    window.add(step(model, optimizer, batches, pmlm_loss_sums, d, args, 2), 2)
     assert not all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     _, skipped, first = window.read()
     assert (skipped, first) == (1, 1)
@@ -196,7 +204,7 @@ def compiled_graphs(model, loss_sums, batch, monkeypatch):
     d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
     # compiled() sets these two for the process; the patch puts them back after the test
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False, capture_scalar_outputs=False):
-        fast = training.compiled(model, argparse.Namespace(compile="on"), d)
+        fast = training.compiled(model, "on", d)
         assert fast is not model
         loss_sums(fast, batch)["loss"].backward()
     torch._dynamo.reset()
@@ -255,3 +263,23 @@ def test_static_shapes_keep_the_sums(tokenizer, text_file):
         assert want.keys() == got.keys()
         for k in want:
             torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-4, msg=k)
+
+
+# -----------------------------------------------------------------------------
+# the step these tests (and bench/bench_step.py) take is the one the scripts' loops write out
+
+def step_lines(path):
+    """The code lines of the optimizer step in `path`, from set_lr to zero_grad, without comments,
+    indented relative to the first."""
+    import os
+    lines = [line.split("#")[0].rstrip() for line in open(os.path.join(os.path.dirname(__file__), "..", path))]
+    lines = [line for line in lines if line.strip()]
+    first = [line.strip() for line in lines].index("set_lr(optimizer, lr)")
+    last = [line.strip() for line in lines].index("optimizer.zero_grad(set_to_none=True)", first)
+    indent = len(lines[first]) - len(lines[first].lstrip())
+    return [line[indent:] for line in lines[first:last + 1]]
+
+
+@pytest.mark.parametrize("script", ["train.py", "finetune.py"])
+def test_the_step_is_the_scripts_step(script):
+    assert step_lines(script) == step_lines("bench/step.py")

@@ -102,7 +102,6 @@ def test_compile_trains_the_same_steps(text_file, tmp_path, monkeypatch):
     backend aot_eager, which is what a CPU test can afford; inductor's code is the same graphs
     compiled), with the eager run's losses; evaluation and the checkpoint use the raw model. --compile
     auto is on on CUDA and off on a CPU."""
-    import argparse
     from core import training
     from core.distributed import Dist
     made = []
@@ -119,9 +118,8 @@ def test_compile_trains_the_same_steps(text_file, tmp_path, monkeypatch):
     assert not any(k.startswith("_orig_mod") for k in state["model"])
     for device, on in (("cpu", False), ("cuda", True)):
         d = Dist(0, 1, 0, torch.device(device), torch.float32)
-        assert training.compiles(argparse.Namespace(compile="auto"), d) is on
-        assert training.compiles(argparse.Namespace(compile="on"), d) and not training.compiles(
-            argparse.Namespace(compile="off"), d)
+        assert training.compiles("auto", d) is on
+        assert training.compiles("on", d) and not training.compiles("off", d)
 
 
 # -----------------------------------------------------------------------------
