@@ -1,7 +1,6 @@
 """The layouts and the methods of bench/bench_attention.py: the (kind, step, pos, valid) metadata of
 each layout, and each method as fn(q, k, v) -> out (ours, SDPA with the dense mask, FlexAttention).
 The module docstring of bench_attention.py says what each is."""
-import contextlib
 import json
 import os
 import sys
@@ -73,36 +72,13 @@ def layout(name, dev, smoke):
 # -----------------------------------------------------------------------------
 # the methods (bench/attention_harness.Method): setup once a step, a call per layer
 
-# the row that times the backward this kernel does not use by default (attention_plan.FUSED_DQ -> its label)
+# the row that times the backward a tuning does not use (attention_plan.Tuning.fused_dq -> its label)
 ALT_BACKWARD = {False: "ours, dQ fused", True: "ours, dQ kernel apart"}
 
 
 def backward_name(label):
     """"dQ fused" of "ours, dQ fused": the backward a row names."""
     return label.split(", ", 1)[1]
-
-
-@contextlib.contextmanager
-def plan_flag(name, on):
-    """kernels/attention_plan.NAME set to `on` inside the block (None: as it is), restored after."""
-    from kernels import attention_plan
-    before = getattr(attention_plan, name)
-    setattr(attention_plan, name, before if on is None else on)
-    try:
-        yield
-    finally:
-        setattr(attention_plan, name, before)
-
-
-def fused_dq(on):
-    """kernels.pseudo_attention's backward with dQ fused into the dK/dV kernel (True), as a kernel
-    apart (False), or as it is set (None)."""
-    return plan_flag("FUSED_DQ", on)
-
-
-def table_16bit(on):
-    """The relative bias table in q's dtype (True) or float32 (False), or as set (None)."""
-    return plan_flag("TABLE_16BIT", on)
 
 
 # -----------------------------------------------------------------------------
@@ -115,12 +91,12 @@ def candidates(D):
     and the dK/dV loop a stage shallower. At D 128 (one backward structure: None) the dK/dV kernel
     keeps a copy in flight at 3 stages. Each dK/dV kernel compiles for sm_90a (python -m tools.aot
     --config: registers, spills, wgmma per iteration). The last rows vary the forward instead."""
-    from kernels.attention_plan import CUDA_CONFIGS, FUSED_DQ, Config
-    base = CUDA_CONFIGS[D]
+    from kernels.attention_plan import CUDA_CONFIGS, TUNING, Config
+    base, fused = CUDA_CONFIGS[D], TUNING.fused_dq
     if D == 64:
-        rows = [(base, FUSED_DQ), (base, False), (base._replace(BMK=32, BNK=128, kv_warps=8), True),
-                (base._replace(BMK=64, BNK=64, kv_warps=8), True), (base._replace(kv_stages=3), FUSED_DQ),
-                (base._replace(fwd_stages=4), FUSED_DQ), (Config(128, 128, 8, 3, 64, 64, 8, 3, 8, 3), FUSED_DQ)]
+        rows = [(base, fused), (base, False), (base._replace(BMK=32, BNK=128, kv_warps=8), True),
+                (base._replace(BMK=64, BNK=64, kv_warps=8), True), (base._replace(kv_stages=3), fused),
+                (base._replace(fwd_stages=4), fused), (Config(128, 128, 8, 3, 64, 64, 8, 3, 8, 3), fused)]
     else:
         rows = [(base, None), (base._replace(kv_stages=3), None),
                 (base._replace(fwd_stages=3), None)]  # the forward with K and V two tiles ahead
@@ -131,54 +107,31 @@ def candidates(D):
     return out
 
 
-def save_configs(path):
-    """The configurations in force (attention_plan.OVERRIDE, and FUSED_DQ) to `path` as JSON:
-    {"64": [BM, BN, ...], "128": [...], "fused_dq": bool}."""
-    from kernels import attention_plan
+def save_configs(path, tuning, dims=(64, 128)):
+    """The configurations of `tuning` (a kernels/attention_plan.Tuning) for head dims `dims`, and its
+    backward structure, to `path` as JSON: {"64": [BM, BN, ...], "128": [...], "fused_dq": bool}."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(dict({str(D): list(c) for D, c in attention_plan.OVERRIDE.items()},
-                       fused_dq=attention_plan.FUSED_DQ), f)
+        json.dump(dict({str(D): list(tuning.config(torch.device("cuda"), D)) for D in dims},
+                       fused_dq=tuning.fused_dq), f)
 
 
 def read_configs(path):
-    """A save_configs file: {head dim: Config, "fused_dq": bool or None}, refused in one line
-    (SystemExit) when it is not one."""
+    """The Tuning a save_configs file says (the default's where it says nothing), refused in one line
+    (SystemExit) when it is not such a file."""
     from kernels import attention_plan
+    tuning = attention_plan.TUNING
     try:
         with open(path) as f:
             saved = json.load(f)
-        out = {int(k): attention_plan.Config(*v) for k, v in saved.items() if k != "fused_dq"}
+        for k, v in saved.items():
+            if k != "fused_dq":
+                tuning = tuning.with_config(int(k), attention_plan.Config(*v))
     except (OSError, ValueError, TypeError, AttributeError) as e:
         raise SystemExit(f"{path}: not a file of swept configurations ({type(e).__name__}: {e})") from None
-    out["fused_dq"] = saved.get("fused_dq")
-    return out
-
-
-def apply_configs(saved):
-    """Put read_configs' `saved` in force in this process: attention_plan.OVERRIDE per head dim, and
-    FUSED_DQ where it says."""
-    from kernels import attention_plan
-    for key, value in saved.items():
-        if key != "fused_dq":
-            attention_plan.OVERRIDE[key] = value
     if saved.get("fused_dq") is not None:
-        attention_plan.FUSED_DQ = saved["fused_dq"]
-
-
-@contextlib.contextmanager
-def configs_in_force(saved):
-    """read_configs' `saved` in force inside the block (None: the plan's own), what was before after."""
-    from kernels import attention_plan
-    before = dict(attention_plan.OVERRIDE), attention_plan.FUSED_DQ
-    if saved:
-        apply_configs(saved)
-    try:
-        yield
-    finally:
-        attention_plan.OVERRIDE.clear()
-        attention_plan.OVERRIDE.update(before[0])
-        attention_plan.FUSED_DQ = before[1]
+        tuning = tuning._replace(fused_dq=bool(saved["fused_dq"]))
+    return tuning
 
 
 class Built:
@@ -215,22 +168,25 @@ def step_bias(table, pos, frozen, biased):
     return st
 
 
-def ours_method(label, meta, frozen=False, bias=True):
+def ours_method(label, meta, frozen=False, bias=True, tuning=None):
     """kernels/pseudo_attention.py as the model runs it: the codes, tile map and bias pieces built
     once a step into the metadata's cache, every layer's call reading them. frozen: the table
     requires no gradient (the kernel then skips the bias gradient: the work of a constant bias);
-    bias False: no relative bias at all (a diagnostic)."""
-    from kernels import attention_plan
+    bias False: no relative bias at all (a diagnostic). tuning: how the kernels are launched
+    (kernels/attention_plan.Tuning; None: the default)."""
+    from kernels import MaskMeta, attention_plan
     from kernels import pseudo_attention as pa
     kind, step, pos, valid = meta
+    mask = MaskMeta(kind, step, kind, step, valid)
+    tuning = tuning or attention_plan.TUNING
 
     def setup(table, q, k, v):
         st = step_bias(table, pos, frozen, bias)
-        attention_plan.prepare(q, k, v, kind, step, kind, step, valid, bias=st.bias, cache=st.cache)
+        attention_plan.prepare(q, k, v, mask, bias=st.bias, cache=st.cache, tuning=tuning)
         return st
 
     def call(st, q, k, v):
-        return pa.pseudo_attention(q, k, v, kind, step, kind, step, valid, bias=st.bias, cache=st.cache)
+        return pa.pseudo_attention(q, k, v, mask, bias=st.bias, cache=st.cache, tuning=tuning)
     return Method(label, setup, call, Built.reduce, bias_grad=bias and not frozen)
 
 
@@ -239,18 +195,18 @@ def baseline_method(label, name, meta, frozen=False):
     dense bias + mask, Flex's block mask) built once a step into the cache, the dense mask a leaf
     whose gradient the layers sum (a step gathers it back into the table once). frozen: the table
     requires no gradient."""
-    from kernels import baselines
+    from kernels import MaskMeta, baselines
     kind, step, pos, valid = meta
+    mask = MaskMeta(kind, step, kind, step, valid)
     biased = name != "sdpa-nomask"
 
     def setup(table, q, k, v):
         st = step_bias(table, pos, frozen, biased)
-        baselines.prepare(name, kind, step, kind, step, valid, None, None, st.bias, q.dtype, st.cache,
-                          leaf=st.leaf)
+        baselines.prepare(name, mask, st.bias, q.dtype, st.cache, leaf=st.leaf)
         return st
 
     def call(st, q, k, v):
-        return baselines.attention(name, q, k, v, kind, step, kind, step, valid, bias=st.bias, cache=st.cache)
+        return baselines.attention(name, q, k, v, mask, bias=st.bias, cache=st.cache)
     return Method(label, setup, call, Built.reduce if biased else None, bias_grad=biased and not frozen)
 
 

@@ -22,8 +22,8 @@ a step for all its layers and shown apart: a layer is charged its call plus its 
   ours            kernels/pseudo_attention.py: codes, tile map and bias row once a step;
                   "bias table frozen": a table that requires no gradient (the kernel skips it);
                   "dQ fused" / "dQ kernel apart": the backward the plan does not pick
-                  (kernels/attention_plan.FUSED_DQ); "16-bit bias table": the other table dtype
-                  (attention_plan.TABLE_16BIT);
+                  (kernels/attention_plan.Tuning.fused_dq); "16-bit bias table": the other table
+                  dtype (Tuning.table_16bit);
   sdpa-mask       kernels/baselines.py's sdpa (train.py --attention sdpa): SDPA with the dense
                   (B, H, L, L) bias + -inf mask built once a step, its gradient summed over the
                   layers and gathered back into the table once;
@@ -50,6 +50,7 @@ Targets of the attention issue are printed last, met or not, and --json writes e
 each layout, so that a run cut short keeps what it finished: `complete` false until the end).
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -60,12 +61,12 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
 import torch
 
 from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, backward_name, baseline_method,
-                                   apply_configs, candidates, flex_blocks, flex_sanity, fused_dq, layout,
-                                   ours_method, read_configs, save_configs, table_16bit)
+                                   candidates, flex_blocks, flex_sanity, layout, ours_method, read_configs,
+                                   save_configs)
 from bench.attention_harness import charge, fused_flex, kernel_names, timer
 from bench.common import attention_backend, write_json
 
-# the row that times the bias table's other dtype (attention_plan.TABLE_16BIT -> its label)
+# the row that times the bias table's other dtype (attention_plan.Tuning.table_16bit -> its label)
 ALT_TABLE = {False: "ours, 16-bit bias table", True: "ours, float32 bias table"}
 
 
@@ -128,43 +129,46 @@ def views(leaves):
     return [x.transpose(1, 2) for x in leaves]
 
 
-def checks(meta, table, q, k, v):
-    """Ours against the reference with the plan's choices, then with each alternative the run
-    times (a mismatch of an alternative drops its row): the labels whose check passed."""
-    from kernels import attention_plan
-    check(meta, table, q, k, v)
-    ok = []
-    if q.shape[-1] <= 64:  # at D 128 there is one backward
-        label = ALT_BACKWARD[attention_plan.FUSED_DQ]
-        with fused_dq(not attention_plan.FUSED_DQ):
-            check(meta, table, q, k, v, ", " + backward_name(label))
-        ok.append(label)
-    label = ALT_TABLE[attention_plan.TABLE_16BIT]
-    with table_16bit(not attention_plan.TABLE_16BIT):
-        if check(meta, table, q, k, v, ", " + backward_name(label), fatal=False):
-            ok.append(label)
+def alternatives(tuning, D):
+    """{label: Tuning} of the rows that time what `tuning` does not pick: the other backward (at D 64;
+    at D 128 there is one) and the other bias table dtype."""
+    out = {}
+    if D <= 64:
+        out[ALT_BACKWARD[tuning.fused_dq]] = tuning._replace(fused_dq=not tuning.fused_dq)
+    out[ALT_TABLE[tuning.table_16bit]] = tuning._replace(table_16bit=not tuning.table_16bit)
+    return out
+
+
+def checks(meta, table, q, k, v, tuning):
+    """Ours against the reference as `tuning` launches it, then as each alternative does (a mismatch
+    of the bias table's drops its row): {label: Tuning} of the alternatives whose check passed."""
+    check(meta, table, q, k, v, tuning=tuning)
+    ok = {}
+    for label, alt in alternatives(tuning, q.shape[-1]).items():
+        backward = label in ALT_BACKWARD.values()
+        if check(meta, table, q, k, v, ", " + backward_name(label), fatal=backward, tuning=alt):
+            ok[label] = alt
     return ok
 
 
-def sweep(meta, leaves, table, dout, D, time_fn, n_layers, rec, deadline=None):
+def sweep(meta, leaves, table, dout, D, time_fn, n_layers, rec, tuning, deadline=None):
     """Time ours under each candidate configuration (attention_cases.candidates), each checked
-    against the reference first (a mismatch drops it); the fastest forward+backward is kept in
-    kernels/attention_plan.OVERRIDE, and its backward structure in FUSED_DQ, for the rest of the run.
-    Past `deadline` (time.time()) no further candidate starts; the plan's own, the first, always runs."""
-    from kernels import attention_plan
+    against the reference first (a mismatch drops it): `tuning` with the fastest forward+backward's
+    blocks at head dim D and its backward structure, for the rest of the run. Past `deadline`
+    (time.time()) no further candidate starts; the plan's own, the first, always runs."""
     q, k, v = (x.detach().transpose(1, 2).contiguous() for x in leaves)
     rows = []
     for i, (cfg, fused) in enumerate(candidates(D)):
-        attention_plan.OVERRIDE[D] = cfg
+        trial = tuning.with_config(D, cfg)
+        trial = trial if fused is None else trial._replace(fused_dq=fused)
         name = f"{tuple(cfg)}" + ("" if fused is None else f", dQ {'fused' if fused else 'apart'}")
         if i and deadline is not None and time.time() > deadline:
             print(f"  {name}: not timed, the deadline has passed", flush=True)
             continue
         try:
-            with fused_dq(fused):
-                if not check(meta, table, q, k, v, f", {name}", fatal=False):
-                    continue
-                t = charge(ours_method("ours", meta), leaves, table, dout, time_fn, n_layers)
+            if not check(meta, table, q, k, v, f", {name}", fatal=False, tuning=trial):
+                continue
+            t = charge(ours_method("ours", meta, tuning=trial), leaves, table, dout, time_fn, n_layers)
         except Exception as e:  # noqa: BLE001  (a configuration that does not launch is reported)
             print(f"  {name}: failed ({type(e).__name__}: {str(e)[:100]})")
             continue
@@ -173,23 +177,22 @@ def sweep(meta, leaves, table, dout, D, time_fn, n_layers, rec, deadline=None):
     if not rows:
         sys.exit(f"--sweep: no candidate configuration at D {D} matched the reference")
     _, _, best, fused = min(rows, key=lambda r: r[0])
-    attention_plan.OVERRIDE[D] = best
-    if fused is not None:
-        attention_plan.FUSED_DQ = fused
     rec["sweep"] = [dict(config=list(c), fused_dq=fz, fwd_ms=f, fwdbwd_ms=b) for b, f, c, fz in rows]
     rec["config"], rec["fused_dq"] = list(best), fused
     print(f"  fastest: {tuple(best)}" + ("" if fused is None else f", dQ {'fused' if fused else 'apart'}"), flush=True)
+    tuning = tuning.with_config(D, best)
+    return tuning if fused is None else tuning._replace(fused_dq=fused)
 
 
-def tiles(meta, table, q, k, v, rec):
+def tiles(meta, table, q, k, v, rec, tuning):
     """What ours computes: its tiles by class and the pairs in them, against the visible pairs."""
-    from kernels import attention_plan, reference, rel_pos_bias
+    from kernels import MaskMeta, attention_plan, reference, rel_pos_bias
     kind, step, pos, valid = meta
-    cfg = attention_plan.config(q.device, q.shape[-1])
+    cfg = tuning.config(q.device, q.shape[-1])
     rec.setdefault("config", list(cfg))
-    pm, _, _ = attention_plan.prepare(q, k, v, kind, step, kind, step, valid,
-                                      bias=rel_pos_bias(table, pos, pos, MAX_DIST))
-    counts = pm["tiles"].q_count.sum((0, 1)).tolist()  # PARTIAL, FULL, FAR, GATHER
+    pm, _, _ = attention_plan.prepare(q, k, v, MaskMeta(kind, step, kind, step, valid),
+                                      bias=rel_pos_bias(table, pos, pos, MAX_DIST), tuning=tuning)
+    counts = pm.tiles.q_count.sum((0, 1)).tolist()  # PARTIAL, FULL, FAR, GATHER
     B, L = kind.shape
     rec.update(visible=reference.visible(kind, step, kind, step, valid).sum().item(),
                computed=sum(counts) * cfg.BM * cfg.BN, tiles=dict(zip(("partial", "full", "far", "gather"), counts)))
@@ -198,30 +201,27 @@ def tiles(meta, table, q, k, v, rec):
           f"FAR {counts[2]}, GATHER {counts[3]})", flush=True)
 
 
-def methods(meta, D, alternatives, with_flex):
-    """(method, the plan flags it runs under) for every row, ours first."""
-    from kernels import attention_plan
-    rows = [(ours_method("ours", meta), {}), (ours_method("ours, bias table frozen", meta, frozen=True), {})]
-    for label in alternatives:
-        flags = ({"dq": not attention_plan.FUSED_DQ} if label in ALT_BACKWARD.values()
-                 else {"table": not attention_plan.TABLE_16BIT})
-        rows.append((ours_method(label, meta), flags))
-    rows += [(baseline_method("sdpa-mask", "sdpa", meta), {})]
+def methods(meta, D, alternatives, with_flex, tuning=None):
+    """The method of every row, ours first (launched as `tuning` says, each alternative as its own
+    Tuning: {label: Tuning})."""
+    rows = [ours_method("ours", meta, tuning=tuning), ours_method("ours, bias table frozen", meta, frozen=True,
+                                                                  tuning=tuning)]
+    rows += [ours_method(label, meta, tuning=alt) for label, alt in alternatives.items()]
+    rows += [baseline_method("sdpa-mask", "sdpa", meta)]
     if with_flex:  # frozen: whether the gradient of the table its score_mod reads is what costs Flex
-        rows += [(baseline_method("flex", "flex", meta), {}),
-                 (baseline_method("flex, bias table frozen", "flex", meta, frozen=True), {})]
-    rows += [(baseline_method("sdpa-nomask", "sdpa-nomask", meta), {})]
+        rows += [baseline_method("flex", "flex", meta), baseline_method("flex, bias table frozen", "flex", meta,
+                                                                        frozen=True)]
+    rows += [baseline_method("sdpa-nomask", "sdpa-nomask", meta)]
     return rows
 
 
 def time_methods(rows, leaves, table, dout, time_fn, n_layers, rec):
     """Every method charged by one function, and the kernels one forward+backward of it ran."""
-    for m, flags in rows:
+    for m in rows:
         try:
-            with fused_dq(flags.get("dq")), table_16bit(flags.get("table")):
-                t = charge(m, leaves, table, dout, time_fn, n_layers)
-                st = m.setup(table, *views(leaves))
-                t["kernels"] = kernel_names(lambda: m.call(st, *views(leaves)).backward(dout))
+            t = charge(m, leaves, table, dout, time_fn, n_layers)
+            st = m.setup(table, *views(leaves))
+            t["kernels"] = kernel_names(lambda: m.call(st, *views(leaves)).backward(dout))
         except Exception as e:  # noqa: BLE001  (a baseline that cannot run is reported, not fatal)
             print(f"  {m.label}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
             continue
@@ -230,24 +230,26 @@ def time_methods(rows, leaves, table, dout, time_fn, n_layers, rec):
         rec["methods"][m.label] = t
 
 
-def bench(name, D, args, dev, dtype, time_fn):
+def bench(name, D, args, dev, dtype, time_fn, tuning, swept):
+    """A layout's record at head dim D, and the Tuning the rest of the run keeps (the sweep's choice
+    where it sweeps: once per head dim, on the first layout that has it, its dims added to `swept`)."""
     meta, leaves, table, dout = operands(name, D, dev, dtype, args.smoke)
     q, k, v = (x.detach().transpose(1, 2).contiguous() for x in leaves)
     B, L, H = q.shape[0], q.shape[2], q.shape[1]
     print(f"\n## {name}, D {D}: B={B} H={H} L={L} (mean {meta[3].sum().item() / B:.0f} real tokens a row)", flush=True)
-    from kernels import attention_plan
     rec = dict(layout=name, D=D, B=B, H=H, L=L, layers=args.layers, methods={})
-    if args.sweep and D not in attention_plan.OVERRIDE:  # once per head dim: the first layout that has it
-        sweep(meta, leaves, table, dout, D, time_fn, args.layers, rec, getattr(args, "until", None))
+    if args.sweep and D not in swept:
+        tuning = sweep(meta, leaves, table, dout, D, time_fn, args.layers, rec, tuning, getattr(args, "until", None))
+        swept.add(D)
         if args.save_configs:  # at once: a run cut short after its sweep keeps the choice
-            save_configs(args.save_configs)
+            save_configs(args.save_configs, tuning, sorted(swept))
     if args.sweep_only:
-        return rec
-    alternatives = checks(meta, table, q, k, v)  # with the configuration the sweep chose
-    rec["alt_backward"] = ALT_BACKWARD[attention_plan.FUSED_DQ]
-    tiles(meta, table, q, k, v, rec)
+        return rec, tuning
+    alts = checks(meta, table, q, k, v, tuning)  # with the configuration the sweep chose
+    rec["alt_backward"] = ALT_BACKWARD[tuning.fused_dq]
+    tiles(meta, table, q, k, v, rec, tuning)
     with_flex = not args.no_flex and not getattr(args, "skip_flex", False)
-    time_methods(methods(meta, D, alternatives, with_flex), leaves, table, dout, time_fn, args.layers, rec)
+    time_methods(methods(meta, D, alts, with_flex, tuning), leaves, table, dout, time_fn, args.layers, rec)
     rec["diagnostics"] = diagnostics(meta, leaves, table, dout, time_fn, args.layers)
     if with_flex and not args.smoke:
         try:
@@ -256,7 +258,7 @@ def bench(name, D, args, dev, dtype, time_fn):
         except Exception as e:  # noqa: BLE001
             print(f"  flex sanity: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
     report(rec)
-    return rec
+    return rec, tuning
 
 
 def diagnostics(meta, leaves, table, dout, time_fn, n_layers):
@@ -359,18 +361,19 @@ def targets(records):
     return out
 
 
-def check(meta, table, q, k, v, label="", fatal=True):
-    """bf16 forward and backward of ours against the reference on two rows; exits on a mismatch
-    (fatal), else prints it and returns False."""
+def check(meta, table, q, k, v, label="", fatal=True, tuning=None):
+    """bf16 forward and backward of ours (launched as `tuning` says; None: the default) against the
+    reference on two rows; exits on a mismatch (fatal), else prints it and returns False."""
     from kernels import pseudo_attention as pa
-    from kernels import reference, rel_pos_bias
+    from kernels import MaskMeta, reference, rel_pos_bias
     kind, step, pos, valid = meta
     sl = slice(0, 2)
     dout = torch.randn_like(q[sl])
     results = []
-    for fn in (pa.pseudo_attention, reference.attention):
+    ours = lambda *a, **kw: pa.pseudo_attention(*a, **kw, tuning=tuning or pa.TUNING)  # noqa: E731
+    for fn in (ours, reference.attention):
         leaves = [x[sl].detach().requires_grad_() for x in (q, k, v)] + [table.detach().requires_grad_()]
-        out = fn(*leaves[:3], kind[sl], step[sl], kind[sl], step[sl], valid[sl],
+        out = fn(*leaves[:3], MaskMeta(kind[sl], step[sl], kind[sl], step[sl], valid[sl]),
                  bias=rel_pos_bias(leaves[3], pos[sl], pos[sl], MAX_DIST))
         results.append([out] + list(torch.autograd.grad(out, leaves, dout)))
     worst = []
@@ -400,10 +403,13 @@ def main(argv=None):
         dev, dtype = "cuda", torch.bfloat16
     import triton
     time_fn = timer(args.smoke)
+    from kernels.attention_plan import TUNING
+    tuning, swept = TUNING, set()
     if args.configs:
-        saved = read_configs(args.configs)
-        apply_configs(saved)
-        print(f"configurations from {args.configs}: {saved}")
+        tuning = read_configs(args.configs)
+        with open(args.configs) as f:  # a head dim the file holds is not swept again
+            swept = {int(k) for k in json.load(f) if k != "fused_dq"}
+        print(f"configurations from {args.configs}: {tuning}")
     device = torch.cuda.get_device_name() if dev == "cuda" else "cpu (smoke)"
     print(f"# {device}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
     records = []
@@ -418,10 +424,11 @@ def main(argv=None):
                 continue
             args.skip_flex = left is not None and left < 60
             args.until = None if args.deadline is None else t0 + args.deadline
-            records.append(bench(name, D, args, dev, dtype, time_fn))
+            rec, tuning = bench(name, D, args, dev, dtype, time_fn, tuning, swept)
+            records.append(rec)
             write_result(args.json, device, triton.__version__, records, complete=False)
     if args.save_configs:
-        save_configs(args.save_configs)
+        save_configs(args.save_configs, tuning, sorted(swept))
     write_result(args.json, device, triton.__version__, records, complete=True)
     if args.json:
         print(f"figures: {args.json}")

@@ -211,10 +211,11 @@ class Method:
         from core.optim import lr_at
         from core.training import StepStats, compile_model
         from bench.step import train_step
-        from bench.attention_cases import configs_in_force, read_configs
-        self.name, self.mode, self.device, self.backend = method, mode_of(method), device, kernels.use_backend
-        saved = read_configs(args.configs) if method_of(method) == "ours-swept" else None
-        self.configs = lambda: configs_in_force(saved)  # noqa: E731  (ours-swept: the file's; else the plan's)
+        from bench.attention_cases import read_configs
+        self.name, self.mode, self.device = method, mode_of(method), device
+        # the Triton attention's launch tuning: ours-swept the file's, every other method the default
+        self.tuning = read_configs(args.configs) if method_of(method) == "ours-swept" else None
+        self.backend = lambda: kernels.use_backend(METHODS[method_of(method)], tuning=self.tuning)  # noqa: E731
         self.model = fresh()
         self.call = self.model  # what the step calls: the model, or its compiled graph
         if self.mode != "eager":
@@ -237,7 +238,7 @@ class Method:
     def run(self, steps):
         """`steps` steps under this method's attention, between two synchronizations: their seconds, and
         the processor seconds this process and its children (a compiler's) spent in them."""
-        with self.backend(METHODS[method_of(self.name)]), self.configs():
+        with self.backend():
             sync(self.device)
             t0, c0 = time.perf_counter(), processor_seconds()
             for _ in range(steps):
@@ -263,7 +264,7 @@ class Method:
         from bench.common import attention_backend
         stats, skipped, _ = self.window.read()
         row = dict(self.timing(per_round), loss=stats["loss"] / stats["norm"], skipped=skipped)
-        with self.backend(METHODS[method_of(self.name)]), self.configs():
+        with self.backend():
             row["kernels"], row["kernel_ms"], row["kernel_total_ms"] = kernels_of(self.one, self.device)
             row["host_syncs"] = sync_check(self.one, self.device)
         row["attention"] = attention_backend(self.name, row["kernels"])
@@ -396,10 +397,10 @@ def main(argv=None):
                           "12 x C x visible pairs x layers", peak_tflops=peak, dtype=str(dtype)[6:],
                rounds=args.rounds, timed_steps=args.steps // args.rounds * args.rounds, rows=[])
     if args.configs:  # what ours-swept ran, beside what ours ran (the plan's own)
-        from kernels.attention_plan import CUDA_CONFIGS, FUSED_DQ
+        from kernels.attention_plan import CUDA_CONFIGS, TUNING
         with open(args.configs) as f:
             out.update(swept_configs=json.load(f),
-                       plan_configs=dict({str(D): list(c) for D, c in CUDA_CONFIGS.items()}, fused_dq=FUSED_DQ))
+                       plan_configs=dict({str(D): list(c) for D, c in CUDA_CONFIGS.items()}, fused_dq=TUNING.fused_dq))
 
     def report(rows, final):
         for row in rows:

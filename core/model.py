@@ -62,6 +62,11 @@ class Meta:
     cache: dict = field(default_factory=dict, repr=False)
 
 
+def mask_meta(q_meta: Meta, k_meta: Meta):
+    """The kernels.MaskMeta of a (query, key) metadata pair: what kernels.attention derives the mask from."""
+    return kernels.MaskMeta(q_meta.kind, q_meta.step, k_meta.kind, k_meta.step, k_meta.valid, q_meta.seq, k_meta.seq)
+
+
 def tile_cache(q_meta: Meta, k_meta: Meta):
     """The dict in which kernels.attention keeps the tile map of this (query, key) metadata pair."""
     entry = q_meta.cache.get(id(k_meta))
@@ -107,9 +112,7 @@ class Attention(nn.Module):
                 k, v = past
             elif past is not None:
                 k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-        y = kernels.attention(q, k, v, q_meta.kind, q_meta.step, k_meta.kind, k_meta.step,
-                              k_valid=k_meta.valid, q_seq=q_meta.seq, k_seq=k_meta.seq, bias=bias,
-                              cache=tile_cache(q_meta, k_meta))
+        y = kernels.attention(q, k, v, mask_meta(q_meta, k_meta), bias=bias, cache=tile_cache(q_meta, k_meta))
         B, H, Lq, D = y.shape
         return self.o(y.transpose(1, 2).reshape(B, Lq, H * D)), new
 

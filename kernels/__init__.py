@@ -1,12 +1,15 @@
 """Attention from per-token metadata, and the switch that picks a Triton kernel or the reference.
 
-    from kernels import attention, rel_pos_bias, CONTEXT, ORIGINAL, PSEUDO
+    from kernels import attention, rel_pos_bias, MaskMeta, CONTEXT, ORIGINAL, PSEUDO
 
 `backend='auto'` runs the Triton kernel on CUDA tensors and the PyTorch reference elsewhere.
 `use_backend('reference' | 'triton' | 'sdpa' | 'flex' | 'sdpa-nomask')` (a context manager) or the
 environment variable ATTENTION_BACKEND forces one for every 'auto' call, which is how tests,
 benchmarks and train.py --attention pick a side. The last three are PyTorch's own attention
 (kernels/baselines.py); they choose the attention only, the early-exit operations stay 'auto'.
+`use_backend(name, tuning)` also says how the Triton attention is launched inside the block
+(kernels/attention_plan.Tuning: blocks, dQ fused or apart, the bias table's dtype); without it,
+or outside any block, the default tuning.
 `backend='triton'` on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported.
 """
 import contextlib
@@ -15,24 +18,26 @@ import sys
 
 import torch
 
-from .reference import CONTEXT, ORIGINAL, PSEUDO, RelPosBias, rel_pos_bias, t5_bucket, visible
+from .reference import CONTEXT, ORIGINAL, PSEUDO, MaskMeta, RelPosBias, rel_pos_bias, t5_bucket, visible
 from . import baselines, reference
 
 _BACKENDS = ("auto", "reference", "triton") + baselines.BASELINES
 _forced = os.environ.get("ATTENTION_BACKEND", "auto")
+_tuning = None  # the Triton attention's attention_plan.Tuning inside use_backend(name, tuning); None: the default
 
 
 @contextlib.contextmanager
-def use_backend(name):
-    """Force `name` for every attention(..., backend='auto') call inside the block."""
-    global _forced
+def use_backend(name, tuning=None):
+    """Force `name` for every attention(..., backend='auto') call inside the block, and launch the
+    Triton attention there as `tuning` says (an attention_plan.Tuning; None: the default)."""
+    global _forced, _tuning
     if name not in _BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; pick one of {_BACKENDS}")
-    before, _forced = _forced, name
+    before, _forced, before_tuning, _tuning = _forced, name, _tuning, tuning
     try:
         yield
     finally:
-        _forced = before
+        _forced, _tuning = before, before_tuning
 
 
 _import_error = []  # the ImportError of the Triton modules, once met
@@ -71,17 +76,17 @@ def resolve_backend(backend, device, attention=False):
     return backend
 
 
-def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None,
-              bias=None, backend="auto", scale=None, cache=None):
+def attention(q, k, v, meta, bias=None, backend="auto", scale=None, cache=None):
     """Multi-head attention whose mask is derived on the fly from per-token metadata.
 
     q: (B, H, Lq, D); k, v: (B, H, Lk, D).
-    q_kind, q_step: (B, Lq) int; k_kind, k_step: (B, Lk) int. kind is CONTEXT=0, ORIGINAL=1 or
+    meta: a MaskMeta, the per-token metadata:
+      q_kind, q_step: (B, Lq) int; k_kind, k_step: (B, Lk) int. kind is CONTEXT=0, ORIGINAL=1 or
         PSEUDO=2, step the factorization step. The rule (kernels/reference.py): every query sees
         CONTEXT keys; an ORIGINAL query at step s also sees ORIGINAL keys of step <= s; a PSEUDO
         query at step s also sees ORIGINAL keys of step < s and PSEUDO keys of step == s.
-    k_valid: (B, Lk) bool, False for padding keys, which are never seen.
-    q_seq, k_seq: (B, Lq), (B, Lk) int sequence ids for packed batches: a query sees only keys of
+      k_valid: (B, Lk) bool, False for padding keys, which are never seen (None: every key).
+      q_seq, k_seq: (B, Lq), (B, Lk) int sequence ids for packed batches: a query sees only keys of
         its own sequence. Give both or neither.
     bias: None, an additive float tensor broadcastable to (B, H, Lq, Lk), or a RelPosBias (built
         by rel_pos_bias from a (H, buckets) table and position ids) that kernels compute in place.
@@ -99,23 +104,24 @@ def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None,
     if k.shape != v.shape or k.shape[:2] != (B, H) or k.shape[3] != D:
         raise ValueError(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match")
     Lk = k.shape[2]
-    if q_kind.shape != (B, Lq) or q_step.shape != (B, Lq):
+    if meta.q_kind.shape != (B, Lq) or meta.q_step.shape != (B, Lq):
         raise ValueError(f"attention: query metadata must be (B, Lq) = {(B, Lq)}")
-    if k_kind.shape != (B, Lk) or k_step.shape != (B, Lk):
+    if meta.k_kind.shape != (B, Lk) or meta.k_step.shape != (B, Lk):
         raise ValueError(f"attention: key metadata must be (B, Lk) = {(B, Lk)}")
-    if (q_seq is None) != (k_seq is None):
+    if (meta.q_seq is None) != (meta.k_seq is None):
         raise ValueError("attention: give both q_seq and k_seq, or neither")
     which = resolve_backend(backend, q.device, attention=True)
-    if which == "triton" and torch.compiler.is_compiling():  # through custom operators: no graph break
-        from .attention_op import attention as traced
-        return traced(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale, cache)
     if which == "triton":
+        from .attention_plan import TUNING
+        tuning = _tuning or TUNING
+        if torch.compiler.is_compiling():  # through custom operators: no graph break
+            from .attention_op import attention as traced
+            return traced(q, k, v, meta, bias, scale, cache, tuning)
         from .pseudo_attention import pseudo_attention
-        return pseudo_attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale, cache)
+        return pseudo_attention(q, k, v, meta, bias, scale, cache, tuning)
     if which in baselines.BASELINES:
-        return baselines.attention(which, q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale,
-                                   cache=cache)
-    return reference.attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, scale)
+        return baselines.attention(which, q, k, v, meta, bias, scale, cache=cache)
+    return reference.attention(q, k, v, meta, bias, scale)
 
 
 # -----------------------------------------------------------------------------
@@ -167,5 +173,5 @@ def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, backend="a
     return reference.offramp_cross_entropy(h, weight, bias, target, ignore_index, stats=stats)
 
 
-__all__ = ["attention", "gather_rows", "scatter_rows", "offramp", "active_index", "use_backend", "resolve_backend",
-           "rel_pos_bias", "RelPosBias", "t5_bucket", "visible", "CONTEXT", "ORIGINAL", "PSEUDO"]
+__all__ = ["attention", "MaskMeta", "gather_rows", "scatter_rows", "offramp", "active_index", "use_backend",
+           "resolve_backend", "rel_pos_bias", "RelPosBias", "t5_bucket", "visible", "CONTEXT", "ORIGINAL", "PSEUDO"]

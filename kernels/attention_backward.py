@@ -1,7 +1,7 @@
 """The backward kernels of the pseudo-mask attention (kernels/pseudo_attention.py has the forward, the
 launchers and the conventions), FlashAttention-2's backward (Dao, 2023, section 3.1.2): delta =
 rowsum(dO * O); dK and dV per key tile, with each tile's dQ added by atomics where dQ is fused
-(attention_plan.FUSED_DQ), and the relative bias table's gradient; dQ per query tile where it is not.
+(attention_plan.Tuning.fused_dq), and the relative bias table's gradient; dQ per query tile where it is not.
 Each kernel recomputes the probabilities of the tiles it visits from the saved log-sum-exp, one loop
 per tile class (kernels/tilemap.py), each compiled for its class alone (kernels/attention_tiles.py).
 
@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from .attention_tiles import (_EDGE, _FAR, _FULL, _GATHER, _LENGTHS, _PARTIAL, WINDOW_PAD, BiasRead, KeySide,
-                              Program, _dense_t, _dkdv_step, _dq_step, _edge, _entry, _far, _far_pair, _k_codes,
+                              Program, QTile, _dense_t, _dkdv_step, _dq_step, _edge, _entry, _far, _far_pair, _k_codes,
                               _near_t, _q_codes, _q_program, _rows, _rows_t, _see_t, _vec, _window_t)
 from .tilemap import _BIG, _NONE_K
 
@@ -241,17 +241,9 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQ, LSE, DELTA, C, T, R, X, H, Lq, Lk, n
 # -----------------------------------------------------------------------------
 # dQ per query tile, where it is not fused
 
-class _DQRows(NamedTuple):
-    """A dQ program's query rows: what attention_tiles.QTile holds, and their dO, log-sum-exp, delta."""
-    q: object
-    qa: object
-    qb: object
-    qq: object
-    qp: object
-    rows: object
-    do: object
-    lse: object
-    delta: object
+# A dQ program's query rows: attention_tiles.QTile's fields (what _q_program reads), and their dO,
+# log-sum-exp and delta (what _dq_tile reads).
+_DQRows = NamedTuple("_DQRows", [(name, object) for name in QTile._fields + ("do", "lse", "delta")])
 
 
 @triton.jit

@@ -3,7 +3,7 @@ and how it is launched: the block configurations per head dim, and the plan of a
 and tile map of kernels/tilemap.py, the bias table scaled to base 2), built once per metadata into
 the caller's cache and checked on the host only.
 """
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -35,54 +35,73 @@ class Config(NamedTuple):
     dq_stages: int
 
 
-# The forward's blocks: the fastest forward+backward of bench/bench_attention.py --sweep's
-# candidates on a GPU, PMLM at D 64 and s2s-1k at D 128 (bench/RESULTS.md). The dK/dV kernel's at
-# D 64: one warpgroup on 64 keys x 32 queries, so that each product is computed once (with two
-# warpgroups on 64 keys, Triton lays a product that feeds another along all the warps' rows and the
-# second repeats the first's S^T and dP^T) and two programs fit an SM without spills; at D 128 one
-# warpgroup spills, so the kernel keeps two. The compiled counts of each: docs/kernels.md ("The
-# backward without doubled work", python -m tools.aot --loops).
+# Blocks, warps and stages per head dim on a GPU. The dK/dV kernel at D 64 runs one warpgroup on 64
+# keys x 32 queries, so that each product is computed once (on two warpgroups Triton lays a product
+# that feeds another along all the warps' rows, and the second repeats the first's S^T and dP^T) and
+# two programs fit an SM without spills; at D 128 one warpgroup spills, so the kernel keeps two. Each
+# loop reads its tile list a tile ahead (attention_tiles._entry), so a third stage keeps K and V two
+# tiles ahead at the cost of a third shared-memory buffer, which at D 128 leaves the forward one block
+# an SM: its forward runs 2 stages. The compiled counts of each: docs/kernels.md ("The backward
+# without doubled work", python -m tools.aot --loops).
 CUDA_CONFIGS = {
     64: Config(64, 64, 4, 3, 32, 64, 4, 4, 4, 3),
     128: Config(64, 64, 4, 2, 32, 64, 8, 2, 4, 3),
 }
-# Each loop reads its tile list a tile ahead (attention_tiles._entry), so at 3 stages the pipeliner
-# keeps K and V two tiles ahead and the forward's shared memory grows by a third buffer: at D 128
-# that leaves one block an SM, so the D 128 forward runs 2 stages until a sweep says otherwise
-# (the shared memory of each case: python -m tools.aot).
-# The backward's structure: False, two kernels (dK/dV per key tile, dQ per query tile, each
-# recomputing the probabilities of its tiles); True, one at head dims up to 64 (the dK/dV kernel adds
-# each tile's dQ into a float32 buffer by atomics), measured faster there (bench/RESULTS.md) and the
-# cheaper by count: per 32 x 64 tile at D 64, fused costs one product (dQ^T = K^T dS^T) and 2,048
-# float32 atomic adds; apart, the dQ kernel redoes S and dP (two products) besides dS K, reloads K and
-# V (16 KB a 64-key tile) and recomputes the tile's exponentials, bias and rule. At D 128 the dK/dV
-# kernel is at its registers' limit without dQ, so D 128 keeps two kernels. A plan records the
-# choice it was made with (meta["fused"]).
-# The atomics make dQ's float32 sums order-dependent on a GPU (as the bias table's gradient already
-# was): equal to within rounding, not bit for bit, from run to run.
-FUSED_DQ = True
-# The table's gradient summed by windows in registers (kernels/attention_backward.py) up to this head
-# dim; past it every pair is added by an atomic (at D 128 the dK/dV kernel is at its registers' limit).
-GRAD_WINDOWS_MAX_D = 64
-MAP_WARPS = 4  # of the tile map's cell programs (kernels/tilemap.py _class_kernel) on a GPU
-# The relative bias table in q's dtype (16-bit q only) instead of float32. A FULL tile reads its bias
-# as a (BM, BN) window of the table, through shared memory like K and V: in float32 that is as many
-# bytes as K and V together at D 64. 16 bits halve that shared memory but add conversions to the
-# forward's loop (docs/LOG.md has the compiles), and the bias then carries bf16's 8 bits of
-# mantissa, as q and k do. Off until a GPU has timed both (bench/bench_attention.py).
-TABLE_16BIT = False
 # under the interpreter a tile costs Python time, and small tiles make the tests cross many tile
 # boundaries; the two orientations differ so that the tests check each list on its own
 INTERPRET_CONFIG = Config(16, 16, 1, 1, 16, 32, 1, 1, 1, 1)
-OVERRIDE = {}  # head dim -> Config: what a benchmark sweep sets to try another
+# The table's gradient summed by windows in registers (kernels/attention_backward.py) up to this head
+# dim; past it every pair is added by an atomic (at D 128 the dK/dV kernel is at its registers' limit).
+GRAD_WINDOWS_MAX_D = 64
+FUSED_DQ_MAX_D = 64  # dQ fused into the dK/dV kernel up to this head dim (Tuning.fused_dq)
+MAP_WARPS = 4  # of the tile map's cell programs (kernels/tilemap.py _class_kernel) on a GPU
 
 
-def config(device, D):
-    if device.type != "cuda":
-        return INTERPRET_CONFIG
-    cfg = OVERRIDE.get(D) or CUDA_CONFIGS[64 if D <= 64 else 128]
-    assert max(cfg.BN, cfg.BNK) <= WINDOW_PAD, f"key blocks wider than WINDOW_PAD = {WINDOW_PAD}: {cfg}"
-    return cfg
+class Tuning(NamedTuple):
+    """How the attention kernels are launched, one value passed down to them (kernels.attention's
+    `tuning`, kernels.use_backend's; TUNING is a run's): the blocks of each head dim on a GPU
+    (d64 up to D 64, d128 past it) and under the interpreter, and two choices of structure.
+
+    fused_dq: the backward as one kernel where D <= FUSED_DQ_MAX_D: the dK/dV kernel adds each tile's
+    dQ into a float32 buffer by atomics (per 32 x 64 tile at D 64 one product, dQ^T = K^T dS^T, and
+    2,048 float32 atomic adds), where the dQ kernel apart redoes S and dP (two products) besides dS K,
+    reloads K and V and recomputes the tile's exponentials, bias and rule. At D 128 the dK/dV kernel
+    is at its registers' limit without dQ, so D 128 keeps two kernels. The atomics make dQ's float32
+    sums order-dependent on a GPU (as the bias table's gradient is): equal to within rounding, not
+    bit for bit, from run to run.
+    table_16bit: the relative bias table in q's dtype (16-bit q only) instead of float32. A FULL tile
+    reads its bias as a (BM, BN) window of the table through shared memory, like K and V: in float32
+    as many bytes as K and V together at D 64. 16 bits halve that but add conversions to the
+    forward's loop, and the bias then carries the 8 bits of bf16's mantissa, as q and k do; float32
+    until a GPU has timed both (bench/bench_attention.py, docs/kernels.md)."""
+    d64: Config = CUDA_CONFIGS[64]
+    d128: Config = CUDA_CONFIGS[128]
+    interpret: Config = INTERPRET_CONFIG
+    fused_dq: bool = True
+    table_16bit: bool = False
+
+    def config(self, device, D):
+        """The Config a launch on `device` at head dim D runs."""
+        if device.type != "cuda":
+            return self.interpret
+        cfg = self.d64 if D <= 64 else self.d128
+        assert max(cfg.BN, cfg.BNK) <= WINDOW_PAD, f"key blocks wider than WINDOW_PAD = {WINDOW_PAD}: {cfg}"
+        return cfg
+
+    def with_config(self, D, cfg):
+        """This tuning with `cfg` for head dim D."""
+        return self._replace(**{"d64" if D <= 64 else "d128": cfg})
+
+    def fused(self, D):
+        """Whether the backward at head dim D fuses dQ into the dK/dV kernel."""
+        return self.fused_dq and D <= FUSED_DQ_MAX_D
+
+    def table_dtype(self, q):
+        """The dtype of the extended bias table the kernels read."""
+        return q.dtype if self.table_16bit and q.dtype != torch.float32 else torch.float32
+
+
+TUNING = Tuning()
 
 
 # -----------------------------------------------------------------------------
@@ -170,30 +189,33 @@ def _cached(cache, key, refs, build):
     return entry[1]
 
 
-def plan(cache, cfg, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos, max_dist, backward):
-    """(q codes, k codes, TileMap): 1-3 launches the first time, none after (same cache, same
-    tensors). The k-major lists are built only when a backward will need them."""
-    refs = (q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos)
+def plan(cache, cfg, meta, q_pos, k_pos, max_dist, backward):
+    """(q codes, k codes, TileMap) of a MaskMeta and the bias's position ids: 1-3 launches the first
+    time, none after (same cache, same tensors). The k-major lists are built only when a backward will
+    need them."""
+    refs = tuple(meta) + (q_pos, k_pos)
 
     def codes():
-        kc = code_tensor(k_kind, k_step, k_valid, k_seq, k_pos)
-        same = q_kind is k_kind and q_step is k_step and q_seq is k_seq and q_pos is k_pos
-        return (kc if same else code_tensor(q_kind, q_step, None, q_seq, q_pos)), kc
+        kc = code_tensor(meta.k_kind, meta.k_step, meta.k_valid, meta.k_seq, k_pos)
+        same = meta.q_kind is meta.k_kind and meta.q_step is meta.k_step and meta.q_seq is meta.k_seq \
+            and q_pos is k_pos
+        return (kc if same else code_tensor(meta.q_kind, meta.q_step, None, meta.q_seq, q_pos)), kc
     qc, kc = _cached(cache, "codes", refs, codes)
 
     def tiles():
-        return build_map(qc, kc, (cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, q_seq is not None,
-                         max_dist, MAP_WARPS if q_kind.is_cuda else 1, Lq=q_kind.shape[1], Lk=k_kind.shape[1])
+        return build_map(qc, kc, (cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, meta.q_seq is not None,
+                         max_dist, MAP_WARPS if meta.q_kind.is_cuda else 1, Lq=meta.q_kind.shape[1],
+                         Lk=meta.k_kind.shape[1])
     key = ("map", cfg, max_dist)
     if cache is not None and key in cache and backward and cache[key][1].k_list is None:
         del cache[key]  # built for a forward without gradient; now a backward needs the k-major lists
     return qc, kc, _cached(cache, key, refs, tiles)
 
 
-def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None,
-            cache=None, backward=True, scale=None):
-    """Check shapes, dtypes and layouts (host-side only); return what the kernels read: the codes,
-    the tile map and the bias pieces, from `cache` where it holds them."""
+def prepare(q, k, v, meta, bias=None, cache=None, backward=True, scale=None, tuning=TUNING):
+    """Check shapes, dtypes and layouts of q, k, v, a MaskMeta and a bias (host-side only); return
+    (Launch, by_distance or None, the dense bias or None): what the kernels read, the codes, the tile
+    map and the bias pieces from `cache` where it holds them, launched as `tuning` says."""
     assert q.dim() == 4, f"pseudo_attention: q must be (B, H, Lq, D), got {tuple(q.shape)}"
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
@@ -212,13 +234,15 @@ def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k
         assert not x.is_floating_point(), f"pseudo_attention: {name} must be an integer tensor, got {x.dtype}"
         assert x.device == q.device, f"pseudo_attention: {name} is on {x.device}, q on {q.device}"
         return x
-    ints(q_kind, "q_kind", Lq), ints(q_step, "q_step", Lq), ints(k_kind, "k_kind", Lk), ints(k_step, "k_step", Lk)
-    if k_valid is not None:
-        assert k_valid.shape == (B, Lk), f"pseudo_attention: k_valid must be (B, Lk) = {(B, Lk)}"
-        assert k_valid.device == q.device, f"pseudo_attention: k_valid is on {k_valid.device}, q on {q.device}"
-    assert (q_seq is None) == (k_seq is None), "pseudo_attention: give both q_seq and k_seq, or neither"
-    if q_seq is not None:
-        ints(q_seq, "q_seq", Lq), ints(k_seq, "k_seq", Lk)
+    for name in ("q_kind", "q_step", "k_kind", "k_step"):
+        ints(getattr(meta, name), name, Lq if name[0] == "q" else Lk)
+    if meta.k_valid is not None:
+        assert meta.k_valid.shape == (B, Lk), f"pseudo_attention: k_valid must be (B, Lk) = {(B, Lk)}"
+        assert meta.k_valid.device == q.device, \
+            f"pseudo_attention: k_valid is on {meta.k_valid.device}, q on {q.device}"
+    assert (meta.q_seq is None) == (meta.k_seq is None), "pseudo_attention: give both q_seq and k_seq, or neither"
+    if meta.q_seq is not None:
+        ints(meta.q_seq, "q_seq", Lq), ints(meta.k_seq, "k_seq", Lk)
     scale = D ** -0.5 if scale is None else float(scale)
     rel = isinstance(bias, RelPosBias)
     table = dense = q_pos = k_pos = ext = None
@@ -228,36 +252,47 @@ def prepare(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k
         assert table.dim() == 2 and table.shape == (H, 2 * M + 1), \
             f"pseudo_attention: by_distance must be (H, 2M+1) = {(H, 2 * M + 1)}, got {tuple(table.shape)}"
         q_pos, k_pos = ints(bias.q_pos, "q_pos", Lq), ints(bias.k_pos, "k_pos", Lk)
-        dt = table_dtype(q)
+        dt = tuning.table_dtype(q)
         ext = _cached(cache, ("table", dt), (table,), lambda: extended_table(table, M, dt))
     elif bias is not None:
         dense = bias
         assert dense.is_floating_point() and dense.device == q.device, \
             "pseudo_attention: a dense bias must be a float tensor on q's device"
         assert dense.dim() <= 4, f"pseudo_attention: bias {tuple(dense.shape)} has more than 4 dims"
-    qc, kc, tiles = plan(cache, config(q.device, D), q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos,
-                         k_pos, M if rel else None, backward)
-    return launch_meta(q, k, qc, kc, tiles, table, ext, dense, M, scale, q_seq is not None), table, dense
+    qc, kc, tiles = plan(cache, tuning.config(q.device, D), meta, q_pos, k_pos, M if rel else None, backward)
+    return launch_of(q, k, qc, kc, tiles, table, ext, dense, M, scale, meta.q_seq is not None, tuning), table, dense
 
 
-def table_dtype(q):
-    """The dtype of the extended bias table the kernels read (TABLE_16BIT)."""
-    return q.dtype if TABLE_16BIT and q.dtype != torch.float32 else torch.float32
+class Launch(NamedTuple):
+    """What the launchers (kernels/pseudo_attention.py) read of one call, made by launch_of: its
+    configuration, codes and tile map, bias pieces and flags."""
+    cfg: Config
+    tiles: object  # kernels/tilemap.TileMap
+    qc: torch.Tensor  # the codes of queries and of keys (kernels/tilemap.py)
+    kc: torch.Tensor
+    table: torch.Tensor  # the extended bias table (extended_table), or qc: a pointer the kernels never read
+    max_dist: int  # M of the relative bias, 0 without one
+    dense: Optional[torch.Tensor]  # a dense bias expanded to (B, H, Lq, Lk), or None
+    scale: float  # the softmax scale
+    has_seq: bool  # packed sequences (q_seq, k_seq given)
+    rel: bool  # a relative bias
+    fused: bool  # dQ fused into the dK/dV kernel (Tuning.fused)
+    precision: str  # the products' input precision: "ieee" in float32, "tf32" otherwise
+    table_dtype: Optional[torch.dtype]  # by_distance's dtype, which its gradient returns in
+    dense_dtype: Optional[torch.dtype]  # the dense bias's
 
 
-def launch_meta(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq):
-    """What the launchers (kernels/pseudo_attention.py) read of a call: its codes, tile map, bias pieces
-    (table: the (H, 2M+1) bias table or None, ext its extended_table; dense: a dense bias or None),
-    configuration and flags."""
+def launch_of(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq, tuning=TUNING):
+    """The Launch of a call from its codes, tile map and bias pieces (table: the (H, 2M+1) bias table
+    or None, ext its extended_table; dense: a dense bias or None)."""
     B, H, Lq, D = q.shape
-    meta = dict(precision="ieee" if q.dtype == torch.float32 else "tf32", rel=table is not None, scale=scale,
-                has_seq=has_seq, dense=None, max_dist=max_dist if table is not None else 0, qc=qc, kc=kc, tiles=tiles,
-                cfg=config(q.device, D), fused=FUSED_DQ and D <= 64, table=qc)  # a pointer the kernels never read
-    if table is not None:
-        meta.update(table=ext, table_dtype=table.dtype)
-    if dense is not None:
-        meta["dense"], meta["dense_dtype"] = dense.detach().expand(B, H, Lq, k.shape[2]), dense.dtype
-    return meta
+    rel = table is not None
+    return Launch(cfg=tuning.config(q.device, D), tiles=tiles, qc=qc, kc=kc, table=ext if rel else qc,
+                  max_dist=max_dist if rel else 0,
+                  dense=None if dense is None else dense.detach().expand(B, H, Lq, k.shape[2]), scale=scale,
+                  has_seq=has_seq, rel=rel, fused=tuning.fused(D),
+                  precision="ieee" if q.dtype == torch.float32 else "tf32",
+                  table_dtype=table.dtype if rel else None, dense_dtype=None if dense is None else dense.dtype)
 
 
 # -----------------------------------------------------------------------------
@@ -285,13 +320,13 @@ def _extension(M, H, device):
 
 
 def extended_table(by_distance, M, dtype=torch.float32):
-    """(H, 4, width) in dtype (float32 unless TABLE_16BIT): copy s of the extended table W,
+    """(H, 4, width) in dtype (float32 unless Tuning.table_16bit): copy s of the extended table W,
     W[h, E + d] = by_distance[h, M + clamp(d, -M, M)] * log2(e) for d in [-E, E] (E = M + WINDOW_PAD; the kernels'
     scores are in
     base 2), shifted left by s entries. Past +-M W holds the clamped values, so that a FULL tile's
     rows are plain windows of it; the four shifted copies let a window that starts anywhere be read
     16 bytes at a time in float32 (kernels/attention_tiles.py `_window`; 8 in 16 bits).
-    Float32 by default: TABLE_16BIT says why and what 16 bits would change."""
+    Float32 by default: Tuning says why and what 16 bits would change."""
     flat = _extension(M, by_distance.shape[0], by_distance.device)
     w = by_distance.detach().reshape(-1)[flat].float() * LOG2E  # two launches: the gather, the scaling
     return w if dtype == torch.float32 else w.to(dtype)  # and a cast in 16 bits

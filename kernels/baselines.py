@@ -38,7 +38,7 @@ def gather_bias(by_distance, d, lookup):
     """(B, H, Lq, Lk) bias from the (H, 2M+1) table at the (B, Lq, Lk) distance indices d.
     "embedding": a lookup, as T5-style models gather their bias: its CUDA backward sums each
     distance's entries in parallel chunks, where advanced indexing's gives each of the 2M+1
-    distances one warp (results/h100-2026-11-28/RUN.md). "index": advanced indexing, whose
+    distances one warp (docs/kernels.md has the timings). "index": advanced indexing, whose
     backward is the faster of the two on a CPU. The same values and gradients either way."""
     if lookup == "embedding":
         return F.embedding(d, by_distance.t()).permute(0, 3, 1, 2)
@@ -50,19 +50,20 @@ def gather_bias(by_distance, d, lookup):
 MASK_ALIGN = 8
 
 
-def dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype):
+def dense_mask(meta, bias, dtype):
     """(additive (B, H or 1, Lq, Lk) mask in `dtype`, (B, 1, Lq, 1) bool of the queries that see no
-    key). The bias is gathered from the RelPosBias's (H, 2M+1) row per distance; a dense bias
+    key) of a MaskMeta. The bias is gathered from the RelPosBias's (H, 2M+1) row per distance; a dense bias
     tensor is added as it is. The mask is built over Lk rounded up to MASK_ALIGN keys (the extra keys
     invalid) and returned as a view of its first Lk columns: its rows aligned as SDPA's kernel reads
     them, so that no layer's call copies it."""
-    Lk = k_kind.shape[1]
+    Lk = meta.k_kind.shape[1]
     pad = -Lk % MASK_ALIGN
     if pad:  # the padding keys: invalid, so never seen
         wide = lambda t, fill=0: None if t is None else F.pad(t, (0, pad), value=fill)  # noqa: E731
-        k_kind, k_step, k_seq = wide(k_kind), wide(k_step), wide(k_seq)
-        k_valid = wide(torch.ones_like(k_kind[:, :Lk], dtype=torch.bool) if k_valid is None else k_valid, False)
-    see = visible(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)[:, None]  # (B, 1, Lq, Lk + pad)
+        valid = torch.ones_like(meta.k_kind, dtype=torch.bool) if meta.k_valid is None else meta.k_valid
+        meta = meta._replace(k_kind=wide(meta.k_kind), k_step=wide(meta.k_step), k_seq=wide(meta.k_seq),
+                             k_valid=wide(valid, False))
+    see = visible(*meta)[:, None]  # (B, 1, Lq, Lk + pad)
     blind = ~see.any(-1, keepdim=True)
     see = see | blind  # a row that sees nothing attends everywhere, and its output is zeroed
     if isinstance(bias, RelPosBias):
@@ -81,18 +82,16 @@ def _sdpa_key(bias, dtype):
     return ("sdpa", id(bias.by_distance if isinstance(bias, RelPosBias) else bias), dtype)
 
 
-def _sdpa_entry(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype, leaf=None):
+def _sdpa_entry(meta, bias, dtype, leaf=None):
     """The cache entry: (the bias it was built for, the mask, possibly through `leaf`, the blind rows)."""
-    mask, blind = dense_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype)
+    mask, blind = dense_mask(meta, bias, dtype)
     return bias, mask if leaf is None else leaf(mask), blind
 
 
-def sdpa(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None, scale=None,
-         cache=None, masked=True):
+def sdpa(q, k, v, meta, bias=None, scale=None, cache=None, masked=True):
     if not masked:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
-    meta = (q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)
-    held, mask, blind = _entry(cache, _sdpa_key(bias, q.dtype), lambda: _sdpa_entry(*meta, bias, q.dtype))
+    held, mask, blind = _entry(cache, _sdpa_key(bias, q.dtype), lambda: _sdpa_entry(meta, bias, q.dtype))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return out.masked_fill(blind, 0.0)
 
@@ -112,12 +111,12 @@ def _flex_fn(device):
     return _compiled[0]
 
 
-def block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq):
-    """The rule as a FlexAttention block mask over int32 metadata, built once per forward."""
+def block_mask(meta):
+    """The rule of a MaskMeta as a FlexAttention block mask over int32 metadata, built once per forward."""
     from torch.nn.attention.flex_attention import create_block_mask
     i32 = lambda t: None if t is None else t.to(torch.int32).contiguous()
-    qk, qs, kk, ks, qq, kq = map(i32, (q_kind, q_step, k_kind, k_step, q_seq, k_seq))
-    kv = None if k_valid is None else k_valid.contiguous()
+    qk, qs, kk, ks, qq, kq = map(i32, (meta.q_kind, meta.q_step, meta.k_kind, meta.k_step, meta.q_seq, meta.k_seq))
+    kv = None if meta.k_valid is None else meta.k_valid.contiguous()
 
     def mask_mod(b, h, qi, ki):
         a, s, c, t = qk[b, qi], qs[b, qi], kk[b, ki], ks[b, ki]
@@ -128,13 +127,13 @@ def block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq):
         if qq is not None:
             see = see & (qq[b, qi] == kq[b, ki])
         return see
-    (B, Lq), Lk = q_kind.shape, k_kind.shape[1]
-    return create_block_mask(mask_mod, B, None, Lq, Lk, device=q_kind.device, _compile=q_kind.device.type == "cuda")
+    (B, Lq), Lk = meta.q_kind.shape, meta.k_kind.shape[1]
+    device = meta.q_kind.device
+    return create_block_mask(mask_mod, B, None, Lq, Lk, device=device, _compile=device.type == "cuda")
 
 
-def flex(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None, bias=None, scale=None,
-         cache=None):
-    bm = _entry(cache, "flex-block-mask", lambda: block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq))
+def flex(q, k, v, meta, bias=None, scale=None, cache=None):
+    bm = _entry(cache, "flex-block-mask", lambda: block_mask(meta))
     out = _flex_fn(q.device)(q, k, v, score_mod=score_mod_of(bias, q.shape, k.shape[2]), block_mask=bm, scale=scale)
     return out.to(q.dtype)
 
@@ -151,15 +150,14 @@ def score_mod_of(bias, q_shape, Lk):
     return None
 
 
-def prepare(name, q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype, cache, leaf=None):
-    """Build into `cache` what NAME's layers read for one forward (SDPA's dense mask, Flex's block
-    mask), as its first layer would. leaf: a function the dense mask goes through (a benchmark's
-    stand-in whose gradient the layers sum)."""
+def prepare(name, meta, bias, dtype, cache, leaf=None):
+    """Build into `cache` what NAME's layers read for one forward of a MaskMeta (SDPA's dense mask,
+    Flex's block mask), as its first layer would. leaf: a function the dense mask goes through (a
+    benchmark's stand-in whose gradient the layers sum)."""
     if name == "sdpa":
-        cache[_sdpa_key(bias, dtype)] = _sdpa_entry(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, bias, dtype,
-                                                    leaf)
+        cache[_sdpa_key(bias, dtype)] = _sdpa_entry(meta, bias, dtype, leaf)
     elif name == "flex":
-        cache["flex-block-mask"] = block_mask(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)
+        cache["flex-block-mask"] = block_mask(meta)
     return cache
 
 

@@ -13,12 +13,27 @@ PSEUDO) and a factorization step.
 A CONTEXT query therefore sees only CONTEXT keys.
 """
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 
 CONTEXT, ORIGINAL, PSEUDO = 0, 1, 2
+
+
+class MaskMeta(NamedTuple):
+    """The per-token metadata an attention's mask is derived from, one value for every call of a
+    forward that shares it: q_kind, q_step (B, Lq) and k_kind, k_step (B, Lk) int (kind CONTEXT,
+    ORIGINAL or PSEUDO, step the factorization step); k_valid (B, Lk) bool, False for padding keys;
+    q_seq (B, Lq) and k_seq (B, Lk) int sequence ids of a packed batch, both or neither.
+    visible(*meta) is its mask."""
+    q_kind: torch.Tensor
+    q_step: torch.Tensor
+    k_kind: torch.Tensor
+    k_step: torch.Tensor
+    k_valid: Optional[torch.Tensor] = None
+    q_seq: Optional[torch.Tensor] = None
+    k_seq: Optional[torch.Tensor] = None
 
 
 class RelPosBias(NamedTuple):
@@ -88,15 +103,15 @@ def visible(q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None
     return see
 
 
-def attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid=None, q_seq=None, k_seq=None,
-              bias=None, scale=None):
-    """Reference masked attention; same contract as kernels.attention (see its docstring).
+def attention(q, k, v, meta, bias=None, scale=None):
+    """Reference masked attention; same contract as kernels.attention (see its docstring), meta a
+    MaskMeta.
 
     Computed in float32 (float64 for float64 inputs) and returned in q's dtype. A query that sees
     no key returns 0."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     dt = torch.promote_types(q.dtype, torch.float32)
-    see = visible(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)[:, None]  # (B, 1, Lq, Lk)
+    see = visible(*meta)[:, None]  # (B, 1, Lq, Lk)
     s = torch.einsum("bhqd,bhkd->bhqk", q.to(dt), k.to(dt)) * scale
     if isinstance(bias, RelPosBias):
         s = s + dense_bias(bias).to(dt)

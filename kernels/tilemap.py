@@ -37,9 +37,9 @@ reasoning from per-tile summaries. Two launches, neither with a loop:
     `_list_kernel`, one program per query tile (q-major) and per key tile (k-major): the class of
         each of its tiles from their cells, as one vector, and each list written through a prefix
         sum over it.
-Every cell is evaluated once for both orientations, and no program loops: a map made by one
-launch whose programs walked their row of tiles and classified each tile twice took a quarter of
-the forward kernel's time (bench/RESULTS.md); the registers of these kernels: results/aot.
+Every cell is evaluated once for both orientations, and no program loops: a program that walked
+its row of tiles would classify each tile twice (once per orientation) and run its row serially,
+at a cost that shows beside the forward kernel's (docs/kernels.md, "The tile map").
 
 Lists, so that each of a kernel's loops (one per class, specialised at compile time) runs over its
 own tiles only:

@@ -19,11 +19,11 @@ def small_case(H=2, D=16):
 def reference_grads(meta, leaves, table, dout, layers):
     """The gradients of `layers` layers' attention read through the reference, bias built in each."""
     from bench.attention_cases import MAX_DIST
-    from kernels import reference, rel_pos_bias
+    from kernels import MaskMeta, reference, rel_pos_bias
     kind, step, pos, valid = meta
     q, k, v = (x.transpose(1, 2) for x in leaves)
     for _ in range(layers):
-        reference.attention(q, k, v, kind, step, kind, step, valid,
+        reference.attention(q, k, v, MaskMeta(kind, step, kind, step, valid),
                             bias=rel_pos_bias(table, pos, pos, MAX_DIST)).backward(dout)
     return [x.grad.clone() for x in leaves + [table]]
 

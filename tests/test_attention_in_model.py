@@ -8,7 +8,7 @@ import torch
 import kernels
 from kernels import PSEUDO
 
-from test_pseudo_attention import DEVICE, gen, pa, pmlm_layout, poison, report  # noqa: F401  (poison: autouse)
+from test_pseudo_attention import EMPTY, DEVICE, gen, pa, pmlm_layout, poison, report  # noqa: F401  (poison: autouse)
 
 
 # -----------------------------------------------------------------------------
@@ -153,8 +153,7 @@ def test_one_training_step_launches_what_the_docs_state(monkeypatch, fused):
     5 + 7 n launches in float32, no host sync. kernels/pseudo_attention.py's docstring states the same."""
     from core.config import preset
     from core.model import UnifiedLM
-    from kernels import attention_plan
-    monkeypatch.setattr(attention_plan, "FUSED_DQ", fused)
+    from kernels.attention_plan import Tuning
     n = 3
     kind, step, *_ = pmlm_layout(2, 30, gen(31))
     L = kind.shape[1]
@@ -163,8 +162,8 @@ def test_one_training_step_launches_what_the_docs_state(monkeypatch, fused):
     kind, step = kind.to(DEVICE), step.to(DEVICE)
     valid = torch.ones(2, L, dtype=torch.bool, device=DEVICE)
     model = UnifiedLM(preset("tiny", vocab_size=600, n_layers=n)).to(DEVICE)
-    monkeypatch.setattr(pa, "POISON", False)  # outputs as torch.empty (no launch), not NaN-filled
-    with kernels.use_backend("triton"):
+    monkeypatch.setattr(pa, "_new", EMPTY)  # outputs as torch.empty (no launch), not NaN-filled
+    with kernels.use_backend("triton", tuning=Tuning(fused_dq=fused)):
         model(tokens, pos, None, kind, step, valid).float().pow(2).mean().backward()  # made once per process
         launches, ops = count_attention_launches(monkeypatch)
         model(tokens, pos, None, kind, step, valid).float().pow(2).mean().backward()

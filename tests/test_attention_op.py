@@ -10,6 +10,7 @@ pytest.importorskip("triton")
 from conftest import DEVICE  # noqa: E402
 import kernels  # noqa: E402
 from kernels import CONTEXT, ORIGINAL, PSEUDO, attention_op, rel_pos_bias  # noqa: E402
+from kernels.attention_plan import TUNING  # noqa: E402
 from kernels.pseudo_attention import pseudo_attention  # noqa: E402
 
 
@@ -34,7 +35,8 @@ def run(fn, xs, meta, bias, leaf):
     for x in xs + (leaf,):
         x.grad = None
     kind, step, valid, seq = meta
-    o = fn(*xs, kind, step, kind, step, valid, seq, seq, bias=bias() if callable(bias) else bias, cache={})
+    o = fn(*xs, kernels.MaskMeta(kind, step, kind, step, valid, seq, seq), bias=bias() if callable(bias) else bias,
+           cache={})
     (o.float() * torch.cos(o.float())).sum().backward()
     return [o.detach()] + [x.grad.clone() for x in xs + (leaf,)]
 
@@ -56,12 +58,13 @@ def test_the_operators_pass_opcheck():
     implementation."""
     (q, k, v), (kind, step, valid, _), _, _ = case()
     pos = torch.arange(q.shape[2], device=DEVICE).expand_as(kind)
-    args = (kind, step, kind, step, valid, None, None, pos, pos, q.shape[-1], 6, True)
+    launch = attention_op._launch(TUNING, q.device, q.shape[-1])
+    args = (kind, step, kind, step, valid, None, None, pos, pos, launch, 6, True)
     torch.library.opcheck(torch.ops.textgen.attention_plan.default, args, test_utils=("test_schema", "test_faketensor"))
     plan = torch.ops.textgen.attention_plan(*args)
     table = torch.randn(q.shape[1], 13, device=DEVICE, requires_grad=True)
     torch.library.opcheck(torch.ops.textgen.attention.default, (q, k, v, *plan, table, None, 6, q.shape[-1] ** -0.5,
-                                                               False))
+                                                               False, launch))
 
 
 def test_a_model_traces_through_the_operators_in_one_graph(tokenizer):

@@ -62,7 +62,8 @@ def test_reference_matches_dense_mask(with_bias):
         table = torch.randn(H, 32, generator=g, dtype=torch.float64, requires_grad=True)
         pos_q, pos_k = torch.randint(0, 300, (B, Lq), generator=g), torch.randint(0, 300, (B, Lk), generator=g)
         bias = kernels.rel_pos_bias(table, pos_q, pos_k)
-    out = kernels.attention(q, k, v, q_kind, q_step, k_kind, k_step, k_valid, bias=bias, backend="reference")
+    out = kernels.attention(q, k, v, kernels.MaskMeta(q_kind, q_step, k_kind, k_step, k_valid), bias=bias,
+                            backend="reference")
     want = dense_mask_attention(q, k, v, mask, None if bias is None else reference.dense_bias(bias))
     assert torch.allclose(out, want, atol=1e-12), (out - want).abs().max()
     assert (out[1] == 0).all(), "a query with no visible key must give exactly 0"
@@ -81,8 +82,8 @@ def test_packed_sequences_do_not_mix():
     q, k, v = (torch.randn(B, H, L, D, generator=g) for _ in range(3))
     z = torch.zeros(B, L, dtype=torch.long)
     seq = torch.tensor([[0] * 5 + [1] * 7])
-    out = kernels.attention(q, k, v, z, z, z, z, q_seq=seq, k_seq=seq, backend="reference")
-    first = kernels.attention(q[:, :, :5], k[:, :, :5], v[:, :, :5], z[:, :5], z[:, :5], z[:, :5], z[:, :5],
+    out = kernels.attention(q, k, v, kernels.MaskMeta(z, z, z, z, q_seq=seq, k_seq=seq), backend="reference")
+    first = kernels.attention(q[:, :, :5], k[:, :, :5], v[:, :, :5], kernels.MaskMeta(*[z[:, :5]] * 4),
                               backend="reference")
     assert torch.allclose(out[:, :, :5], first, atol=1e-6)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kernels
-from kernels import baselines, rel_pos_bias
+from kernels import MaskMeta, baselines, rel_pos_bias
 
 
 def case(seed, packed=False, blind=False, L=13, D=8):
@@ -23,7 +23,7 @@ def case(seed, packed=False, blind=False, L=13, D=8):
     pos = torch.randint(0, 20, (B, L), generator=g)
     seq = torch.randint(0, 2, (B, L), generator=g) if packed else None
     qkv = [torch.randn(B, H, L, D, generator=g) for _ in range(3)]
-    return qkv, dict(q_kind=kind, q_step=step, k_kind=kind, k_step=step, k_valid=valid, q_seq=seq, k_seq=seq), pos
+    return qkv, MaskMeta(kind, step, kind, step, valid, seq, seq), pos
 
 
 def run(name, qkv, meta, pos, bias_kind, grad=True):
@@ -33,8 +33,7 @@ def run(name, qkv, meta, pos, bias_kind, grad=True):
             torch.randn(1, 2, 13, 13, generator=torch.Generator().manual_seed(3)).to(q.device)
             if bias_kind == "dense" else None)
     with kernels.use_backend(name):
-        o = kernels.attention(q, k, v, meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"], meta["k_valid"],
-                              meta["q_seq"], meta["k_seq"], bias=bias, cache={})
+        o = kernels.attention(q, k, v, meta, bias=bias, cache={})
     if not grad:
         return [o]
     (o * torch.linspace(-1, 1, o.numel()).view_as(o)).sum().backward()
@@ -61,8 +60,7 @@ def test_sdpa_builds_one_mask_per_forward(monkeypatch):
     bias, cache = rel_pos_bias(table, pos, pos, 16), {}
     with kernels.use_backend("sdpa"):
         for _ in range(4):
-            kernels.attention(*qkv, meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"], meta["k_valid"],
-                              bias=bias, cache=cache)
+            kernels.attention(*qkv, meta._replace(q_seq=None, k_seq=None), bias=bias, cache=cache)
     assert len(built) == 1
 
 
@@ -74,12 +72,11 @@ def test_the_dense_mask_is_padded_once_and_never_copied_by_a_layer():
     from torch.utils._python_dispatch import TorchDispatchMode
     qkv, meta, pos = case(4)
     bias, cache = rel_pos_bias(torch.randn(2, 32), pos, pos, 16), {}
-    _, mask, _ = baselines.prepare("sdpa", meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"],
-                                   meta["k_valid"], None, None, bias, torch.float32, cache)[baselines._sdpa_key(
-                                       bias, torch.float32)]
+    meta = meta._replace(q_seq=None, k_seq=None)
+    _, mask, _ = baselines.prepare("sdpa", meta, bias, torch.float32, cache)[baselines._sdpa_key(bias, torch.float32)]
     assert mask.shape[-1] == 13 and mask.stride(-1) == 1
     assert all(st % baselines.MASK_ALIGN == 0 for st in mask.stride()[:-1]), mask.stride()
-    unpadded = baselines.visible(meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"], meta["k_valid"])
+    unpadded = baselines.visible(*meta)
     assert torch.equal(torch.isinf(mask[:, 0]), ~unpadded & unpadded.any(-1, keepdim=True))
     copies = ("constant_pad_nd", "clone", "_to_copy", "copy_", "contiguous", "pad")
 
@@ -94,8 +91,7 @@ def test_the_dense_mask_is_padded_once_and_never_copied_by_a_layer():
             return func(*args, **(kwargs or {}))
     with Copies() as c, kernels.use_backend("sdpa"):
         for _ in range(3):
-            kernels.attention(*qkv, meta["q_kind"], meta["q_step"], meta["k_kind"], meta["k_step"], meta["k_valid"],
-                              bias=bias, cache=cache)
+            kernels.attention(*qkv, meta._replace(q_seq=None, k_seq=None), bias=bias, cache=cache)
     assert c.seen == [], c.seen
 
 

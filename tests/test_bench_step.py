@@ -47,6 +47,7 @@ def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
     import pytest
     import torch
 
+    import kernels
     from kernels import attention_plan
     for bad in (["--methods", "ours-swept"], ["--configs", str(tmp_path / "x.json")],
                 ["--methods", "ours-swept", "--configs", str(tmp_path / "none.json")]):
@@ -56,14 +57,14 @@ def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
     path = tmp_path / "swept.json"
     path.write_text(json.dumps({"64": list(attention_plan.CUDA_CONFIGS[64]._replace(kv_warps=8)), "fused_dq": False}))
     args = argparse.Namespace(configs=str(path), objective="pmlm")
-    monkeypatch.setattr(attention_plan, "FUSED_DQ", True)
     made = {name: bench_step.Method(name, args, [], lambda: torch.nn.Linear(2, 2), torch.device("cpu"), torch.float32)
             for name in ("ours", "ours-swept")}
-    with made["ours-swept"].configs():
-        assert attention_plan.config(torch.device("cuda"), 64).kv_warps == 8 and not attention_plan.FUSED_DQ
-    with made["ours"].configs():
-        assert attention_plan.config(torch.device("cuda"), 64) == attention_plan.CUDA_CONFIGS[64]
-    assert attention_plan.FUSED_DQ and not attention_plan.OVERRIDE
+    with made["ours-swept"].backend():
+        tuning = kernels._tuning
+        assert tuning.config(torch.device("cuda"), 64).kv_warps == 8 and not tuning.fused_dq
+    with made["ours"].backend():
+        assert kernels._tuning is None  # the default: attention_plan.TUNING
+    assert kernels._tuning is None
 
 
 def test_the_modes_run_in_one_interleaved_run(tmp_path):

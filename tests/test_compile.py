@@ -162,13 +162,11 @@ def test_tile_map_kernels_have_no_loop_and_leave_room_for_many_programs(rows):
 
 def test_a_configuration_given_on_the_command_line_is_put_in_force(monkeypatch):
     """tools.aot --config D=...: a sweep's candidate compiled with its own blocks, warps and stages
-    (the launchers read attention_plan.config, which reads OVERRIDE); a malformed one refused in one
+    (read into the Tuning the compile cases launch with); a malformed one refused in one
     line. (The compile itself runs in the fixture's subprocess: this process has the interpreter.)"""
     import tools.aot as aot
-    from kernels import attention_plan
-    monkeypatch.setattr(attention_plan, "OVERRIDE", {})
-    aot.get_args(["--config", "64=64,64,4,3,32,128,4,3,4,3"])
-    cfg = attention_plan.config(torch.device("cuda"), 64)
+    a = aot.get_args(["--config", "64=64,64,4,3,32,128,4,3,4,3"])
+    cfg = a.tuning.config(torch.device("cuda"), 64)
     assert (cfg.BMK, cfg.BNK, cfg.kv_warps) == (32, 128, 4)
     for bad in ("64=1,2", "64", "x=1,2,3,4,5,6,7,8,9,10"):
         with pytest.raises(SystemExit) as e:

@@ -3,7 +3,7 @@ every layout, and the tile map. Runs under TRITON_INTERPRET=1 on CPU (set in con
 import pytest
 import torch
 
-from kernels import CONTEXT, ORIGINAL, PSEUDO, reference
+from kernels import CONTEXT, ORIGINAL, PSEUDO, MaskMeta, reference
 
 pa = pytest.importorskip("kernels.pseudo_attention")
 
@@ -13,10 +13,14 @@ DEVICE = "cuda" if CUDA else "cpu"
 TOL = {torch.float32: (2e-5, 5e-5), torch.bfloat16: (2e-2, 5e-2), torch.float16: (3e-3, 1e-2)}
 
 
+EMPTY = pa._new  # the launchers' own allocation, uninitialised
+
+
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
     """Outputs and gradients start as NaN, so an element the kernels forget to write fails."""
-    monkeypatch.setattr(pa, "POISON", True)
+    monkeypatch.setattr(pa, "_new", lambda like, dtype=None: torch.full(like.shape, float("nan"),
+                                                                        dtype=dtype or like.dtype, device=like.device))
 
 
 # -----------------------------------------------------------------------------
@@ -159,7 +163,10 @@ def report(name, got, want):
     return f"{name}: max abs diff {diff.max().item():.3g}, mean {diff.mean().item():.3g}"
 
 
-def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed=0, M=6, sorted_pos=False, pos=None):
+def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed=0, M=6, sorted_pos=False, pos=None,
+             tuning=None):
+    """The kernels (launched as `tuning` says, kernels/attention_plan.Tuning; None: the default) against
+    the reference on one layout: the output and every gradient."""
     g = torch.Generator().manual_seed(seed)
     qk, qs, kk, ks, valid, qseq, kseq = layout
     B, Lq, Lk = qk.shape[0], qk.shape[1], kk.shape[1]
@@ -187,9 +194,10 @@ def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed
         bias_arg = None
     grad_out = torch.randn(B, H, Lq, D, generator=g).to(dev, dtype)
 
-    out = pa.pseudo_attention(q, k, v, *meta, bias=bias_arg, scale=scale)
+    meta = MaskMeta(*meta)
+    out = pa.pseudo_attention(q, k, v, meta, bias=bias_arg, scale=scale, tuning=tuning or pa.TUNING)
     grads = torch.autograd.grad(out, leaves, grad_out)
-    ref = reference.attention(q, k, v, *meta, bias=bias_arg, scale=scale)
+    ref = reference.attention(q, k, v, meta, bias=bias_arg, scale=scale)
     ref_grads = torch.autograd.grad(ref, leaves, grad_out)
 
     tol_out, tol_grad = TOL[dtype]
@@ -225,7 +233,7 @@ def test_pmlm_positions(M):
     layout = pmlm_layout(2, 60, gen(70))
     pos = pmlm_positions(layout, gen(71))
     pos[-1, -5:] = 0
-    running, not_running = key_tiles(pos, layout[4], pa.config(torch.device(DEVICE), 32).BNK)
+    running, not_running = key_tiles(pos, layout[4], pa.TUNING.config(torch.device(DEVICE), 32).BNK)
     assert running > 0 and not_running > 0
     run_case(layout, bias="rel", M=M, pos=(pos, pos), D=32)
 
@@ -294,30 +302,30 @@ def test_a_bias_table_without_gradient():
     q, k, v = (torch.randn(2, 2, layout[0].shape[1], 16, generator=g).to(DEVICE).requires_grad_() for _ in range(3))
     pos = torch.arange(layout[0].shape[1], device=DEVICE).expand(2, -1)
     bias = reference.RelPosBias(torch.randn(2, 13, generator=g).to(DEVICE), pos, pos, 6)
-    meta = [x if x is None else x.to(DEVICE) for x in layout]
+    meta = MaskMeta(*(x if x is None else x.to(DEVICE) for x in layout))
     grad_out = torch.randn_like(q)
-    got = torch.autograd.grad(pa.pseudo_attention(q, k, v, *meta, bias=bias), (q, k, v), grad_out)
-    want = torch.autograd.grad(reference.attention(q, k, v, *meta, bias=bias), (q, k, v), grad_out)
+    got = torch.autograd.grad(pa.pseudo_attention(q, k, v, meta, bias=bias), (q, k, v), grad_out)
+    want = torch.autograd.grad(reference.attention(q, k, v, meta, bias=bias), (q, k, v), grad_out)
     for name, a, b in zip(("dq", "dk", "dv"), got, want):
         assert torch.allclose(a, b, atol=5e-5, rtol=5e-5), report(name, a, b)
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_cross_attention_with_the_cuda_launch_configuration(monkeypatch, D):
+def test_cross_attention_with_the_cuda_launch_configuration(D):
     """The blocks, warps and stages the launchers pick on a GPU, run by the interpreter: MLAE (b)'s
     layout, sorted positions with M = 8, where whole tiles are FAR, and PMLM with its position ids,
     whose key tiles sum the table's gradient both ways."""
     from kernels import attention_plan
     cfg = attention_plan.CUDA_CONFIGS[D]
-    monkeypatch.setattr(attention_plan, "config", lambda device, D: cfg)
+    tuning = attention_plan.Tuning(interpret=cfg)
     layout, pos = mlae_cross_layout(2, 300, gen(23))
-    run_case(layout, bias="rel", M=128, pos=pos, D=D, H=1)
-    run_case(cross_layout(2, 150, 300), bias="rel", M=8, sorted_pos=True, D=D, H=1)
+    run_case(layout, bias="rel", M=128, pos=pos, D=D, H=1, tuning=tuning)
+    run_case(cross_layout(2, 150, 300), bias="rel", M=8, sorted_pos=True, D=D, H=1, tuning=tuning)
     layout = pmlm_layout(1, 200, gen(24))
     pos = pmlm_positions(layout, gen(25))
     running, not_running = key_tiles(pos, layout[4], cfg.BNK)
     assert running > 0 and not_running > 0
-    run_case(layout, bias="rel", M=128, pos=(pos, pos), D=D, H=1)
+    run_case(layout, bias="rel", M=128, pos=(pos, pos), D=D, H=1, tuning=tuning)
     pos = torch.arange(150).expand(2, 150), torch.arange(300).expand(2, 300)
     assert tile_classes(cross_layout(2, 150, 300), pos, 8, (cfg.BM, cfg.BN))[..., 2].sum() > 0
 
@@ -347,13 +355,13 @@ def test_empty_tiles_are_never_loaded():
     valid = torch.ones(2, 192, dtype=torch.bool)
     valid[0, 64:128] = False  # whole key tiles of row 0 (16 or 64 wide) are padding: EMPTY for every query tile
     layout[4] = valid
-    layout = [x if x is None else x.to(DEVICE) for x in layout]
+    layout = MaskMeta(*(x if x is None else x.to(DEVICE) for x in layout))
     g = gen(7)
     q, k, v = (torch.randn(2, 2, 192, 16, generator=g).to(DEVICE) for _ in range(3))
     k_nan, v_nan = k.clone(), v.clone()
     k_nan[0, :, 64:128], v_nan[0, :, 64:128] = float("nan"), float("nan")
-    out = pa.pseudo_attention(q, k_nan, v_nan, *layout)
-    ref = reference.attention(q, k, v, *layout)
+    out = pa.pseudo_attention(q, k_nan, v_nan, layout)
+    ref = reference.attention(q, k, v, layout)
     assert torch.allclose(out, ref, atol=2e-5), report("output", out, ref)
 
 
@@ -383,8 +391,8 @@ def test_perturbation_of_an_unseen_key():
     k2, v2 = k.clone(), v.clone()
     k2[:, :, j] += 3.0
     v2[:, :, j] -= 3.0
-    a = pa.pseudo_attention(q, k, v, kind, step, kind, step, valid)
-    b = pa.pseudo_attention(q, k2, v2, kind, step, kind, step, valid)
+    a = pa.pseudo_attention(q, k, v, MaskMeta(kind, step, kind, step, valid))
+    b = pa.pseudo_attention(q, k2, v2, MaskMeta(kind, step, kind, step, valid))
     moved = (a - b).abs().amax((0, 1, 3)) > 1e-6  # (L,)
     unseen = (kind[0] == CONTEXT) | ((kind[0] == PSEUDO) & (step[0] <= 1))
     later = (kind[0] == PSEUDO) & (step[0] > 1)
@@ -397,27 +405,28 @@ def test_launcher_rejects_bad_inputs():
     kind = torch.zeros(1, 8, dtype=torch.long, device=DEVICE)
     q24 = torch.randn(1, 1, 8, 24, device=DEVICE)
     with pytest.raises(AssertionError, match="head dim"):
-        pa.pseudo_attention(q24, q24, q24, kind, kind, kind, kind)
+        pa.pseudo_attention(q24, q24, q24, MaskMeta(kind, kind, kind, kind))
     with pytest.raises(AssertionError, match="must be \\(B, L\\)"):
-        pa.pseudo_attention(q, q, q, kind[:, :5], kind, kind, kind)
+        pa.pseudo_attention(q, q, q, MaskMeta(kind[:, :5], kind, kind, kind))
     with pytest.raises(AssertionError, match="share one of"):
-        pa.pseudo_attention(q, q.double(), q, kind, kind, kind, kind)
+        pa.pseudo_attention(q, q.double(), q, MaskMeta(kind, kind, kind, kind))
 
 
 # -----------------------------------------------------------------------------
-# the fused backward: dQ added by atomics from the dK/dV kernel (attention_plan.FUSED_DQ)
+# the fused backward: dQ added by atomics from the dK/dV kernel (attention_plan.Tuning.fused_dq)
 
 @pytest.mark.parametrize("case", ["random", "pmlm-rel", "dense-grad", "packed", "blind", "decoding", "frozen-table",
                                   "cuda-config"])
-def test_the_fused_backward(monkeypatch, case):
+def test_the_fused_backward(case):
     """Every flag of the dK/dV kernel with dQ fused (no bias, the relative bias and its table's
     gradient, a dense bias with gradient, packed sequences, a row that sees nothing, a query tile
     at Lq's edge, a frozen table) and the blocks CUDA uses: the reference's output and gradients."""
     from kernels import attention_plan
-    monkeypatch.setattr(attention_plan, "FUSED_DQ", True)
+    assert attention_plan.TUNING.fused_dq, "the default tuning fuses dQ"
     q128 = torch.zeros(1, 1, 4, 128, device=DEVICE)
     kind = torch.zeros(1, 4, dtype=torch.long, device=DEVICE)
-    assert not attention_plan.prepare(q128, q128, q128, kind, kind, kind, kind)[0]["fused"], "D 128 keeps two kernels"
+    assert not attention_plan.prepare(q128, q128, q128, MaskMeta(kind, kind, kind, kind))[0].fused, \
+        "D 128 keeps two kernels"
     if case == "random":
         run_case(random_layout(2, 45, 70, gen(40)), seed=40)
     elif case == "pmlm-rel":
@@ -434,33 +443,32 @@ def test_the_fused_backward(monkeypatch, case):
     elif case == "frozen-table":
         test_a_bias_table_without_gradient()
     else:
-        cfg = attention_plan.CUDA_CONFIGS[64]
-        monkeypatch.setattr(attention_plan, "config", lambda device, D: cfg)
+        tuning = attention_plan.Tuning(interpret=attention_plan.CUDA_CONFIGS[64])
         layout, pos = mlae_cross_layout(2, 300, gen(44))
-        run_case(layout, bias="rel", M=128, pos=pos, D=64, H=1)
+        run_case(layout, bias="rel", M=128, pos=pos, D=64, H=1, tuning=tuning)
 
 
 # -----------------------------------------------------------------------------
-# the relative bias table in 16 bits (attention_plan.TABLE_16BIT)
+# the relative bias table in 16 bits (attention_plan.Tuning.table_16bit)
 
 @pytest.mark.parametrize("fused", [False, True])
-def test_a_16_bit_bias_table(monkeypatch, fused):
-    """With TABLE_16BIT the kernels read the extended table in q's dtype (fp16 here: the interpreter
+def test_a_16_bit_bias_table(fused):
+    """With table_16bit the kernels read the extended table in q's dtype (fp16 here: the interpreter
     cannot run a bf16 tl.dot): FULL tiles' windows, FAR tiles' two values and PARTIAL tiles' gathers,
     in the forward and both backwards, within fp16's tolerance of the reference, the table's gradient
     included; float32 q keeps a float32 table."""
     from kernels import attention_plan
-    monkeypatch.setattr(attention_plan, "TABLE_16BIT", True)
-    monkeypatch.setattr(attention_plan, "FUSED_DQ", fused)
+    tuning = attention_plan.Tuning(table_16bit=True, fused_dq=fused)
     q = torch.zeros(1, 1, 4, 16, device=DEVICE)
     kind = torch.zeros(1, 4, dtype=torch.long, device=DEVICE)
     pos = torch.arange(4, device=DEVICE)[None]
     bias = reference.RelPosBias(torch.zeros(1, 13, device=DEVICE), pos, pos, 6)
     for dt in (torch.float16, torch.float32):
-        meta = attention_plan.prepare(q.to(dt), q.to(dt), q.to(dt), kind, kind, kind, kind, bias=bias)[0]
-        assert meta["table"].dtype == (torch.float16 if dt == torch.float16 else torch.float32)
-    run_case(pmlm_layout(2, 60, gen(50)), D=32, dtype=torch.float16, bias="rel", sorted_pos=True)
-    run_case(pmlm_layout(2, 60, gen(51)), D=32, dtype=torch.float16, bias="rel")
+        meta = attention_plan.prepare(q.to(dt), q.to(dt), q.to(dt), MaskMeta(kind, kind, kind, kind), bias=bias,
+                                      tuning=tuning)[0]
+        assert meta.table.dtype == (torch.float16 if dt == torch.float16 else torch.float32)
+    run_case(pmlm_layout(2, 60, gen(50)), D=32, dtype=torch.float16, bias="rel", sorted_pos=True, tuning=tuning)
+    run_case(pmlm_layout(2, 60, gen(51)), D=32, dtype=torch.float16, bias="rel", tuning=tuning)
 
 
 # -----------------------------------------------------------------------------
@@ -474,7 +482,7 @@ def _swept_shapes():
     shape = lambda cfg, fused: (cfg.BM, cfg.BN, cfg.BMK, cfg.BNK, fused)  # noqa: E731
     out = []
     for D in (64, 128):
-        seen = {shape(attention_plan.CUDA_CONFIGS[D], attention_plan.FUSED_DQ and D <= 64)}
+        seen = {shape(attention_plan.CUDA_CONFIGS[D], attention_plan.TUNING.fused(D))}
         for cfg, fused in candidates(D):
             key = shape(cfg, bool(fused) and D <= 64)
             if key not in seen:
@@ -484,12 +492,11 @@ def _swept_shapes():
 
 
 @pytest.mark.parametrize("D, cfg, fused", _swept_shapes(), ids=lambda x: str(tuple(x)) if isinstance(x, tuple) else x)
-def test_every_swept_candidate_is_the_reference(monkeypatch, D, cfg, fused):
+def test_every_swept_candidate_is_the_reference(D, cfg, fused):
     """What --sweep may pick on a GPU, run by the interpreter with its blocks and backward: a PMLM
     layout with the relative bias, long enough to cross the widest block, and sorted positions with
     M = 8, whose far tiles read one clamped distance."""
     from kernels import attention_plan
-    monkeypatch.setattr(attention_plan, "config", lambda device, D: cfg)
-    monkeypatch.setattr(attention_plan, "FUSED_DQ", fused)
-    run_case(pmlm_layout(1, 200, gen(60)), bias="rel", M=128, D=D, H=1)
-    run_case(pmlm_layout(1, 200, gen(61)), bias="rel", M=8, sorted_pos=True, D=D, H=1)
+    tuning = attention_plan.Tuning(interpret=cfg, fused_dq=fused)
+    run_case(pmlm_layout(1, 200, gen(60)), bias="rel", M=128, D=D, H=1, tuning=tuning)
+    run_case(pmlm_layout(1, 200, gen(61)), bias="rel", M=8, sorted_pos=True, D=D, H=1, tuning=tuning)

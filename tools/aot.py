@@ -58,9 +58,10 @@ def _ptxas():
 # -----------------------------------------------------------------------------
 # capture: run a module's thunks with every kernel's launch recorded instead of executed
 
-def capture(name, cases=None):
+def capture(name, cases=None, tuning=None):
     """[(case, kernel name, args, kwargs)] for every launch of the compile cases of module `name`
-    (tools/aot_cases.py) whose case name matches the regular expression `cases` (all by default)."""
+    (tools/aot_cases.py) whose case name matches the regular expression `cases` (all by default), the
+    attention's launched as `tuning` says (kernels/attention_plan.Tuning; None: the default)."""
     from tools import aot_cases
     module = importlib.import_module(aot_cases.HOME[name])
     kernels = {n: f for n, f in vars(module).items() if isinstance(f, JITFunction)}
@@ -73,7 +74,7 @@ def capture(name, cases=None):
     for kernel, f in kernels.items():
         f.run = recorder(kernel)
     try:
-        for case, thunk in aot_cases.CASES[name]():
+        for case, thunk in aot_cases.cases(name, tuning):
             if cases and not re.search(cases, case):
                 continue
             current[0] = case
@@ -196,14 +197,14 @@ def _compile_job(job):
     return row
 
 
-def compile_all(modules=MODULES, workers=2, cases=None, kernels=None):
+def compile_all(modules=MODULES, workers=2, cases=None, kernels=None, tuning=None):
     """Rows of the table for every distinct launch of every module that exists (of the kernels whose
-    name matches the regular expression `kernels`, all by default)."""
+    name matches the regular expression `kernels`, all by default), the attention's as `tuning` says."""
     from tools.aot_cases import HOME
     jobs = {}
     for name in modules:
         module = importlib.import_module(HOME[name])
-        for case, kernel, args, kwargs in capture(name, cases):
+        for case, kernel, args, kwargs in capture(name, cases, tuning):
             if kernels and not re.search(kernels, kernel):
                 continue
             key = (name, _key(getattr(module, kernel), args, kwargs))
@@ -340,7 +341,7 @@ def record_side(path, side, rows, command, commit=None):
 
 
 def get_args(argv=None):
-    """The flags, each refused in one line; --config put in force (attention_plan.OVERRIDE)."""
+    """The flags, each refused in one line; --config read into `tuning` (an attention_plan.Tuning)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default=",".join(MODULES), help="comma-separated kernel modules of kernels/")
     p.add_argument("--json", default=None, help="also write the rows to this file")
@@ -356,11 +357,12 @@ def get_args(argv=None):
                    help="compile the attention kernels of head dim D with this launch configuration "
                         "(kernels/attention_plan.Config's ten fields) instead of CUDA_CONFIGS': a sweep's candidate")
     a = p.parse_args(argv)
+    from kernels import attention_plan
+    a.tuning = attention_plan.TUNING
     for text in a.config:
-        from kernels import attention_plan
         try:
             D, fields = text.split("=")
-            attention_plan.OVERRIDE[int(D)] = attention_plan.Config(*(int(x) for x in fields.split(",")))
+            a.tuning = a.tuning.with_config(int(D), attention_plan.Config(*(int(x) for x in fields.split(","))))
         except (ValueError, TypeError) as e:
             p.error(f"--config {text}: not D=BM,BN,fwd_warps,fwd_stages,BMK,BNK,kv_warps,kv_stages,dq_warps,dq_stages "
                     f"({e})")
@@ -387,7 +389,7 @@ def get_args(argv=None):
 def main(argv=None):
     a = get_args(argv)
     t0 = time.time()
-    rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases, a.kernels)
+    rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases, a.kernels, a.tuning)
     if not rows:
         print(f"error: no compile case matched (--only {a.only}" + (f", --cases {a.cases!r}" if a.cases else "") + ")",
               file=sys.stderr)

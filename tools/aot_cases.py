@@ -8,20 +8,19 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import attention_plan
 from kernels import early_exit as ee
 from kernels import offramp_loss as ol
 from kernels import pseudo_attention as pa
 from kernels import tilemap as tm
-from kernels.attention_plan import CUDA_CONFIGS, MAP_WARPS, config
+from kernels.attention_plan import CUDA_CONFIGS, FUSED_DQ_MAX_D, MAP_WARPS, TUNING, Launch
 from kernels.reference import RelPosBias, rel_pos_bias
 
 # -----------------------------------------------------------------------------
 # the attention kernels (kernels/pseudo_attention.py): the launchers on CPU tensors shaped like the model's
 
-def attention():
+def attention(tuning=TUNING):
     """[(case name, thunk)]: each thunk runs the forward and backward launchers with the CUDA
-    configuration on CPU tensors like a base-size layer's (B=2, H=12, L=768, PMLM layout). Variants:
+    configuration of `tuning` on CPU tensors like a base-size layer's (B=2, H=12, L=768, PMLM layout). Variants:
     no bias, relative bias (the model's self-attention) with and without the table's gradient and
     with dQ fused into the dK/dV kernel (D 64; at D 128 the same binary as rel),
     packed sequences, a dense bias without and with its gradient, decoding (one query against 768
@@ -35,14 +34,14 @@ def attention():
         for dtype in (torch.bfloat16,):
             for D in (64, 128):
                 cases.append((f"{variant}-{str(dtype)[6:]}-d{D}",
-                              lambda variant=variant, dtype=dtype, D=D: _attention_launch(variant, dtype, D)))
+                              lambda variant=variant, dtype=dtype, D=D: _attention_launch(variant, dtype, D, tuning)))
     return cases
 
 
-def _attention_meta(q, kind_q, step_q, kind_k, step_k, valid, seq_q, seq_k, bias, dense, D):
+def _attention_meta(q, kind_q, step_q, kind_k, step_k, valid, seq_q, seq_k, bias, dense, D, tuning):
     from kernels.attention_plan import table_width
     from kernels.tilemap import TileMap, codes
-    cfg = pa.config(torch.device("cuda"), D)
+    cfg = tuning.config(torch.device("cuda"), D)
     B, H, Lq, _ = q.shape
     Lk = kind_k.shape[1]
     rel = isinstance(bias, RelPosBias)
@@ -53,17 +52,17 @@ def _attention_meta(q, kind_q, step_q, kind_k, step_k, valid, seq_q, seq_k, bias
     tiles = TileMap((cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK), torch.empty(B, n_qt, 4, n_kt, dtype=torch.int32),
                     torch.empty(B, n_qt, 4, dtype=torch.int32), torch.empty(B, n_ks, 4, n_qs, dtype=torch.int32),
                     torch.empty(B, n_ks, 4, dtype=torch.int32))
-    meta = dict(precision="tf32", rel=rel, has_seq=seq_q is not None, qc=qc, kc=kc, tiles=tiles, cfg=cfg,
-                scale=D ** -0.5, fused=False,
-                max_dist=bias.max_distance if rel else 0, dense=None if dense is None else dense.expand(B, H, Lq, Lk))
-    meta["table"] = torch.empty(H, 4, table_width(meta["max_dist"])) if rel else qc
-    return meta
+    M = bias.max_distance if rel else 0
+    return Launch(cfg=cfg, tiles=tiles, qc=qc, kc=kc, table=torch.empty(H, 4, table_width(M)) if rel else qc,
+                  max_dist=M, dense=None if dense is None else dense.expand(B, H, Lq, Lk), scale=D ** -0.5,
+                  has_seq=seq_q is not None, rel=rel, fused=False, precision="tf32", table_dtype=None,
+                  dense_dtype=None)
 
 
-def _attention_launch(variant, dtype, D, B=2, H=12, L=768):
+def _attention_launch(variant, dtype, D, tuning, B=2, H=12, L=768):
     g = torch.Generator().manual_seed(0)
     if variant == "cross":
-        return _attention_cross(dtype, D, B, H, L, g)
+        return _attention_cross(dtype, D, B, H, L, g, tuning)
     Lq = 1 if variant == "decode" else L
     q = torch.randn(B, Lq, H, D, generator=g).to(dtype).transpose(1, 2)  # the model's (B, L, H, D) view
     k, v = (torch.randn(B, L, H, D, generator=g).to(dtype).transpose(1, 2) for _ in range(2))
@@ -81,14 +80,14 @@ def _attention_launch(variant, dtype, D, B=2, H=12, L=768):
     elif variant.startswith("dense"):
         bias = dense = torch.randn(1, H, Lq, L, generator=g).to(dtype)
     meta = _attention_meta(q, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias, dense,
-                           D)
-    meta["fused"] = variant == "rel_fused" and D <= 64  # as attention_plan.prepare decides
-    o, lse = pa._forward(q, k, v, meta, D ** -0.5)
-    pa._backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, D ** -0.5,
+                           D, tuning)
+    meta = meta._replace(fused=variant == "rel_fused" and D <= FUSED_DQ_MAX_D)  # as attention_plan.Tuning.fused does
+    pa._forward(q, k, v, meta)
+    pa._backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta,
                  dense_grad=variant == "dense_grad", table_grad=variant != "rel_frozen")
 
 
-def _attention_cross(dtype, D, B, H, L, g):
+def _attention_cross(dtype, D, B, H, L, g, tuning):
     masked = torch.stack([torch.randperm(L, generator=g) < round(0.15 * L) for _ in range(B)])  # (B, L)
     q_pos = torch.stack([m.nonzero()[:, 0] for m in masked])  # every row masks as many
     keep = [(~m).nonzero()[:, 0] for m in masked]
@@ -100,10 +99,9 @@ def _attention_cross(dtype, D, B, H, L, g):
     k, v = (torch.randn(B, Lk, H, D, generator=g).to(dtype).transpose(1, 2) for _ in range(2))
     q_kind, k_kind = torch.zeros(B, Lq, dtype=torch.long), torch.zeros(B, Lk, dtype=torch.long)
     bias = rel_pos_bias(torch.randn(H, 32, generator=g), q_pos, k_pos, 128)
-    meta = _attention_meta(q, q_kind, q_kind, k_kind, k_kind, k_valid, None, None, bias, None, D)
-    pa._forward(q, k, v, meta, D ** -0.5)
-    pa._backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, D ** -0.5,
-              dense_grad=False)
+    meta = _attention_meta(q, q_kind, q_kind, k_kind, k_kind, k_valid, None, None, bias, None, D, tuning)
+    pa._forward(q, k, v, meta)
+    pa._backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta, dense_grad=False)
 
 
 # -----------------------------------------------------------------------------
@@ -248,24 +246,24 @@ def _plain_flash_bwd(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, sb, sh, sm, H, L, qk_s
     tl.store(DV + base + cols[:, None] * sm + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=cols[:, None] < L)
 
 
-def yardstick():
+def yardstick(tuning=TUNING):
     """The yardsticks at D = 64 and 128: the forward with the pseudo-mask forward's CUDA blocks, the
     dK/dV kernel with the pseudo-mask dK/dV kernel's (and its dQ fused where the plan fuses it)."""
 
     def launch(dtype, D, B=2, H=12, L=768):
-        cfg = config(torch.device("cuda"), D)
+        cfg = tuning.config(torch.device("cuda"), D)
         BM, BN, warps, stages = cfg.BM, cfg.BN, cfg.fwd_warps, cfg.fwd_stages
         q, k, v, o = (torch.empty(B, H, L, D, dtype=dtype) for _ in range(4))
         _plain_flash_fwd[(triton.cdiv(L, BM), B * H)](q, k, v, o, *q.stride()[:3], H, L, D ** -0.5 * 1.4426950408889634,
                                                       D=D, BM=BM, BN=BN, num_warps=warps, num_stages=stages)
 
     def launch_bwd(dtype, D, B=2, H=12, L=768):
-        cfg = config(torch.device("cuda"), D)
+        cfg = tuning.config(torch.device("cuda"), D)
         q, k, v, do, dk, dv = (torch.empty(B, H, L, D, dtype=dtype) for _ in range(6))
         lse, delta, dq = torch.empty(B, H, L), torch.empty(B, H, L), torch.empty(B, H, L, D)
         _plain_flash_bwd[(triton.cdiv(L, cfg.BNK), B * H)](
             q, k, v, do, lse, delta, dk, dv, dq, *q.stride()[:3], H, L, D ** -0.5 * 1.4426950408889634, D ** -0.5,
-            D=D, BM=cfg.BMK, BN=cfg.BNK, FUSED_DQ=attention_plan.FUSED_DQ and D <= 64, num_warps=cfg.kv_warps,
+            D=D, BM=cfg.BMK, BN=cfg.BNK, FUSED_DQ=tuning.fused(D), num_warps=cfg.kv_warps,
             num_stages=cfg.kv_stages)
     return [(f"plain-flash-bfloat16-d{D}", lambda D=D: launch(torch.bfloat16, D)) for D in (64, 128)] + \
         [(f"plain-flash-bwd-bfloat16-d{D}", lambda D=D: launch_bwd(torch.bfloat16, D)) for D in (64, 128)]
@@ -273,5 +271,14 @@ def yardstick():
 
 CASES = {"pseudo_attention": attention, "tilemap": tilemap, "early_exit": early_exit, "offramp_loss": offramp_loss,
          "yardstick": yardstick}
+TUNED = ("pseudo_attention", "yardstick")  # the cases launched as a Tuning says (tools.aot --config)
+
+
+def cases(name, tuning=None):
+    """[(case name, thunk)] of module `name`, the attention's and the yardstick's launched as `tuning`
+    says (None: the default)."""
+    return CASES[name](tuning or TUNING) if name in TUNED else CASES[name]()
+
+
 # where each name's Triton kernels are defined (the yardstick's here)
 HOME = {name: f"kernels.{name}" for name in CASES if name != "yardstick"} | {"yardstick": "tools.aot_cases"}

@@ -96,7 +96,7 @@ SOURCES = {
         "4,096": lambda: offramp_chunk(8000),
         "4,096 @ N 4,096": Field(H200_27 + "call3/offramp4096.log", "| 4096 |"),
         "64": Field(H200_27 + "call4/attention.json", "records/0/D"),
-        "64 @ default at D 64": Field("kernels/attention_plan.py", "FUSED_DQ and D <= "),
+        "64 @ default at D 64": Field("kernels/attention_plan.py", "FUSED_DQ_MAX_D = "),
         "2.5": Field("bench/bench_attention.py", '("bwd", 2.5 * fwd_flops)'),
         "2.5x": Field("bench/bench_attention.py", '("bwd", 2.5 * fwd_flops)'),
         # SASS of the FULL loop (loops/1) as kernels/aot.py recorded it with the fused backward
@@ -198,7 +198,7 @@ SOURCES = {
         "1": ONE, "64": Field("kernels/attention_plan.py", "64: Config("),
         "5": Field("kernels/pseudo_attention.py", "launches 5 + 7 n"),
         "16": Field("kernels/attention_plan.py", "16 bytes at a time in float32"),
-        "64 @ up to 64": Field("kernels/attention_plan.py", "FUSED_DQ and D <= "),
+        "64 @ up to 64": Field("kernels/attention_plan.py", "FUSED_DQ_MAX_D = "),
         "128": Field("kernels/attention_plan.py", "128: Config("),
         "1.15x": LOOP_BOUNDS, "1.35x": LOOP_BOUNDS, "1.4x": LOOP_BOUNDS, "2.0x": LOOP_BOUNDS, "2.2x": LOOP_BOUNDS,
         "2 @ keeps 2 stages": Field("kernels/attention_plan.py", "128: Config("),
@@ -283,7 +283,7 @@ SOURCES = {
         "800 @ (was 800)": Field("reproduce/plan.py", 'model="small", steps=', at="f6488a2"),  # before b6bbadd
         "800 @ LPLM 800": lplm_steps,
         "1,000": Field("reproduce/plan.py", 'model="small", steps=1600', at="b6bbadd"),  # before 7a763df
-        "64 @ head dims up to 64": Field("kernels/attention_plan.py", "FUSED_DQ and D <= "),
+        "64 @ head dims up to 64": Field("kernels/attention_plan.py", "FUSED_DQ_MAX_D = "),
         "2 @ 2^25": Field("kernels/offramp_loss.py", "CHUNK_ELEMENTS = "),
         "25": Field("kernels/offramp_loss.py", "CHUNK_ELEMENTS = "),
         "4,096": lambda: offramp_chunk(8000), "8,000": default("train.py --vocab-size"),
