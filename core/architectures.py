@@ -20,11 +20,14 @@ import dataclasses
 import functools
 from typing import Callable, NamedTuple, Optional
 
-from . import elmer, mask_predict, nar, seq2seq, t5
+from . import t5
+from .elmer import model as elmer
+from .mlae import mask_predict, nar
+from .unilm import seq2seq
 from .classify import Classifier, EncoderClassifier
 from .config import decoder_depth
 from .errors import UserError
-from .mlae import MLAE, MLAEUniLM, MLAEUniLMDecoder, variant_of
+from .mlae.model import MLAE, MLAEUniLM, MLAEUniLMDecoder, variant_of
 from .model import EncoderDecoder, UnifiedLM
 from .objectives import objective_of
 

@@ -4,8 +4,8 @@ dropped), and the checks of the flags that shape a model from scratch or its dec
 tests/test_trust.py walks finetune.py's parser against them."""
 from .architectures import ARCHS
 from .errors import UserError
-from .exit_measures import MEASURES
-from .nar import CROSS_ANCHORS
+from .elmer.exit_measures import MEASURES
+from .mlae.nar import CROSS_ANCHORS
 
 # the flags every run uses; every other flag enters unused_flags' table (or CHECKED_ELSEWHERE's
 # checks), which says which runs it applies to (tests/test_trust.py walks the parser against them)

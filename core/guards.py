@@ -58,7 +58,7 @@ RULES = {
     "iterations": (lambda v: v >= 1, "at least 1"),
     "length_beam": (lambda v: v >= 1, "at least 1"),
     "mask_init": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    # eval.py's is a comma-separated sweep, checked value by value by core.exit_measures
+    # eval.py's is a comma-separated sweep, checked value by value by core.elmer.exit_measures
     "exit_entropy": (lambda v: isinstance(v, str) or v >= 0, "0 or more (inf: every token exits at layer 1)"),
     # numpy's generators take seeds below 2**32; torch's manual_seed, below 2**64
     "seed": (lambda v: 0 <= v < 2 ** 32, "in [0, 2**32)"),
