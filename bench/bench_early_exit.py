@@ -6,7 +6,7 @@
     python -m bench.bench_early_exit --ar                                         # NAR one pass vs AR beam search
 
 1. --ckpt: a fine-tuned ELMER on --n test sources of the embedded corpus (batch --batch), the
-   encoder run once beforehand; the decoder is core.elmer.exit_measures.decode_exit, exactly what
+   encoder run once beforehand; the decoder is core.elmer.exit_decode.decode_exit, exactly what
    generate runs, for each exit measure and threshold (--measures, --thresholds), against the
    same call with exit disabled (only the top off-ramp). Each batch's tokens are read back to the
    host before the next starts, as eval.py does: a latency, so that a pass without host syncs does
@@ -18,7 +18,7 @@
 Every exit row is interleaved with its own no-exit baseline: the two alternate --repeats times
 after a warm-up, and the time ratio is the median of the per-pair ratios (a shared machine drifts
 between rows, not within a pair). Beside it, the ratio of decoder multiply-adds
-(core.elmer.exit_measures.decoder_macs): a time ratio below its FLOP ratio means the exit skipped work
+(core.elmer.exit_decode.decoder_macs): a time ratio below its FLOP ratio means the exit skipped work
 it should have done, a bug.
 3. --ar: NAR one pass (exit disabled) against AR beam search of the same size (T5 baseline, beam
    --beam, --dec-len tokens) at batch 1 and --big-batch.

@@ -187,7 +187,8 @@ def nar_report(model, arch, gen, stats, path):
 def elmer_flags(p):
     p.add_argument("--exit-measure", default=None, choices=MEASURES,
                    help="the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
-                        "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/elmer/exit_measures.py")
+                        "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); "
+                        "core/elmer/exit_measures.py")
     p.add_argument("--exit-threshold", default=None,
                    help="the measure's threshold, or several comma-separated (a sweep: one row and one "
                         "result file each); entropy 0 / state 1 / classifier 1 never exit early")

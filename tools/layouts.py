@@ -212,7 +212,8 @@ def pmlm():
                (None, " of the PAR factorization, partially autoregressive; row: the query;"),
                (None, " column: the key; grey: position ids)")]
     return figure(svg, [panel], entries, f"UniLMv2's PMLM, factorization order <{order}>",
-                  "drawn by tools/layouts.py from core/unilm/pmlm.py pmlm_layout and kernels/reference.py visible"), see, ex
+                  "drawn by tools/layouts.py from core/unilm/pmlm.py pmlm_layout and kernels/reference.py "
+                  "visible"), see, ex
 
 
 def mlae():
@@ -321,9 +322,9 @@ LAYOUTS = {"core/unilm/pmlm.py": ("layout-pmlm", pmlm), "core/mlae/model.py": ("
 
 
 def plot_layout(path, where):
-    """The figure of the layout of the module PATH (core/unilm/pmlm.py, core/mlae/model.py, core/elmer/model.py), written to
-    docs/figures/, or with figures.DRAW off (--check) compared with the file there; its markdown line
-    for the doc WHERE."""
+    """The figure of the layout of the module PATH (core/unilm/pmlm.py, core/mlae/model.py,
+    core/elmer/model.py), written to docs/figures/, or with figures.DRAW off (--check) compared with
+    the file there; its markdown line for the doc WHERE."""
     if path not in LAYOUTS:
         raise SystemExit(f"error: {where}: no layout figure for {path} (one of {', '.join(LAYOUTS)})")
     name, build = LAYOUTS[path]
