@@ -41,7 +41,7 @@ from core.classify import classify_batch, macro_f1, predict
 from core.config import ModelConfig
 from core.decodings import DECODINGS, decoding_of
 from core.distributed import resolve_dtype
-from core.exit_measures import exit_settings
+from core.elmer.exit_measures import exit_settings
 from core.errors import UserError, main_guard
 from core.flags import AT_LEAST_1, flag
 from core.guards import HelpFormatter, check_positions, parse_args, refuse_unused

@@ -7,9 +7,9 @@
 
 Summarization of a unified (PMLM / MLM) checkpoint uses UniLMv2's pseudo-mask fine-tuning
 (section 3.4): "[SOS] SRC [EOS] TGT [EOS]", one [P] per target token; of a T5 checkpoint, teacher
-forcing; of an MLAE checkpoint (core/mlae.py), seq2seq style with scheduled masking. --nar
+forcing; of an MLAE checkpoint (core/mlae/model.py), seq2seq style with scheduled masking. --nar
 fine-tunes a t5, t5-nar or mlae checkpoint (or --init none --arch t5: CMLM) as a CMLM decoded by
-Mask-Predict (core/mask_predict.py). Classification puts a fresh linear layer on the [SOS] vector (on
+Mask-Predict (core/mlae/mask_predict.py). Classification puts a fresh linear layer on the [SOS] vector (on
 [EOS] of the encoder for MLAE, T5 and T5-NAR; core/classify.py). An encoder reads its source laid
 out as its pretraining laid out its text ([SOS] first for PMLM, MLM and MLAE; core/finetuning.py).
 
@@ -43,8 +43,8 @@ from core.finetune_flags import check_nar_flags, finetuning_flags, scratch_flags
 from core.finetuning import elmer_options, scheduled_loss
 from core.generation import rouge, summarize
 from core.positions import DEFAULT_MAX_SRC, fit_lengths, positions_of
-from core.exit_measures import exit_flags
-from core.mlae import init_from_pretrained
+from core.elmer.exit_measures import exit_flags
+from core.mlae.model import init_from_pretrained
 from core.model import count_parameters
 from core.objectives import OBJECTIVES
 from core.optim import lr_at, make_optimizer, set_lr

@@ -8,9 +8,9 @@ Objectives (core/objectives.py, one record each, which this script dispatches th
 way, 80/10/10, as its section 4.1 does; --keep 0 gives 90/10), mlm (the RoBERTa-style baseline:
 pmlm --losses ae), t5 (the T5-style encoder-decoder with span corruption), t5-nar (the same
 corruption, a bidirectional decoder fed one [MASK] per target token and a length predictor: the
-MLAE paper's T5-NAR, core/nar.py), mlae (core/mlae.py: encoder on the unmasked tokens, light
+MLAE paper's T5-NAR, core/mlae/nar.py), mlae (core/mlae/model.py: encoder on the unmasked tokens, light
 decoder --decoder b|a, default b) and elmer (ELMER's LPLM: --permutations exit-layer assignments
-per sequence, core/elmer.py). t5, t5-nar and mlae have the same depths (--enc-layers/--dec-layers,
+per sequence, core/elmer/model.py). t5, t5-nar and mlae have the same depths (--enc-layers/--dec-layers,
 default 2L-1L / 4L-2L / 12L-4L at tiny / small / base, core/config.py DEPTHS). Reads top to bottom:
 args -> init -> tokenizer and data -> model -> optimizer -> loop -> save.
 """

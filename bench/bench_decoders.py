@@ -1,5 +1,5 @@
 """Mask-Predict and AR beam search at batch 1: today's eager decoding against static shapes and
-CUDA graphs (core/mask_predict.py NARDecoder, core/static_beam.py), beside ELMER's one pass of the same size,
+CUDA graphs (core/mlae/mask_predict.py NARDecoder, core/static_beam.py), beside ELMER's one pass of the same size,
 in one run.
 
     python -m bench.bench_decoders                                   # small, 6L-6L, on this device
@@ -36,11 +36,11 @@ import torch
 from bench.bench_early_exit import Tok, interleaved  # noqa: E402
 from core import decoding  # noqa: E402
 from core.config import preset  # noqa: E402
-from core.elmer import ELMER  # noqa: E402
+from core.elmer.model import ELMER  # noqa: E402
 from core.model import EncoderDecoder, UnifiedLM  # noqa: E402
-from core.mask_predict import SOURCE_BUCKET, NARDecoder, mask_predict  # noqa: E402
-from core.nar import NARModel  # noqa: E402
-from core.seq2seq import PMLMDecoder  # noqa: E402
+from core.mlae.mask_predict import SOURCE_BUCKET, NARDecoder, mask_predict  # noqa: E402
+from core.mlae.nar import NARModel  # noqa: E402
+from core.unilm.seq2seq import PMLMDecoder  # noqa: E402
 from core.static_beam import static_beam_pmlm, static_beam_t5  # noqa: E402
 from core.t5 import T5Decoder  # noqa: E402
 
@@ -113,7 +113,7 @@ def main(argv=None):
     def mp(**flags):
         return lambda: mask_predict(NARDecoder(nar, src, Tok, **flags), MASK, args.length_beam, args.iterations,
                                     max_len=args.dec_len)
-    from core.exit_decode import generate
+    from core.elmer.exit_decode import generate
     eager = mp()
     variants = [("Mask-Predict, static shapes", mp(static=True), S_pad / S)]
     if device.type == "cuda":

@@ -28,7 +28,7 @@ from core.distributed import Dist, native_bf16_cpu  # noqa: E402
 from core.objectives import OBJECTIVES  # noqa: E402
 from core.model import UnifiedLM  # noqa: E402
 from core.optim import make_optimizer  # noqa: E402
-from core.pmlm import pmlm_batch, pmlm_loss_sums  # noqa: E402
+from core.unilm.pmlm import pmlm_batch, pmlm_loss_sums  # noqa: E402
 from core.training import autocast, corpus_tokenizer  # noqa: E402
 from tools import records  # noqa: E402
 

@@ -6,7 +6,7 @@
     python -m bench.bench_early_exit --ar                                         # NAR one pass vs AR beam search
 
 1. --ckpt: a fine-tuned ELMER on --n test sources of the embedded corpus (batch --batch), the
-   encoder run once beforehand; the decoder is core.exit_measures.decode_exit, exactly what
+   encoder run once beforehand; the decoder is core.elmer.exit_decode.decode_exit, exactly what
    generate runs, for each exit measure and threshold (--measures, --thresholds), against the
    same call with exit disabled (only the top off-ramp). Each batch's tokens are read back to the
    host before the next starts, as eval.py does: a latency, so that a pass without host syncs does
@@ -18,11 +18,11 @@
 Every exit row is interleaved with its own no-exit baseline: the two alternate --repeats times
 after a warm-up, and the time ratio is the median of the per-pair ratios (a shared machine drifts
 between rows, not within a pair). Beside it, the ratio of decoder multiply-adds
-(core.exit_measures.decoder_macs): a time ratio below its FLOP ratio means the exit skipped work
+(core.elmer.exit_decode.decoder_macs): a time ratio below its FLOP ratio means the exit skipped work
 it should have done, a bug.
 3. --ar: NAR one pass (exit disabled) against AR beam search of the same size (T5 baseline, beam
    --beam, --dec-len tokens) at batch 1 and --big-batch.
-4. --graphs: the static-shape pass (core/exit_pass.py, CUDA graphs on a GPU) against today's
+4. --graphs: the static-shape pass (core/elmer/exit_pass.py, CUDA graphs on a GPU) against today's
    decoder_loop at batch --batch: exit disabled both ways, then with the exit path on and nothing
    leaving early, and with every token leaving at layer 1; and the masked layout against the
    gathered one at larger batches (where decode_exit switches: MASKED_MAX_TOKENS). --json writes
@@ -45,9 +45,9 @@ import kernels  # noqa: E402
 from core import checkpoint, decoding  # noqa: E402
 from core.batch import pad_stack  # noqa: E402
 from core.config import ModelConfig, preset  # noqa: E402
-from core.elmer import ELMER  # noqa: E402
-from core.exit_measures import DEFAULT_THRESHOLD  # noqa: E402
-from core.exit_decode import decode_exit, decoder_macs  # noqa: E402
+from core.elmer.model import ELMER  # noqa: E402
+from core.elmer.exit_measures import DEFAULT_THRESHOLD  # noqa: E402
+from core.elmer.exit_decode import decode_exit, decoder_macs  # noqa: E402
 from bench.common import precision  # noqa: E402
 from bench.exit_graphs import graphs_rows  # noqa: E402
 from core.model import EncoderDecoder  # noqa: E402
@@ -251,7 +251,7 @@ def forced(args, device):
 # 3. NAR one pass against AR beam search, same size
 
 def nar_vs_ar(args, device):
-    from core.exit_decode import generate
+    from core.elmer.exit_decode import generate
     cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0)
     torch.manual_seed(0)
     nar = ELMER(cfg, dec_len=args.dec_len).to(device).eval()
@@ -278,9 +278,9 @@ def nar_vs_ar(args, device):
 
 def parse_thresholds(text):
     """'entropy=0.5,1;state=0.9' -> {measure: [thresholds]}, each in its measure's range (what eval.py
-    accepts: core.exit_measures.check_threshold)."""
+    accepts: core.elmer.exit_measures.check_threshold)."""
     from core.errors import UserError
-    from core.exit_measures import MEASURES, check_threshold
+    from core.elmer.exit_measures import MEASURES, check_threshold
     out = {}
     for part in filter(None, text.split(";")):
         try:

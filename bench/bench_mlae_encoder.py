@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from core.config import preset  # noqa: E402
-from core.mlae import MLAE, collate, mlae_example  # noqa: E402
+from core.mlae.model import MLAE, collate, mlae_example  # noqa: E402
 from tools import records  # noqa: E402
 
 COLUMNS = [("encoder input", "input", "{}"), ("tokens", "tokens", "{:,}"), ("width", "width", "{}"),

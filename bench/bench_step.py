@@ -147,7 +147,7 @@ def batches_and_model(args, device):
     from core.config import preset
     from core.data import TokenStream, pretraining_texts
     from core.model import UnifiedLM
-    from core.pmlm import pmlm_batch
+    from core.unilm.pmlm import pmlm_batch
     from core.tokenizer import cached_tokenizer
     from core.training import TOKENIZER_CACHE
     texts = pretraining_texts()[0]
@@ -157,7 +157,7 @@ def batches_and_model(args, device):
         n = max(1, args.tokens // args.seq_len)
         make = lambda ix: pmlm_batch(stream, ix, tok)
     else:
-        from core.seq2seq import seq2seq_batch
+        from core.unilm.seq2seq import seq2seq_batch
         from core.tasks import load_split
         train = load_split("summarize", "train", None, None, None)
         src, tgt = tok.encode(train.sources[:args.examples]), tok.encode(train.targets[:args.examples])
@@ -186,8 +186,8 @@ def step_flops(micro, cfg, n_params_nonemb):
 
 
 def loss_fn(args):
-    from core.pmlm import pmlm_loss_sums
-    from core.seq2seq import seq2seq_loss_sums
+    from core.unilm.pmlm import pmlm_loss_sums
+    from core.unilm.seq2seq import seq2seq_loss_sums
     return pmlm_loss_sums if args.objective == "pmlm" else seq2seq_loss_sums
 
 
@@ -207,7 +207,7 @@ class Method:
         import kernels
         from core.distributed import Dist
         from core.optim import make_optimizer
-        from core.pmlm import static_shapes
+        from core.unilm.pmlm import static_shapes
         from core.optim import lr_at
         from core.training import StepStats, compile_model
         from bench.step import train_step

@@ -1,4 +1,4 @@
-"""bench_early_exit.py --graphs: ELMER's decoder pass at static shapes (core/exit_pass.py) and its CUDA
+"""bench_early_exit.py --graphs: ELMER's decoder pass at static shapes (core/elmer/exit_pass.py) and its CUDA
 graphs against the loop of before, at batch 1 and the larger batches, with the time of each captured
 step; the rows and the targets its --json writes."""
 import statistics
@@ -13,12 +13,12 @@ import torch
 
 from bench.common import precision
 from core.config import preset
-from core.elmer import ELMER
-from core.exit_decode import decode_exit
+from core.elmer.model import ELMER
+from core.elmer.exit_decode import decode_exit
 from core.timing import clock
 
 def graphs_rows(args, device):
-    from core.exit_pass import MASKED_MAX_TOKENS, masked_pass
+    from core.elmer.exit_pass import MASKED_MAX_TOKENS, masked_pass
     cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0)
     torch.manual_seed(0)
     model = ELMER(cfg, dec_len=args.dec_len).to(device).eval()

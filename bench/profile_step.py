@@ -20,11 +20,11 @@ import torch
 from core.config import preset
 from core.data import TokenStream, pretraining_texts
 from core.distributed import Dist, resolve_dtype
-from core.elmer import ELMER, lplm_batch, lplm_loss_sums
+from core.elmer.model import ELMER, lplm_batch, lplm_loss_sums
 from core.objectives import OBJECTIVES
 from core.model import UnifiedLM
 from core.optim import lr_at, make_optimizer
-from core.pmlm import pmlm_batch, pmlm_loss_sums
+from core.unilm.pmlm import pmlm_batch, pmlm_loss_sums
 from core.tokenizer import cached_tokenizer
 from core.training import TOKENIZER_CACHE
 from bench.step import train_step

@@ -20,14 +20,17 @@ import dataclasses
 import functools
 from typing import Callable, NamedTuple, Optional
 
-from . import elmer, mask_predict, nar, seq2seq, t5
+from . import t5
+from .elmer import model as elmer
+from .mlae import mask_predict, nar
+from .unilm import seq2seq
 from .classify import Classifier, EncoderClassifier
 from .config import decoder_depth
 from .errors import UserError
-from .exit_measures import MEASURES
+from .elmer.exit_measures import MEASURES
 from .flags import AT_LEAST_1, DEC_LEN, Rule, flag
-from .mlae import MLAE, MLAEUniLM, MLAEUniLMDecoder
-from .nar import CROSS_ANCHORS
+from .mlae.model import MLAE, MLAEUniLM, MLAEUniLMDecoder
+from .mlae.nar import CROSS_ANCHORS
 from .model import EncoderDecoder, UnifiedLM
 from .objectives import objective_of
 

@@ -25,7 +25,7 @@ class ModelConfig:
     # [SOS] (MLAE, and a PMLM/MLM stack as encoder), with the first segment's embedding (PMLM/MLM)
     enc_sos: bool = False
     enc_segment: bool = False
-    # a NAR fine-tuning's cross-attention position bias (core/nar.py, CROSS_ANCHORS): "none" drops a
+    # a NAR fine-tuning's cross-attention position bias (core/mlae/nar.py, CROSS_ANCHORS): "none" drops a
     # pretrained cross table, "proportional" keeps it with target token i anchored at i/T of the source
     cross_anchor: str = "none"
 

@@ -141,7 +141,7 @@ def unigram_entropy(ids, vocab_size):
 # the held-out loss a pretraining is judged by against the unigram entropy, in order of preference:
 # the text tokens' loss where an objective reports one (span corruption's sentinels and [EOS] are
 # easy targets that would take its loss under the unigram entropy on their own), and a masked LM's
-# over the targets not in view (a kept token can be copied: core/pmlm.py)
+# over the targets not in view (a kept token can be copied: core/unilm/pmlm.py)
 HELD_OUT_KEYS = ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_hidden_loss",
                  "valid_par_loss")
 

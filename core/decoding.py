@@ -1,6 +1,6 @@
 """Batched greedy and beam search over any incremental decoder (the search knows no model).
 
-The protocol, `IncrementalDecoder` (duck-typed; PMLMDecoder in core/seq2seq.py and the T5
+The protocol, `IncrementalDecoder` (duck-typed; PMLMDecoder in core/unilm/seq2seq.py and the T5
 adapter implement it):
 
     decoder.rows          int, the current number of hypothesis rows N. At the start it is B,

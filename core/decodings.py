@@ -1,7 +1,7 @@
 """The ways a fine-tuned summarizer decodes, one record each, looked up by the name its architecture
 gives (core/architectures.py, `decode`): autoregressive greedy or beam search (core/decoding.py,
-at fixed shapes core/static_beam.py), Mask-Predict for a CMLM (core/mask_predict.py), and ELMER's
-one pass with early exit (core/exit_decode.py). A record owns its generate call, the flags of
+at fixed shapes core/static_beam.py), Mask-Predict for a CMLM (core/mlae/mask_predict.py), and ELMER's
+one pass with early exit (core/elmer/exit_decode.py). A record owns its generate call, the flags of
 eval.py that shape it (declared here, beside it), the settings each evaluated row decodes with,
 its name in eval.py's table and the fields it adds to a row, so that core/generation.py and eval.py
 name no way of decoding.
@@ -21,11 +21,14 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import decoding, exit_decode, mask_predict, seq2seq, t5
+from . import decoding, t5
+from .elmer import exit_decode
+from .mlae import mask_predict
+from .unilm import seq2seq
 from .decoding import LENGTH_NORMS
 from .architectures import ARCHS, seq2seq_ops
-from .exit_decode import ExitTrace, entropy_quantiles, exit_statistics, merge_words
-from .exit_measures import MEASURES, exit_settings, resolve_exit
+from .elmer.exit_decode import ExitTrace, entropy_quantiles, exit_statistics, merge_words
+from .elmer.exit_measures import MEASURES, exit_settings, resolve_exit
 from .flags import AT_LEAST_0, AT_LEAST_1, flag
 from .static_beam import static_beam_pmlm, static_beam_t5
 
@@ -187,7 +190,7 @@ def nar_report(model, arch, gen, stats, path):
 def elmer_flags(p):
     flag(p, "--exit-measure", default=None, choices=MEASURES,
          help="the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
-              "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/exit_measures.py")
+              "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/elmer/exit_measures.py")
     flag(p, "--exit-threshold", default=None,
          help="the measure's threshold, or several comma-separated (a sweep: one row and one "
               "result file each); entropy 0 / state 1 / classifier 1 never exit early")

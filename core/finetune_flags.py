@@ -7,7 +7,7 @@ from .architectures import ARCHS
 from .config import PRESETS
 from .errors import UserError
 from .flags import ABOVE_0, AT_LEAST_0, AT_LEAST_1, FRACTION, VOCAB_SIZE, Rule, flag
-from .mlae import CROSS_INITS, SCHEDULES
+from .mlae.model import CROSS_INITS, SCHEDULES
 from .optim import LR_SCHEDULES
 from .tasks import TASKS
 

@@ -1,9 +1,9 @@
 """What finetune.py sets up around a model beyond its architecture (core/architectures.py): MLAE's
 scheduled masking of the decoder inputs, and an ELMER's exit options."""
-from . import exit_measures
+from .elmer import exit_measures
 from .architectures import ARCHS
 from .errors import UserError
-from .mlae import ScheduledMasking
+from .mlae.model import ScheduledMasking
 
 
 def scheduled_loss(loss_fn, arch, args):

@@ -19,7 +19,7 @@ def generate(model, arch, src_ids, tok, return_scores=False, stats=None, **gen):
     whole prefix at every step (the reference the key/value cache is tested against) and `search`
     picks the beam search's implementation (the tokens are the same). Mask-Predict: length_beam
     lengths, `iterations` passes (fewer with adaptive_stop), a `stats` dict accumulating the model
-    calls. ELMER: `stats` keeps the exits' ExitTrace (core/exit_decode.py). Runs in eval mode and
+    calls. ELMER: `stats` keeps the exits' ExitTrace (core/elmer/exit_decode.py). Runs in eval mode and
     restores the model's mode afterwards."""
     kind = decoding_of(arch)
     settings = kind.take(gen)

@@ -1,6 +1,6 @@
 """CUDA graphs for decoding: steps run once eagerly on a side stream (Triton compiles, caches fill),
 then each captured into a graph that shares one memory pool. Used by ELMER's static-shape pass
-(core/exit_pass.py) and Mask-Predict's static decoding (core/mask_predict.py)."""
+(core/elmer/exit_pass.py) and Mask-Predict's static decoding (core/mlae/mask_predict.py)."""
 import contextlib
 import weakref
 

@@ -19,13 +19,13 @@ from typing import Callable, NamedTuple
 
 from . import t5 as t5_mod
 from .config import depths
-from .elmer import ELMER, elmer_depth, lplm_loss_sums
+from .elmer.model import ELMER, elmer_depth, lplm_loss_sums
 from .flags import AT_LEAST_1, DEC_LEN, Rule, declared, flag
-from .lplm import lplm_batch
-from .mlae import MLAE, VARIANTS, mlae_batch, mlae_loss_sums, variant_of
+from .elmer.lplm import lplm_batch
+from .mlae.model import MLAE, VARIANTS, mlae_batch, mlae_loss_sums, variant_of
 from .model import EncoderDecoder, UnifiedLM
-from .nar import NARModel, t5_nar_batch, t5_nar_loss_sums
-from .pmlm import KEEP, LOSSES, pmlm_batch, pmlm_loss_sums
+from .mlae.nar import NARModel, t5_nar_batch, t5_nar_loss_sums
+from .unilm.pmlm import KEEP, LOSSES, pmlm_batch, pmlm_loss_sums
 
 
 class Objective(NamedTuple):

@@ -32,7 +32,7 @@ from .decoding import NEG_INF, length_norm_fn
 from .graphs import capture, weights_version
 from .kv_cache import KVCache
 from .model import Meta
-from .mask_predict import SOURCE_BUCKET
+from .mlae.mask_predict import SOURCE_BUCKET
 
 
 def ban_repeated_ngrams_static(logp, hyps, t, n):
@@ -245,7 +245,7 @@ class StaticBeamPMLM(StaticBeam):
 
     def _setup(self, src_ids, max_src):
         """The sources encoded by PMLMDecoder itself (the same tokens, positions and cache)."""
-        from .seq2seq import PMLMDecoder
+        from .unilm.seq2seq import PMLMDecoder
         dec = PMLMDecoder(self.model, src_ids, self.tok, max_src=max_src)
         K, S, M = self.K, dec.cache.length, self.M
         limit = self.model.cfg.max_positions

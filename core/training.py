@@ -274,7 +274,7 @@ def read_point(done, end, *every):
 
 def per_token(sums):
     """Per-token loss and accuracy of each part an objective reports: PMLM's ae_/par_ sums (and
-    ae_hidden_/par_hidden_: the targets not in view, core/pmlm.py), or one loss/hit/n (T5), its
+    ae_hidden_/par_hidden_: the targets not in view, core/unilm/pmlm.py), or one loss/hit/n (T5), its
     text tokens' text_ sums, and a length predictor's len_ sums (per target: T5-NAR)."""
     out = {}
     for prefix in ("ae_", "par_", "ae_hidden_", "par_hidden_", "", "text_", "len_"):

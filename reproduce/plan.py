@@ -125,7 +125,7 @@ FINETUNE = [
     finetune("nar-mlae-b", "mlae-b", "--nar", "MLAE NAR, decoder (b)", epochs_x=NAR_EPOCHS),
     # not a row of the papers: decoder (b)'s pretrained cross-attention table kept through fine-tuning
     # (finetune.py --cross-anchor); against nar-mlae-b it says whether dropping it, as CMLM does, costs
-    # the NAR claims their decoder's position sense (core/mlae.py: without it (b) barely learns)
+    # the NAR claims their decoder's position sense (core/mlae/model.py: without it (b) barely learns)
     finetune("nar-mlae-b-anchored", "mlae-b", "--nar --cross-anchor proportional",
              "MLAE NAR, decoder (b), its cross-attention table kept", epochs_x=NAR_EPOCHS),
     finetune("nar-t5", "t5-nar", "--nar", "T5-NAR (pretrained NAR decoder)", epochs_x=NAR_EPOCHS),

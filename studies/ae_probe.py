@@ -2,7 +2,7 @@
 shows at each predicted position. train.py's `valid_ae_loss` is not comparable between runs of
 other corruptions: BERT's way (80% [MASK] / 10% random / 10% kept, UniLMv2 4.1, the default)
 leaves 10% of the targets in view, which a model learns to copy, and `--keep 0` (90% [MASK] / 10%
-random, core/pmlm.py) leaves none. Here every checkpoint reads the same held-out windows
+random, core/unilm/pmlm.py) leaves none. Here every checkpoint reads the same held-out windows
 under each corruption, and the loss is reported over every AE target and over the [MASK]ed,
 random and kept ones apart. The AE part alone is fed (losses "ae"): the appended part of a PMLM
 batch changes no AE prediction, since context attends to context only.
@@ -23,7 +23,7 @@ from core.config import ModelConfig  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
 from core.objectives import OBJECTIVES  # noqa: E402
 from core.model import UnifiedLM  # noqa: E402
-from core.pmlm import IGNORE, pmlm_batch  # noqa: E402
+from core.unilm.pmlm import IGNORE, pmlm_batch  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
 from kernels import PSEUDO  # noqa: E402
 

@@ -25,7 +25,7 @@ from core.config import ModelConfig  # noqa: E402
 from core.data import TokenStream, pretraining_texts  # noqa: E402
 from core.objectives import OBJECTIVES  # noqa: E402
 from core.model import EncoderDecoder, positions  # noqa: E402
-from core.nar import NARModel, t5_nar_batch, t5_nar_loss_sums  # noqa: E402
+from core.mlae.nar import NARModel, t5_nar_batch, t5_nar_loss_sums  # noqa: E402
 from core.tokenizer import Tokenizer  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """MLAE's decoder variants at one budget: (a) self-attention over latents and [MASK]s, (b) [MASK]s
 with cross-attention to the latents, with and without the cross-attention's relative position bias
 (MLAE paper Table 6 ablates (a) against (b)); and T5-NAR's decoder, with and without its anchors'
-cross-attention bias and the length predictor's gradient into the encoder (core/nar.py). Prints the
+cross-attention bias and the length predictor's gradient into the encoder (core/mlae/nar.py). Prints the
 held-out masked-token loss of each against the unigram entropy of the held-out text, the loss of a
 model that ignores context.
 
@@ -33,7 +33,7 @@ VARIANTS = {"a": ["--objective", "mlae", "--decoder", "a"],
             "b+bias": ["--objective", "mlae", "--decoder", "b", "--cross-rel-pos"],
             "b-bias": ["--objective", "mlae", "--decoder", "b", "--no-cross-rel-pos"],
             "t5": ["--objective", "t5"],  # T5's AR decoder, for scale
-            # T5-NAR's decoder (core/nar.py): the anchors' cross-attention bias, and whether the
+            # T5-NAR's decoder (core/mlae/nar.py): the anchors' cross-attention bias, and whether the
             # length predictor's loss reaches the encoder
             "t5-nar": ["--objective", "t5-nar"],
             "t5-nar-bias": ["--objective", "t5-nar", "--no-cross-rel-pos"],

@@ -12,9 +12,9 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from core import nar  # noqa: E402
+from core.mlae import nar  # noqa: E402
 from core.config import DEPTHS, preset  # noqa: E402
-from core.mlae import MLAE  # noqa: E402
+from core.mlae.model import MLAE  # noqa: E402
 from core.model import EncoderDecoder  # noqa: E402
 from tools import records  # noqa: E402
 

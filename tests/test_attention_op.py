@@ -72,7 +72,7 @@ def test_a_model_traces_through_the_operators_in_one_graph(tokenizer):
     AOTAutograd (the compiler's tracing, without its code generation) the eager loss and gradients."""
     from core.config import preset
     from core.model import UnifiedLM
-    from core.pmlm import collate, pmlm_loss_sums
+    from core.unilm.pmlm import collate, pmlm_loss_sums
     torch.manual_seed(0)
     cfg = preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, dropout=0.0)
     model = UnifiedLM(cfg).to(DEVICE)

@@ -7,7 +7,7 @@ import torch
 import kernels
 from core.config import preset
 from core.model import UnifiedLM
-from core.pmlm import pmlm_example, pretraining_sentence_pair
+from core.unilm.pmlm import pmlm_example, pretraining_sentence_pair
 from kernels import CONTEXT, ORIGINAL, PSEUDO, reference
 
 

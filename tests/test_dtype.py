@@ -46,7 +46,7 @@ def test_the_weights_are_cast_to_bf16_once_a_step(tokenizer, text_file):
     from torch.utils._python_dispatch import TorchDispatchMode
     from core.distributed import Dist
     from core.optim import make_optimizer
-    from core.pmlm import pmlm_loss_sums
+    from core.unilm.pmlm import pmlm_loss_sums
     from core.training import autocast
     from bench.step import train_step
     from test_step_syncs import pmlm_setup

@@ -9,7 +9,7 @@ import torch
 
 import kernels
 from core.config import preset
-from core.elmer import (ELMER, IGNORE, ExitTrace, assigned_loss_sums, decode_exit, elmer_seq2seq_batch,
+from core.elmer.model import (ELMER, IGNORE, ExitTrace, assigned_loss_sums, decode_exit, elmer_seq2seq_batch,
                         exit_statistics, generate, infilling_spans, lplm_corrupt, sentence_shuffle)
 
 V = 97
@@ -73,7 +73,7 @@ def test_exited_token_does_not_run_the_layer():
     """In the gathered layout the queries a layer computes are the active tokens only (counted at
     the FFN). The layout by default: gathered on the Triton backend or for one sequence; plain for
     a batch on the reference backend, whose packed attention would score every key of the batch."""
-    from core.elmer import gather_pays
+    from core.elmer.model import gather_pays
     model = tiny()
     memory, valid = memory_of(model)
     seen = []
@@ -220,7 +220,7 @@ def test_soft_training_sees_what_decoding_sees():
     the model's own prediction at every position, as in decoding: feeding anything else past the
     reference's [EOS] would tell the upper layers where the reference ends. So the fine-tuning
     loss of the positions a reference keeps is the decoder's own, wherever the reference ends."""
-    from core.elmer import offramp_loss_sums
+    from core.elmer.model import offramp_loss_sums
     model = tiny(soft=True)
     with torch.no_grad():
         model.soft.weight.normal_(0, 0.3)

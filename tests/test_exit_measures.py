@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from core.config import preset
-from core.elmer import ELMER, elmer_seq2seq_batch
+from core.elmer.model import ELMER, elmer_seq2seq_batch
 from core.errors import UserError
-from core.exit_measures import check_threshold, exit_settings
-from core.exit_decode import (ExitTrace, decode_exit, decoder_macs, entropy_quantiles, finish, generate,
+from core.elmer.exit_measures import check_threshold, exit_settings
+from core.elmer.exit_decode import (ExitTrace, decode_exit, decoder_macs, entropy_quantiles, finish, generate,
                               merge_words)
 from core.finetuning import elmer_options
 
@@ -231,5 +231,5 @@ def test_the_trace_holds_the_exits_and_the_model_no_statistics():
 
 
 def test_base_elmer_is_the_papers_6l_6l():
-    from core.elmer import elmer_depth
+    from core.elmer.model import elmer_depth
     assert elmer_depth("base", 12) == 6 and elmer_depth("small", 4) == 4 and elmer_depth("tiny", 2) == 2

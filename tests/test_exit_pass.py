@@ -1,4 +1,4 @@
-"""ELMER's decoder pass at static shapes (core/exit_pass.py): the same tokens, exit layers and
+"""ELMER's decoder pass at static shapes (core/elmer/exit_pass.py): the same tokens, exit layers and
 entropies as decoder_loop's gathered layout for every measure and soft exit, no host sync inside a
 layer, and a layer's launches with exits at most 1.3x those with exit disabled. On the CPU the pass
 runs eagerly; on CUDA the same steps are captured as CUDA graphs (bench/bench_early_exit.py)."""
@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from core.exit_decode import decode_exit
-from core.exit_pass import MaskedExitPass, masked_pass
+from core.elmer.exit_decode import decode_exit
+from core.elmer.exit_pass import MaskedExitPass, masked_pass
 
 from test_elmer import memory_of
 from test_exit_measures import tiny

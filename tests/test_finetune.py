@@ -118,7 +118,7 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     if objective != "pmlm":  # the whole pretrained model loads, the encoder's weights unchanged until trained
         pre = torch.load(pretrained[objective], weights_only=True)["model"]
         state = torch.load(os.path.join(out, "best.pt"), weights_only=True)["model"]
-        pre = set(pre) - {"cross_rel_table"}  # T5-NAR's pretraining-only cross-attention bias (core/nar.py)
+        pre = set(pre) - {"cross_rel_table"}  # T5-NAR's pretraining-only cross-attention bias (core/mlae/nar.py)
         assert pre == {k[len("encoder."):] for k in state if k.startswith("encoder.")}
 
 

@@ -6,7 +6,7 @@ import torch
 
 from core.config import preset
 from core.architectures import build_model, seq2seq_arch, seq2seq_ops
-from core.mlae import MLAE, init_from_pretrained, mlae_example
+from core.mlae.model import MLAE, init_from_pretrained, mlae_example
 from core.model import UnifiedLM
 from core.t5 import encoder_input
 from core.tokenizer import SOS

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core import decodings, generation
-from core.seq2seq import PMLMDecoder
+from core.unilm.seq2seq import PMLMDecoder
 from core.t5 import T5Decoder
 
 from test_seq2seq import ids, tiny

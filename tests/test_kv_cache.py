@@ -8,9 +8,9 @@ import torch
 import kernels
 from core.config import preset
 from core.kv_cache import KVCache
-from core.mlae import MLAEUniLM, MLAEUniLMDecoder
+from core.mlae.model import MLAEUniLM, MLAEUniLMDecoder
 from core.model import EncoderDecoder, Meta, UnifiedLM
-from core.seq2seq import PMLMDecoder
+from core.unilm.seq2seq import PMLMDecoder
 from core.t5 import T5Decoder, encoder_input
 from core.tokenizer import EOS, MASK, PAD, PSEUDO, SOS
 

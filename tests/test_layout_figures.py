@@ -87,10 +87,10 @@ def test_the_committed_figures_are_what_the_code_draws(monkeypatch, tmp_path):
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     (tmp_path / "docs" / "figures").mkdir(parents=True)
     with pytest.raises(SystemExit, match="is missing"):
-        layouts.plot_layout("core/pmlm.py", "docs/x.md")
+        layouts.plot_layout("core/unilm/pmlm.py", "docs/x.md")
     (tmp_path / "docs" / "figures" / "layout-pmlm.svg").write_text(layouts.pmlm()[0].replace("x1", "x9"))
     with pytest.raises(SystemExit, match="not what the code draws now"):
-        layouts.plot_layout("core/pmlm.py", "docs/x.md")
+        layouts.plot_layout("core/unilm/pmlm.py", "docs/x.md")
     with pytest.raises(SystemExit, match="no layout figure"):
         layouts.plot_layout("core/t5.py", "docs/x.md")
 

@@ -2,7 +2,7 @@
 import numpy as np
 
 from core.masking import blockwise_mask, corrupt
-from core.pmlm import IGNORE, pmlm_example, pretraining_sentence_pair
+from core.unilm.pmlm import IGNORE, pmlm_example, pretraining_sentence_pair
 from kernels import CONTEXT, ORIGINAL, PSEUDO
 
 

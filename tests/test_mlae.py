@@ -1,4 +1,4 @@
-"""MLAE (core/mlae.py): the encoder sees only the unmasked tokens, the decoder variants see what
+"""MLAE (core/mlae/model.py): the encoder sees only the unmasked tokens, the decoder variants see what
 they should, and the pipelines run end to end on the tiny preset."""
 import os
 
@@ -9,7 +9,7 @@ import torch
 import train
 from conftest import DEVICE, TINY, read_log, write_task_files
 from core.config import preset
-from core.mlae import MLAE, decoder_inputs, mlae_example, collate
+from core.mlae.model import MLAE, decoder_inputs, mlae_example, collate
 from core.t5 import IGNORE
 from core.tokenizer import MASK
 
@@ -159,7 +159,7 @@ def test_b_cross_bias_trains_the_same_through_the_kernel():
     the reference attention and the Triton kernel."""
     import kernels
     pytest.importorskip("kernels.pseudo_attention")
-    from core.mlae import mlae_loss_sums
+    from core.mlae.model import mlae_loss_sums
     batch = batch_of(windows(n=2, length=(70, 53)))[0].to(DEVICE)
     grads = {}
     for backend in ("reference", "triton"):
@@ -207,7 +207,7 @@ def test_pretraining_runs(mlae_checkpoint):
 # fine-tuning: cross-attention init, scheduled masking, and the pipelines end to end
 
 def test_cross_attention_init():
-    from core.mlae import init_from_pretrained
+    from core.mlae.model import init_from_pretrained
     from core.model import EncoderDecoder
     pre = tiny_model("a").state_dict()
     cfg = preset("tiny", vocab_size=V, n_dec_layers=1, dropout=0.0)
@@ -229,7 +229,7 @@ def test_cross_attention_init():
 
 
 def test_mask_schedules():
-    from core.mlae import mask_ratio
+    from core.mlae.model import mask_ratio
     T = 100
     lin = [mask_ratio("linear", 0.6, t, T) for t in range(T + 1)]
     assert lin[0] == 0.6 and lin[T] == 0.0 and lin[50] == pytest.approx(0.3)
@@ -240,7 +240,7 @@ def test_mask_schedules():
 
 def test_scheduled_masking_masks_decoder_inputs_at_the_ratio():
     from core.batch import Batch
-    from core.mlae import ScheduledMasking
+    from core.mlae.model import ScheduledMasking
     seen = []
     sched = ScheduledMasking(lambda model, b: seen.append(b.tgt_in) or {}, "linear", 0.6, 10)
     tgt = torch.randint(10, V, (64, 40))
@@ -338,7 +338,7 @@ def test_nar_pipelines(init, mlae_checkpoint, text_file, task_files, tmp_path):
 
 def test_unilm_style_prefix_rule_and_cache():
     from core.generation import generate
-    from core.mlae import MLAEUniLM
+    from core.mlae.model import MLAEUniLM
     torch.manual_seed(0)
     cfg = preset("tiny", vocab_size=V, n_dec_layers=2, dropout=0.0)
     model = MLAEUniLM(cfg).eval()

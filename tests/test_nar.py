@@ -1,4 +1,4 @@
-"""Mask-Predict (core/mask_predict.py) against toy models whose confidences are known, CMLM batches, and
+"""Mask-Predict (core/mlae/mask_predict.py) against toy models whose confidences are known, CMLM batches, and
 batched == one by one on a real tiny NARModel."""
 import dataclasses
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from core.config import preset
-from core.mask_predict import NARDecoder, mask_predict, merge_repeats
-from core.nar import NARModel, nar_batch, nar_loss_sums, proportional_anchor
+from core.mlae.mask_predict import NARDecoder, mask_predict, merge_repeats
+from core.mlae.nar import NARModel, nar_batch, nar_loss_sums, proportional_anchor
 from core.t5 import IGNORE
 
 MASK, V = 4, 30
@@ -166,7 +166,7 @@ def test_static_and_graphed_decoding_equal_the_eager_one_with_no_sync_per_iterat
 
 def test_the_remask_takes_the_least_confident_ties_to_the_earlier_position():
     """_remask's ranks by comparison are the inverse of a stable argsort, ties and +inf padding included."""
-    from core.mask_predict import _remask
+    from core.mlae.mask_predict import _remask
     g = torch.Generator().manual_seed(0)
     conf = torch.randint(0, 4, (64, 9), generator=g).float().neg()  # many ties
     conf[:, 7:] = float("inf")
@@ -180,7 +180,7 @@ def test_a_static_decoding_is_one_call_whatever_the_iterations(monkeypatch):
     """A static decoder runs the whole decoding (every iteration and the re-masking between them)
     as one StaticDecode.run (on a GPU with graphs, one replay), kept per shape and iteration count
     and reused across sources, with the tokens of the eager decoding each time."""
-    from core import mask_predict as mp
+    from core.mlae import mask_predict as mp
     model = tiny_nar(2)
     rng = np.random.default_rng(2)
     calls = []
@@ -229,7 +229,7 @@ def test_the_decoder_is_bidirectional():
 
 def t5_nar_examples(tokenizer, n=4, window=40):
     from core.data import TokenStream
-    from core.nar import t5_nar_batch
+    from core.mlae.nar import t5_nar_batch
     ids = [list(range(100, 100 + 50))] * 3  # text ids (over the sentinels')
     stream = TokenStream([np.asarray(i) for i in ids], window, 0, sep=tokenizer.eos_id)
     return stream, t5_nar_batch(stream, list(range(n)), tokenizer)
@@ -253,7 +253,7 @@ def test_t5_nar_batch_masks_and_predicts_every_masked_token(tokenizer):
         assert (b.tgt_out[r, :L][~text] == IGNORE).all() and (b.tgt_out[r, L:] == IGNORE).all()
     n_text = int((b.tgt[b.tgt_valid] >= tokenizer.n_special).sum())
     assert b.norm == n_text < int(b.tgt_valid.sum())
-    from core.nar import t5_nar_loss_sums
+    from core.mlae.nar import t5_nar_loss_sums
     model = NARModel(preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0))
     sums = t5_nar_loss_sums(model, b)
     assert sums["n"].item() == b.norm and sums["len_n"].item() == 4  # every masked token is predicted
@@ -261,7 +261,7 @@ def test_t5_nar_batch_masks_and_predicts_every_masked_token(tokenizer):
 
 
 def test_sentinel_anchors_point_at_each_spans_sentinel(tokenizer):
-    from core.nar import sentinel_anchors
+    from core.mlae.nar import sentinel_anchors
     s0, s1, s2 = (tokenizer.sentinel(i) for i in range(3))
     src = [100, s0, 104, 105, s1, 109, s2]  # x1 <s0> x4 x5 <s1> x9 <s2>
     tgt = [s0, 101, 102, s1, 106, 107, 108, s2, 110]
@@ -304,7 +304,7 @@ def test_t5_nar_cross_attention_bias_reads_each_tokens_anchor(tokenizer):
 def test_t5_nar_length_loss_stays_out_of_the_encoder(tokenizer):
     """In T5-NAR pretraining the length predictor's loss trains the predictor alone (with
     length_grad it reaches the encoder, as in CMLM fine-tuning)."""
-    from core import nar
+    from core.mlae import nar
     _, b = t5_nar_examples(tokenizer, n=2)
     cfg = preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0)
     for length_grad in (False, True):
@@ -371,7 +371,7 @@ def test_baselines_have_mlaes_depths_and_parameters(name):
     their parameters match MLAE's: (b) has the same layers as T5, a NAR model adds the length
     predictor to both alike, (a) lacks only the decoder's cross-attention."""
     from core.config import DEPTHS, depths
-    from core.mlae import MLAE
+    from core.mlae.model import MLAE
     from core.model import EncoderDecoder, count_parameters
     enc, dec = depths(name)
     assert (enc, dec) == DEPTHS[name] and depths(name, dec_layers=3) == (enc, 3)

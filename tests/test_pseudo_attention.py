@@ -91,7 +91,7 @@ def mlae_cross_layout(B, L, g, ratio=0.15):
 
 
 def pmlm_positions(layout, g):
-    """Position ids of a PMLM layout as core/pmlm.py gives them: the context at 0, 1, ..., each step's
+    """Position ids of a PMLM layout as core/unilm/pmlm.py gives them: the context at 0, 1, ..., each step's
     ORIGINAL tokens and as many PSEUDO ones at the positions of a masked span of the context. The
     context's key tiles then run (consecutive positions), the appended part's do not."""
     kind, step = layout[0], layout[1]

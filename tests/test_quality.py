@@ -3,7 +3,7 @@ boundaries, validation samples, the length penalty, the tokenizer."""
 import numpy as np
 import pytest
 
-from core.pmlm import pmlm_example, pretraining_sentence_pair
+from core.unilm.pmlm import pmlm_example, pretraining_sentence_pair
 from kernels import CONTEXT
 
 
@@ -36,7 +36,7 @@ def test_hidden_loss_leaves_the_kept_targets_out(tokenizer):
     target whose token stays at its position, or a [P] whose position in the AE part shows it, is
     left out of the ae_hidden_/par_hidden_ sums and counted in ae_/par_."""
     import torch
-    from core.pmlm import collate, pmlm_loss_sums
+    from core.unilm.pmlm import collate, pmlm_loss_sums
 
     rng = np.random.default_rng(1)
     examples = []
@@ -169,7 +169,7 @@ def test_windows_respect_documents(tokenizer):
     document begins (or inside a document longer than it), S2 goes on with S1's document, the
     documents after it stay separated by [EOS], and no [EOS] is ever masked."""
     from core.data import TokenStream
-    from core.pmlm import pmlm_batch
+    from core.unilm.pmlm import pmlm_batch
     rng = np.random.default_rng(0)
     eos = tokenizer.eos_id
     # document d is the run d*1000+100, d*1000+101, ...: every token names its document and place
@@ -210,7 +210,7 @@ def test_mlae_records_only_positions_it_trains(tokenizer, variant):
     from core.data import TokenStream
     from core.objectives import OBJECTIVES
     from core.positions import positions_of
-    from core.mlae import MLAE, mlae_batch, mlae_loss_sums
+    from core.mlae.model import MLAE, mlae_batch, mlae_loss_sums
     seq_len = 48
     total = OBJECTIVES["mlae"].positions(seq_len)["total"]
     assert total == seq_len - 1

@@ -301,7 +301,7 @@ def test_elmer_exit_uses_the_checkpoints_measure_and_its_classifier():
     """A threshold alone keeps the measure the checkpoint was fine-tuned with; a measure whose
     weights the checkpoint lacks is refused."""
     from core.errors import UserError
-    from core.exit_measures import resolve_exit
+    from core.elmer.exit_measures import resolve_exit
     state = dict(elmer=dict(exit_measure="state", exit_threshold=0.99), model={"exit_clf.weight": torch.zeros(1)})
     assert resolve_exit((None, 0.95), state, "ck") == ("state", 0.95)
     assert resolve_exit((None, None), state, "ck") == ("state", 0.99)

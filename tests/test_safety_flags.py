@@ -207,7 +207,7 @@ def test_unified_checkpoint_initialises_every_layer_of_unilm_finetuning():
     """PMLM / MLM summarization fine-tunes the pretrained stack itself: every weight comes from the
     checkpoint (only an encoder-decoder renames the stack to its encoder)."""
     from core.config import preset
-    from core.mlae import init_from_pretrained
+    from core.mlae.model import init_from_pretrained
     from core.model import EncoderDecoder, UnifiedLM
     torch.manual_seed(0)
     cfg = preset("tiny", vocab_size=600)

@@ -1,4 +1,4 @@
-"""UniLMv2 seq2seq fine-tuning (core/seq2seq.py): the layout, the attention rule by perturbation
+"""UniLMv2 seq2seq fine-tuning (core/unilm/seq2seq.py): the layout, the attention rule by perturbation
 through a tiny model, key/value-cache decoding against full recomputation, and a loss that falls."""
 import numpy as np
 import pytest
@@ -6,9 +6,9 @@ import torch
 
 from core.config import preset
 from core.model import UnifiedLM
-from core.pmlm import IGNORE
+from core.unilm.pmlm import IGNORE
 from core.generation import generate
-from core.seq2seq import PMLMDecoder, seq2seq_batch, seq2seq_example, seq2seq_loss_sums
+from core.unilm.seq2seq import PMLMDecoder, seq2seq_batch, seq2seq_example, seq2seq_loss_sums
 from kernels import CONTEXT, ORIGINAL, PSEUDO
 
 

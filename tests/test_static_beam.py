@@ -70,7 +70,7 @@ def test_the_graphed_static_beam_search_equals_beam_search_on_cuda(tokenizer):
                                                                (4, 10, 1, 0.6, 3, 4.0)])
 def test_static_pmlm_beam_search_equals_beam_search(tokenizer, beam, max_len, min_len, lp, ngram, eos):
     """UniLMv2's decoder ([P] queries against a static cache of source, target and [P] slots)."""
-    from core.seq2seq import PMLMDecoder
+    from core.unilm.seq2seq import PMLMDecoder
     from core.static_beam import static_beam_pmlm
     from test_seq2seq import ids, tiny
     import numpy as np
@@ -90,7 +90,7 @@ def test_static_pmlm_beam_search_equals_beam_search(tokenizer, beam, max_len, mi
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_the_graphed_static_pmlm_beam_search_equals_beam_search_on_cuda(tokenizer):
-    from core.seq2seq import PMLMDecoder
+    from core.unilm.seq2seq import PMLMDecoder
     from core.static_beam import static_beam_pmlm
     from test_seq2seq import ids, tiny
     import numpy as np

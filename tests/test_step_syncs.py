@@ -13,7 +13,7 @@ from core.config import preset
 from core.distributed import Dist
 from core.model import UnifiedLM
 from core.optim import make_optimizer
-from core.pmlm import pmlm_batch, pmlm_loss_sums
+from core.unilm.pmlm import pmlm_batch, pmlm_loss_sums
 from core.optim import lr_at
 from core.training import StepStats
 from bench.step import train_step
@@ -135,7 +135,7 @@ def test_a_seq2seq_step_makes_no_host_sync(tokenizer):
     """UniLMv2's fine-tuning step reads its [P] positions from the batch (collate made them on the
     host), and its losses are those of the boolean selection it replaced."""
     import torch.nn.functional as F
-    from core.seq2seq import seq2seq_batch, seq2seq_loss_sums
+    from core.unilm.seq2seq import seq2seq_batch, seq2seq_loss_sums
     torch.manual_seed(0)
     model = UnifiedLM(preset("tiny", vocab_size=tokenizer.vocab_size))
     ids = random_ids(tokenizer)
@@ -219,7 +219,7 @@ def test_the_compiled_pmlm_and_seq2seq_steps_are_one_graph_without_a_sync(tokeni
     """The forward of a PMLM pretraining step and of a UniLMv2 seq2seq fine-tuning step (the same
     model, another layout) compile to one graph each (no graph break: Dynamo captured one), whose
     forward and backward hold no operation that would wait for a GPU."""
-    from core.seq2seq import seq2seq_batch, seq2seq_loss_sums
+    from core.unilm.seq2seq import seq2seq_batch, seq2seq_loss_sums
     model, _, batches, _, _ = pmlm_setup(tokenizer, text_file)
     graphs, ops = compiled_graphs(model, pmlm_loss_sums, batches[0], monkeypatch)
     assert len(graphs) == 1 and ops and syncing(ops) == [], (len(graphs), syncing(ops))
@@ -248,8 +248,8 @@ def test_the_compiled_elmer_step_is_one_graph(tokenizer, text_file, monkeypatch)
 def test_static_shapes_keep_the_sums(tokenizer, text_file):
     """A PMLM and a seq2seq batch padded to a few shapes (core/pmlm.static_shapes: L to a multiple of
     64, the predicted positions to a multiple of 256): the same loss sums and counts."""
-    from core.pmlm import static_shapes
-    from core.seq2seq import seq2seq_batch, seq2seq_loss_sums
+    from core.unilm.pmlm import static_shapes
+    from core.unilm.seq2seq import seq2seq_batch, seq2seq_loss_sums
     model, _, batches, _, _ = pmlm_setup(tokenizer, text_file)
     model.eval()
     ids = random_ids(tokenizer)

@@ -185,7 +185,7 @@ def test_output_bias_starts_at_the_unigram_prior(text_file, tokenizer):
     from core.config import preset
     from core.data import TokenStream, read_texts, token_counts, unigram_entropy
     from core.model import UnifiedLM
-    from core.pmlm import pmlm_batch, pmlm_loss_sums
+    from core.unilm.pmlm import pmlm_batch, pmlm_loss_sums
     stream = TokenStream(tokenizer.encode(read_texts(text_file)), 61, 0)
     batch = pmlm_batch(stream, list(range(64)), tokenizer, "ae")
     torch.manual_seed(0)

@@ -3,8 +3,8 @@
     python -m tools.render_docs            # draws them with the other figures (the plot-layout blocks)
 
 Each figure takes the worked example of a module's docstring, builds its layout with that module's
-own functions (core/pmlm.py pmlm_layout; core/mlae.py mlae_layout, collate and decoder_inputs;
-core/elmer.py ELMER.decoder_loop), runs a `tiny` model with random weights on it under the
+own functions (core/unilm/pmlm.py pmlm_layout; core/mlae/model.py mlae_layout, collate and decoder_inputs;
+core/elmer/model.py ELMER.decoder_loop), runs a `tiny` model with random weights on it under the
 reference attention, and draws the masks that attention computed with the rule of
 kernels/reference.py (`visible`): a change to a layout or to the rule changes the figure. Plain
 SVG text, no plotting library, so that `render_docs --check` draws each one again and compares it
@@ -181,11 +181,11 @@ def figure(svg, panels, entries, title, desc):
 # the three layouts
 
 def pmlm():
-    """core/pmlm.py's example: the factorization order <{x4, x5}, {x2}> of x1 .. x6 (UniLMv2 Figure 4),
+    """core/unilm/pmlm.py's example: the factorization order <{x4, x5}, {x2}> of x1 .. x6 (UniLMv2 Figure 4),
     one stack over the AE part and the appended steps, and who may attend to whom (its Figure 5)."""
     from core.masking import corrupt
     from core.model import UnifiedLM
-    from core.pmlm import pmlm_layout
+    from core.unilm.pmlm import pmlm_layout
     ids = sequence(6)
     blocks = [np.array([4, 5]), np.array([2])]
     # every masked token of the AE part [MASK], as the docstring draws it
@@ -212,14 +212,15 @@ def pmlm():
                (None, " of the PAR factorization, partially autoregressive; row: the query;"),
                (None, " column: the key; grey: position ids)")]
     return figure(svg, [panel], entries, f"UniLMv2's PMLM, factorization order <{order}>",
-                  "drawn by tools/layouts.py from core/pmlm.py pmlm_layout and kernels/reference.py visible"), see, ex
+                  "drawn by tools/layouts.py from core/unilm/pmlm.py pmlm_layout and kernels/reference.py "
+                  "visible"), see, ex
 
 
 def mlae():
-    """core/mlae.py's example: x2 x3 and x6 of x1 .. x6 masked; the encoder over the rest and the
+    """core/mlae/model.py's example: x2 x3 and x6 of x1 .. x6 masked; the encoder over the rest and the
     decoder of each variant, (a) self-attention over the latents put back and [MASK]s, (b) the
     [MASK]s alone with cross-attention to the latents."""
-    from core.mlae import MLAE, VARIANTS, collate, decoder_inputs, mlae_layout
+    from core.mlae.model import MLAE, VARIANTS, collate, decoder_inputs, mlae_layout
     ids = sequence(6)
     masked = np.isin(np.arange(len(ids)), [2, 3, 6])
     batch = collate([mlae_layout(ids, masked, MASK)], SimpleNamespace(pad_id=PAD))
@@ -236,7 +237,7 @@ def mlae():
         n_enc, per_layer = len(model.enc_layers), 1 + (model.dec_layers[0].cross is not None)
         assert len(masks) == n_enc + per_layer * len(model.dec_layers)
         self_, cross = masks[n_enc], masks[n_enc + 1] if per_layer == 2 else None
-        # (a): the latents enter at their positions (core/mlae.py place), a [MASK] elsewhere
+        # (a): the latents enter at their positions (core/mlae/model.py place), a [MASK] elsewhere
         dec = [("[M]" if tok == MASK else f"h{int(p)}", int(p)) for tok, p in zip(dec_tok[0], dec_pos[0])]
         D = len(dec)
         seen[variant] = (masks[0], self_, cross)
@@ -258,18 +259,18 @@ def mlae():
                (None, " the masked tokens never enter the encoder; grey: position ids)")]
     svg = Svg()
     return figure(svg, panels, entries, f"MLAE pretraining, {masked_names} masked: the encoder and each decoder",
-                  "drawn by tools/layouts.py from core/mlae.py mlae_layout, decoder_inputs and MLAE, "
+                  "drawn by tools/layouts.py from core/mlae/model.py mlae_layout, decoder_inputs and MLAE, "
                   "and kernels/reference.py visible"), seen, batch
 
 
-EXITS = (2, 4, 1, 3, 4, 2)  # each decoder token's exit layer (LPLM assigns them: core/lplm.py lplm_batch)
+EXITS = (2, 4, 1, 3, 4, 2)  # each decoder token's exit layer (LPLM assigns them: core/elmer/lplm.py lplm_batch)
 SHOWN = 3  # the layer whose attention the right panel draws
 
 
 def elmer():
-    """core/elmer.py's decoder loop on [MASK] x T with an exit layer per token: which tokens run
+    """core/elmer/model.py's decoder loop on [MASK] x T with an exit layer per token: which tokens run
     each layer (as queries) and, at one layer, what its queries see."""
-    from core.elmer import ELMER
+    from core.elmer.model import ELMER
     T, L = len(EXITS), max(EXITS)
     torch.manual_seed(0)
     model = ELMER(preset("tiny", vocab_size=VOCAB, n_dec_layers=L), dec_len=T)
@@ -277,7 +278,7 @@ def elmer():
     src_valid = torch.ones_like(src, dtype=torch.bool)
     exits, ran = torch.as_tensor(EXITS), []
 
-    def decide(l, idx, h, x_in):  # assigned exit layers, as core/elmer.py assigned_loss_sums
+    def decide(l, idx, h, x_in):  # assigned exit layers, as core/elmer/model.py assigned_loss_sums
         ran.append(idx.tolist())
         return exits[idx] == l + 1, None
     with kernels.use_backend("reference"), torch.no_grad():
@@ -312,18 +313,18 @@ def elmer():
     svg = Svg()
     exit_at = " ".join(str(last[t] + 1) for t in range(T))
     return figure(svg, panels, entries, f"ELMER's decoder with early exit, exit layers {exit_at}",
-                  "drawn by tools/layouts.py from core/elmer.py ELMER.decoder_loop and kernels/reference.py "
+                  "drawn by tools/layouts.py from core/elmer/model.py ELMER.decoder_loop and kernels/reference.py "
                   "visible"), (ran, self_, cross), model
 
 
-LAYOUTS = {"core/pmlm.py": ("layout-pmlm", pmlm), "core/mlae.py": ("layout-mlae", mlae),
-           "core/elmer.py": ("layout-elmer", elmer)}
+LAYOUTS = {"core/unilm/pmlm.py": ("layout-pmlm", pmlm), "core/mlae/model.py": ("layout-mlae", mlae),
+           "core/elmer/model.py": ("layout-elmer", elmer)}
 
 
 def plot_layout(path, where):
-    """The figure of the layout of the module PATH (core/pmlm.py, core/mlae.py, core/elmer.py), written to
-    docs/figures/, or with figures.DRAW off (--check) compared with the file there; its markdown line
-    for the doc WHERE."""
+    """The figure of the layout of the module PATH (core/unilm/pmlm.py, core/mlae/model.py,
+    core/elmer/model.py), written to docs/figures/, or with figures.DRAW off (--check) compared with
+    the file there; its markdown line for the doc WHERE."""
     if path not in LAYOUTS:
         raise SystemExit(f"error: {where}: no layout figure for {path} (one of {', '.join(LAYOUTS)})")
     name, build = LAYOUTS[path]

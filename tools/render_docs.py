@@ -19,8 +19,8 @@ block is typed by hand. Files scanned: README.md, docs/*.md, bench/RESULTS.md, r
 The `plot-*` kinds draw a figure into docs/figures/ (tools/figures.py: SVG, byte-identical for the
 same data) and write the line that shows it; drawing needs matplotlib (`pip install -r requirements-docs.txt`),
 the one dependency of this command that the project does not have. --check draws nothing: it
-checks the lines and that each figure exists. `plot-layout core/pmlm.py` (core/mlae.py,
-core/elmer.py) draws the attention layout of that module's example by running its code
+checks the lines and that each figure exists. `plot-layout core/unilm/pmlm.py` (core/mlae/model.py,
+core/elmer/model.py) draws the attention layout of that module's example by running its code
 (tools/layouts.py, no matplotlib); --check draws it again and compares.
 """
 import argparse

@@ -182,7 +182,7 @@ def entropy_exit_cost(layers, T=32, S=128):
     """Multiply-adds of an ELMER decoder projecting every token at every layer, over one projecting
     once at the top (core/exit_decode.decoder_macs; `small`, V 8000)."""
     from core.config import PRESETS, ModelConfig
-    from core.exit_decode import decoder_macs
+    from core.elmer.exit_decode import decoder_macs
     cfg = ModelConfig(**PRESETS["small"], vocab_size=8000)
     every = dict(queries=[T] * layers, ramp=[T] * layers, measure=[0] * layers)
     top = dict(queries=[T] * layers, ramp=[0] * (layers - 1) + [T], measure=[0] * layers)

@@ -123,10 +123,10 @@ SOURCES = {
     "docs/design.md": {
         "1%": Field("tests/test_dtype.py", "assert worst <"),
         "80%": UNILM41, "10%": UNILM41, "4.6": Paper("UniLMv2 4.6: the variants use the same masking"),
-        "0.1 @ default 0.1": Field("core/pmlm.py", "KEEP = "),
+        "0.1 @ default 0.1": Field("core/unilm/pmlm.py", "KEEP = "),
         "0.1 @ Dropout 0.1": Paper("UniLMv2 Table 10: dropout 0.1"),
-        "90%": Field("core/pmlm.py", "p_mask = 0.9 - keep"),
-        "90": Field("core/pmlm.py", "p_mask = 0.9 - keep", div=0.01),
+        "90%": Field("core/unilm/pmlm.py", "p_mask = 0.9 - keep"),
+        "90": Field("core/unilm/pmlm.py", "p_mask = 0.9 - keep", div=0.01),
         "80": Field("core/positions.py", "DEFAULT_MAX_SRC = "),
         "7e-5 @ UniLMv2 7e-5": Paper("UniLMv2 appendix D: 7e-5 after 6e-4"),
         "6e-4": Paper("UniLMv2 appendix D: 7e-5 after 6e-4"),
@@ -175,8 +175,8 @@ SOURCES = {
         "13%": lambda: compiled_more() / value(default("train.py --steps")) / eager_step(),
     },
     "docs/elmer.md": {
-        "32": default("train.py --dec-len"), "32 @ 32 sequences": Field("core/elmer.py", "at B 32, T 128"),
-        "128 @ of 128,": Field("core/elmer.py", "at B 32, T 128"), "128": default("train.py --seq-len"),
+        "32": default("train.py --dec-len"), "32 @ 32 sequences": Field("core/elmer/model.py", "at B 32, T 128"),
+        "128 @ of 128,": Field("core/elmer/model.py", "at B 32, T 128"), "128": default("train.py --seq-len"),
         "1": ONE, "0": Word("no label smoothing"),
         "1.22": lambda: entropy_floor(0.1, 8000), "0.77": lambda: entropy_floor(0.1, 97),
         "0.1": Field("core/architectures.py", "label_smoothing: float = "),
@@ -221,7 +221,7 @@ SOURCES = {
         "15%": Paper("MLAE 3.1: 15% of the tokens masked"), "3": Paper("MLAE 3.1: spans of mean length 3"),
         "300": Field("results/studies/mlae-decoders.json", "note"),
         "0.6": default("finetune.py --mask-init"), "1": ONE, "0": Word("a ratio of none"),
-        "0.1": Field("core/nar.py", "LENGTH_LOSS = "),
+        "0.1": Field("core/mlae/nar.py", "LENGTH_LOSS = "),
         "64": Field("results/studies/mlae-encoder.json", "note"),
         "128": Field("results/studies/mlae-encoder.json", "note"),
         "2": Field("core/config.py", "DEPTHS = "), "4": Field("core/config.py", "DEPTHS = "),
@@ -300,7 +300,7 @@ SOURCES = {
                              - value(Field(EXIT_26, f"rows/what={ALL_AT_1}, lag 0/ratio"))),
         "3.6": Field("results/h200-2026-11-26/RUN.md", "triton"),
         "80%": UNILM41, "10%": UNILM41, "4.1": UNILM41,
-        "90%": Field("core/pmlm.py", "p_mask = 0.9 - keep"),  # at --keep 0
+        "90%": Field("core/unilm/pmlm.py", "p_mask = 0.9 - keep"),  # at --keep 0
         "2.03x": Field("results/studies/dtype.json", "rows/dtype=bfloat16/ratio"),
     },
 }

@@ -1,5 +1,5 @@
 """Mask-Predict decoding (Ghazvininejad et al. 2019, "Mask-Predict: Parallel Decoding of
-Conditional Masked Language Models", section 3) for every NAR model of core/nar.py (the MLAE
+Conditional Masked Language Models", section 3) for every NAR model of core/mlae/nar.py (the MLAE
 paper's MLAE NAR, T5-NAR and CMLM all decode with it, its section 4.4).
 
 mask_predict: the top `length_beam` lengths of the predictor (never the gold length), all
@@ -28,9 +28,9 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from .batch import pad_stack, source_array
-from .graphs import capture, weights_version
-from .model import positions
+from ..batch import pad_stack, source_array
+from ..graphs import capture, weights_version
+from ..model import positions
 
 # -----------------------------------------------------------------------------
 # Mask-Predict

@@ -1,4 +1,4 @@
-"""ELMER's exit measures: when a token leaves the decoder (core/exit_decode.py decodes with them).
+"""ELMER's exit measures: when a token leaves the decoder (core/elmer/exit_decode.py decodes with them).
 
 Exit measures, each compared with a threshold after every decoder layer but the last:
   * entropy (the paper, ELMER 4.3 Eq. 10): exit when the off-ramp's entropy < threshold. It needs
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from .errors import UserError
+from ..errors import UserError
 
 MEASURES = ("entropy", "state", "classifier")
 # the paper's delta for entropy; for the cheap measures a value that a token exits under only
@@ -60,7 +60,7 @@ def classifier_logit(model, l, h):  # (N, C) -> (N,), the exit classifier of lay
 
 def cheap_exit(model, measure, threshold, l, idx, h, x_in):
     """The O(C) measures: (N,) bool, True where the token leaves after layer l. idx None: h holds
-    every row of x_in (the masked layout, core/exit_pass.py)."""
+    every row of x_in (the masked layout, core/elmer/exit_pass.py)."""
     if measure == "state":
         prev = kernels.gather_rows(x_in, idx) if idx is not None and idx.numel() < x_in.shape[0] else x_in
         return F.cosine_similarity(h.float(), prev.float(), dim=-1) > threshold

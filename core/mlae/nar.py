@@ -44,7 +44,7 @@ stayed above the unigram entropy after 800 steps. Two more choices of ours make 
 The reported loss is the token cross-entropy + 0.1 x len_loss; train.py prints both, and the
 token cross-entropy alone as text_loss.
 
-Decoding, Mask-Predict over this model, is in core/mask_predict.py.
+Decoding, Mask-Predict over this model, is in core/mlae/mask_predict.py.
 """
 import hashlib
 
@@ -53,10 +53,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .batch import Batch, flat_positions, pad_stack, source_array
-from .model import EncoderDecoder, Meta, local_rel_table, positions, select
-from .t5 import IGNORE, N_SPECIAL, span_corruption
-from .tokenizer import FIRST_SENTINEL
+from ..batch import Batch, flat_positions, pad_stack, source_array
+from ..model import EncoderDecoder, Meta, local_rel_table, positions, select
+from ..t5 import IGNORE, N_SPECIAL, span_corruption
+from ..tokenizer import FIRST_SENTINEL
 
 LENGTH_LOSS = 0.1
 
@@ -70,7 +70,7 @@ class NARModel(EncoderDecoder):
     cross_rel_pos (T5-NAR pretraining, with cfg.rel_pos): the decoder's cross-attention adds a
     relative position bias between each target token's `anchor`, the source position of its
     span's sentinel, and each source position, from a table of its own (`cross_rel_table`), as
-    MLAE (b)'s [MASK]s have one against the latents' original positions (core/mlae.py). Without
+    MLAE (b)'s [MASK]s have one against the latents' original positions (core/mlae/model.py). Without
     it a [MASK] reaches its span's context only by matching its sentinel's content across the
     cross-attention, and T5-NAR's pretraining stays on the unigram plateau (README, "The papers'
     comparisons"). Fine-tuning has no anchors (a summary's tokens have no place in the source):

@@ -1,6 +1,6 @@
 """ELMER's decoder pass with early exit at static shapes, and as CUDA graphs.
 
-core/elmer.py's decoder_loop compacts the active tokens every layer (kernels.active_index, a host
+core/elmer/model.py's decoder_loop compacts the active tokens every layer (kernels.active_index, a host
 sync for the count, then a gather and a scatter), which does the least arithmetic: right for big
 batches. At small batch a GPU is limited by launches and syncs, not arithmetic, so this pass keeps
 every shape fixed instead ("masked" layout):
@@ -27,10 +27,10 @@ import weakref
 
 import torch
 
-from .exit_measures import cheap_exit, disabled
-from .graphs import capture, weights_version
-from .model import Meta
-from .tokenizer import MASK
+from ..elmer.exit_measures import cheap_exit, disabled
+from ..graphs import capture, weights_version
+from ..model import Meta
+from ..tokenizer import MASK
 
 MASKED_MAX_TOKENS = 2048  # decode_exit takes this layout on CUDA up to B * T tokens (bench/bench_early_exit.py)
 

@@ -29,8 +29,8 @@ import numpy as np
 import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL, PSEUDO
-from .batch import Batch, flat_positions, pad_stack
-from .masking import blockwise_mask, corrupt
+from ..batch import Batch, flat_positions, pad_stack
+from ..masking import blockwise_mask, corrupt
 
 IGNORE = -100
 LOSSES = ("ae+par", "ae", "par")

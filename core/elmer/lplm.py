@@ -3,7 +3,7 @@ shuffling and text infilling of the encoder input, and k exit-layer assignments 
 import numpy as np
 import torch
 
-from .batch import Batch, pad_stack
+from ..batch import Batch, pad_stack
 
 IGNORE = -100
 

@@ -1,19 +1,19 @@
-"""ELMER's decoding with early exit: the layout a pass runs in, the loop of core/elmer.py's decoder
-with exits (or the static-shape pass of core/exit_pass.py), what the exits cost in multiply-adds,
-and the output's clean-up. The measures themselves are core/exit_measures.py's.
+"""ELMER's decoding with early exit: the layout a pass runs in, the loop of core/elmer/model.py's decoder
+with exits (or the static-shape pass of core/elmer/exit_pass.py), what the exits cost in multiply-adds,
+and the output's clean-up. The measures themselves are core/elmer/exit_measures.py's.
 """
 
 import numpy as np
 import torch
 
 import kernels
-from .batch import pad_stack
-from .exit_measures import cheap_exit, disabled
-from .exit_pass import MASKED_MAX_TOKENS, masked_ok, masked_pass
+from ..batch import pad_stack
+from ..elmer.exit_measures import cheap_exit, disabled
+from ..elmer.exit_pass import MASKED_MAX_TOKENS, masked_ok, masked_pass
 
 
 def pick_layout(model, memory, T, layout=None):
-    """decode_exit's layout: "masked" (static shapes, core/exit_pass.py) on CUDA up to
+    """decode_exit's layout: "masked" (static shapes, core/elmer/exit_pass.py) on CUDA up to
     MASKED_MAX_TOKENS decoder tokens, where launches and syncs cost more than the exited tokens'
     arithmetic; else "gather" (decoder_loop's compaction, which picks its own plain layout where
     that is cheaper). On the CPU the decoder_loop path, as always."""
@@ -43,7 +43,7 @@ def decode_exit(model, memory, src_valid, T, delta, gather=None, measure="entrop
     rows a cheap measure scored ("measure"), for the FLOP count (decoder_macs), and "entropy",
     (B, T, L): each token's off-ramp entropy at every layer where the vocabulary projection ran
     for it (NaN elsewhere: above its exit, below the top under a cheap measure or exit disabled).
-    layout: "masked" (static shapes, CUDA graphs where graphs and CUDA: core/exit_pass.py),
+    layout: "masked" (static shapes, CUDA graphs where graphs and CUDA: core/elmer/exit_pass.py),
     "gather" (decoder_loop; gather=False its plain layout) or None: pick_layout's choice. The
     tokens, exit layers and entropies are the same in every layout; the work is what each ran."""
     B = memory.shape[0]

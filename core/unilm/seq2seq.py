@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL, PSEUDO
-from .kv_cache import KVCache
-from .model import Meta
-from .pmlm import IGNORE, collate
+from ..kv_cache import KVCache
+from ..model import Meta
+from ..unilm.pmlm import IGNORE, collate
 
 # -----------------------------------------------------------------------------
 # fine-tuning examples and loss

@@ -48,11 +48,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kernels import CONTEXT, ORIGINAL
-from .batch import Batch, flat_positions, pad_stack
-from .kv_cache import KVCache
-from .model import EncoderDecoder, Layer, Meta, local_rel_table, positions, select, _init
-from .t5 import IGNORE, encoder_input, span_ids
-from .tokenizer import MASK
+from ..batch import Batch, flat_positions, pad_stack
+from ..kv_cache import KVCache
+from ..model import EncoderDecoder, Layer, Meta, local_rel_table, positions, select, _init
+from ..t5 import IGNORE, encoder_input, span_ids
+from ..tokenizer import MASK
 
 VARIANTS = ("a", "b")
 

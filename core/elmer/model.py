@@ -30,10 +30,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kernels
-from .batch import Batch, pad_stack
-from .model import EncoderDecoder, LMHead, Meta, positions
-from .tokenizer import MASK
-from .exit_measures import DEFAULT_THRESHOLD, TRAIN_ENTROPY, classifier_logit
+from ..batch import Batch, pad_stack
+from ..model import EncoderDecoder, LMHead, Meta, positions
+from ..tokenizer import MASK
+from ..elmer.exit_measures import DEFAULT_THRESHOLD, TRAIN_ENTROPY, classifier_logit
 
 IGNORE = -100
 EXIT_MODES = ("hard", "soft")
@@ -51,7 +51,7 @@ def elmer_depth(model_name, n_layers):
 class ELMER(EncoderDecoder):
     """dec_len: T, the [MASK] tokens fed to the decoder; separate_offramps: one LM head per
     decoder layer instead of one shared; soft: the soft-exit projection W of Eq. 12;
-    exit_measure / exit_threshold: generate's exit rule (core/exit_measures.py; entropy 0: no token
+    exit_measure / exit_threshold: generate's exit rule (core/elmer/exit_measures.py; entropy 0: no token
     exits early); exit_entropy: the entropy threshold of an older checkpoint's options;
     exit_train: "hard" (section 4.1: tokens leave during fine-tuning) or "all" (no token leaves,
     every off-ramp trained)."""
@@ -74,7 +74,7 @@ class ELMER(EncoderDecoder):
                 self.soft.weight.zero_()
                 self.soft.weight[:, C:] = torch.eye(C)
                 self.soft.bias.zero_()
-        # the learnt exit classifier (core/exit_measures.py): row l scores LN(h^l) at layer l
+        # the learnt exit classifier (core/elmer/exit_measures.py): row l scores LN(h^l) at layer l
         self.exit_clf = nn.Linear(C, L)
         with torch.no_grad():
             self.exit_clf.weight.zero_()
@@ -320,6 +320,6 @@ def lplm_loss_sums(model, batch):
     return model(batch.src, batch.src_valid, batch.tgt_out, batch.exit_layers)
 
 
-# the data of LPLM and the inference live beside: core/lplm.py, core/exit_measures.py
-from .lplm import full_stop_ids, infilling_spans, lplm_batch, lplm_corrupt, sentence_shuffle  # noqa: E402,F401
-from .exit_decode import ExitTrace, decode_exit, exit_statistics, finish, generate, merge_words  # noqa: E402,F401
+# the data of LPLM and the inference live beside: core/elmer/lplm.py, core/elmer/exit_measures.py
+from ..elmer.lplm import full_stop_ids, infilling_spans, lplm_batch, lplm_corrupt, sentence_shuffle  # noqa: E402,F401
+from ..elmer.exit_decode import ExitTrace, decode_exit, exit_statistics, finish, generate, merge_words  # noqa: E402,F401
