@@ -206,6 +206,7 @@ class Method:
     def __init__(self, method, args, micro, fresh, device, dtype, pad_id=0):
         import kernels
         from core.distributed import Dist
+        from core.model import tune_attention
         from core.optim import make_optimizer
         from core.unilm.pmlm import static_shapes
         from core.optim import lr_at
@@ -215,8 +216,8 @@ class Method:
         self.name, self.mode, self.device = method, mode_of(method), device
         # the Triton attention's launch tuning: ours-swept the file's, every other method the default
         self.tuning = read_configs(args.configs) if method_of(method) == "ours-swept" else None
-        self.backend = lambda: kernels.use_backend(METHODS[method_of(method)], tuning=self.tuning)  # noqa: E731
-        self.model = fresh()
+        self.backend = lambda: kernels.use_backend(METHODS[method_of(method)])  # noqa: E731
+        self.model = tune_attention(fresh(), self.tuning)
         self.call = self.model  # what the step calls: the model, or its compiled graph
         if self.mode != "eager":
             backend = getattr(args, "compile_backend", "inductor")

@@ -86,6 +86,7 @@ class Attention(nn.Module):
         self.k = nn.Linear(cfg.d_model, cfg.d_model)
         self.v = nn.Linear(cfg.d_model, cfg.d_model)
         self.o = nn.Linear(cfg.d_model, cfg.d_model)
+        self.tuning = None  # the Triton attention's launch (kernels/attention_plan.Tuning; None: the default)
 
     def split(self, x):  # (B, L, C) -> (B, H, L, D)
         B, L, _ = x.shape
@@ -112,9 +113,20 @@ class Attention(nn.Module):
                 k, v = past
             elif past is not None:
                 k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-        y = kernels.attention(q, k, v, mask_meta(q_meta, k_meta), bias=bias, cache=tile_cache(q_meta, k_meta))
+        y = kernels.attention(q, k, v, mask_meta(q_meta, k_meta), bias=bias, cache=tile_cache(q_meta, k_meta),
+                              tuning=self.tuning)
         B, H, Lq, D = y.shape
         return self.o(y.transpose(1, 2).reshape(B, Lq, H * D)), new
+
+
+def tune_attention(model, tuning):
+    """Launch the Triton attention of every Attention in `model` as `tuning` says (an
+    attention_plan.Tuning; None: the default): a benchmark's blocks, carried by the model that runs
+    them. Returns the model."""
+    for m in model.modules():
+        if isinstance(m, Attention):
+            m.tuning = tuning
+    return model
 
 
 class FeedForward(nn.Module):

@@ -7,9 +7,9 @@
 environment variable ATTENTION_BACKEND forces one for every 'auto' call, which is how tests,
 benchmarks and train.py --attention pick a side. The last three are PyTorch's own attention
 (kernels/baselines.py); they choose the attention only, the early-exit operations stay 'auto'.
-`use_backend(name, tuning)` also says how the Triton attention is launched inside the block
-(kernels/attention_plan.Tuning: blocks, dQ fused or apart, the bias table's dtype); without it,
-or outside any block, the default tuning.
+How the Triton attention is launched (kernels/attention_plan.Tuning: blocks, dQ fused or apart, the
+bias table's dtype) is `attention(..., tuning=)`, passed by the caller (core/model.py's Attention
+carries its own); None: the default tuning.
 `backend='triton'` on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported.
 """
 import contextlib
@@ -23,21 +23,19 @@ from . import baselines, reference
 
 _BACKENDS = ("auto", "reference", "triton") + baselines.BASELINES
 _forced = os.environ.get("ATTENTION_BACKEND", "auto")
-_tuning = None  # the Triton attention's attention_plan.Tuning inside use_backend(name, tuning); None: the default
 
 
 @contextlib.contextmanager
-def use_backend(name, tuning=None):
-    """Force `name` for every attention(..., backend='auto') call inside the block, and launch the
-    Triton attention there as `tuning` says (an attention_plan.Tuning; None: the default)."""
-    global _forced, _tuning
+def use_backend(name):
+    """Force `name` for every attention(..., backend='auto') call inside the block."""
+    global _forced
     if name not in _BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; pick one of {_BACKENDS}")
-    before, _forced, before_tuning, _tuning = _forced, name, _tuning, tuning
+    before, _forced = _forced, name
     try:
         yield
     finally:
-        _forced, _tuning = before, before_tuning
+        _forced = before
 
 
 _import_error = []  # the ImportError of the Triton modules, once met
@@ -76,7 +74,7 @@ def resolve_backend(backend, device, attention=False):
     return backend
 
 
-def attention(q, k, v, meta, bias=None, backend="auto", scale=None, cache=None):
+def attention(q, k, v, meta, bias=None, backend="auto", scale=None, cache=None, tuning=None):
     """Multi-head attention whose mask is derived on the fly from per-token metadata.
 
     q: (B, H, Lq, D); k, v: (B, H, Lk, D).
@@ -94,6 +92,8 @@ def attention(q, k, v, meta, bias=None, backend="auto", scale=None, cache=None):
     cache: optional dict that the caller keeps for as long as this metadata is unchanged (every layer
         of one forward, and its backward): the Triton backend builds its tile map once into it
         instead of once per call. The reference ignores it.
+    tuning: how the Triton backend launches its kernels (kernels/attention_plan.Tuning; None: the
+        default). The other backends ignore it.
     Returns (B, H, Lq, D) in q's dtype. A query that sees no key at all gets 0, never NaN.
 
     Common layouts: bidirectional = all CONTEXT; causal = all ORIGINAL with step = position;
@@ -113,7 +113,7 @@ def attention(q, k, v, meta, bias=None, backend="auto", scale=None, cache=None):
     which = resolve_backend(backend, q.device, attention=True)
     if which == "triton":
         from .attention_plan import TUNING
-        tuning = _tuning or TUNING
+        tuning = tuning or TUNING
         if torch.compiler.is_compiling():  # through custom operators: no graph break
             from .attention_op import attention as traced
             return traced(q, k, v, meta, bias, scale, cache, tuning)

@@ -59,7 +59,7 @@ MAP_WARPS = 4  # of the tile map's cell programs (kernels/tilemap.py _class_kern
 
 class Tuning(NamedTuple):
     """How the attention kernels are launched, one value passed down to them (kernels.attention's
-    `tuning`, kernels.use_backend's; TUNING is a run's): the blocks of each head dim on a GPU
+    `tuning`, which core/model.py's Attention carries; TUNING is a run's): the blocks of each head dim on a GPU
     (d64 up to D 64, d128 past it) and under the interpreter, and two choices of structure.
 
     fused_dq: the backward as one kernel where D <= FUSED_DQ_MAX_D: the dK/dV kernel adds each tile's

@@ -1,14 +1,14 @@
 """The attention kernel inside the models: a model trains through it as through the reference, its
 codes and tile map are built once per step for every layer, and one training step's attention makes
 the launches kernels/pseudo_attention.py states (the kernel against the reference, layout by layout:
-tests/test_pseudo_attention.py)."""
+tests/test_attention_layouts.py)."""
 import pytest
 import torch
 
 import kernels
 from kernels import PSEUDO
 
-from test_pseudo_attention import EMPTY, DEVICE, gen, pa, pmlm_layout, poison, report  # noqa: F401  (poison: autouse)
+from test_attention_layouts import EMPTY, DEVICE, gen, pa, pmlm_layout, poison, report  # noqa: F401  (poison: autouse)
 
 
 # -----------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def test_one_training_step_launches_what_the_docs_state(monkeypatch, fused):
     fused: the dQ buffer's zeroing instead of the dQ kernel, and its cast to a 16-bit q's dtype):
     5 + 7 n launches in float32, no host sync. kernels/pseudo_attention.py's docstring states the same."""
     from core.config import preset
-    from core.model import UnifiedLM
+    from core.model import UnifiedLM, tune_attention
     from kernels.attention_plan import Tuning
     n = 3
     kind, step, *_ = pmlm_layout(2, 30, gen(31))
@@ -161,9 +161,9 @@ def test_one_training_step_launches_what_the_docs_state(monkeypatch, fused):
     pos = torch.cat([torch.arange(30), torch.randint(0, 30, (L - 30,))]).expand(2, L).to(DEVICE)
     kind, step = kind.to(DEVICE), step.to(DEVICE)
     valid = torch.ones(2, L, dtype=torch.bool, device=DEVICE)
-    model = UnifiedLM(preset("tiny", vocab_size=600, n_layers=n)).to(DEVICE)
+    model = tune_attention(UnifiedLM(preset("tiny", vocab_size=600, n_layers=n)), Tuning(fused_dq=fused)).to(DEVICE)
     monkeypatch.setattr(pa, "_new", EMPTY)  # outputs as torch.empty (no launch), not NaN-filled
-    with kernels.use_backend("triton", tuning=Tuning(fused_dq=fused)):
+    with kernels.use_backend("triton"):
         model(tokens, pos, None, kind, step, valid).float().pow(2).mean().backward()  # made once per process
         launches, ops = count_attention_launches(monkeypatch)
         model(tokens, pos, None, kind, step, valid).float().pow(2).mean().backward()

@@ -43,11 +43,14 @@ def test_the_smoke_run_times_every_method_in_rounds(tmp_path, monkeypatch):
 
 def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
     """--methods ours-swept needs --configs and the other way round (refused in one line); the
-    method runs its steps under the file's configurations, ours under the plan's own."""
+    method's model launches its attention with the file's configurations, ours's with the plan's own,
+    and no module global holds a tuning."""
     import pytest
     import torch
 
     import kernels
+    from core.config import preset
+    from core.model import Attention
     from kernels import attention_plan
     for bad in (["--methods", "ours-swept"], ["--configs", str(tmp_path / "x.json")],
                 ["--methods", "ours-swept", "--configs", str(tmp_path / "none.json")]):
@@ -57,14 +60,13 @@ def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
     path = tmp_path / "swept.json"
     path.write_text(json.dumps({"64": list(attention_plan.CUDA_CONFIGS[64]._replace(kv_warps=8)), "fused_dq": False}))
     args = argparse.Namespace(configs=str(path), objective="pmlm")
-    made = {name: bench_step.Method(name, args, [], lambda: torch.nn.Linear(2, 2), torch.device("cpu"), torch.float32)
-            for name in ("ours", "ours-swept")}
-    with made["ours-swept"].backend():
-        tuning = kernels._tuning
-        assert tuning.config(torch.device("cuda"), 64).kv_warps == 8 and not tuning.fused_dq
-    with made["ours"].backend():
-        assert kernels._tuning is None  # the default: attention_plan.TUNING
-    assert kernels._tuning is None
+    cfg = preset("tiny", vocab_size=50)
+    made = {name: bench_step.Method(name, args, [], lambda: torch.nn.Sequential(Attention(cfg)), torch.device("cpu"),
+                                    torch.float32) for name in ("ours", "ours-swept")}
+    tuning = made["ours-swept"].model[0].tuning
+    assert tuning.config(torch.device("cuda"), 64).kv_warps == 8 and not tuning.fused_dq
+    assert made["ours"].model[0].tuning is None  # the default: attention_plan.TUNING
+    assert not hasattr(kernels, "_tuning")
 
 
 def test_the_modes_run_in_one_interleaved_run(tmp_path):
