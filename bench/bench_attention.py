@@ -399,7 +399,8 @@ def main(argv=None):
     else:
         if not torch.cuda.is_available():
             sys.exit("bench_attention.py needs a CUDA GPU (none found); --smoke runs its plumbing on the CPU, and "
-                     "the kernel tests run there: python -m pytest -q tests/test_pseudo_attention.py")
+                     "the kernel tests run there: python -m pytest -q tests/test_attention_layouts.py "
+                     "tests/test_attention_launch.py")
         dev, dtype = "cuda", torch.bfloat16
     import triton
     time_fn = timer(args.smoke)

@@ -61,8 +61,8 @@ PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "de
 # where --part speed leaves the fastest blocks of its sweep for --part decode (an ignored folder: it
 # stays on a machine kept warm between the two calls)
 SWEPT = "checkpoints/gpu-swept-configs.json"
-KERNEL_TESTS = ["tests/test_pseudo_attention.py", "tests/test_attention_in_model.py", "tests/test_attention_rule.py",
-                "tests/test_early_exit.py", "tests/test_compile.py"]
+KERNEL_TESTS = ["tests/test_attention_layouts.py", "tests/test_attention_launch.py", "tests/test_attention_in_model.py",
+                "tests/test_attention_rule.py", "tests/test_early_exit.py", "tests/test_compile.py"]
 # every benchmark, its arguments, and the target its header (or bench/RESULTS.md) sets
 BENCHES = [
     ("bench.bench_attention", [], "a layer's fwd+bwd with setup once a step >= 1.5x SDPA with a dense mask and >= "
@@ -205,7 +205,7 @@ def part_speed(rep, args):
     parallel = ["-n", "8"] if importlib.util.find_spec("xdist") else []
     steps = [("attention and tile-map tests on CUDA",
               [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + parallel
-              + ["tests/test_pseudo_attention.py", "tests/test_tilemap.py"], 150),
+              + ["tests/test_attention_layouts.py", "tests/test_attention_launch.py", "tests/test_tilemap.py"], 150),
              ("bench_attention.py --sweep (no Flex: next call)",
               [py, "-m", "bench.bench_attention", "--sweep", "--no-flex", "--json", os.path.join(out, "attention.json"),
                "--save-configs", SWEPT], 240)]
@@ -307,7 +307,7 @@ def part_decode(rep, args):
 # the prepared call's correctness tests on CUDA: the custom operators torch.compile traces, the baselines
 # (the mask's alignment, Flex's backward), the compiled step's graphs and syncs, then the kernels themselves
 ALL_TESTS = ["tests/test_attention_op.py", "tests/test_baselines.py", "tests/test_step_syncs.py",
-             "tests/test_pseudo_attention.py"]
+             "tests/test_attention_layouts.py", "tests/test_attention_launch.py"]
 # (objective, methods, seconds at most) of the prepared call's steps: eager first, then compiled, then graphs, Flex
 # (the slowest to compile) last, so that what a short lease cuts is what matters least
 ALL_STEPS = [("pmlm", "ours,sdpa-mask,sdpa-nomask,ours:compiled,sdpa-mask:compiled,ours:graph,flex", 150),
