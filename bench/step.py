@@ -1,7 +1,7 @@
 """The optimizer step that train.py and finetune.py write out in their loops, as one call: for the
 benchmarks that time a step (bench_step.py, profile_step.py) and the tests that hold a step to its
 properties (no host sync between logging points, each weight cast to bf16 once, a non-finite step
-not applied). Its lines from set_lr to zero_grad are the scripts' (tests/test_step_syncs.py)."""
+not applied). Its statements from set_lr to zero_grad are the scripts' (tests/test_step_syncs.py)."""
 import sys
 
 if __name__ == "__main__" and not __package__:  # a module the benchmarks import, not a script

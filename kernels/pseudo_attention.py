@@ -48,9 +48,9 @@ import triton
 import triton.language as tl
 
 from .attention_backward import _bwd_kv_kernel, _bwd_q_kernel, _delta_kernel
-from .attention_plan import (DTYPES, GRAD_WINDOWS_MAX_D, HEAD_DIMS, LOG2E, TUNING, Codes, Config,  # noqa: F401
-                             DenseBias, Flags, Lists, RelBias, Tuning, extended_table, fold_table_grad, grad_blocks,
-                             prepare, rows_of)
+from .attention_plan import DTYPES, HEAD_DIMS, Config, Tuning, extended_table  # noqa: F401
+from .attention_plan import (GRAD_WINDOWS_MAX_D, LOG2E, TUNING, Codes, DenseBias, Flags, Lists, RelBias,
+                             fold_table_grad, grad_blocks, prepare, rows_of)
 from .attention_tiles import (_LENGTHS, WINDOW_PAD, BiasRead, KeySide, Program, QTile, _far_pair, _q_codes,
                               _q_program, _rows, _softmax_step)
 from .reference import RelPosBias

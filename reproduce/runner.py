@@ -47,17 +47,18 @@ import signal
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-from reproduce import report  # noqa: E402
-from reproduce.execute import execute, rejected, scripts, write_subset  # noqa: E402
-from reproduce.further_seeds import not_needed  # noqa: E402
-from reproduce.plan import (BUDGETS, BY_NAME, ORDER, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,  # noqa: E402
+from reproduce import report
+from reproduce.execute import execute, rejected, scripts, write_subset
+from reproduce.further_seeds import not_needed
+from reproduce.plan import (BUDGETS, BY_NAME, ORDER, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,
                             plan_for, stage_of, steps_of)
-from reproduce.weights import round_in_place  # noqa: E402
-from reproduce.dtypes import compute_dtype  # noqa: E402
-from reproduce.runstate import (STOPPED, archived, claim, command, estimate, kind_of, load_state,  # noqa: E402,F401
-                                locked_state, progress_of, ran_otherwise, record, stale_reason, wrong_checkpoint)
+from reproduce.weights import round_in_place
+from reproduce.dtypes import compute_dtype
+from reproduce.runstate import kind_of, locked_state  # noqa: F401
+from reproduce.runstate import (STOPPED, archived, claim, command, estimate, load_state, progress_of, ran_otherwise,
+                                record, stale_reason, wrong_checkpoint)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 

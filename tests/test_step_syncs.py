@@ -269,15 +269,18 @@ def test_static_shapes_keep_the_sums(tokenizer, text_file):
 # the step these tests (and bench/bench_step.py) take is the one the scripts' loops write out
 
 def step_lines(path):
-    """The code lines of the optimizer step in `path`, from set_lr to zero_grad, without comments,
-    indented relative to the first."""
+    """The statements of the optimizer step in `path`, from set_lr to zero_grad, each as ast.unparse
+    writes it: the code, whatever its comments and however the formatter lays it out."""
+    import ast
     import os
-    lines = [line.split("#")[0].rstrip() for line in open(os.path.join(os.path.dirname(__file__), "..", path))]
-    lines = [line for line in lines if line.strip()]
-    first = [line.strip() for line in lines].index("set_lr(optimizer, lr)")
-    last = [line.strip() for line in lines].index("optimizer.zero_grad(set_to_none=True)", first)
-    indent = len(lines[first]) - len(lines[first].lstrip())
-    return [line[indent:] for line in lines[first:last + 1]]
+    tree = ast.parse(open(os.path.join(os.path.dirname(__file__), "..", path)).read())
+    blocks = [b for node in ast.walk(tree) for _, b in ast.iter_fields(node)
+              if isinstance(b, list) and b and isinstance(b[0], ast.stmt)]
+    for code in ([ast.unparse(s) for s in block] for block in blocks):
+        if "set_lr(optimizer, lr)" in code:
+            first = code.index("set_lr(optimizer, lr)")
+            return code[first:code.index("optimizer.zero_grad(set_to_none=True)", first) + 1]
+    raise AssertionError(f"{path} has no set_lr(optimizer, lr)")
 
 
 @pytest.mark.parametrize("script", ["train.py", "finetune.py"])

@@ -96,6 +96,23 @@ def test_a_field_is_a_named_value_of_a_named_file(tmp_path, monkeypatch):
         sk._text.cache_clear()
 
 
+@pytest.mark.parametrize("code", [
+    'BIG = 2 ** 30\nB = dict(model="small", steps=1600, epochs=6)  # the cpu budget\n',
+    'BIG = 2**30\nB = dict(\n    model="small",\n    steps=1600,\n    epochs=6,\n)  # the cpu budget\n',
+])
+def test_a_pin_in_code_holds_however_the_code_is_laid_out(code, tmp_path, monkeypatch):
+    """ruff format's spacing and wrapping leave a .py file's pins their values: blanks do not count,
+    and a call wrapped over lines is read as its statement (code pins take one number, after=)."""
+    (tmp_path / "plan.py").write_text(code)
+    monkeypatch.setattr(sk, "ROOT", str(tmp_path))
+    sk._text.cache_clear()
+    try:
+        assert sk.field_values(sk.Field("plan.py", "BIG = 2 **", after="**")) == ([30.0], "")
+        assert sk.field_values(sk.Field("plan.py", 'model="small", steps=', after="epochs=")) == ([6.0], "")
+        assert "no line holding" in sk.field_values(sk.Field("plan.py", 'model="tiny", steps='))[1]
+    finally:
+        sk._text.cache_clear()
+
 def test_one_number_two_meanings_is_pinned_by_its_words():
     pins = {"64": "a", "64 @ batch 64 and": "b", "64 @ D 64": "c"}
     line = "At batch 64 and 256, and at D 64, and 64 alone"

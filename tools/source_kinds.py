@@ -5,7 +5,9 @@ formulas some pins name.
     Field(path, key)          a JSON file's value at key ("runs/sum-pmlm/metrics/params_M"; a list's
                               element by index, by "field=value&other=value", or "field^=its start"),
                               or, in any other file, the numbers on the first line holding the marker
-                              key ("marker#2": the second such line)
+                              key ("marker#2": the second such line; in a .py file blanks do not
+                              count, and code wrapped over lines is read as its statement joined onto
+                              one, so that a pin holds however ruff format lays the code out)
     Field(path, key, div=60)  the value divided (seconds typed as minutes)
     Field(path, key, at=C)    the file as it was at commit C (CHANGELOG's "was N"; needs git history)
     Field(path, m, after=w)   the first number after the words w on the line holding the marker m
@@ -14,12 +16,14 @@ formulas some pins name.
     a function                a formula whose value the number is
 """
 import functools
+import io
 import json
 import lzma
 import math
 import os
 import re
 import subprocess
+import tokenize
 from typing import NamedTuple, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,6 +138,35 @@ def _walk(data, key):
     return data
 
 
+def _statements(text):
+    """A Python file's lines, each statement joined onto one (a call or a def's header however the
+    formatter wraps it), comments and blank lines between statements as they are."""
+    rows = text.splitlines()
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return rows
+    out, row, start = [], 1, None
+    for tok in tokens:
+        if start is None and tok.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                                              tokenize.ENDMARKER):
+            start = tok.start[0]
+        if tok.type == tokenize.NEWLINE:
+            out += rows[row - 1:start - 1] + [" ".join(r.strip() for r in rows[start - 1:tok.end[0]])]
+            row, start = tok.end[0] + 1, None
+    return out + rows[row - 1:]
+
+
+def _span(words, line, spaced):
+    """(start, end) of the first `words` in `line`, or None; `spaced`: blanks do not count (in a Python
+    file, `2 ** 30` and `2**30` are one text, as a call and the same call wrapped and joined are)."""
+    if not spaced:
+        i = line.find(words)
+        return None if i < 0 else (i, i + len(words))
+    m = re.search(r"\s*".join(map(re.escape, "".join(words.split()))), line)
+    return m and m.span()
+
+
 def field_values(source):
     """([values the field holds], '') or ([], why not)."""
     try:
@@ -153,15 +186,17 @@ def field_values(source):
         if re.search(r"#\d+$", marker):
             marker, nth = marker.rsplit("#", 1)
             nth = int(nth)
-        lines = [line for line in text.splitlines() if marker in line]
+        spaced = source.path.endswith(".py")
+        lines = [(line, 0) for line in text.splitlines() if _span(marker, line, spaced)]
+        if spaced and len(lines) < nth:  # code the formatter wrapped: its statement, from the marker on
+            lines = [(line, span[0]) for line in _statements(text) if (span := _span(marker, line, True))]
         if len(lines) < nth:
             return [], f"{source.path} has no line holding {marker!r}" + (f" (#{nth})" if nth > 1 else "")
-        line = lines[nth - 1]
+        line, start = lines[nth - 1]
         if source.after is not None:
-            if source.after not in line:
+            if not (span := _span(source.after, line[start:], spaced)):
                 return [], f"{source.path}: its line holding {marker!r} has no {source.after!r}"
-            line = line.split(source.after, 1)[1]
-            values = _numbers_in(line)[:1]
+            values = _numbers_in(line[start + span[1]:])[:1]
         else:
             values = _numbers_in(line)
     return [v / source.div if isinstance(v, (int, float)) and not isinstance(v, bool) else v

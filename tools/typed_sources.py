@@ -35,6 +35,7 @@ LOOP_BOUNDS = Field("tests/test_compile.py", "LOOP_BOUNDS = ")  # SASS per loop 
 SMALL_WIDTH = Field("core/config.py", '"small": dict(d_model=', after="d_model=")
 TINY_TRAIN = Field("reproduce/execute.py", '(("train", 96)', after='"train",')  # the tiny budget's pairs
 TINY_BATCH = Field("reproduce/plan.py", "--epochs {epochs} --batch ", after="--batch")
+SMALL_STEPS_WAS = Field("reproduce/plan.py", 'model="small", steps=', at="f6488a2", after="steps=")  # before b6bbadd
 UNILM_ALG1 = Paper("UniLMv2 Algorithm 1: spans of 2-6 tokens with probability 0.4")
 UNILM_XSUM = Paper("UniLMv2 appendix D and Table 10: 7e-5 after 6e-4, 14 epochs on XSum")
 LAG0_NOBODY = "masked, nobody leaves early, graphs, stop flag read at once (lag 0)"
@@ -56,7 +57,7 @@ SOURCES = {
         "400": default("train.py --steps"), "8,192": default("train.py --batch-tokens"),
         "50": default("train.py --eval-every"), "2": Field(CPU_DEFAULT + "RUN.md", "2-core CI-like machine"),
         "3": default("finetune.py --epochs"),
-        "800": Field("reproduce/plan.py", 'model="small", steps=', at="f6488a2"),  # the plan before b6bbadd
+        "800": SMALL_STEPS_WAS,  # the plan before b6bbadd
         "1": ONE, "1%": Field("tests/test_dtype.py", "assert worst <"),
         "2.03x": Field("results/studies/dtype.json", "rows/dtype=bfloat16/ratio"),
         "80": UNILM41, "62,588": corpus_size,
@@ -112,7 +113,7 @@ SOURCES = {
         "128": Field(H200_26 + "attention.json", "records/layout=s2s-2k&D=128/D"),
         "2048": Field(H200_26 + "attention.json", "records/layout=s2s-2k&D=128/L"),
         "64 @ batch 64 in": Field(H200_26 + "RUN.md", "--forced --model base --batch"),
-        "1.15x": Field("bench/bench_early_exit.py", "wanted=1.15"),
+        "1.15x": Field("bench/bench_early_exit.py", "wanted=1.15", after="wanted="),
         "1.2x": Field(H200_26 + "decode.log", "target V 8000 N 16384", after=">="),
         "8000": Field(H200_26 + "decode.log", "V = 8000"), "50000": Field(H200_26 + "decode.log", "V = 50000"),
         "16k": Field("bench/bench_gather.py", '"--tokens"'),
@@ -191,10 +192,11 @@ SOURCES = {
         "1,000": Field("results/cpu-decoders/RUN.md", "--limit 1000 --no-lead --exit-measure entropy"),
         "5": Field("results/cpu-decoders/RUN.md", "for b in"), "2": Field("results/cpu-decoders/RUN.md", "for it in"),
         "4": Field("results/cpu-decoders/RUN.md", "for it in"), "10": Field("results/cpu-decoders/RUN.md", "for it in"),
-        "800": Field("reproduce/plan.py", 'model="small", steps=', at="f6488a2"),
+        "800": SMALL_STEPS_WAS,
     },
     "docs/kernels.md": {
-        "2": Field("kernels/tilemap.py", "BIG = 2 **"), "30": Field("kernels/tilemap.py", "BIG = 2 **"),
+        "2": Field("kernels/tilemap.py", "BIG = 2 **", after="="),
+        "30": Field("kernels/tilemap.py", "BIG = 2 **", after="**"),
         "1": ONE, "64": Field("kernels/attention_plan.py", "64: Config("),
         "5": Field("kernels/pseudo_attention.py", "launches 5 + 7 n"),
         "16": Field("kernels/attention_plan.py", "16 bytes at a time in float32"),
@@ -211,7 +213,7 @@ SOURCES = {
                                 after="kv_warps="),
         "8 @ the 8-element": Field("kernels/baselines.py", "MASK_ALIGN = "),
         "32": Field("kernels/attention_plan.py", "64: Config("),
-        "3 @ at 3 stages": Field("bench/attention_cases.py", "base._replace(kv_stages=3)"),
+        "3 @ at 3 stages": Field("bench/attention_cases.py", "base._replace(kv_stages=3)", after="kv_stages="),
         "16 @ 16-byte": Field("kernels/early_exit.py", "(16-byte accesses when"),
         "2,048": lambda: offramp_chunk(50000), "4,096": lambda: offramp_chunk(8000),
         "2,048 @ (2,048-row": Field(H200_27 + "call3/offprof.log", "profile, V 8000 N 4096, chunk"),
@@ -231,14 +233,14 @@ SOURCES = {
         "0.6 @ 0.6 over": Paper("MLAE Figure 3: 15% over none, 0.6 over 0.15"),
     },
     "docs/reproducing.md": {
-        "0": Word("a ratio of none"), "0.9": Field("reproduce/plan.py", "for m in (0.75, 0.9)"),
+        "0": Word("a ratio of none"), "0.9": Field("reproduce/plan.py", "for m in (0.75, 0.9)", after="0.75,"),
         "8,192": default("train.py --batch-tokens"), "0.5": Field("reproduce/report.py", "PLATEAU = "),
         "1e-3": default("finetune.py --lr"),
         "95%": Field("reproduce/significance.py", "would find at 95% confidence and 80% power"),
         "80%": Field("reproduce/significance.py", "would find at 95% confidence and 80% power"),
         "1,500": Field("reproduce/execute.py", 'embedded_records("train")[:'),
         "96": Field("reproduce/execute.py", '(("train", 96)'), "8": Field("reproduce/execute.py", '(("train", 96)'),
-        "4": Field("reproduce/plan.py", 'model="tiny", steps='),
+        "4": Field("reproduce/plan.py", 'model="tiny", steps=', after="steps="),
         "384": Field("reproduce/plan.py", "--batch-tokens 384"),
         "1": ONE, "3 @ (3 steps)": lambda: math.ceil(value(TINY_TRAIN) / value(TINY_BATCH)),
         "2 @ on 2 cores": Field(CPU_DEFAULT + "RUN.md", "2-core CI-like machine"),
@@ -256,7 +258,7 @@ SOURCES = {
         "16x": Field("core/model.py", "REL_SCALE = "),
         "7e-5": UNILM_XSUM, "6e-4": UNILM_XSUM, "14": UNILM_XSUM,
         "160": Paper("UniLMv2 4.1: 160GB of text"),
-        "800": Field("reproduce/plan.py", 'model="small", steps=', at="f6488a2"),
+        "800": SMALL_STEPS_WAS,
     },
     # a dated record: each entry's numbers are its commit's, a "was N" the commit's before
     "releases/README.md": {
@@ -267,8 +269,9 @@ SOURCES = {
         "128": Field("bench/bench_step.py", "args.micro_batch = 16 if"),
         "16": Field("bench/bench_step.py", '"--micro-batch", type=int, default=', at="7f6c657"),  # before 73aa205
         "0": Word("the masking ratio's end, none; a lag of none"),
-        "6": Field("reproduce/plan.py", 'model="small", steps=1600'),
-        "3 @ (was 3)": Field("reproduce/plan.py", 'model="small", steps=1600', at="1b035c2"),  # before 80b7c4d
+        "6": Field("reproduce/plan.py", 'model="small", steps=1600', after="epochs="),
+        # before 80b7c4d
+        "3 @ (was 3)": Field("reproduce/plan.py", 'model="small", steps=1600', at="1b035c2", after="epochs="),
         "3": default("finetune.py --epochs"),
         "1.5e-4": Field("results/cpu-finetune-lr/lr1.5e-4/config.json", "args/lr"),
         "5e-4": Field("results/cpu-finetune-lr/lr5e-4/config.json", "args/lr"),
@@ -279,10 +282,11 @@ SOURCES = {
         "0.5": default("finetune.py --valid-every"), "2": default("finetune.py --patience"),
         "2000": default("finetune.py --valid-examples"),
         "512": Field("finetune.py", '"--valid-examples"', at="c134796"),
-        "1,600": Field("reproduce/plan.py", 'model="small", steps='),
-        "800 @ (was 800)": Field("reproduce/plan.py", 'model="small", steps=', at="f6488a2"),  # before b6bbadd
+        "1,600": Field("reproduce/plan.py", 'model="small", steps=', after="steps="),
+        "800 @ (was 800)": SMALL_STEPS_WAS,
         "800 @ LPLM 800": lplm_steps,
-        "1,000": Field("reproduce/plan.py", 'model="small", steps=1600', at="b6bbadd"),  # before 7a763df
+        # before 7a763df
+        "1,000": Field("reproduce/plan.py", 'model="small", steps=1600', at="b6bbadd", after="limit="),
         "64 @ head dims up to 64": Field("kernels/attention_plan.py", "FUSED_DQ_MAX_D = "),
         "2 @ 2^25": Field("kernels/offramp_loss.py", "CHUNK_ELEMENTS = "),
         "25": Field("kernels/offramp_loss.py", "CHUNK_ELEMENTS = "),
