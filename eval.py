@@ -28,7 +28,6 @@ line of stdin (read to its end first), truncated to the fine-tuning's --max-src 
 It prints each output on a line of stdout and nothing else there (no table, no files), with the
 decoding flags and their defaults as in an evaluation, for one checkpoint.
 """
-import argparse
 import hashlib
 import json
 import os
@@ -43,8 +42,8 @@ from core.decodings import DECODINGS, decoding_of
 from core.distributed import resolve_dtype
 from core.elmer.exit_measures import exit_settings
 from core.errors import UserError, main_guard
-from core.flags import AT_LEAST_1, flag
-from core.guards import HelpFormatter, check_positions, parse_args, refuse_unused
+from core.flags import AT_LEAST_1, flag, parser
+from core.guards import check_positions, parse_args, refuse_unused
 from core.architectures import ARCHS, arch_of, build_model
 from core.generation import rouge, summarize
 from core.model import count_parameters
@@ -93,15 +92,8 @@ DECLARED_BY = dict({"eval.py": evaluation_flags, "core/training.py": add_dtype_f
                       for n, kind in DECODINGS.items()})
 
 
-def parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    for add in DECLARED_BY.values():
-        add(p)
-    return p
-
-
 def get_args(argv=None):
-    return parse_args(parser(), argv)
+    return parse_args(parser(DECLARED_BY, __doc__), argv)
 
 
 def progress_line(what, stream=None):
@@ -170,7 +162,7 @@ def result_names(path, args, task="summarize", gen=None):
                 os.path.join(os.path.dirname(os.path.abspath(path)), f"outputs-{tag}.jsonl"))
     tag += {None: "", True: "-adaptive", False: "-allpasses"}[args.adaptive_stop]
     # a decoding flag away from its default: beam 1 and beam 5 of one checkpoint are two results
-    defaults = {a.dest: a.default for a in parser()._actions}
+    defaults = {a.dest: a.default for a in parser(DECLARED_BY, __doc__)._actions}
     tag += "".join(f"-{short}{getattr(args, name):g}" if isinstance(getattr(args, name), (int, float))
                    else f"-{getattr(args, name)}" for name, short in DECODING_TAGS.items()
                    if getattr(args, name, None) not in (None, defaults[name]))
