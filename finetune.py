@@ -20,7 +20,6 @@ validation loss every half epoch, best.pt at its lowest, the run ends after --pa
 without a new lowest (or at --epochs, a maximum). docs/design.md says why each.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
 """
-import argparse
 import dataclasses
 import functools
 import math
@@ -36,8 +35,8 @@ from core.config import ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.guards import (HelpFormatter, StopSignals, best_on_disk, check_continues, check_positions, parse_args,
-                         refuse_unused)
+from core.flags import parser
+from core.guards import StopSignals, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
 from core.architectures import ARCHS, arch_flags, arch_of, build_model, seq2seq_arch, seq2seq_ops
 from core.finetune_flags import check_nar_flags, finetuning_flags, scratch_flags, seq2seq_flags, unused_flags
 from core.finetuning import elmer_options, scheduled_loss
@@ -72,15 +71,8 @@ DECLARED_BY = dict({"fine-tuning": finetuning_flags, "--init none": scratch_flag
                    **{"core/training.py": run_flags})
 
 
-def parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    for add in DECLARED_BY.values():
-        add(p)
-    return p
-
-
 def get_args(argv=None):
-    return parse_args(parser(), argv)
+    return parse_args(parser(DECLARED_BY, __doc__), argv)
 
 
 @main_guard

@@ -26,8 +26,8 @@ from core.config import preset
 from core.data import TokenStream, held_out_key, pretraining_texts, token_counts, unigram_entropy
 from core.distributed import compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.flags import AT_LEAST_0, AT_LEAST_1, VOCAB_SIZE, Rule, declared, flag
-from core.guards import HelpFormatter, StopSignals, check_continues, check_positions, parse_args, refuse_unused
+from core.flags import AT_LEAST_0, AT_LEAST_1, VOCAB_SIZE, Rule, declared, flag, parser
+from core.guards import StopSignals, check_continues, check_positions, parse_args, refuse_unused
 from core.model import count_parameters
 from core.objectives import OBJECTIVES, flag_table, objective_flags
 from core.optim import lr_at, make_optimizer, set_lr
@@ -77,16 +77,9 @@ DECLARED_BY = dict({"train.py": pretraining_flags, "core/training.py": run_flags
 ALWAYS_APPLIES = ("help",) + tuple(f for f in declared(pretraining_flags) + declared(run_flags) if f != "vocab_size")
 
 
-def parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    for add in DECLARED_BY.values():
-        add(p)
-    return p
-
-
 def get_args(argv=None):
     """The run's flags, checked and frozen: those that apply to the objective, and the ones it sets itself."""
-    args = parse_args(parser(), argv)
+    args = parse_args(parser(DECLARED_BY, __doc__), argv)
     if not args.resume:  # resuming, the checkpoint's objective decides (and changed flags are refused)
         refuse_unused(args, dict(flag_table(args),
                                  vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)",

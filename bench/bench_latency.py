@@ -32,9 +32,9 @@ import eval as evaluate  # noqa: E402
 import kernels  # noqa: E402
 from core import checkpoint  # noqa: E402
 from core.decodings import decoding_of  # noqa: E402
+from core.evaluation import examples, load_decoder  # noqa: E402
 from core.distributed import resolve_dtype  # noqa: E402
 from core.errors import UserError, main_guard  # noqa: E402
-from core.generation import summarize  # noqa: E402
 from core.model import count_parameters  # noqa: E402
 from core.timing import clock  # noqa: E402
 from core.training import add_dtype_flag, autocast  # noqa: E402
@@ -57,15 +57,15 @@ def get_args(argv=None):
 
 def decoder_of(path, args, device):
     """(a function decoding one source, its table row) for one checkpoint, as eval.py decodes."""
-    state = checkpoint.load(path, kinds=("finetune/",))
-    if state["kind"] != "finetune/summarize":
-        raise UserError(f"{path} is a {state['kind']} checkpoint: the latency benchmark times summarizers")
-    model, arch, tok, _ = evaluate.load_model(path, state, device)
-    kind = decoding_of(arch)
-    gen = kind.settings(evaluate.get_args([path, "--beam", str(args.beam)]), state, path)[0]
-    run = lambda src: summarize(model, arch, tok, [src], state["args"]["max_src"], 1, **gen)
-    return run, dict(model=os.path.basename(os.path.dirname(os.path.abspath(path))), arch=arch,
-                     decoding=kind.label(gen), params_M=count_parameters(model) / 1e6)
+    ck = checkpoint.read_finetuned(path)
+    if ck.task != "summarize":
+        raise UserError(f"{path} is a {ck.state['kind']} checkpoint: the latency benchmark times summarizers")
+    kind = decoding_of(ck.arch)
+    gen = kind.settings(evaluate.get_args([path, "--beam", str(args.beam)]), ck.state, path)[0]
+    model, _, decode = load_decoder(ck, device, 1, gen)
+    row = dict(model=os.path.basename(os.path.dirname(os.path.abspath(path))), arch=ck.arch,
+               decoding=kind.label(gen), params_M=count_parameters(model) / 1e6)
+    return lambda src: decode([src]), row
 
 
 def flops_of(run, sources):
@@ -83,7 +83,7 @@ def main(argv=None):
                           "cpu" if args.device == "auto" else args.device)
     data = ["--data", args.data] if args.data else []
     dtype = resolve_dtype(args.dtype, device)
-    sources = evaluate.examples("summarize", evaluate.get_args(data + ["--limit", str(args.n)])).sources
+    sources = examples("summarize", evaluate.get_args(data + ["--limit", str(args.n)])).sources
     runs, rows = [], []
     for path in args.checkpoints:
         run, row = decoder_of(path, args, device)

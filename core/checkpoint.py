@@ -3,8 +3,8 @@
 A checkpoint is a dict: format, kind (what produced it, e.g. "pretrain/pmlm"), model (state
 dict), model_config, args, step, data (loader state), optimizer, rng, tokenizer (uint8 tensor).
 Every script reads one through load(), which checks the keys its callers use before any work,
-and puts weights into a model through load_weights(), which names a mismatch instead of a
-traceback.
+and puts weights into a model within weights_of(), which names a mismatch instead of a
+traceback. eval.py reads a fine-tuned one once, as a Finetuned (read_finetuned()).
 
 A packed checkpoint (PACKED, `*.pt.xz`) is what the repository keeps of a run: its weights in
 bf16, without optimizer, data or RNG state, xz-compressed (pack, save_packed). load() reads one as
@@ -16,12 +16,17 @@ import json
 import lzma
 import os
 import pickle
+import sys
 import zipfile
+from typing import NamedTuple
 
 import torch
 
+from .architectures import arch_of
+from .config import ModelConfig
 from .errors import UserError
 from .objectives import objective_of
+from .tasks import TASKS, Labels
 
 FORMAT = "textgen-ckpt-1"
 
@@ -185,8 +190,6 @@ RESUME_KEYS = dict(step=int, optimizer=dict, rng=dict)
 def check_keys(path, state, need=()):
     """Every key a script will read, present and of its type: a missing or malformed one is named
     here, not met as a KeyError (or worse) after minutes of work."""
-    from .config import ModelConfig
-    from .tasks import TASKS
     want = dict(KEYS, **{k: RESUME_KEYS.get(k, object) for k in need})
     kind = str(state.get("kind", ""))
     if kind.startswith("finetune/"):
@@ -230,3 +233,48 @@ def weights_of(path):
         lines = [l.strip() for l in str(e).strip().splitlines() if l.strip()]
         detail = "; ".join(lines[1:3] or lines[:1])[:300]
         raise UserError(f"{path}: its weights do not fit the model its 'model_config' describes ({detail})") from None
+
+
+# -----------------------------------------------------------------------------
+# fine-tuned checkpoints, as eval.py reads them
+
+def pick_checkpoints(paths):
+    """The checkpoint files: a directory stands for every best.pt under it (one per fine-tuned run)."""
+    out = []
+    for path in paths:
+        if not os.path.exists(path):
+            raise UserError(f"checkpoint not found: {path}" + (
+                " (finetune.py writes its runs under checkpoints/: fine-tune a model first)" if path == "checkpoints"
+                else ""))
+        if not os.path.isdir(path):
+            out.append(path)
+            continue
+        found = sorted(os.path.join(d, "best.pt") for d, _, files in os.walk(path) if "best.pt" in files)
+        if not found:
+            raise UserError(f"{path} holds no fine-tuned run (no best.pt under it)")
+        print(f"{path}: {len(found)} fine-tuned checkpoint(s): {', '.join(found)}", file=sys.stderr)
+        out += found
+    return out
+
+
+class Finetuned(NamedTuple):
+    """A fine-tuned checkpoint, read and checked once: what each stage of an evaluation reads of it."""
+    path: str
+    state: dict            # the checkpoint's dict
+    task: str              # "summarize" or "classify"
+    arch: str              # its record in core/architectures.py
+    cfg: ModelConfig
+    labels: Labels = None  # a classifier's
+
+
+def read_finetuned(path):
+    state = load(path, kinds=("finetune/",))
+    task = state["kind"].split("/")[1]
+    cfg = ModelConfig.from_dict(state["model_config"])
+    return Finetuned(path, state, task, arch_of(state, path), cfg,
+                     Labels(state["labels"]) if task == "classify" else None)
+
+
+def read_all_finetuned(paths):
+    """The fine-tuned checkpoints the paths name (pick_checkpoints), each read and checked."""
+    return [read_finetuned(path) for path in pick_checkpoints(paths)]

@@ -93,3 +93,28 @@ def macro_f1(pred, gold, n_labels):
         if tp + fp + fn:
             scores.append(2 * tp / (2 * tp + fp + fn))
     return float(np.mean(scores)) if scores else 0.0
+
+
+def classifier(model, tok, max_len, batch_size, device, sos=True):
+    """run(text id lists, progress=None) -> their predicted label ids, in batches."""
+    def run(texts_ids, progress=None):
+        out = []
+        for i in range(0, len(texts_ids), batch_size):
+            chunk = texts_ids[i:i + batch_size]
+            b = classify_batch(chunk, [0] * len(chunk), tok, max_len, sos=sos)
+            with torch.no_grad():
+                out += predict(model, b.to(device)).tolist()
+        return out
+    return run
+
+
+def majority_row(targets):
+    """Classification's floor, as LEAD is summarization's: the most frequent label of the evaluated
+    examples for every one of them, the best any model that ignores its input can score there (a
+    row of eval.py's table)."""
+    names = sorted(set(targets))
+    gold = [names.index(t) for t in targets]
+    top = max(range(len(names)), key=gold.count)
+    return dict(model="majority class", arch="-", params_M=0, n=len(targets),
+                accuracy=100 * gold.count(top) / len(gold),
+                macro_f1=100 * macro_f1([top] * len(gold), gold, len(names)))

@@ -13,6 +13,8 @@ name no way of decoding.
 
 stats is the caller's dict, None where nothing is to be measured: the decodings of a row put their
 measurements there (Mask-Predict its model calls, ELMER its exit_decode.ExitTrace), never on the model.
+eval.py takes each checkpoint's settings from decoding_plans, once every decoding flag is checked
+against the checkpoints it evaluates.
 """
 import argparse
 import inspect
@@ -29,7 +31,9 @@ from .decoding import LENGTH_NORMS
 from .architectures import ARCHS, seq2seq_ops
 from .elmer.exit_decode import ExitTrace, entropy_quantiles, exit_statistics, merge_words
 from .elmer.exit_measures import MEASURES, exit_settings, resolve_exit
+from .errors import UserError
 from .flags import AT_LEAST_0, AT_LEAST_1, flag
+from .guards import check_positions, refuse_unused
 from .static_beam import static_beam_pmlm, static_beam_t5
 
 # a fine-tuning that recorded no --max-tgt ran at its default
@@ -48,7 +52,7 @@ class Decoding(NamedTuple):
     clean: Callable = lambda text: text  # a decoded text as the output
     bounded: bool = True  # --max-len bounds it (ELMER's length is the --dec-len it was fine-tuned with)
     strict: tuple = ()   # its flags refused (not noted) where no checkpoint decodes this way
-    check: Callable = lambda args: None  # (args) -> None: its flags checked together, whatever is evaluated
+    check_flags: Callable = lambda args: None  # (args) -> None: its flags checked together, whatever is evaluated
 
     @property
     def flags(self):
@@ -240,5 +244,42 @@ DECODINGS = {d.name: d for d in (
              strict=("adaptive_stop",)),
     Decoding("elmer", "early exit (elmer checkpoints)", "to an elmer checkpoint", elmer_flags, elmer_settings,
              elmer_generate, lambda gen: "one pass, early exit", elmer_report, clean=merge_words,
-             bounded=False, check=exit_settings),
+             bounded=False, check_flags=exit_settings),
 )}
+
+
+# -----------------------------------------------------------------------------
+# eval.py's decoding flags, against the checkpoints it evaluates
+
+def decoding_plans(args, cks, also=None):
+    """Per checkpoint of cks (core/checkpoint.py's Finetuned; by path), the decoding settings of
+    each of its rows (ELMER's one per exit threshold of a sweep; a classifier's one row decodes
+    nothing), once every decoding flag is checked against them: one that applies to none of the
+    checkpoints is named (eval.py changes no model and each row records the decoding it used: a
+    note, unless its decoding says so), and every length fits the positions of each model.
+    also: more of refuse_unused's table."""
+    for kind in DECODINGS.values():
+        kind.check_flags(args)
+    summarizers = [ck for ck in cks if ck.task == "summarize"]
+    used = {decoding_of(ck.arch).name for ck in summarizers}
+    applies = {flag: (kind.name in used, kind.needs, flag not in kind.strict)
+               for kind in DECODINGS.values() for flag in kind.flags}
+    applies["max_len"] = (any(DECODINGS[name].bounded for name in used),
+                          "to summarization checkpoints other than elmer (whose length is its --dec-len)", True)
+    refuse_unused(args, dict(applies, **(also or {})), notes_to=sys.stderr)
+    for ck in summarizers:
+        if not decoding_of(ck.arch).bounded:
+            continue
+        path, fa, room = ck.path, ck.state["args"], ck.cfg.max_positions
+        max_tgt = fa.get("max_tgt", MAX_TGT)
+        if args.max_len is None and args.min_len > max_tgt:
+            raise UserError(f"--min-len {args.min_len} is above {path}'s --max-tgt {max_tgt}, the default --max-len: "
+                            f"give --max-len too")
+        max_len = args.max_len or max_tgt
+        if ARCHS[ck.arch].one_table:  # source and target share one position table
+            check_positions(f"{path}: its --max-src {fa['max_src']} + --max-len {max_len}", fa["max_src"] + max_len,
+                            room, f"use --max-len <= {room - fa['max_src']}")
+        else:
+            check_positions(f"{path}: --max-len {max_len}", max_len, room, f"use --max-len <= {room}")
+    return {ck.path: decoding_of(ck.arch).settings(args, ck.state, ck.path) if ck.task == "summarize" else [{}]
+            for ck in cks}

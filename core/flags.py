@@ -3,6 +3,7 @@
 with the rule its value must meet; and the run's config, resolved once after parsing and frozen.
 
     flag(p, "--steps", rule=AT_LEAST_1, type=int, default=400)   # argparse's add_argument, and its rule
+    p = parser(DECLARED_BY, __doc__)        # a script's parser: the flags of each who declares some
     args = guards.parse_args(p, argv)       # every value checked against its flag's rule: a RunConfig
     config = args.resolved(steps=...)       # values the run derives (from a checkpoint, the data): another
 
@@ -31,6 +32,26 @@ VOCAB_SIZE = Rule(lambda v: v <= 1 << 20, "at most 1048576")
 DEC_LEN = Rule(lambda v: v >= 2, "at least 2 (one token and its [EOS])")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help keeps the script's docstring as written and ends each flag's line with its default
+    (none for switches and for defaults resolved later, from a checkpoint or the architecture)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text or not action.option_strings:
+            return text
+        return text + (" " if text else "") + "(default: %(default)s)"
+
+
+def parser(declared_by, description):
+    """A script's parser: the flags of every declaring function (parser -> None) of declared_by, the
+    script's DECLARED_BY (who -> function), under its docstring."""
+    p = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    for add in declared_by.values():
+        add(p)
+    return p
+
+
 def flag(p, *names, rule=None, **kwargs):
     """p.add_argument(*names, **kwargs), the flag's rule kept on its action (guards.parse_args checks it)."""
     action = p.add_argument(*names, **kwargs)
@@ -45,9 +66,14 @@ def rules_of(p):
 
 def declared(add):
     """The dests of the flags a declaring function (parser -> None) adds."""
+    return tuple(defaults(add))
+
+
+def defaults(add):
+    """dest -> default of the flags a declaring function (parser -> None) adds, in their order."""
     p = argparse.ArgumentParser(add_help=False)
     add(p)
-    return tuple(a.dest for a in p._actions)
+    return {a.dest: a.default for a in p._actions}
 
 
 class RunConfig(types.SimpleNamespace):

@@ -43,6 +43,11 @@ def summarize(model, arch, tok, sources, max_src, batch_size=64, progress=None, 
     return out
 
 
+def summarizer(model, arch, tok, max_src, batch_size, gen, stats=None):
+    """run(sources, progress=None) -> their summaries, decoded with the settings gen."""
+    return lambda srcs, progress=None: summarize(model, arch, tok, srcs, max_src, batch_size, progress, stats, **gen)
+
+
 # -----------------------------------------------------------------------------
 # metrics
 

@@ -19,17 +19,6 @@ from .flags import RunConfig, rules_of
 # -----------------------------------------------------------------------------
 # flags: parsed, remembered as given, checked
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """--help keeps the script's docstring as written and ends each flag's line with its default
-    (none for switches and for defaults resolved later, from a checkpoint or the architecture)."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text or not action.option_strings:
-            return text
-        return text + (" " if text else "") + "(default: %(default)s)"
-
-
 def parse_args(p, argv=None):
     """p.parse_args(argv), every value checked against its flag's rule (core/flags.py): one `error:`
     line naming each flag out of range. The flags as given, frozen (a RunConfig), remembering which

@@ -1,6 +1,8 @@
-"""The progress line (fixed fields: step/total, loss, lr, tokens/s, ETA) and the JSONL log."""
+"""The progress line (fixed fields: step/total, loss, lr, tokens/s, ETA) and the JSONL log; eval.py's
+progress through a long generation."""
 import json
 import os
+import sys
 import time
 
 
@@ -52,3 +54,19 @@ class Progress:
         tps = f"{tokens_per_s / 1000:.1f}k" if tokens_per_s >= 1000 else f"{tokens_per_s:.0f}"
         return (f"step {step:>{len(str(self.total))}}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | "
                 f"{tps} tok/s | ETA {fmt_duration(eta)}" + (f" | {extra}" if extra else ""))
+
+
+def progress_line(what, stream=None):
+    """A progress report: one line rewritten in place on a terminal; in a log file (not a terminal)
+    a line at every tenth of the work, so that the file does not hold one endless line."""
+    stream = stream or sys.stderr
+    tty = stream.isatty()
+    shown = [-1]
+
+    def show(done, total):
+        if tty:
+            print(f"\r  {what}: {done}/{total}", end="" if done < total else "\n", file=stream, flush=True)
+        elif 10 * done // max(1, total) > shown[0] or done == total:
+            shown[0] = 10 * done // max(1, total)
+            print(f"  {what}: {done}/{total}", file=stream, flush=True)
+    return show

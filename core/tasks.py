@@ -37,6 +37,13 @@ class Examples:
         return Examples(self.split, [self.sources[i] for i in order], [self.targets[i] for i in order], self.origin,
                         self.skipped)
 
+    def sample(self, n=None):
+        """n examples fixed by seed 0, the head of shuffled(), the same at every call; for n None,
+        the split as it is."""
+        if not n:
+            return self
+        mixed = self.shuffled(seed=0)
+        return Examples(self.split, mixed.sources[:n], mixed.targets[:n], self.origin, self.skipped)
 
     def share(self, fraction):
         """A fixed share of the examples, spread evenly over the file (every other one at 0.5): the

@@ -159,7 +159,7 @@ def test_eval_flags_refused_with_an_error_line(capsys):
     # another checkpoint's rows decode with no exit rule
     from core.decodings import DECODINGS
     with pytest.raises(UserError):
-        DECODINGS["elmer"].check(evaluate_script.get_args(["--exit-threshold", "0.5,x"]))
+        DECODINGS["elmer"].check_flags(evaluate_script.get_args(["--exit-threshold", "0.5,x"]))
     args = evaluate_script.get_args(["--exit-entropy", "0.5"])
     assert [g.get("exit_rule") for g in DECODINGS["ar"].settings(args, dict(args={}), "ck")] == [None]
     args = evaluate_script.get_args(["--exit-measure", "state", "--exit-threshold", "0.9,0.95"])

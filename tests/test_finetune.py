@@ -8,6 +8,9 @@ import torch
 
 import eval as evaluate_script
 import finetune
+from core.checkpoint import read_finetuned
+from core.evaluation import examples, load_decoder
+from core.results import result_names
 from conftest import FT, ROOT, read_log
 
 
@@ -28,7 +31,7 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     row = rows[0]
     assert row["arch"] == ("t5" if objective == "t5" else "unilm")
     assert 0 <= row["rougeL"] <= 100 and row["latency_ms"] > 0 and row["samples_per_s"] > 0
-    eval_json, outputs_jsonl = evaluate_script.result_names(ckpt, evaluate_script.get_args(
+    eval_json, outputs_jsonl = result_names(ckpt, evaluate_script.get_args(
         [ckpt, "--data", task_files["test"], "--beam", "2"]))
     assert os.path.basename(eval_json).startswith("eval-best-test-")  # named for the checkpoint, the file, the beam
     saved = json.load(open(eval_json))
@@ -64,21 +67,21 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         limited = ["--data", task_files["test"], "--limit", "5", "--beam", "1", "--latency-samples", "1", "--no-lead"]
         evaluate_script.main([ckpt] + limited)
         args = evaluate_script.get_args([ckpt] + limited)
-        sample = evaluate_script.examples("summarize", args)
+        sample = examples("summarize", args)
         heads = [json.loads(l)["document"] for l in open(task_files["test"])]
         assert len(sample) == 5 and sample.sources != heads[:5] and set(sample.sources) <= set(heads)
-        assert sample.sources == evaluate_script.examples("summarize", args).sources
-        _, limited_outputs = evaluate_script.result_names(ckpt, args)
+        assert sample.sources == examples("summarize", args).sources
+        _, limited_outputs = result_names(ckpt, args)
         assert limited_outputs.endswith("-sample5-beam1.jsonl") and limited_outputs != outputs_jsonl
         assert [json.loads(l)["source"] for l in open(limited_outputs)] == sample.sources
         assert len(open(outputs_jsonl).readlines()) == 12  # the full evaluation's files are untouched
-        swept = evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, "--exit-entropy", "0"]))[0]
+        swept = result_names(ckpt, evaluate_script.get_args([ckpt, "--exit-entropy", "0"]))[0]
         assert swept.endswith("-exit-entropy0.json")  # an exit-threshold sweep keeps a file per threshold
-        swept = evaluate_script.result_names(ckpt, evaluate_script.get_args(
+        swept = result_names(ckpt, evaluate_script.get_args(
             [ckpt, "--exit-measure", "state", "--exit-threshold", "0.99"]))[0]
         assert swept.endswith("-exit-state0.99.json")
         # a decoding setting away from its default keeps its own files; the defaults' names stay as they were
-        named = lambda *flags: evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, *flags]))[0]  # noqa: E731
+        named = lambda *flags: result_names(ckpt, evaluate_script.get_args([ckpt, *flags]))[0]  # noqa: E731
         assert named("--beam", "5") == named() and named("--beam", "1") != named()
         assert named("--iterations", "4", "--length-beam", "2").endswith("-lb2-it4.json")
         assert named("--length-penalty", "1.0", "--length-norm", "pow").endswith("-lp1-pow.json")
@@ -96,7 +99,8 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     reads = "first" if objective in ("pmlm", "t5") else "last"
     saved = torch.load(os.path.join(out, "best.pt"), weights_only=True)
     assert saved["args"]["cls_vector"] == reads
-    assert evaluate_script.load_model(os.path.join(out, "best.pt"), saved, "cpu")[0].reads == reads
+    model = load_decoder(read_finetuned(os.path.join(out, "best.pt")), torch.device("cpu"), 1, {})[0]
+    assert model.reads == reads
     rows = evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--batch-size", "4",
                                  "--latency-samples", "2"])
     assert 0 <= rows[0]["accuracy"] <= 100 and 0 <= rows[0]["macro_f1"] <= 100
@@ -105,7 +109,7 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     # per-example outputs beside the row, from which the bootstrap reads the same accuracy
     from reproduce import significance
     ckpt = os.path.join(out, "best.pt")
-    outputs = evaluate_script.result_names(ckpt, evaluate_script.get_args([ckpt, "--data", task_files["test"]]))[1]
+    outputs = result_names(ckpt, evaluate_script.get_args([ckpt, "--data", task_files["test"]]))[1]
     assert significance.metrics_of(outputs) == ("accuracy",)
     scores, sources = significance.per_example(outputs, "accuracy")
     assert len(scores) == rows[0]["n"] and abs(sum(scores) / len(scores) - rows[0]["accuracy"]) < 1e-9
@@ -314,7 +318,7 @@ def test_text_prints_what_the_evaluation_predicts(kind, finetuned, task_files, m
     data = ["--data", task_files["test"], "--limit", "6"]
     evaluate_script.main([ckpt, "--latency-samples", "1", "--no-lead"] + data + flags)
     args = evaluate_script.get_args([ckpt] + data + flags)
-    outputs = evaluate_script.result_names(ckpt, args, "classify" if kind == "classify" else "summarize")[1]
+    outputs = result_names(ckpt, args, "classify" if kind == "classify" else "summarize")[1]
     rows = [json.loads(line) for line in open(outputs)]
     docs, expected = [r["source"] for r in rows], [r["prediction"] for r in rows]
     assert len(set(expected)) > 1, expected  # outputs that depend on the document

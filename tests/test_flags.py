@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from core.errors import UserError
-from core.flags import RunConfig, declared
+from core.flags import RunConfig, declared, parser
 
 
 @pytest.mark.parametrize("script", ["train", "finetune", "eval"])
@@ -19,8 +19,7 @@ def test_every_flag_is_declared_by_exactly_one_record_or_shared_set(script):
                 owners.setdefault(dest, []).append(who)
     twice = {dest: who for dest, who in owners.items() if len(who) > 1}
     assert not twice, f"{script}.py flags declared more than once: {twice}"
-    parser = module.parser()
-    dests = {a.dest for a in parser._actions} - {"help"}
+    dests = {a.dest for a in parser(module.DECLARED_BY, module.__doc__)._actions} - {"help"}
     assert dests == set(owners), f"{script}.py flags outside DECLARED_BY: {sorted(dests - set(owners))}"
 
 

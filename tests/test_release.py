@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import eval as evaluate_script
+from core.results import result_names
 
 
 def test_a_release_packs_both_checkpoints_and_its_card_reads_their_record(finetuned, pretrained, task_files,
@@ -21,7 +22,7 @@ def test_a_release_packs_both_checkpoints_and_its_card_reads_their_record(finetu
         release.release(pretrained["pmlm"], ckpt, "tiny", root=str(tmp_path))
     row = evaluate_script.main([ckpt, "--data", task_files["test"], "--latency-samples", "1"])[0]
     args = evaluate_script.get_args([ckpt, "--data", task_files["test"]])
-    evaluation = evaluate_script.result_names(ckpt, args)[0]
+    evaluation = result_names(ckpt, args)[0]
     with pytest.raises(release.UserError, match="another --init file"):
         release.release(pretrained["t5"], ckpt, "tiny", evaluation=evaluation, root=str(tmp_path))
     run = tmp_path / "run.json"

@@ -11,6 +11,7 @@ import torch
 
 import eval as evaluate_script
 import finetune
+from core.results import result_names
 import train
 from conftest import ROOT, TINY
 from core.data import read_texts
@@ -293,8 +294,8 @@ def test_eval_records_what_it_evaluated(world, capsys):
     mean, low, high = significance.compare(model[0], lead[0], "rougeL")
     assert low <= mean <= high
     args = evaluate_script.get_args([ck, "--beam", "2"])
-    assert "-beam2" in evaluate_script.result_names(ck, args)[0]
-    assert "-beam" not in evaluate_script.result_names(ck, args, "classify")[0]
+    assert "-beam2" in result_names(ck, args)[0]
+    assert "-beam" not in result_names(ck, args, "classify")[0]
 
 
 def test_elmer_exit_uses_the_checkpoints_measure_and_its_classifier():
@@ -312,4 +313,4 @@ def test_elmer_exit_uses_the_checkpoints_measure_and_its_classifier():
     with pytest.raises(UserError, match="holds no exit classifier"):
         resolve_exit(("classifier", 0.9), old, "ck")
     args = evaluate_script.get_args(["ck.pt", "--exit-threshold", "0.95"])
-    assert "-exit-own0.95" in evaluate_script.result_names("ck.pt", args)[0]
+    assert "-exit-own0.95" in result_names("ck.pt", args)[0]

@@ -168,10 +168,10 @@ def test_eval_keeps_earlier_results_when_a_later_checkpoint_fails(runs, tmp_path
         shutil.copy(os.path.join(runs["ft"], "best.pt"), d / "best.pt")
     real = evaluate_script.evaluate_checkpoint
 
-    def second_fails(path, *rest):
-        if path.startswith(str(b)):
+    def second_fails(ck, *rest):
+        if ck.path.startswith(str(b)):
             raise RuntimeError("out of memory in the second checkpoint")
-        return real(path, *rest)
+        return real(ck, *rest)
     monkeypatch.setattr(evaluate_script, "evaluate_checkpoint", second_fails)
     with pytest.raises(RuntimeError):
         evaluate_script.main([str(a / "best.pt"), str(b / "best.pt"), "--data", runs["valid"], "--limit", "2", "--beam",

@@ -222,9 +222,9 @@ def test_the_tokenizer_says_it_is_training(tmp_path, text_file):
 
 def test_progress_in_a_log_file_is_lines_not_one_carriage_returned_line(tmp_path):
     import io
-    import eval as evaluate_script
+    from core.progress import progress_line
     buf = io.StringIO()  # not a terminal
-    show = evaluate_script.progress_line("generating", buf)
+    show = progress_line("generating", buf)
     for i in range(1, 101):
         show(i, 100)
     text = buf.getvalue()

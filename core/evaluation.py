@@ -1,0 +1,136 @@
+"""What eval.py evaluates with: a fine-tuned checkpoint's model and the function that decodes with
+it (load_decoder), one checkpoint's row (quality, then speed), the LEAD baselines' rows, and
+--text's outputs (answer).
+
+    ck = checkpoint.read_finetuned(path)                   # core/checkpoint.py
+    row, outputs = evaluate_checkpoint(ck, data.sample(config.limit), config, device, dtype, gen)
+"""
+import os
+import sys
+
+import torch
+
+from . import checkpoint
+from .architectures import ARCHS, build_model
+from .classify import classifier, macro_f1
+from .decodings import decoding_of, decoding_plans
+from .errors import UserError
+from .generation import rouge, summarizer
+from .model import count_parameters
+from .progress import progress_line
+from .results import data_tag, jsonl, write_atomically
+from .tasks import lead, load_split
+from .timing import speed
+from .tokenizer import Tokenizer
+from .training import autocast
+
+
+def examples(task, args):
+    """The examples an evaluation with these flags scores (the split, or a sample of --limit)."""
+    return load_split(task, args.split, args.data, args.src_field, args.tgt_field,
+                      note=lambda msg: None).sample(args.limit)
+
+
+def load_decoder(ck, device, batch_size, gen, stats=None):
+    """(model in eval mode on device, its tokenizer, run) of a checkpoint.Finetuned: run(sources,
+    progress=None) is a summarizer's summaries of texts decoded with the settings gen, or a
+    classifier's label ids of token-id lists."""
+    tok = Tokenizer.from_tensor(ck.state["tokenizer"])
+    fa = ck.state["args"]
+    with checkpoint.weights_of(ck.path):
+        reads = fa.get("cls_vector")  # None in a classifier saved before the flag: the default
+        model = build_model(ck.arch, ck.cfg, len(ck.labels) if ck.labels else None, ck.state.get("elmer"), reads)
+        model.load_state_dict(ck.state["model"])
+    model = model.to(device).eval()
+    if ck.task == "summarize":
+        return model, tok, summarizer(model, ck.arch, tok, fa["max_src"], batch_size, gen, stats)
+    return model, tok, classifier(model, tok, fa["max_src"], batch_size, device, ARCHS[ck.arch].classify_sos)
+
+
+# -----------------------------------------------------------------------------
+# a checkpoint's row, and the baselines'
+
+def evaluate_checkpoint(ck, data, args, device, dtype=torch.float32, gen=None):
+    """The row of one checkpoint (a checkpoint.Finetuned) on the examples data, decoding with the
+    settings gen, and the generated outputs to write."""
+    stats = {}
+    model, tok, run = load_decoder(ck, device, args.batch_size, gen, stats)
+    sources, targets = data.sources, data.targets
+    row = dict(model=ck.path, arch=ck.arch, task=ck.task, params_M=round(count_parameters(model) / 1e6, 2),
+               n=len(sources), skipped=data.skipped)
+    if ck.task == "summarize":
+        kind = decoding_of(ck.arch)
+        row["decoding"] = kind.label(gen)
+        show = progress_line(f"generating with {os.path.basename(os.path.dirname(os.path.abspath(ck.path)))}")
+        with autocast(device, dtype):
+            preds = run(sources, show)
+        row |= kind.report(model, ck.arch, gen, stats, ck.path) | rouge(preds, targets)
+        outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
+    else:
+        sources, gold = tok.encode(sources), ck.labels.ids(targets)
+        if -1 in gold:
+            print(f"note: {gold.count(-1)} examples of {data.origin} have labels {ck.path} never saw in training "
+                  f"(counted as wrong)", file=sys.stderr)
+        with autocast(device, dtype):
+            pred = run(sources)
+        row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
+        row["macro_f1"] = 100 * macro_f1(pred, gold, len(ck.labels))
+        # per example, as summarization's: reproduce/significance.py pairs two models' accuracies on them
+        outputs = [dict(prediction=ck.labels.names[p], reference=t, source=s, task="classify")
+                   for s, t, p in zip(data.sources, targets, pred)]
+    with torch.no_grad(), autocast(device, dtype):
+        row["latency_ms"], row["samples_per_s"] = speed(device, run, sources, args.batch_size, args.latency_samples)
+    return row, outputs
+
+
+def lead_rows(data, where, args):
+    """Summarization's baselines on the examples data, LEAD-8 (the first 8 words) and LEAD-1sent (the
+    first sentence): their rows, and their outputs in `where`, beside the first summarizer's, so
+    that reproduce/significance.py pairs "beats LEAD"."""
+    rows = []
+    for name, words in (("LEAD-8", 8), ("LEAD-1sent", None)):
+        preds = [lead(s, words) for s in data.sources]
+        write_atomically(os.path.join(where, f"outputs-{name}-{data_tag(args)}.jsonl"),
+                         jsonl(dict(source=s, prediction=p, reference=t)
+                               for s, p, t in zip(data.sources, preds, data.targets)))
+        rows.append(dict(model=name, arch="-", params_M=0, n=len(data.sources), **rouge(preds, data.targets)))
+    return rows
+
+
+# -----------------------------------------------------------------------------
+# --text: the outputs of the documents given, nothing else
+
+def answer(args, device, dtype):
+    """Each document's output (a summary, or a classifier's label) on a line of stdout, decoded by
+    the one checkpoint named (eval.py's get_args refuses the flags of an evaluation over a data set)."""
+    paths = checkpoint.pick_checkpoints(args.checkpoints)
+    if len(paths) != 1:
+        raise UserError(f"--text decodes with one checkpoint, not {len(paths)}: name one")
+    ck = checkpoint.read_finetuned(paths[0])
+    gens = decoding_plans(args, [ck])[ck.path]
+    if len(gens) > 1:
+        raise UserError(f"--text prints one output per document: the flags give a sweep of {len(gens)} settings, "
+                        f"give one")
+    docs = documents(args.text)
+    _, tok, run = load_decoder(ck, device, args.batch_size, gens[0])
+    with torch.no_grad(), autocast(device, dtype):
+        outs = run(docs) if ck.task == "summarize" else [ck.labels.names[i] for i in run(tok.encode(docs))]
+    for out in outs:
+        print(" ".join(out.split()), flush=True)
+    return outs
+
+
+def documents(text):
+    """--text's documents: the one given, or with - each line of stdin."""
+    if text != "-":
+        if not text.strip():
+            raise UserError("--text is empty: give a document (or - to read one per line from stdin)")
+        return [text]
+    docs = sys.stdin.read().splitlines()
+    if not docs:
+        raise UserError("--text -: stdin holds no document (one per line)")
+    empty = [i + 1 for i, d in enumerate(docs) if not d.strip()]
+    if empty:
+        raise UserError(f"--text -: line {empty[0]} of stdin is empty ({len(empty)} empty line(s)): one document "
+                        f"per line")
+    return docs
