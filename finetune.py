@@ -35,11 +35,11 @@ from core.config import ModelConfig, preset
 from core.data import pretraining_texts, token_counts
 from core.distributed import barrier, compute_cleanup, compute_init, print0
 from core.errors import UserError, main_guard
-from core.flags import parser
 from core.guards import StopSignals, best_on_disk, check_continues, check_positions, parse_args, refuse_unused
-from core.architectures import ARCHS, arch_flags, arch_of, build_model, seq2seq_arch, seq2seq_ops
-from core.finetune_flags import check_nar_flags, finetuning_flags, scratch_flags, seq2seq_flags, unused_flags
-from core.finetuning import elmer_options, scheduled_loss
+from core.architectures import ARCHS, arch_flags, arch_of, seq2seq_arch, seq2seq_ops
+from core.finetune_flags import finetuning_flags, scratch_flags, seq2seq_flags, unused_flags
+from core.finetuning import Tuned, elmer_options, scheduled_loss
+from core.flags import always_applies, parser
 from core.generation import rouge, summarize
 from core.positions import DEFAULT_MAX_SRC, fit_lengths, positions_of
 from core.elmer.exit_measures import exit_flags
@@ -69,6 +69,9 @@ def run_flags(p):
 DECLARED_BY = dict({"fine-tuning": finetuning_flags, "--init none": scratch_flags, "seq2seq": seq2seq_flags},
                    **{f"architecture {n}": arch_flags(n) for n, a in ARCHS.items() if a.add_flags},
                    **{"core/training.py": run_flags})
+# the flags every run uses: those the sets every run reads declare with no Applies (every other flag's
+# declaration says where it applies: core/flags.py; tests/test_trust.py walks the parser against both)
+ALWAYS_APPLIES = ("help",) + always_applies(finetuning_flags) + always_applies(run_flags)
 
 
 def get_args(argv=None):
@@ -94,13 +97,13 @@ def scratch(args):
     return dict(kind="scratch", arch=args.arch, model_config=cfg.to_dict())
 
 
-def tokenizer_of(args, d, train, source, cfg):
-    """(tokenizer, config) of the run: the source's, or for --init none one trained now, once every flag
-    is checked: the one train.py makes of the embedded corpus (so the ablation differs from a
-    pretrained model in the weights only), or, with --train-data, one of that file's texts, put in
+def tokenizer_of(args, d, train, source, tuned):
+    """(tokenizer, the model it sizes) of the run: the source's, or for --init none one trained now, once
+    every flag is checked: the one train.py makes of the embedded corpus (so the ablation differs from
+    a pretrained model in the weights only), or, with --train-data, one of that file's texts, put in
     `source` with the token counts that start the output bias."""
     if "tokenizer" in source:
-        return Tokenizer.from_tensor(source["tokenizer"]), cfg
+        return Tokenizer.from_tensor(source["tokenizer"]), tuned
     if args.train_data is None:
         texts = pretraining_texts()[0]
     else:
@@ -108,7 +111,7 @@ def tokenizer_of(args, d, train, source, cfg):
     tok = corpus_tokenizer(texts, args.vocab_size, d)
     source.update(tokenizer=tok.to_tensor(), counts=token_counts([i for ids in tok.encode(texts) for i in ids],
                                                                  tok.vocab_size))
-    return tok, dataclasses.replace(cfg, vocab_size=tok.vocab_size, pad_id=tok.pad_id)
+    return tok, tuned._replace(cfg=dataclasses.replace(tuned.cfg, vocab_size=tok.vocab_size, pad_id=tok.pad_id))
 
 
 def splits(args, d, summ):
@@ -121,7 +124,6 @@ def splits(args, d, summ):
     valid_path = args.valid_data if args.valid_data or not args.train_data else None
     if args.train_data and not args.valid_data:
         raise UserError("--train-data needs a --valid-data file too")
-    check_nar_flags(args)
     return train, load_split(args.task, "valid", valid_path, *fields, note=say).shuffled()
 
 
@@ -148,17 +150,6 @@ def check_shares(batch, valid_examples, d):
         raise UserError(f"{valid_examples} validation example(s) cannot give each of {d.world} processes one")
 
 
-def masked_loss(args, arch, loss_fn, state):
-    """The summarization loss with MLAE's scheduled masking where it applies (its ratio falls over
-    the run's resolved mask_steps), the masking's flags refused where the schedule leaves them unused."""
-    loss_fn = scheduled_loss(loss_fn, arch, args)
-    if state is None and args.mask_schedule == "none":
-        refuse_unused(args, dict(mask_init=(False, "with a --mask-schedule other than none")))
-    if state is None and args.mask_schedule != "linear":
-        refuse_unused(args, dict(mask_epochs=(False, "with --mask-schedule linear")))
-    return loss_fn
-
-
 def source_of(args, d, train, state):
     """(what the run starts from, the pretraining step it came from): this run's own last.pt when
     resuming, a pretrained checkpoint, or (--init none) what one would provide."""
@@ -171,17 +162,23 @@ def source_of(args, d, train, state):
 
 
 def architecture(args, source, state, summ, measure, threshold, n_train):
-    """(architecture, config, ELMER's options, the run's resolved config) of the run: the source's,
-    turned into the one it fine-tunes as (core/architectures.py), its lengths fitted to the positions
-    it trained. The flags whose defaults the architecture decides are resolved here, so that the
-    checkpoint records them (and eval.py builds the classifier from the record), and the steps of
+    """(the model the run fine-tunes, the run's resolved config): the source's architecture, turned
+    into the one it fine-tunes as (core/architectures.py), its lengths fitted to the positions it
+    trained. The flags this run would not use are refused as given, then against the defaults the
+    architecture decides (the masking's against its schedule), which are resolved here so that the
+    checkpoint records them (and eval.py builds the classifier from the record); last, the steps of
     --epochs over the n_train training examples."""
-    arch = arch_of(source, args.init)
+    pretrained_arch = arch_of(source, args.init)
     cfg = dataclasses.replace(ModelConfig.from_dict(source["model_config"]), dropout=args.dropout)
-    pretrained_arch = arch
     if state is None:  # resuming, changed flags are refused against the run's own
-        refuse_unused(args, unused_flags(args, arch, summ))
-    arch, cfg = seq2seq_arch(arch, cfg, args.nar, args.style) if summ else (arch, cfg)
+        refuse_unused(args, unused_flags(parser(), args, pretrained_arch))
+    arch, cfg = seq2seq_arch(pretrained_arch, cfg, args.nar, args.style) if summ else (pretrained_arch, cfg)
+    args = args.resolved(
+        label_smoothing=ARCHS[arch].label_smoothing if args.label_smoothing is None else args.label_smoothing,
+        cls_vector=ARCHS[arch].classifier_reads if not summ and args.cls_vector is None else args.cls_vector,
+        mask_schedule=ARCHS[arch].schedule if summ and args.mask_schedule is None else args.mask_schedule)
+    if state is None:  # again under the defaults resolved (the masking's schedule); the notes are said
+        refuse_unused(args, {k: v for k, v in unused_flags(parser(), args, pretrained_arch).items() if not v[2]})
     if state is None and summ and args.nar:  # the model records it: a resume and eval.py build the same
         cfg = dataclasses.replace(cfg, cross_anchor=args.cross_anchor)
     max_src = args.max_src
@@ -198,62 +195,70 @@ def architecture(args, source, state, summ, measure, threshold, n_train):
     if max_src > cfg.max_positions or (ARCHS[arch].one_table and max_src + args.max_tgt > cfg.max_positions):
         raise UserError(f"--max-src {max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} "
                         "positions")
-    return arch, cfg, elmer_opts, args.resolved(
-        max_src=max_src,
-        label_smoothing=ARCHS[arch].label_smoothing if args.label_smoothing is None else args.label_smoothing,
-        cls_vector=ARCHS[arch].classifier_reads if not summ and args.cls_vector is None else args.cls_vector,
-        mask_schedule=ARCHS[arch].schedule if summ and args.mask_schedule is None else args.mask_schedule,
-        **steps_of(args, n_train))
+    return Tuned(arch, cfg, elmer_opts), args.resolved(max_src=max_src, **steps_of(args, n_train))
 
 
-def task_data(args, d, arch, tok, cfg, elmer_opts, train, valid, state, summ):
-    """(labels or None, make(sources, targets) -> a micro-batch, the loss, the training ids, the
-    validation ids) of the task: summarization by the architecture's operations, or classification."""
-    src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:args.valid_examples])
-    if summ:
-        ops = seq2seq_ops(arch, sos=cfg.enc_sos, **({"dec_len": elmer_opts["dec_len"]} if elmer_opts else {}))
-        batch_fn = ops.batch
-        loss_fn = functools.partial(ops.loss_sums, label_smoothing=args.label_smoothing)
-        tgt_ids, valid_tgt = tok.encode(train.targets), tok.encode(valid.targets[:args.valid_examples])
-        make = lambda s, t: batch_fn(list(zip(s, t)), tok, args.max_src, args.max_tgt)
-        labels = None
+def labels_of(d, train, valid, state):
+    """The classes of a classification: the resumed run's own, or those of the training split (a
+    note on rank 0 names the validation labels it lacks)."""
+    if state is not None:
+        return Labels(state["labels"])
+    return Labels.from_targets(train.targets, valid.targets, train.origin, lambda m: print0(d, m))
+
+
+def task_data(config, tuned, tok, train, valid, labels):
+    """(make(sources, targets) -> a micro-batch, the loss, the training ids, the validation ids) of the
+    task: summarization by the fine-tuned architecture's operations, or classification into labels."""
+    n_valid = config.valid_examples
+    src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:n_valid])
+    if config.task == "summarize":
+        ops = seq2seq_ops(tuned.arch, sos=tuned.cfg.enc_sos, **({"dec_len": tuned.elmer["dec_len"]} if tuned.elmer
+                                                                else {}))
+        loss_fn = functools.partial(ops.loss_sums, label_smoothing=config.label_smoothing)
+        tgt_ids, valid_tgt = tok.encode(train.targets), tok.encode(valid.targets[:n_valid])
+        make = lambda s, t: ops.batch(list(zip(s, t)), tok, config.max_src, config.max_tgt)
     else:
-        labels = Labels(state["labels"]) if state is not None else Labels.from_targets(train.targets, valid.targets,
-                                                                                       train.origin,
-                                                                                       lambda m: print0(d, m))
-        tgt_ids, valid_tgt = labels.ids(train.targets), labels.ids(valid.targets[:args.valid_examples])
-        make = lambda s, t: classify_batch(s, t, tok, args.max_src, sos=ARCHS[arch].classify_sos)
+        tgt_ids, valid_tgt = labels.ids(train.targets), labels.ids(valid.targets[:n_valid])
+        make = lambda s, t: classify_batch(s, t, tok, config.max_src, sos=ARCHS[tuned.arch].classify_sos)
         loss_fn = classify_loss_sums
-    return labels, make, loss_fn, (src_ids, tgt_ids), (valid_ids, valid_tgt)
+    return make, loss_fn, (src_ids, tgt_ids), (valid_ids, valid_tgt)
 
 
-def model_and_optimizer(args, d, arch, cfg, labels, elmer_opts, source, state, ckpt_path, summ):
-    """(model, AdamW, the step to start from, early stopping's state): the model built for its task
-    and loaded from the source (or only its output bias, from scratch), or the run's own checkpoint."""
-    torch.manual_seed(args.seed)
-    with checkpoint.weights_of(ckpt_path if state is not None else args.init):
-        model = build_model(arch, cfg, None if summ else len(labels), elmer_opts, args.cls_vector).to(d.device)
-        if state is not None:
-            model.load_state_dict(state["model"])
+def model_and_optimizer(config, d, tuned, labels, source, resumed_from=None):
+    """(model, AdamW): the model built for its task (a classifier of `labels`, or the summarizer where
+    there are none), its weights those of `source`: the run's own last.pt when `resumed_from` names it
+    (the optimizer's state too), a pretrained checkpoint, or for --init none only the output bias, from
+    the data's token counts."""
+    torch.manual_seed(config.seed)
+    with checkpoint.weights_of(resumed_from or config.init):
+        model = tuned.build(None if labels is None else len(labels), config.cls_vector).to(d.device)
+        if resumed_from:
+            model.load_state_dict(source["model"])
         elif "model" not in source:  # --init none: only the output bias starts from the data
             (model.encoder if labels else model).head.init_bias(source["counts"])
-        elif summ:
-            init_from_pretrained(model, source["model"], args.cross_init)
+        elif labels is None:
+            init_from_pretrained(model, source["model"], config.cross_init)
         else:
             model.encoder.load_state_dict(source["model"])
-        optimizer = make_optimizer(model, args.lr, args.weight_decay)
-        if state is not None:
-            optimizer.load_state_dict(state["optimizer"])
-    start, early = 0, EarlyStop(args.patience)
-    if state is not None:
-        restore_rng(state["rng"])
-        start = state["step"]
-        early = EarlyStop(args.patience, best_on_disk(args.out, state.get("best_valid_loss")),
-                          state.get("since_best", 0))
-        if state.get("stopped_early"):
-            raise UserError(f"{ckpt_path} stopped early at step {start}: its validation loss had not improved for "
-                            f"{early.since_best} validations (best.pt holds the best); there is nothing to continue")
-    return model, optimizer, start, early
+        optimizer = make_optimizer(model, config.lr, config.weight_decay)
+        if resumed_from:
+            optimizer.load_state_dict(source["optimizer"])
+    return model, optimizer
+
+
+def resume_point(config, state, ckpt_path):
+    """(the step to start from, early stopping's state): 0 and a fresh one, or the resumed run's, its
+    random generators restored."""
+    if state is None:
+        return 0, EarlyStop(config.patience)
+    restore_rng(state["rng"])
+    start = state["step"]
+    early = EarlyStop(config.patience, best_on_disk(config.out, state.get("best_valid_loss")),
+                      state.get("since_best", 0))
+    if state.get("stopped_early"):
+        raise UserError(f"{ckpt_path} stopped early at step {start}: its validation loss had not improved for "
+                        f"{early.since_best} validations (best.pt holds the best); there is nothing to continue")
+    return start, early
 
 
 def log_step(d, progress, done, stats):
@@ -281,13 +286,13 @@ def run(args, d):
     summ = args.task == "summarize"
     train, valid = splits(args, d, summ)
     source, init_step = source_of(args, d, train, state)
-    arch, cfg, elmer_opts, args = architecture(args, source, state, summ, measure, threshold, len(train))
-    tok, cfg = tokenizer_of(args, d, train, source, cfg)
-    labels, make, loss_sums, (src_ids, tgt_ids), (valid_ids, valid_tgt) = task_data(args, d, arch, tok, cfg, elmer_opts,
-                                                                                train, valid, state, summ)
+    tuned, args = architecture(args, source, state, summ, measure, threshold, len(train))
+    tok, tuned = tokenizer_of(args, d, train, source, tuned)
+    labels = None if summ else labels_of(d, train, valid, state)
+    make, loss_sums, (src_ids, tgt_ids), (valid_ids, valid_tgt) = task_data(args, tuned, tok, train, valid, labels)
     check_shares(args.batch, min(len(valid), args.valid_examples), d)
-    if summ:
-        loss_sums = masked_loss(args, arch, loss_sums, state)
+    if summ:  # MLAE's scheduled masking, its ratio falling over the run's resolved mask_steps
+        loss_sums = scheduled_loss(loss_sums, tuned.arch, args)
     steps_per_epoch = math.ceil(len(train) / args.batch)
     print0(d, args.line())  # the run's config, resolved: with its schedule, before any step
     print0(d, f"data: {train.origin}: {len(train)} train, {len(valid)} valid examples ({args.task}); "
@@ -299,13 +304,14 @@ def run(args, d):
 
     # -----------------------------------------------------------------------------
     # model and optimizer
-    model, optimizer, start, early = model_and_optimizer(args, d, arch, cfg, labels, elmer_opts, source, state,
-                                                         ckpt_path, summ)
+    model, optimizer = model_and_optimizer(args, d, tuned, labels, source,
+                                           resumed_from=ckpt_path if state is not None else None)
+    start, early = resume_point(args, state, ckpt_path)
     if state is not None:
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     ddp_model = wrap_ddp(model, d)
     digests = run_digests(args, state)
-    print0(d, f"model: {arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
+    print0(d, f"model: {tuned.arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
               f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}, "
               f"{str(d.dtype)[6:]}")
 
@@ -314,11 +320,11 @@ def run(args, d):
             return
         recorded = vars(args)  # the resolved config, with the steps of its epochs (reproduce/runstate.py reads them)
         checkpoint.save(path, dict(
-            kind=f"finetune/{args.task}", arch=arch, model=model.state_dict(), model_config=cfg.to_dict(),
+            kind=f"finetune/{args.task}", arch=tuned.arch, model=model.state_dict(), model_config=tuned.cfg.to_dict(),
             args=recorded, step=step, best_valid_loss=early.best, since_best=early.since_best,
             stopped_early=stopped_early, labels=labels.names if labels else None, init_step=init_step, digests=digests,
             optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
-            tokenizer=tok.to_tensor(), elmer=elmer_opts), config_json=dict(model=cfg.to_dict(), args=recorded))
+            tokenizer=tok.to_tensor(), elmer=tuned.elmer), config_json=dict(model=tuned.cfg.to_dict(), args=recorded))
 
     if early.stop:  # resumed with more --epochs after patience ran out at the old maximum's last validation
         return stopped_at_resume(d, save, start, early)
@@ -345,7 +351,7 @@ def run(args, d):
         rec = dict(step=done, valid_loss=ev["nll"] / max(1.0, ev["n"]), valid_acc=ev["hit"] / max(1.0, ev["n"]))
         if rouge_examples > 0:
             with autocast(d.device, d.dtype):
-                preds = summarize(model, arch, tok, valid.sources[:rouge_examples], max_src, **decoding)
+                preds = summarize(model, tuned.arch, tok, valid.sources[:rouge_examples], max_src, **decoding)
             rec.update({f"valid_{m}": float(v) for m, v in rouge(preds, valid.targets[:rouge_examples]).items()})
             rec["sample"] = preds[0]
         return rec

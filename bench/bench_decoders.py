@@ -38,10 +38,12 @@ from core import decoding  # noqa: E402
 from core.config import preset  # noqa: E402
 from core.elmer.model import ELMER  # noqa: E402
 from core.model import EncoderDecoder, UnifiedLM  # noqa: E402
-from core.mlae.mask_predict import SOURCE_BUCKET, NARDecoder, mask_predict  # noqa: E402
+from core.graphs import SOURCE_BUCKET  # noqa: E402
+from core.mlae.mask_predict import NARDecoder, mask_predict  # noqa: E402
 from core.mlae.nar import NARModel  # noqa: E402
 from core.unilm.seq2seq import PMLMDecoder  # noqa: E402
-from core.static_beam import static_beam_pmlm, static_beam_t5  # noqa: E402
+from core.static_beam import static_beam_t5  # noqa: E402
+from core.unilm.static_beam import static_beam_pmlm  # noqa: E402
 from core.t5 import T5Decoder  # noqa: E402
 
 MASK = 4

@@ -28,11 +28,12 @@ from .classify import Classifier, EncoderClassifier
 from .config import decoder_depth
 from .errors import UserError
 from .elmer.exit_measures import MEASURES
-from .flags import AT_LEAST_1, DEC_LEN, Rule, flag
+from .flags import AT_LEAST_1, DEC_LEN, Applies, Rule, flag
 from .mlae.model import MLAE, MLAEUniLM, MLAEUniLMDecoder
 from .mlae.nar import CROSS_ANCHORS
 from .model import EncoderDecoder, UnifiedLM
 from .objectives import objective_of
+from .tasks import SUMMARIZE
 
 
 class Seq2SeqOps(NamedTuple):
@@ -76,39 +77,55 @@ def elmer_ops(dec_len, sos):
 
 # an entropy in nats, infinite where every token is to leave at layer 1
 EXIT_ENTROPY = Rule(lambda v: v >= 0, "0 or more (inf: every token exits at layer 1)", infinite=True)
+# where each flag applies (core/flags.py Applies: (config, the checkpoint's Arch) -> whether it does)
+ELMER = Applies(lambda config, arch: arch.exits, "to an elmer checkpoint (or --init none --arch elmer)")
+NAR = Applies(lambda config, arch: config.task == "summarize" and config.nar, "with --nar")
+
+
+def hard_exit(config, arch):
+    return arch.exits and config.exit == "hard"
+
+
+def threshold_read(config, arch):
+    """Soft exit with the entropy measure decodes every layer (threshold 0): there a threshold goes unread."""
+    return hard_exit(config, arch) or arch.exits and config.exit_measure not in (None, "entropy")
 
 
 def add_elmer_flags(p):
     """The flags of an ELMER fine-tuning: its exit, its measure and threshold, its decoder's length."""
-    flag(p, "--exit", default="hard", choices=["hard", "soft"],
+    flag(p, "--exit", applies=ELMER, default="hard", choices=["hard", "soft"],
          help="elmer: hard or soft early exit (ELMER 4.3)")
-    flag(p, "--exit-measure", default=None, choices=MEASURES,
+    flag(p, "--exit-measure", applies=ELMER, default=None, choices=MEASURES,
          help="elmer: what decides a token's exit at inference: the off-ramp entropy (the paper, "
               "a vocabulary projection per layer), or O(d) measures: the cosine of h^l and h^(l-1) "
               "(state), a learnt linear exit classifier (classifier; always trained). Default entropy")
     flag(p, "--exit-threshold", type=float, default=None,
+         applies=Applies(threshold_read, "to an elmer checkpoint with --exit hard, or soft with a cheap "
+                                         "--exit-measure"),
          help="elmer: the measure's threshold (entropy: exit below it, default 0.5; state: cosine "
               "above it, default 0.99; classifier: probability above it, default 0.9)")
-    flag(p, "--exit-entropy", rule=EXIT_ENTROPY, type=float, default=None,
-         help="elmer: shorthand for --exit-measure entropy --exit-threshold X")
+    flag(p, "--exit-entropy", rule=EXIT_ENTROPY, applies=Applies(hard_exit, "to an elmer checkpoint with --exit hard"),
+         type=float, default=None, help="elmer: shorthand for --exit-measure entropy --exit-threshold X")
     flag(p, "--exit-train", default="hard", choices=["hard", "all"],
+         applies=Applies(hard_exit, "to an elmer checkpoint with --exit hard (under soft exit no token leaves in "
+                                    "training)"),
          help="elmer, hard exit: tokens leave during fine-tuning once their off-ramp entropy is under "
               "the threshold (ELMER 4.1; hard), or none leaves and every off-ramp is trained (all)")
-    flag(p, "--dec-len", rule=DEC_LEN, type=int, default=None,
+    flag(p, "--dec-len", rule=DEC_LEN, applies=ELMER, type=int, default=None,
          help="elmer: [MASK] tokens fed to the decoder (default: the pretrained one, or 32)")
 
 
 def add_nar_flags(p):
     """The flags of a NAR fine-tuning (CMLM) and its Mask-Predict decoding."""
-    flag(p, "--nar", action="store_true",
+    flag(p, "--nar", applies=SUMMARIZE, action="store_true",
          help="CMLM fine-tuning, Mask-Predict decoding (t5, t5-nar, mlae, --init none)")
-    flag(p, "--length-beam", rule=AT_LEAST_1, type=int, default=3, help="--nar: length candidates")
-    flag(p, "--iterations", rule=AT_LEAST_1, type=int, default=10, help="--nar: Mask-Predict iterations")
-    flag(p, "--cross-anchor", default="none", choices=CROSS_ANCHORS,
+    flag(p, "--length-beam", rule=AT_LEAST_1, applies=NAR, type=int, default=3, help="--nar: length candidates")
+    flag(p, "--iterations", rule=AT_LEAST_1, applies=NAR, type=int, default=10, help="--nar: Mask-Predict iterations")
+    flag(p, "--cross-anchor", applies=NAR, default="none", choices=CROSS_ANCHORS,
          help="--nar: the cross-attention's position bias that MLAE (b) and T5-NAR pretrain: dropped "
               "(none), or kept with target token i of T at (i + 1/2)/T of the source (proportional; "
               "a fresh table where the checkpoint has none)")
-    flag(p, "--adaptive-stop", action="store_true",
+    flag(p, "--adaptive-stop", applies=NAR, action="store_true",
          help="--nar: a candidate stops once its masked state repeats (fairseq's behaviour); "
               "default: all --iterations, as published")
 

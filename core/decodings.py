@@ -34,7 +34,8 @@ from .elmer.exit_measures import MEASURES, exit_settings, resolve_exit
 from .errors import UserError
 from .flags import AT_LEAST_0, AT_LEAST_1, flag
 from .guards import check_positions, refuse_unused
-from .static_beam import static_beam_pmlm, static_beam_t5
+from .static_beam import static_beam_t5
+from .unilm.static_beam import static_beam_pmlm
 
 # a fine-tuning that recorded no --max-tgt ran at its default
 MAX_TGT = 24
@@ -91,7 +92,8 @@ def max_len_of(args, state, path):
 # -----------------------------------------------------------------------------
 # autoregressive: greedy or beam search over the architecture's step decoder
 
-# the step decoders that have a beam search at fixed shapes (core/static_beam.py: the same tokens)
+# the step decoders that have a beam search at fixed shapes (core/static_beam.py, core/unilm/static_beam.py:
+# the same tokens)
 STATIC_BEAMS = {t5.T5Decoder: static_beam_t5, seq2seq.PMLMDecoder: static_beam_pmlm}
 SEARCHES = ("auto", "eager", "static")
 

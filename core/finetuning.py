@@ -1,9 +1,24 @@
-"""What finetune.py sets up around a model beyond its architecture (core/architectures.py): MLAE's
-scheduled masking of the decoder inputs, and an ELMER's exit options."""
+"""What finetune.py sets up around a model beyond its architecture (core/architectures.py): the
+model it builds, MLAE's scheduled masking of the decoder inputs, and an ELMER's exit options."""
+from typing import NamedTuple, Optional
+
 from .elmer import exit_measures
-from .architectures import ARCHS
+from .architectures import ARCHS, build_model
+from .config import ModelConfig
 from .errors import UserError
 from .mlae.model import ScheduledMasking
+
+
+class Tuned(NamedTuple):
+    """The model a fine-tuning builds, and its checkpoint records: the architecture it fine-tunes as,
+    its config, and an ELMER's options (elmer_options; None for the others)."""
+    arch: str
+    cfg: ModelConfig
+    elmer: Optional[dict] = None
+
+    def build(self, n_labels=None, reads=None):
+        """A fresh model; n_labels: a classifier reading the vector of `reads` (architectures.build_model)."""
+        return build_model(self.arch, self.cfg, n_labels, self.elmer, reads)
 
 
 def scheduled_loss(loss_fn, arch, args):

@@ -1,8 +1,10 @@
 """The flags of train.py, finetune.py and eval.py: each declared once, by the record it belongs to
 (an objective, an architecture's fine-tuning, a way of decoding) or by the set a script shares,
-with the rule its value must meet; and the run's config, resolved once after parsing and frozen.
+with the rule its value must meet and, where it applies to some runs only, the runs it applies to;
+and the run's config, resolved once after parsing and frozen.
 
     flag(p, "--steps", rule=AT_LEAST_1, type=int, default=400)   # argparse's add_argument, and its rule
+    flag(p, "--iterations", applies=NAR, type=int)               # a flag of some runs only: which
     p = parser(DECLARED_BY, __doc__)        # a script's parser: the flags of each who declares some
     args = guards.parse_args(p, argv)       # every value checked against its flag's rule: a RunConfig
     config = args.resolved(steps=...)       # values the run derives (from a checkpoint, the data): another
@@ -52,16 +54,31 @@ def parser(declared_by, description):
     return p
 
 
-def flag(p, *names, rule=None, **kwargs):
-    """p.add_argument(*names, **kwargs), the flag's rule kept on its action (guards.parse_args checks it)."""
+class Applies(NamedTuple):
+    """The runs a flag of finetune.py has an effect on, declared with it: given to another run,
+    guards.refuse_unused refuses it (or notes it, where harmless); a flag declared without one applies
+    to every run. (train.py's objective records name the flags that apply to them.)"""
+    test: Callable          # (config, what else the script knows of the run) -> whether the run uses the flag
+    where: str              # where it applies, in refuse_unused's words: "to --task summarize"
+    harmless: bool = False  # it changes nothing the run means: a `note:` line, and the run goes on
+
+
+def flag(p, *names, rule=None, applies=None, **kwargs):
+    """p.add_argument(*names, **kwargs), the flag's rule (guards.parse_args checks it) and the runs it
+    applies to kept on its action."""
     action = p.add_argument(*names, **kwargs)
-    action.rule = rule
+    action.rule, action.applies = rule, applies
     return action
 
 
 def rules_of(p):
     """dest -> Rule of every flag of the parser that has one."""
     return {a.dest: a.rule for a in p._actions if getattr(a, "rule", None) is not None}
+
+
+def applicability(p):
+    """dest -> Applies of every flag of the parser that applies to some runs only."""
+    return {a.dest: a.applies for a in p._actions if getattr(a, "applies", None) is not None}
 
 
 def declared(add):
@@ -74,6 +91,13 @@ def defaults(add):
     p = argparse.ArgumentParser(add_help=False)
     add(p)
     return {a.dest: a.default for a in p._actions}
+
+
+def always_applies(add):
+    """The dests of the flags a declaring function adds with no Applies: those every run uses."""
+    p = argparse.ArgumentParser(add_help=False)
+    add(p)
+    return tuple(a.dest for a in p._actions if getattr(a, "applies", None) is None)
 
 
 class RunConfig(types.SimpleNamespace):

@@ -1,10 +1,13 @@
 """CUDA graphs for decoding: steps run once eagerly on a side stream (Triton compiles, caches fill),
 then each captured into a graph that shares one memory pool. Used by ELMER's static-shape pass
-(core/elmer/exit_pass.py) and Mask-Predict's static decoding (core/mlae/mask_predict.py)."""
+(core/elmer/exit_pass.py), Mask-Predict's static decoding (core/mlae/mask_predict.py) and the beam
+search at fixed shapes (core/static_beam.py)."""
 import contextlib
 import weakref
 
 import torch
+
+SOURCE_BUCKET = 64  # a static decoder pads its sources to a multiple of this: a few shapes, a few graphs
 
 
 def capture(steps, model=None):

@@ -1,5 +1,5 @@
-"""Beam search at fixed shapes (T5's decoder and UniLMv2's), so that a GPU can replay each step as
-one CUDA graph.
+"""Beam search at fixed shapes, so that a GPU can replay each step as one CUDA graph: the search, and
+T5's decoder in it (UniLMv2's: core/unilm/static_beam.py).
 
 core/decoding.beam_search drives any incremental decoder with host-side bookkeeping: the cache
 grows by one key a step, finished sources' rows are dropped, and the pool of finished hypotheses
@@ -10,7 +10,7 @@ sources, K beams and at most M steps:
   * the decoder's key/value cache has a slot for every key a search can make, the step's keys
     written at their index (T5: M target slots, EncoderDecoder.decode_step_into; UniLMv2: the
     source's, M target slots and the [P]'s); a slot's step hides it from the queries until it is
-    written, so no mask changes shape;
+    written, so no mask changes shape; sources are padded to a multiple of SOURCE_BUCKET;
   * all B*K rows run from the first step: before the first token every row of a source is the
     same, and beams 2..K start at a score of -inf, so the first ranking sees one row per source,
     as beam_search's does;
@@ -29,10 +29,10 @@ import torch.nn.functional as F
 
 import kernels
 from .decoding import NEG_INF, length_norm_fn
-from .graphs import capture, weights_version
+from .graphs import SOURCE_BUCKET, capture, weights_version
 from .kv_cache import KVCache
-from .model import Meta
-from .mlae.mask_predict import SOURCE_BUCKET
+from .model import Meta, positions
+from .t5 import encoder_input
 
 
 def ban_repeated_ngrams_static(logp, hyps, t, n):
@@ -167,7 +167,8 @@ class StaticBeam:
         return [toks[b][:lens[b]] for b in range(self.B)], self.fin_score[:, 0].cpu()
 
 
-def _pairs(n_layers, N, H, L, D, dtype, device):
+def zero_pairs(n_layers, N, H, L, D, dtype, device):
+    """A (keys, values) pair of zeros (N, H, L, D) per layer: a cache's buffers at fixed shapes."""
     return [(torch.zeros(N, H, L, D, dtype=dtype, device=device), torch.zeros(N, H, L, D, dtype=dtype, device=device))
             for _ in range(n_layers)]
 
@@ -196,8 +197,8 @@ class StaticBeamT5(StaticBeam):
         if self.cache is None:
             _, H, _, D = mem_kv[0][0].shape
             dt, dev, L = mem_kv[0][0].dtype, memory.device, len(mem_kv)
-            self.cache = KVCache(_pairs(L, self.B * K, H, self.M, D, dt, dev), self.k_meta, self.k_pos,
-                                 _pairs(L, self.B * K, H, self.S, D, dt, dev), self.mem_meta, self.t.view(1))
+            self.cache = KVCache(zero_pairs(L, self.B * K, H, self.M, D, dt, dev), self.k_meta, self.k_pos,
+                                 zero_pairs(L, self.B * K, H, self.S, D, dt, dev), self.mem_meta, self.t.view(1))
         for (k, v), (mk, mv) in zip(mem_kv, self.cache.cross):
             mk.zero_()
             mv.zero_()
@@ -220,78 +221,10 @@ class StaticBeamT5(StaticBeam):
         return out
 
 
-class StaticBeamPMLM(StaticBeam):
-    """UniLMv2's seq2seq decoder (core/seq2seq.PMLMDecoder) at fixed shapes. Keys: S source slots
-    (CONTEXT, step 0, the padding invalid), M target slots (slot j holds y_{j+1}: ORIGINAL, step j+1,
-    position S_b + j) and one [P] slot (PSEUDO, rewritten each step: step t+1, position S_b + t).
-    Queries at step t: y_t (ORIGINAL, step t) and [P] (PSEUDO, step t+1), as PMLMDecoder's; before
-    the first step y_t is a stand-in whose key goes to the last target slot, which no step reads."""
-
-    def __init__(self, model, B, S, K, M, *settings):
-        super().__init__(model, B, K, M, *settings)
-        N, dev = B * K, self.t.device
-        self.S = S
-        full = lambda n, v: torch.full((N, n), v, dtype=torch.long, device=dev)  # noqa: E731
-        self.k_kind = torch.cat([full(S, kernels.CONTEXT), full(M, kernels.ORIGINAL), full(1, kernels.PSEUDO)], 1)
-        self.k_step = torch.cat([full(S, 0), torch.arange(1, M + 1, device=dev).expand(N, M), full(1, 0)], 1)
-        self.k_pos = full(S + M + 1, 0)
-        self.k_valid = torch.ones(N, S + M + 1, dtype=torch.bool, device=dev)
-        self.k_meta = Meta(self.k_kind, self.k_step, self.k_valid)
-        self.q_step, self.q_pos, self.q_tok = full(2, 0), full(2, 0), full(2, 0)
-        self.meta = Meta(torch.tensor([kernels.ORIGINAL, kernels.PSEUDO], device=dev).expand(N, 2).contiguous(),
-                         self.q_step)
-        self.src_len = torch.zeros(N, dtype=torch.long, device=dev)
-        self.pseudo = full(1, self.tok.pseudo_id)[:, 0]
-
-    def _setup(self, src_ids, max_src):
-        """The sources encoded by PMLMDecoder itself (the same tokens, positions and cache)."""
-        from .unilm.seq2seq import PMLMDecoder
-        dec = PMLMDecoder(self.model, src_ids, self.tok, max_src=max_src)
-        K, S, M = self.K, dec.cache.length, self.M
-        limit = self.model.cfg.max_positions
-        if int(dec.src_len.max()) + M - 1 >= limit:
-            raise ValueError(f"decoding {M} steps reaches position {int(dec.src_len.max()) + M - 1}, past the "
-                             f"model's max_positions {limit}: shorten the source or max_len")
-        if self.cache is None:
-            _, H, _, D = dec.cache.kv[0][0].shape
-            kv = _pairs(len(dec.cache.kv), self.B * K, H, self.S + M + 1, D, dec.cache.kv[0][0].dtype, self.t.device)
-            self.cache = KVCache(kv, self.k_meta, self.k_pos)  # a step writes at its own slots (_logits)
-        for (k, v), (ck, cv) in zip(dec.cache.kv, self.cache.kv):
-            ck[:, :, :S].copy_(k.repeat_interleave(K, 0))
-            cv[:, :, :S].copy_(v.repeat_interleave(K, 0))
-        self.src_len.copy_(dec.src_len.repeat_interleave(K, 0))
-        self.k_valid[:, :self.S].zero_()
-        self.k_valid[:, :S].copy_(dec.cache.meta.valid.repeat_interleave(K, 0))
-        self.k_pos[:, :self.S].zero_()
-        self.k_pos[:, :S].copy_(dec.cache.pos.repeat_interleave(K, 0))
-        self.k_pos[:, self.S:self.S + M].copy_(self.src_len[:, None] + torch.arange(M, device=self.t.device))
-
-    def _clear(self):
-        for k, v in self.cache.kv:  # the target and [P] slots; the source's stay
-            k[:, :, self.S:].zero_()
-            v[:, :, self.S:].zero_()
-
-    def _logits(self):
-        m, S, M, t = self.model, self.S, self.M, self.t
-        p = self.src_len + t  # the [P]'s position
-        self.q_pos.copy_(torch.stack([p - 1, p], 1))
-        self.q_step.copy_(torch.stack([t, t + 1])[None].expand_as(self.q_step))
-        self.q_tok.copy_(torch.stack([self.prev, self.pseudo], 1))
-        self.k_step[:, -1] = t + 1
-        self.k_pos[:, -1] = p
-        at = torch.stack([torch.where(t == 0, S + M - 1, S + t - 1), torch.full_like(t, S + M)])
-        self.meta.cache.clear()  # the step's codes and tile maps: made anew inside the graph
-        bias = m.rel_bias(self.q_pos, self.cache.pos)
-        x = m.emb(self.q_tok, self.q_pos, torch.ones_like(self.q_tok))
-        for i, layer in enumerate(m.layers):
-            x, _ = layer(x, self.meta, k_meta=self.cache.meta, bias=bias, past=self.cache.kv[i], write_at=at)
-        return m.head(m.ln_f(x[:, -1]))
-
-
 _BEAMS = weakref.WeakKeyDictionary()  # model -> {shapes and settings: its StaticBeam}
 
 
-def _kept(model, key, make):
+def kept(model, key, make):
     """The StaticBeam of these shapes and settings (under this autocast), made once and kept with
     its graphs."""
     dev = next(model.parameters()).device.type
@@ -306,26 +239,12 @@ def static_beam_t5(model, src_ids, tok, beam, max_len, min_len=1, length_penalty
                    no_repeat_ngram=0, graphs=True):
     """Beam search of a T5 model (core/model.EncoderDecoder) over a batch of sources, at fixed shapes
     (CUDA graphs on a GPU): the tokens and scores of decoding.beam_search over T5Decoder."""
-    from .t5 import encoder_input
-    from .model import positions
     src, valid = encoder_input(model, src_ids, tok)
     B, S = src.shape
     S_pad = -(-S // SOURCE_BUCKET) * SOURCE_BUCKET
     settings = (min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs)
-    search = _kept(model, ("t5", B, S_pad, beam, max_len) + settings,
+    search = kept(model, ("t5", B, S_pad, beam, max_len) + settings,
                    lambda: StaticBeamT5(model, B, S_pad, beam, max_len, *settings))
     with torch.no_grad():
         memory = model.encode(src, positions(src), valid)
     return search.run(memory, valid)
-
-
-def static_beam_pmlm(model, src_ids, tok, beam, max_len, min_len=1, length_penalty=0.6, length_norm="wu",
-                     no_repeat_ngram=0, max_src=None, graphs=True):
-    """Beam search of a UniLMv2 seq2seq model (core/model.UnifiedLM) over a batch of sources, at fixed
-    shapes (CUDA graphs on a GPU): the tokens and scores of decoding.beam_search over PMLMDecoder."""
-    longest = max(len(list(s)[:max_src]) for s in src_ids) + 2  # [SOS] ... [EOS]
-    S_pad = -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET
-    settings = (min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs)
-    search = _kept(model, ("pmlm", len(src_ids), S_pad, beam, max_len) + settings,
-                   lambda: StaticBeamPMLM(model, len(src_ids), S_pad, beam, max_len, *settings))
-    return search.run(src_ids, max_src)

@@ -13,8 +13,12 @@ import numpy as np
 
 from .data import embedded_records, field, read_jsonl
 from .errors import UserError
+from .flags import Applies
 
 TASKS = ("summarize", "classify")
+# finetune.py's flags of one task (core/flags.py Applies: (config, the checkpoint's Arch) -> whether they apply)
+SUMMARIZE = Applies(lambda config, arch: config.task == "summarize", "to --task summarize")
+CLASSIFY = Applies(lambda config, arch: config.task == "classify", "to --task classify")
 
 
 @dataclass

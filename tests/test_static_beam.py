@@ -1,7 +1,8 @@
-"""T5's beam search at fixed shapes (core/static_beam.py) against core/decoding.beam_search over
-T5Decoder: the same tokens and scores on the CPU, where its steps run eagerly, for every setting
-the search has (beam sizes, min_len, length penalties of both kinds, the n-gram ban, a max_len
-that cuts hypotheses), with sources of different lengths in one batch; and the n-gram ban alone."""
+"""T5's beam search at fixed shapes (core/static_beam.py; UniLMv2's, core/unilm/static_beam.py,
+below) against core/decoding.beam_search over its step decoder: the same tokens and scores on the
+CPU, where its steps run eagerly, for every setting the search has (beam sizes, min_len, length
+penalties of both kinds, the n-gram ban, a max_len that cuts hypotheses), with sources of different
+lengths in one batch; and the n-gram ban alone."""
 import pytest
 import torch
 
@@ -71,7 +72,7 @@ def test_the_graphed_static_beam_search_equals_beam_search_on_cuda(tokenizer):
 def test_static_pmlm_beam_search_equals_beam_search(tokenizer, beam, max_len, min_len, lp, ngram, eos):
     """UniLMv2's decoder ([P] queries against a static cache of source, target and [P] slots)."""
     from core.unilm.seq2seq import PMLMDecoder
-    from core.static_beam import static_beam_pmlm
+    from core.unilm.static_beam import static_beam_pmlm
     from test_seq2seq import ids, tiny
     import numpy as np
     tok = tokenizer
@@ -91,7 +92,7 @@ def test_static_pmlm_beam_search_equals_beam_search(tokenizer, beam, max_len, mi
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_the_graphed_static_pmlm_beam_search_equals_beam_search_on_cuda(tokenizer):
     from core.unilm.seq2seq import PMLMDecoder
-    from core.static_beam import static_beam_pmlm
+    from core.unilm.static_beam import static_beam_pmlm
     from test_seq2seq import ids, tiny
     import numpy as np
     tok = tokenizer

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..batch import pad_stack, source_array
-from ..graphs import capture, weights_version
+from ..graphs import SOURCE_BUCKET, capture, weights_version
 from ..model import positions
 
 # -----------------------------------------------------------------------------
@@ -90,9 +90,6 @@ class NARDecoder:
     def _static(self, rows, shape, loop):
         S = -(-self.src_valid.shape[1] // SOURCE_BUCKET) * SOURCE_BUCKET
         return static_decode(self.model, *shape, S, self.memory.dtype, self.graphs, loop)
-
-
-SOURCE_BUCKET = 64  # a static decoder pads its sources to a multiple of this: a few shapes, a few graphs
 
 
 class StaticDecode:
