@@ -39,7 +39,8 @@ from core.guards import StopSignals, best_on_disk, check_continues, check_positi
 from core.architectures import ARCHS, arch_flags, arch_of, seq2seq_arch, seq2seq_ops
 from core.finetune_flags import finetuning_flags, scratch_flags, seq2seq_flags, unused_flags
 from core.finetuning import Tuned, elmer_options, scheduled_loss
-from core.flags import always_applies, parser
+from core import flags
+from core.flags import always_applies
 from core.generation import rouge, summarize
 from core.positions import DEFAULT_MAX_SRC, fit_lengths, positions_of
 from core.elmer.exit_measures import exit_flags
@@ -74,8 +75,12 @@ DECLARED_BY = dict({"fine-tuning": finetuning_flags, "--init none": scratch_flag
 ALWAYS_APPLIES = ("help",) + always_applies(finetuning_flags) + always_applies(run_flags)
 
 
+def parser():
+    return flags.parser(DECLARED_BY, __doc__)
+
+
 def get_args(argv=None):
-    return parse_args(parser(DECLARED_BY, __doc__), argv)
+    return parse_args(parser(), argv)
 
 
 @main_guard
