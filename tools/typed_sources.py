@@ -262,7 +262,7 @@ SOURCES = {
     },
     # a dated record: each entry's numbers are its commit's, a "was N" the commit's before
     "releases/README.md": {
-        "8": Field("eval.py", '(("LEAD-8", 8)'),
+        "8": Field("core/evaluation.py", '(("LEAD-8", 8)'),
     },
     "CHANGELOG.md": {
         "1.0": default("finetune.py --train-share"),
