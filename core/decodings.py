@@ -122,8 +122,9 @@ def ar_flags(p):
     flag(p, "--no-repeat-ngram", rule=AT_LEAST_0, type=int, default=3)
     flag(p, "--search", default="auto", choices=SEARCHES,
          help="beam search at fixed shapes, its steps replayed as CUDA graphs (static: T5's and "
-              "UniLMv2's decoders, core/static_beam.py), or with shapes that shrink as sources finish "
-              "(eager, core/decoding.py); the same tokens; auto: static on CUDA, eager on the CPU")
+              "UniLMv2's decoders, core/static_beam.py and core/unilm/static_beam.py), or with shapes that "
+              "shrink as sources finish (eager, core/decoding.py); the same tokens; auto: static on CUDA, "
+              "eager on the CPU")
 
 
 def ar_settings(args, state, path):
