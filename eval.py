@@ -28,6 +28,7 @@ line of stdin (read to its end first), truncated to the fine-tuning's --max-src 
 It prints each output on a line of stdout and nothing else there (no table, no files), with the
 decoding flags and their defaults as in an evaluation, for one checkpoint.
 """
+
 import os
 import sys
 
@@ -51,34 +52,57 @@ EVALUATION_ONLY = ("data", "split", "src_field", "tgt_field", "limit", "latency_
 
 def evaluation_flags(p):
     """The flags of every evaluation (and of --text, but those EVALUATION_ONLY)."""
-    flag(p, "checkpoints", nargs="*", default=["checkpoints"],
-         help="fine-tuned checkpoints, or directories: every best.pt under them (default: "
-         "checkpoints, where finetune.py writes)")
+    flag(
+        p,
+        "checkpoints",
+        nargs="*",
+        default=["checkpoints"],
+        help="fine-tuned checkpoints, or directories: every best.pt under them (default: "
+        "checkpoints, where finetune.py writes)",
+    )
     flag(p, "--data", default=None, help="a .jsonl file to evaluate on (default: the embedded corpus)")
     flag(p, "--split", default="test", choices=["train", "valid", "test"], help="split of the embedded corpus")
     flag(p, "--src-field", default=None)
     flag(p, "--tgt-field", default=None)
-    flag(p, "--limit", rule=AT_LEAST_1, type=int, default=None,
-         help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
-         "checkpoint (the embedded corpus is sorted by package, so its head is not a sample)")
-    flag(p, "--text", default=None,
-         help="decode this document instead of a data set, or with - each line of stdin: its output "
-              "alone, one line each (a summary, or a classifier's label)")
-    flag(p, "--max-len", rule=AT_LEAST_1, type=int, default=None,
-         help="generated tokens at most, [EOS] included (default: the fine-tuning's --max-tgt, the "
-         "longest target it trained)")
+    flag(
+        p,
+        "--limit",
+        rule=AT_LEAST_1,
+        type=int,
+        default=None,
+        help="evaluate on N examples only: a sample of the split fixed by a seed, the same for every "
+        "checkpoint (the embedded corpus is sorted by package, so its head is not a sample)",
+    )
+    flag(
+        p,
+        "--text",
+        default=None,
+        help="decode this document instead of a data set, or with - each line of stdin: its output "
+        "alone, one line each (a summary, or a classifier's label)",
+    )
+    flag(
+        p,
+        "--max-len",
+        rule=AT_LEAST_1,
+        type=int,
+        default=None,
+        help="generated tokens at most, [EOS] included (default: the fine-tuning's --max-tgt, the "
+        "longest target it trained)",
+    )
     flag(p, "--batch-size", rule=AT_LEAST_1, type=int, default=64, help="batch for quality and throughput")
     flag(p, "--latency-samples", rule=AT_LEAST_1, type=int, default=20, help="examples timed one by one")
-    flag(p, "--no-lead", action="store_true",
-         help="omit the baseline rows (LEAD; classification's majority class)")
+    flag(p, "--no-lead", action="store_true", help="omit the baseline rows (LEAD; classification's majority class)")
     flag(p, "--device", default="auto", choices=["auto", "cpu", "cuda"])
 
 
 # who declares each flag of the script: its own set, the dtype flag it shares with train.py and
 # finetune.py, and each way of decoding (core/decodings.py)
-DECLARED_BY = dict({"eval.py": evaluation_flags, "core/training.py": add_dtype_flag},
-                   **{f"decoding {n}": (lambda p, k=kind: k.add_flags(p.add_argument_group(k.title)))
-                      for n, kind in DECODINGS.items()})
+DECLARED_BY = dict(
+    {"eval.py": evaluation_flags, "core/training.py": add_dtype_flag},
+    **{
+        f"decoding {n}": (lambda p, k=kind: k.add_flags(p.add_argument_group(k.title))) for n, kind in DECODINGS.items()
+    },
+)
 
 
 def get_args(argv=None):
@@ -92,11 +116,17 @@ def get_args(argv=None):
 # -----------------------------------------------------------------------------
 # the script: --text, or an evaluation of every checkpoint (each step in core/, called from here)
 
+
 @main_guard
 def main(argv=None):
     args = get_args(argv)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if args.device == "auto"
+        else args.device
+    )
     dtype = resolve_dtype(args.dtype, device)
     if args.text is not None:  # the outputs of the documents given, nothing else
         return answer(args, device, dtype)
@@ -105,19 +135,27 @@ def main(argv=None):
     # read and check every input before the first (long) evaluation
     cks = checkpoint.read_all_finetuned(args.checkpoints)
     held = []  # what the data says (examples left out), said once every input is checked
-    splits = {task: load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=held.append)
-              for task in sorted({ck.task for ck in cks})}
+    splits = {
+        task: load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=held.append)
+        for task in sorted({ck.task for ck in cks})
+    }
     size = max(len(data) for data in splits.values())
     past = args.limit if args.limit and args.limit >= size else None
     if past:  # no sample: the whole split, and its files named so
         print(f"note: --limit {args.limit} is not under the {size} examples there are: all of them are evaluated")
     # the run's config, frozen: what --limit, --dtype auto and --device auto resolved to (each result records it)
-    config = args.resolved(limit=None if past else args.limit, dtype_run=str(dtype).split(".")[-1],
-                           device_run=device.type)
-    plans = decoding_plans(config, cks, also=dict(
-        src_field=(config.data is not None, "with --data", True),
-        tgt_field=(config.data is not None, "with --data", True),
-        split=(config.data is None, "without --data (the embedded corpus's splits)", True)))
+    config = args.resolved(
+        limit=None if past else args.limit, dtype_run=str(dtype).split(".")[-1], device_run=device.type
+    )
+    plans = decoding_plans(
+        config,
+        cks,
+        also=dict(
+            src_field=(config.data is not None, "with --data", True),
+            tgt_field=(config.data is not None, "with --data", True),
+            split=(config.data is None, "without --data (the embedded corpus's splits)", True),
+        ),
+    )
     check_writable([ck.path for ck in cks])
     for note in held:
         print(note, file=sys.stderr)
@@ -140,10 +178,17 @@ def main(argv=None):
     # -------------------------------------------------------------------------
     # the table
     data = f"{config.split} split" if config.data is None else config.data
-    said = (f"a sample of {config.limit}, seed 0" if config.limit else
-            f"all of them; --limit {past} is past them" if past else "all of them")
-    print(f"\n{data}: {min(size, config.limit or size)} examples ({said}), {device.type} "
-          f"({str(dtype)[6:]}), beam {config.beam}\n")
+    said = (
+        f"a sample of {config.limit}, seed 0"
+        if config.limit
+        else f"all of them; --limit {past} is past them"
+        if past
+        else "all of them"
+    )
+    print(
+        f"\n{data}: {min(size, config.limit or size)} examples ({said}), {device.type} "
+        f"({str(dtype)[6:]}), beam {config.beam}\n"
+    )
     print(markdown(rows))
     return rows
 

@@ -20,6 +20,7 @@ validation loss every half epoch, best.pt at its lowest, the run ends after --pa
 without a new lowest (or at --epochs, a maximum). docs/design.md says why each.
 Reads top to bottom: args -> init -> data -> model -> optimizer -> loop -> save.
 """
+
 import dataclasses
 import functools
 import math
@@ -51,12 +52,42 @@ from core.optim import lr_at, make_optimizer, set_lr
 from core.progress import Progress, fmt_duration
 from core.tasks import Labels, examples_for_step, load_split
 from core.tokenizer import Tokenizer
-from core.training import (EarlyStop, StepStats, StepSums, Throughput, accumulating, add_run_flags, attention_choice,
-                           autocast, check_finite, compiled, corpus_tokenizer, dropout_seed, evaluate, loss_norm,
-                           read_point, restore_rng, rng_state, run_digests, start_or_resume, wrap_ddp)
+from core.training import (
+    EarlyStop,
+    StepStats,
+    StepSums,
+    Throughput,
+    accumulating,
+    add_run_flags,
+    attention_choice,
+    autocast,
+    check_finite,
+    compiled,
+    corpus_tokenizer,
+    dropout_seed,
+    evaluate,
+    loss_norm,
+    read_point,
+    restore_rng,
+    rng_state,
+    run_digests,
+    start_or_resume,
+    wrap_ddp,
+)
 
-RESUMABLE = ("epochs", "stop_after", "out", "resume", "log_every", "save_every", "device", "dtype", "patience",
-             "attention", "compile")
+RESUMABLE = (
+    "epochs",
+    "stop_after",
+    "out",
+    "resume",
+    "log_every",
+    "save_every",
+    "device",
+    "dtype",
+    "patience",
+    "attention",
+    "compile",
+)
 FINETUNE_LR = 1e-3  # the lowest validation loss of a grid up to pretraining's rate (docs/design.md)
 
 
@@ -67,9 +98,11 @@ def run_flags(p):
 # who declares each flag of the script: its own sets (core/finetune_flags.py), the architectures that
 # have flags of their own (ELMER's exit, the CMLM's decoding; core/architectures.py) and the set it
 # shares with train.py
-DECLARED_BY = dict({"fine-tuning": finetuning_flags, "--init none": scratch_flags, "seq2seq": seq2seq_flags},
-                   **{f"architecture {n}": arch_flags(n) for n, a in ARCHS.items() if a.add_flags},
-                   **{"core/training.py": run_flags})
+DECLARED_BY = dict(
+    {"fine-tuning": finetuning_flags, "--init none": scratch_flags, "seq2seq": seq2seq_flags},
+    **{f"architecture {n}": arch_flags(n) for n, a in ARCHS.items() if a.add_flags},
+    **{"core/training.py": run_flags},
+)
 # the flags every run uses: those the sets every run reads declare with no Applies (every other flag's
 # declaration says where it applies: core/flags.py; tests/test_trust.py walks the parser against both)
 ALWAYS_APPLIES = ("help",) + always_applies(finetuning_flags) + always_applies(run_flags)
@@ -114,8 +147,9 @@ def tokenizer_of(args, d, train, source, tuned):
     else:
         texts = train.sources + (train.targets if args.task == "summarize" else [])
     tok = corpus_tokenizer(texts, args.vocab_size, d)
-    source.update(tokenizer=tok.to_tensor(), counts=token_counts([i for ids in tok.encode(texts) for i in ids],
-                                                                 tok.vocab_size))
+    source.update(
+        tokenizer=tok.to_tensor(), counts=token_counts([i for ids in tok.encode(texts) for i in ids], tok.vocab_size)
+    )
     return tok, tuned._replace(cfg=dataclasses.replace(tuned.cfg, vocab_size=tok.vocab_size, pad_id=tok.pad_id))
 
 
@@ -134,17 +168,21 @@ def splits(args, d, summ):
 
 def micro_batches(make, size, srcs, tgts, idx):
     """The examples idx of (srcs, tgts) as micro-batches of `size`, each made by make(sources, targets)."""
-    return [make([srcs[i] for i in idx[j:j + size]], [tgts[i] for i in idx[j:j + size]])
-            for j in range(0, len(idx), size)]
+    return [
+        make([srcs[i] for i in idx[j : j + size]], [tgts[i] for i in idx[j : j + size]])
+        for j in range(0, len(idx), size)
+    ]
 
 
 def steps_of(args, n):
     """--epochs, warmup and the masking's span in steps of --batch over n training examples: warmup and
     the masking's span in epochs of their own, so that --epochs, a maximum, changes neither."""
     steps_per_epoch = math.ceil(n / args.batch)
-    return dict(steps=max(1, round(args.epochs * steps_per_epoch)),
-                warmup=max(1, round(args.warmup_epochs * steps_per_epoch)),
-                mask_steps=max(1, round(args.mask_epochs * steps_per_epoch)))
+    return dict(
+        steps=max(1, round(args.epochs * steps_per_epoch)),
+        warmup=max(1, round(args.warmup_epochs * steps_per_epoch)),
+        mask_steps=max(1, round(args.mask_epochs * steps_per_epoch)),
+    )
 
 
 def check_shares(batch, valid_examples, d):
@@ -181,7 +219,8 @@ def architecture(args, source, state, summ, measure, threshold, n_train):
     args = args.resolved(
         label_smoothing=ARCHS[arch].label_smoothing if args.label_smoothing is None else args.label_smoothing,
         cls_vector=ARCHS[arch].classifier_reads if not summ and args.cls_vector is None else args.cls_vector,
-        mask_schedule=ARCHS[arch].schedule if summ and args.mask_schedule is None else args.mask_schedule)
+        mask_schedule=ARCHS[arch].schedule if summ and args.mask_schedule is None else args.mask_schedule,
+    )
     if state is None:  # again under the defaults resolved (the masking's schedule); the notes are said
         refuse_unused(args, {k: v for k, v in unused_flags(parser(), args, pretrained_arch).items() if not v[2]})
     if state is None and summ and args.nar:  # the model records it: a resume and eval.py build the same
@@ -192,14 +231,21 @@ def architecture(args, source, state, summ, measure, threshold, n_train):
     max_src = max_src or DEFAULT_MAX_SRC
     elmer_opts = elmer_options(arch, source, args.exit, measure, threshold, args.dec_len, args.exit_train)
     if elmer_opts and not (isinstance(elmer_opts["dec_len"], int) and elmer_opts["dec_len"] >= 2):
-        raise UserError(f"{args.init} records --dec-len {elmer_opts['dec_len']!r}, which no decoder can use: "
-                        f"give --dec-len (at least 2)")
+        raise UserError(
+            f"{args.init} records --dec-len {elmer_opts['dec_len']!r}, which no decoder can use: "
+            f"give --dec-len (at least 2)"
+        )
     if elmer_opts:  # the decoder is fed dec_len [MASK]s at positions 0..dec_len-1
-        check_positions(f"the decoder's --dec-len {elmer_opts['dec_len']}", elmer_opts["dec_len"], cfg.max_positions,
-                        "give a smaller --dec-len")
+        check_positions(
+            f"the decoder's --dec-len {elmer_opts['dec_len']}",
+            elmer_opts["dec_len"],
+            cfg.max_positions,
+            "give a smaller --dec-len",
+        )
     if max_src > cfg.max_positions or (ARCHS[arch].one_table and max_src + args.max_tgt > cfg.max_positions):
-        raise UserError(f"--max-src {max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} "
-                        "positions")
+        raise UserError(
+            f"--max-src {max_src} + --max-tgt {args.max_tgt} exceed the model's {cfg.max_positions} positions"
+        )
     return Tuned(arch, cfg, elmer_opts), args.resolved(max_src=max_src, **steps_of(args, n_train))
 
 
@@ -217,8 +263,9 @@ def task_data(config, tuned, tok, train, valid, labels):
     n_valid = config.valid_examples
     src_ids, valid_ids = tok.encode(train.sources), tok.encode(valid.sources[:n_valid])
     if config.task == "summarize":
-        ops = seq2seq_ops(tuned.arch, sos=tuned.cfg.enc_sos, **({"dec_len": tuned.elmer["dec_len"]} if tuned.elmer
-                                                                else {}))
+        ops = seq2seq_ops(
+            tuned.arch, sos=tuned.cfg.enc_sos, **({"dec_len": tuned.elmer["dec_len"]} if tuned.elmer else {})
+        )
         loss_fn = functools.partial(ops.loss_sums, label_smoothing=config.label_smoothing)
         tgt_ids, valid_tgt = tok.encode(train.targets), tok.encode(valid.targets[:n_valid])
         make = lambda s, t: ops.batch(list(zip(s, t)), tok, config.max_src, config.max_tgt)
@@ -258,11 +305,14 @@ def resume_point(config, state, ckpt_path):
         return 0, EarlyStop(config.patience)
     restore_rng(state["rng"])
     start = state["step"]
-    early = EarlyStop(config.patience, best_on_disk(config.out, state.get("best_valid_loss")),
-                      state.get("since_best", 0))
+    early = EarlyStop(
+        config.patience, best_on_disk(config.out, state.get("best_valid_loss")), state.get("since_best", 0)
+    )
     if state.get("stopped_early"):
-        raise UserError(f"{ckpt_path} stopped early at step {start}: its validation loss had not improved for "
-                        f"{early.since_best} validations (best.pt holds the best); there is nothing to continue")
+        raise UserError(
+            f"{ckpt_path} stopped early at step {start}: its validation loss had not improved for "
+            f"{early.since_best} validations (best.pt holds the best); there is nothing to continue"
+        )
     return start, early
 
 
@@ -278,8 +328,11 @@ def stopped_at_resume(d, save, step, early):
     """A run resumed with more --epochs whose last validation had already used up its patience: it
     stops where a run given those epochs from the start stopped, with no step more."""
     save(step, stopped_early=True)
-    print0(d, f"early stop at step {step}: no lower validation loss in {early.since_best} validations before this "
-              f"--resume; best.pt holds the lowest ({early.best:.4f})")
+    print0(
+        d,
+        f"early stop at step {step}: no lower validation loss in {early.since_best} validations before this "
+        f"--resume; best.pt holds the lowest ({early.best:.4f})",
+    )
     return early.best
 
 
@@ -300,8 +353,11 @@ def run(args, d):
         loss_sums = scheduled_loss(loss_sums, tuned.arch, args)
     steps_per_epoch = math.ceil(len(train) / args.batch)
     print0(d, args.line())  # the run's config, resolved: with its schedule, before any step
-    print0(d, f"data: {train.origin}: {len(train)} train, {len(valid)} valid examples ({args.task}); "
-              f"{steps_per_epoch} steps per epoch, {args.steps} steps")
+    print0(
+        d,
+        f"data: {train.origin}: {len(train)} train, {len(valid)} valid examples ({args.task}); "
+        f"{steps_per_epoch} steps per epoch, {args.steps} steps",
+    )
 
     batches = functools.partial(micro_batches, make, args.micro_batch)
     valid_batches = batches(valid_ids, valid_tgt, range(d.rank, len(valid_ids), d.world))  # all, on any world size
@@ -309,27 +365,47 @@ def run(args, d):
 
     # -----------------------------------------------------------------------------
     # model and optimizer
-    model, optimizer = model_and_optimizer(args, d, tuned, labels, source,
-                                           resumed_from=ckpt_path if state is not None else None)
+    model, optimizer = model_and_optimizer(
+        args, d, tuned, labels, source, resumed_from=ckpt_path if state is not None else None
+    )
     start, early = resume_point(args, state, ckpt_path)
     if state is not None:
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--epochs")
     ddp_model = wrap_ddp(model, d)
     digests = run_digests(args, state)
-    print0(d, f"model: {tuned.arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
-              f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}, "
-              f"{str(d.dtype)[6:]}")
+    print0(
+        d,
+        f"model: {tuned.arch}, {count_parameters(model) / 1e6:.2f}M parameters, from "
+        f"{args.init if state is None else ckpt_path}; {d.world} process(es) on {d.device.type}, "
+        f"{str(d.dtype)[6:]}",
+    )
 
     def save(step, path=ckpt_path, with_optimizer=True, stopped_early=False):
         if not d.master:
             return
         recorded = vars(args)  # the resolved config, with the steps of its epochs (reproduce/runstate.py reads them)
-        checkpoint.save(path, dict(
-            kind=f"finetune/{args.task}", arch=tuned.arch, model=model.state_dict(), model_config=tuned.cfg.to_dict(),
-            args=recorded, step=step, best_valid_loss=early.best, since_best=early.since_best,
-            stopped_early=stopped_early, labels=labels.names if labels else None, init_step=init_step, digests=digests,
-            optimizer=optimizer.state_dict() if with_optimizer else None, rng=rng_state(),
-            tokenizer=tok.to_tensor(), elmer=tuned.elmer), config_json=dict(model=tuned.cfg.to_dict(), args=recorded))
+        checkpoint.save(
+            path,
+            dict(
+                kind=f"finetune/{args.task}",
+                arch=tuned.arch,
+                model=model.state_dict(),
+                model_config=tuned.cfg.to_dict(),
+                args=recorded,
+                step=step,
+                best_valid_loss=early.best,
+                since_best=early.since_best,
+                stopped_early=stopped_early,
+                labels=labels.names if labels else None,
+                init_step=init_step,
+                digests=digests,
+                optimizer=optimizer.state_dict() if with_optimizer else None,
+                rng=rng_state(),
+                tokenizer=tok.to_tensor(),
+                elmer=tuned.elmer,
+            ),
+            config_json=dict(model=tuned.cfg.to_dict(), args=recorded),
+        )
 
     if early.stop:  # resumed with more --epochs after patience ran out at the old maximum's last validation
         return stopped_at_resume(d, save, start, early)
@@ -341,8 +417,15 @@ def run(args, d):
     log_every, save_every = args.log_every, args.save_every
     valid_every = max(1, round(args.valid_every * steps_per_epoch))  # validations' cadence, in steps
     rouge_examples = args.rouge_examples if summ and d.master else 0  # a quick greedy ROUGE on rank 0
-    max_src, decoding = args.max_src, dict(max_len=args.max_tgt, length_beam=args.length_beam,
-                                           iterations=args.iterations, adaptive_stop=args.adaptive_stop)
+    max_src, decoding = (
+        args.max_src,
+        dict(
+            max_len=args.max_tgt,
+            length_beam=args.length_beam,
+            iterations=args.iterations,
+            adaptive_stop=args.adaptive_stop,
+        ),
+    )
     best_path = os.path.join(args.out, "best.pt")
     end = min(steps, args.stop_after or steps)
     progress = Progress(steps, os.path.join(args.out, "log.jsonl") if d.master else None, start)
@@ -363,7 +446,7 @@ def run(args, d):
 
     with StopSignals() as stop:  # SIGINT/SIGTERM: the step ends, last.pt is saved, the run exits
         for step in range(start, end):
-            idx = examples_for_step(len(train), step, batch_size, seed)[d.rank * per_rank:(d.rank + 1) * per_rank]
+            idx = examples_for_step(len(train), step, batch_size, seed)[d.rank * per_rank : (d.rank + 1) * per_rank]
             loss_sums.step = step  # the mask ratio of scheduled masking (a no-op attribute otherwise)
             micro = batches(src_ids, tgt_ids, idx)
             lr = lr_at(step, peak_lr, warmup, steps, lr_schedule)
@@ -402,8 +485,7 @@ def run(args, d):
             stopping = False
             if done % valid_every == 0 or done == steps:
                 rec = validate(done)
-                print0(d, "  valid | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items()
-                                                    if isinstance(v, float)))
+                print0(d, "  valid | " + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items() if isinstance(v, float)))
                 if "sample" in rec:
                     print0(d, f"  sample (first validation source) | {rec['sample']}")
                 if d.master:
@@ -415,15 +497,20 @@ def run(args, d):
                 barrier(d)
             if stopping:
                 save(done, stopped_early=True)
-                print0(d, f"early stop at step {done}: no lower validation loss in {early.since_best} validations; "
-                          f"best.pt holds the lowest ({early.best:.4f})")
+                print0(
+                    d,
+                    f"early stop at step {done}: no lower validation loss in {early.since_best} validations; "
+                    f"best.pt holds the lowest ({early.best:.4f})",
+                )
                 end = done
                 break
             if done == end or done % valid_every == 0 or done % save_every == 0:
                 save(done)
             stop.check(d, done, save, ckpt_path, point)
-    print0(d, f"done: step {end}/{steps} in {fmt_duration(time.time() - progress.t0)}; "
-              f"checkpoints {ckpt_path}, {best_path}")
+    print0(
+        d,
+        f"done: step {end}/{steps} in {fmt_duration(time.time() - progress.t0)}; checkpoints {ckpt_path}, {best_path}",
+    )
     return early.best
 
 

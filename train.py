@@ -14,6 +14,7 @@ per sequence, core/elmer/model.py). t5, t5-nar and mlae have the same depths (--
 default 2L-1L / 4L-2L / 12L-4L at tiny / small / base, core/config.py DEPTHS). Reads top to bottom:
 args -> init -> tokenizer and data -> model -> optimizer -> loop -> save.
 """
+
 import argparse
 import dataclasses
 import os
@@ -33,20 +34,55 @@ from core.objectives import OBJECTIVES, flag_table, objective_flags
 from core.optim import lr_at, make_optimizer, set_lr
 from core.progress import Progress, fmt_duration
 from core.tokenizer import Tokenizer
-from core.training import (StepStats, StepSums, Throughput, accumulating, add_run_flags, attention_choice, autocast,
-                           check_finite, compiled, corpus_tokenizer, dropout_seed, evaluate, loss_norm, per_token,
-                           read_point, restore_rng, rng_state, run_digests, start_or_resume, wrap_ddp)
+from core.training import (
+    StepStats,
+    StepSums,
+    Throughput,
+    accumulating,
+    add_run_flags,
+    attention_choice,
+    autocast,
+    check_finite,
+    compiled,
+    corpus_tokenizer,
+    dropout_seed,
+    evaluate,
+    loss_norm,
+    per_token,
+    read_point,
+    restore_rng,
+    rng_state,
+    run_digests,
+    start_or_resume,
+    wrap_ddp,
+)
 
 # flags that may differ when resuming: everything else comes from the checkpoint
-RESUMABLE = ("steps", "stop_after", "out", "resume", "log_every", "eval_every", "save_every", "device", "dtype",
-             "attention", "compile")
+RESUMABLE = (
+    "steps",
+    "stop_after",
+    "out",
+    "resume",
+    "log_every",
+    "eval_every",
+    "save_every",
+    "device",
+    "dtype",
+    "attention",
+    "compile",
+)
 
 
 def pretraining_flags(p):
     """The flags every pretraining run reads (but --vocab-size, which a given --tokenizer fixes);
     each objective declares its own beside its record (core/objectives.py)."""
-    flag(p, "--objective", default="pmlm", choices=list(OBJECTIVES),
-         help="; ".join(f"{n}: {o.paper}" for n, o in OBJECTIVES.items()))
+    flag(
+        p,
+        "--objective",
+        default="pmlm",
+        choices=list(OBJECTIVES),
+        help="; ".join(f"{n}: {o.paper}" for n, o in OBJECTIVES.items()),
+    )
     flag(p, "--model", default="small", choices=["tiny", "small", "base"])
     flag(p, "--rel-pos", action=argparse.BooleanOptionalAction, default=True, help="T5-style relative position bias")
     flag(p, "--data", default=None, help=".txt or .jsonl pretraining text (default: embedded corpus)")
@@ -54,11 +90,23 @@ def pretraining_flags(p):
     flag(p, "--text-field", default="text", help="field of a .jsonl --data")
     flag(p, "--vocab-size", rule=VOCAB_SIZE, type=int, default=8000)
     flag(p, "--tokenizer", default=None, help="an existing SentencePiece .model with the reserved ids")
-    flag(p, "--seq-len", rule=Rule(lambda v: v >= 8, "at least 8"), type=int, default=128,
-         help="tokens per example before the appended part")
+    flag(
+        p,
+        "--seq-len",
+        rule=Rule(lambda v: v >= 8, "at least 8"),
+        type=int,
+        default=128,
+        help="tokens per example before the appended part",
+    )
     flag(p, "--batch-tokens", rule=AT_LEAST_1, type=int, default=8192, help="global batch, in --seq-len tokens")
-    flag(p, "--steps", rule=AT_LEAST_1, type=int, default=400,
-         help="optimizer steps of --batch-tokens (the default run leaves the unigram plateau: docs/design.md)")
+    flag(
+        p,
+        "--steps",
+        rule=AT_LEAST_1,
+        type=int,
+        default=400,
+        help="optimizer steps of --batch-tokens (the default run leaves the unigram plateau: docs/design.md)",
+    )
     flag(p, "--warmup", rule=AT_LEAST_0, type=int, default=40)
     flag(p, "--eval-every", rule=AT_LEAST_1, type=int, default=50)
     flag(p, "--eval-examples", rule=AT_LEAST_1, type=int, default=256)
@@ -70,8 +118,10 @@ def run_flags(p):
 
 # who declares each flag of the script: its own set, the set it shares with finetune.py, and each
 # objective's record (tests/test_flags.py: every flag by exactly one of them)
-DECLARED_BY = dict({"train.py": pretraining_flags, "core/training.py": run_flags},
-                   **{f"objective {n}": objective_flags(n) for n, o in OBJECTIVES.items() if o.add_flags})
+DECLARED_BY = dict(
+    {"train.py": pretraining_flags, "core/training.py": run_flags},
+    **{f"objective {n}": objective_flags(n) for n, o in OBJECTIVES.items() if o.add_flags},
+)
 # the flags every run uses; every other flag is named by the objectives it applies to
 # (core/objectives.py `flags`; tests/test_trust.py walks the parser against both)
 ALWAYS_APPLIES = ("help",) + tuple(f for f in declared(pretraining_flags) + declared(run_flags) if f != "vocab_size")
@@ -81,9 +131,13 @@ def get_args(argv=None):
     """The run's flags, checked and frozen: those that apply to the objective, and the ones it sets itself."""
     args = parse_args(parser(DECLARED_BY, __doc__), argv)
     if not args.resume:  # resuming, the checkpoint's objective decides (and changed flags are refused)
-        refuse_unused(args, dict(flag_table(args),
-                                 vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)",
-                                             True)))
+        refuse_unused(
+            args,
+            dict(
+                flag_table(args),
+                vocab_size=(args.tokenizer is None, "without --tokenizer (whose vocabulary is fixed)", True),
+            ),
+        )
     return args.resolved(**OBJECTIVES[args.objective].fixes)  # mlm is pmlm --losses ae
 
 
@@ -114,16 +168,20 @@ def tokenizer_and_data(args, d, obj, state):
     train = TokenStream(tok.encode(train_texts), window, args.seed, sep=tok.eos_id)  # documents end with [EOS]
     valid = TokenStream(tok.encode(valid_texts), window, args.seed + 1, sep=tok.eos_id)
     entropy = unigram_entropy(valid.ids, tok.vocab_size)
-    print0(d, f"data: {len(train_texts)} train documents ({len(train) / 1e6:.2f}M tokens), "
-              f"{len(valid_texts)} valid ({len(valid) / 1e6:.2f}M tokens); unigram entropy of valid "
-              f"{entropy:.3f} nats, the loss of a model that ignores context")
+    print0(
+        d,
+        f"data: {len(train_texts)} train documents ({len(train) / 1e6:.2f}M tokens), "
+        f"{len(valid_texts)} valid ({len(valid) / 1e6:.2f}M tokens); unigram entropy of valid "
+        f"{entropy:.3f} nats, the loss of a model that ignores context",
+    )
     return tok, train, valid, entropy
 
 
 def model_config(args, obj, state, vocab_size, pad_id=0):
     """The model's config: the preset at the objective's depths, or the checkpoint's when resuming."""
-    cfg = obj.shape(preset(args.model, vocab_size=vocab_size, rel_pos=args.rel_pos, dropout=args.dropout,
-                           pad_id=pad_id), args)
+    cfg = obj.shape(
+        preset(args.model, vocab_size=vocab_size, rel_pos=args.rel_pos, dropout=args.dropout, pad_id=pad_id), args
+    )
     return cfg if state is None else dataclasses.replace(cfg, **state["model_config"])
 
 
@@ -154,8 +212,11 @@ def model_and_optimizer(args, d, obj, tok, train, state, ckpt_path):
         restore_rng(state["rng"])
         start = state["step"]
         if state.get("data", {}).get("corruption", 1) != obj.corruption:
-            print0(d, f"note: {ckpt_path} was written by an older version of the {args.objective} corruption; "
-                      f"from step {start} on its examples differ from those its own version would draw")
+            print0(
+                d,
+                f"note: {ckpt_path} was written by an older version of the {args.objective} corruption; "
+                f"from step {start} on its examples differ from those its own version would draw",
+            )
         check_continues(start, args.steps, args.stop_after, ckpt_path, "--steps")
     return cfg, model, optimizer, start
 
@@ -167,8 +228,10 @@ def run(args, d):
     obj = OBJECTIVES[args.objective]
     examples_per_step = args.batch_tokens // args.seq_len
     if examples_per_step < d.world or examples_per_step % d.world:
-        raise UserError(f"--batch-tokens {args.batch_tokens} / --seq-len {args.seq_len} = {examples_per_step} "
-                        f"examples per step, which {d.world} processes cannot share evenly")
+        raise UserError(
+            f"--batch-tokens {args.batch_tokens} / --seq-len {args.seq_len} = {examples_per_step} "
+            f"examples per step, which {d.world} processes cannot share evenly"
+        )
     per_rank = examples_per_step // d.world
     check_room(args, obj, model_config(args, obj, state, args.vocab_size))
     print0(d, args.line())  # the resolved config: what the run reads and its checkpoints save
@@ -181,15 +244,20 @@ def run(args, d):
     ddp_model = wrap_ddp(model, d)
     digests = run_digests(args, state)
     elmer_opts = obj.options(args)
-    print0(d, f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
-              f"{args.objective}{f' ({args.losses})' if 'keep' in obj.flags else ''}, {d.world} process(es) on "
-              f"{d.device.type} ({str(d.dtype)[6:]}), {examples_per_step} examples x {args.seq_len} tokens per step")
+    print0(
+        d,
+        f"model: {args.model}, {count_parameters(model) / 1e6:.2f}M parameters, objective "
+        f"{args.objective}{f' ({args.losses})' if 'keep' in obj.flags else ''}, {d.world} process(es) on "
+        f"{d.device.type} ({str(d.dtype)[6:]}), {examples_per_step} examples x {args.seq_len} tokens per step",
+    )
 
     def batches_of(stream, first, count):
         """This process's micro-batches for examples [first, first + count) of the stream."""
         idx = list(range(first, first + count))
-        return [obj.batch(stream, idx[i:i + args.micro_batch], tok, args, model)
-                for i in range(0, len(idx), args.micro_batch)]
+        return [
+            obj.batch(stream, idx[i : i + args.micro_batch], tok, args, model)
+            for i in range(0, len(idx), args.micro_batch)
+        ]
 
     eval_share = max(1, args.eval_examples // d.world)
     eval_batches = batches_of(valid, d.rank * eval_share, eval_share)
@@ -197,13 +265,24 @@ def run(args, d):
     def save(step):
         if not d.master:
             return
-        checkpoint.save(ckpt_path, dict(
-            kind=f"pretrain/{args.objective}", model=model.state_dict(), model_config=cfg.to_dict(),
-            args=vars(args), step=step, data=dict(next_example=step * examples_per_step, corruption=obj.corruption),
-            digests=digests,
-            positions=obj.positions(args.seq_len),
-            optimizer=optimizer.state_dict(), rng=rng_state(), tokenizer=tok.to_tensor(), elmer=elmer_opts),
-            config_json=dict(model=cfg.to_dict(), args=vars(args)))
+        checkpoint.save(
+            ckpt_path,
+            dict(
+                kind=f"pretrain/{args.objective}",
+                model=model.state_dict(),
+                model_config=cfg.to_dict(),
+                args=vars(args),
+                step=step,
+                data=dict(next_example=step * examples_per_step, corruption=obj.corruption),
+                digests=digests,
+                positions=obj.positions(args.seq_len),
+                optimizer=optimizer.state_dict(),
+                rng=rng_state(),
+                tokenizer=tok.to_tensor(),
+                elmer=elmer_opts,
+            ),
+            config_json=dict(model=cfg.to_dict(), args=vars(args)),
+        )
 
     # -----------------------------------------------------------------------------
     # the loop: the flags it reads
@@ -254,24 +333,46 @@ def run(args, d):
                 loss, rate = stats["loss"] / stats["norm"], stats["tokens_per_s"]
                 parts = per_token(stats)
                 # the batch's own losses (what the step trained on), named so; the held-out ones are the eval lines
-                print0(d, progress.line(done, loss, stats["lr"], rate, "this batch: " + " ".join(
-                    f"{k} {v:.3f}" for k, v in parts.items() if k != "loss")))
+                print0(
+                    d,
+                    progress.line(
+                        done,
+                        loss,
+                        stats["lr"],
+                        rate,
+                        "this batch: " + " ".join(f"{k} {v:.3f}" for k, v in parts.items() if k != "loss"),
+                    ),
+                )
                 if d.master:
-                    progress.log({**parts, **dict(step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate,
-                                                  grad_norm=stats["grad_norm"])})
+                    progress.log(
+                        {
+                            **parts,
+                            **dict(
+                                step=done, loss=loss, lr=stats["lr"], tokens_per_s=rate, grad_norm=stats["grad_norm"]
+                            ),
+                        }
+                    )
             if done % eval_every == 0 or done == end:
                 ev = evaluate(model, eval_batches, loss_sums, d)
                 rec = dict(step=done, unigram_entropy=entropy, **{f"valid_{k}": v for k, v in per_token(ev).items()})
                 last_eval = rec
-                print0(d, f"  held-out, step {done} | " + " | ".join(
-                    f"{k[6:]} {v:.4f}" for k, v in rec.items() if k.startswith("valid_")) + " | " + under_entropy(rec))
+                print0(
+                    d,
+                    f"  held-out, step {done} | "
+                    + " | ".join(f"{k[6:]} {v:.4f}" for k, v in rec.items() if k.startswith("valid_"))
+                    + " | "
+                    + under_entropy(rec),
+                )
                 if d.master:
                     progress.log(rec)
             if done % save_every == 0 or done == end:
                 save(done)
             stop.check(d, done, save, ckpt_path, point)
-    print0(d, f"done: step {end}/{steps} in {fmt_duration(time.time() - progress.t0)}; checkpoint {ckpt_path}"
-              + (f"; held-out {under_entropy(last_eval)}" if last_eval else ""))
+    print0(
+        d,
+        f"done: step {end}/{steps} in {fmt_duration(time.time() - progress.t0)}; checkpoint {ckpt_path}"
+        + (f"; held-out {under_entropy(last_eval)}" if last_eval else ""),
+    )
     return last
 
 

@@ -1,13 +1,16 @@
 """The layouts and the methods of bench/bench_attention.py: the (kind, step, pos, valid) metadata of
 each layout, and each method as fn(q, k, v) -> out (ours, SDPA with the dense mask, FlexAttention).
 The module docstring of bench_attention.py says what each is."""
+
 import json
 import os
 import sys
 
 if __name__ == "__main__" and not __package__:  # a module the benchmarks import
-    sys.exit("error: bench/attention_cases.py is a module the benchmarks import, with nothing to run: "
-             "run one of them, as python -m bench.bench_step (--help)")
+    sys.exit(
+        "error: bench/attention_cases.py is a module the benchmarks import, with nothing to run: "
+        "run one of them, as python -m bench.bench_step (--help)"
+    )
 
 import numpy as np
 import torch
@@ -21,6 +24,7 @@ LAYOUTS = {"pmlm": (32, 512, (64,)), "s2s-1k": (16, 1024, (64, 128)), "s2s-2k": 
 
 # -----------------------------------------------------------------------------
 # layouts: (kind, step, pos, valid), each (B, L), L the longest row's length
+
 
 def pad_rows(rows, dev):
     """The rows padded to the longest with invalid keys, as core/pmlm.collate pads a step's micro-batch:
@@ -37,6 +41,7 @@ def pad_rows(rows, dev):
 def pmlm_layout(B, n, dev, seed=0):
     from core.masking import blockwise_mask
     from kernels import CONTEXT, ORIGINAL, PSEUDO
+
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(B):
@@ -54,6 +59,7 @@ def pmlm_layout(B, n, dev, seed=0):
 
 def seq2seq_layout(B, total, dev):
     from kernels import CONTEXT, ORIGINAL, PSEUDO
+
     n_tgt = total // 8
     n_src = total - 2 * n_tgt
     kind = np.array([CONTEXT] * n_src + [ORIGINAL] * n_tgt + [PSEUDO] * n_tgt)
@@ -77,12 +83,13 @@ ALT_BACKWARD = {False: "ours, dQ fused", True: "ours, dQ kernel apart"}
 
 
 def backward_name(label):
-    """"dQ fused" of "ours, dQ fused": the backward a row names."""
+    """ "dQ fused" of "ours, dQ fused": the backward a row names."""
     return label.split(", ", 1)[1]
 
 
 # -----------------------------------------------------------------------------
 # the block sweep's candidates, and the file that carries its winners from one run to the next
+
 
 def candidates(D):
     """[(Config, dQ fused)] that --sweep times at head dim D, the plan's own first. At D 64 the
@@ -92,14 +99,24 @@ def candidates(D):
     keeps a copy in flight at 3 stages. Each dK/dV kernel compiles for sm_90a (python -m tools.aot
     --config: registers, spills, wgmma per iteration). The last rows vary the forward instead."""
     from kernels.attention_plan import CUDA_CONFIGS, TUNING, Config
+
     base, fused = CUDA_CONFIGS[D], TUNING.fused_dq
     if D == 64:
-        rows = [(base, fused), (base, False), (base._replace(BMK=32, BNK=128, kv_warps=8), True),
-                (base._replace(BMK=64, BNK=64, kv_warps=8), True), (base._replace(kv_stages=3), fused),
-                (base._replace(fwd_stages=4), fused), (Config(128, 128, 8, 3, 64, 64, 8, 3, 8, 3), fused)]
+        rows = [
+            (base, fused),
+            (base, False),
+            (base._replace(BMK=32, BNK=128, kv_warps=8), True),
+            (base._replace(BMK=64, BNK=64, kv_warps=8), True),
+            (base._replace(kv_stages=3), fused),
+            (base._replace(fwd_stages=4), fused),
+            (Config(128, 128, 8, 3, 64, 64, 8, 3, 8, 3), fused),
+        ]
     else:
-        rows = [(base, None), (base._replace(kv_stages=3), None),
-                (base._replace(fwd_stages=3), None)]  # the forward with K and V two tiles ahead
+        rows = [
+            (base, None),
+            (base._replace(kv_stages=3), None),
+            (base._replace(fwd_stages=3), None),
+        ]  # the forward with K and V two tiles ahead
     out = []
     for row in rows:
         if row not in out:
@@ -112,14 +129,16 @@ def save_configs(path, tuning, dims=(64, 128)):
     backward structure, to `path` as JSON: {"64": [BM, BN, ...], "128": [...], "fused_dq": bool}."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(dict({str(D): list(tuning.config(torch.device("cuda"), D)) for D in dims},
-                       fused_dq=tuning.fused_dq), f)
+        json.dump(
+            dict({str(D): list(tuning.config(torch.device("cuda"), D)) for D in dims}, fused_dq=tuning.fused_dq), f
+        )
 
 
 def read_configs(path):
     """The Tuning a save_configs file says (the default's where it says nothing), refused in one line
     (SystemExit) when it is not such a file."""
     from kernels import attention_plan
+
     tuning = attention_plan.TUNING
     try:
         with open(path) as f:
@@ -138,6 +157,7 @@ class Built:
     """What a method's setup made for one step: `bias` and `cache`, what the layers read (the bias,
     the tile map or the mask; those that collect the layers' gradients are leaves), and `links`,
     (built, leaf) pairs, which the step's backward goes through once, after its layers, last first."""
+
     def __init__(self):
         self.links, self.cache = [], {}
 
@@ -160,6 +180,7 @@ def step_bias(table, pos, frozen, biased):
     """A step's Built with its RelPosBias: the (H, 2M+1) row per distance built from the table once,
     a leaf for the layers (none when not `biased`; from a table without gradient when `frozen`)."""
     from kernels import RelPosBias, rel_pos_bias
+
     st = Built()
     st.bias = None
     if biased:
@@ -176,6 +197,7 @@ def ours_method(label, meta, frozen=False, bias=True, tuning=None):
     (kernels/attention_plan.Tuning; None: the default)."""
     from kernels import MaskMeta, attention_plan
     from kernels import pseudo_attention as pa
+
     kind, step, pos, valid = meta
     mask = MaskMeta(kind, step, kind, step, valid)
     tuning = tuning or attention_plan.TUNING
@@ -187,6 +209,7 @@ def ours_method(label, meta, frozen=False, bias=True, tuning=None):
 
     def call(st, q, k, v):
         return pa.pseudo_attention(q, k, v, mask, bias=st.bias, cache=st.cache, tuning=tuning)
+
     return Method(label, setup, call, Built.reduce, bias_grad=bias and not frozen)
 
 
@@ -196,6 +219,7 @@ def baseline_method(label, name, meta, frozen=False):
     whose gradient the layers sum (a step gathers it back into the table once). frozen: the table
     requires no gradient."""
     from kernels import MaskMeta, baselines
+
     kind, step, pos, valid = meta
     mask = MaskMeta(kind, step, kind, step, valid)
     biased = name != "sdpa-nomask"
@@ -207,6 +231,7 @@ def baseline_method(label, name, meta, frozen=False):
 
     def call(st, q, k, v):
         return baselines.attention(name, q, k, v, mask, bias=st.bias, cache=st.cache)
+
     return Method(label, setup, call, Built.reduce if biased else None, bias_grad=biased and not frozen)
 
 
@@ -220,6 +245,7 @@ def flex_sanity(q, k, v, time_fn):
     """Flex on a causal mask against SDPA's causal kernel at the same shape: its usual share, or a
     sign that it is not running fused."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
     B, _, L, _ = q.shape
     flex = torch.compile(flex_attention, dynamic=False)
     bm = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, L, L, device=q.device)

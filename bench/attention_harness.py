@@ -17,12 +17,15 @@ and gives each layer its share of the step's setup: layer = call + (setup + redu
 The gradients asked are those of q, k, v, and of the relative bias table wherever the method has
 it as a trainable input (`bias_grad`), so no method skips work another does.
 """
+
 import sys
 from typing import Callable, NamedTuple, Optional
 
 if __name__ == "__main__" and not __package__:  # a module the benchmarks import
-    sys.exit("error: bench/attention_harness.py is a module the benchmarks import, with nothing to run: "
-             "run one of them, as python -m bench.bench_step (--help)")
+    sys.exit(
+        "error: bench/attention_harness.py is a module the benchmarks import, with nothing to run: "
+        "run one of them, as python -m bench.bench_step (--help)"
+    )
 
 import torch
 
@@ -30,7 +33,7 @@ import torch
 class Method(NamedTuple):
     label: str
     setup: Callable  # (table, q, k, v) -> state
-    call: Callable   # (state, q, k, v) -> out
+    call: Callable  # (state, q, k, v) -> out
     reduce: Optional[Callable] = None  # state -> None: the once-a-step part of the bias backward
     bias_grad: bool = True  # the table's gradient is computed (False: a constant bias, or none)
 
@@ -49,11 +52,13 @@ def timer(smoke):
                 t0 = time.perf_counter()
                 fn()
             return 1e3 * (time.perf_counter() - t0)
+
         return once
     from triton.testing import do_bench
 
     def events(fn, reset=()):
         return do_bench(fn, grad_to_none=list(reset), return_mode="median")
+
     return events
 
 
@@ -67,14 +72,22 @@ def charge(method, leaves, table, dout, time_fn, n_layers):
 
     def both():
         method.call(state, q, k, v).backward(dout)
+
     fwdbwd = time_fn(both, reset)
     setup = time_fn(lambda: method.setup(table, q, k, v), reset)
     reduce = 0.0
     if method.reduce is not None:
         both()  # the state's dense gradient, as after a step's layers
         reduce = time_fn(lambda: method.reduce(state), [table])
-    out = dict(fwd_ms=fwd, fwdbwd_ms=fwdbwd, setup_ms=setup, reduce_ms=reduce, bias_grad=method.bias_grad,
-               layer_fwd_ms=fwd + setup / n_layers, layer_fwdbwd_ms=fwdbwd + (setup + reduce) / n_layers)
+    out = dict(
+        fwd_ms=fwd,
+        fwdbwd_ms=fwdbwd,
+        setup_ms=setup,
+        reduce_ms=reduce,
+        bias_grad=method.bias_grad,
+        layer_fwd_ms=fwd + setup / n_layers,
+        layer_fwdbwd_ms=fwdbwd + (setup + reduce) / n_layers,
+    )
     return out
 
 
@@ -82,6 +95,7 @@ def kernel_names(fn, top=4):
     """The kernels one run of fn launched, by device time, most first (the backend that ran, by
     name): CUDA kernels on a GPU; on the CPU, the aten operators whose name says attention."""
     from torch.profiler import ProfilerActivity, profile
+
     cuda = torch.cuda.is_available()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=acts) as prof:

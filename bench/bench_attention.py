@@ -49,6 +49,7 @@ flagged. Before anything is timed, ours is checked against kernels/reference.py 
 Targets of the attention issue are printed last, met or not, and --json writes every figure (after
 each layout, so that a run cut short keeps what it finished: `complete` false until the end).
 """
+
 import argparse
 import json
 import os
@@ -60,9 +61,21 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
 
 import torch
 
-from bench.attention_cases import (ALT_BACKWARD, BUCKETS, LAYOUTS, MAX_DIST, backward_name, baseline_method,
-                                   candidates, flex_blocks, flex_sanity, layout, ours_method, read_configs,
-                                   save_configs)
+from bench.attention_cases import (
+    ALT_BACKWARD,
+    BUCKETS,
+    LAYOUTS,
+    MAX_DIST,
+    backward_name,
+    baseline_method,
+    candidates,
+    flex_blocks,
+    flex_sanity,
+    layout,
+    ours_method,
+    read_configs,
+    save_configs,
+)
 from bench.attention_harness import charge, fused_flex, kernel_names, timer
 from bench.common import attention_backend, write_json
 
@@ -74,23 +87,41 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma-separated, of {', '.join(LAYOUTS)}")
     p.add_argument("--dims", default="64,128", help="head dims to run (a layout runs those it lists)")
-    p.add_argument("--sweep", action="store_true", help="time the candidate block configurations on the first layout "
-                                                        "of each head dim and run every comparison with the fastest "
-                                                        "(forward+backward)")
-    p.add_argument("--sweep-only", action="store_true",
-                   help="--sweep, then nothing else: the candidates' times and the fastest (--save-configs), no "
-                        "comparison rows (what gpu_check --part tune needs before its steps)")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="time the candidate block configurations on the first layout "
+        "of each head dim and run every comparison with the fastest "
+        "(forward+backward)",
+    )
+    p.add_argument(
+        "--sweep-only",
+        action="store_true",
+        help="--sweep, then nothing else: the candidates' times and the fastest (--save-configs), no "
+        "comparison rows (what gpu_check --part tune needs before its steps)",
+    )
     p.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compile takes minutes)")
-    p.add_argument("--deadline", type=float, default=None,
-                   help="seconds: layouts not started by then are skipped, and Flex is left out of a layout that "
-                        "starts within 60 s of it (a lease's budget)")
-    p.add_argument("--layers", type=int, default=12,
-                   help="layers a training step runs, each charged 1/LAYERS of the step's setup (12: base)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds: layouts not started by then are skipped, and Flex is left out of a layout that "
+        "starts within 60 s of it (a lease's budget)",
+    )
+    p.add_argument(
+        "--layers",
+        type=int,
+        default=12,
+        help="layers a training step runs, each charged 1/LAYERS of the step's setup (12: base)",
+    )
     p.add_argument("--json", default=None, help="write every figure to this file")
     p.add_argument("--save-configs", default=None, help="--sweep: write the fastest configuration per head dim here")
     p.add_argument("--configs", default=None, help="run with the configurations a --save-configs file holds")
-    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU under TRITON_INTERPRET=1: checks "
-                                                        "the script, measures nothing")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny shapes on the CPU under TRITON_INTERPRET=1: checks the script, measures nothing",
+    )
     a = p.parse_args(argv)
     bad = [x for x in a.layouts.split(",") if x not in LAYOUTS]
     if bad:
@@ -107,12 +138,14 @@ def get_args(argv=None):
     if a.deadline is not None and not a.deadline > 0:
         p.error(f"--deadline {a.deadline:g}: seconds, above 0 (without it, no deadline)")
     from bench.common import check_flags
+
     check_flags(p, a, outputs=("json", "save_configs"), inputs=("configs",))
     return a
 
 
 # -----------------------------------------------------------------------------
 # one layout
+
 
 def operands(name, D, dev, dtype, smoke):
     """(metadata, q k v leaves as the model makes them (B, L, H, D), bias table, output gradient)."""
@@ -187,30 +220,42 @@ def sweep(meta, leaves, table, dout, D, time_fn, n_layers, rec, tuning, deadline
 def tiles(meta, table, q, k, v, rec, tuning):
     """What ours computes: its tiles by class and the pairs in them, against the visible pairs."""
     from kernels import MaskMeta, attention_plan, reference, rel_pos_bias
+
     kind, step, pos, valid = meta
     cfg = tuning.config(q.device, q.shape[-1])
     rec.setdefault("config", list(cfg))
-    pm, _, _ = attention_plan.prepare(q, k, v, MaskMeta(kind, step, kind, step, valid),
-                                      bias=rel_pos_bias(table, pos, pos, MAX_DIST), tuning=tuning)
+    pm, _, _ = attention_plan.prepare(
+        q, k, v, MaskMeta(kind, step, kind, step, valid), bias=rel_pos_bias(table, pos, pos, MAX_DIST), tuning=tuning
+    )
     counts = pm.tiles.q_count.sum((0, 1)).tolist()  # PARTIAL, FULL, FAR, GATHER
     B, L = kind.shape
-    rec.update(visible=reference.visible(kind, step, kind, step, valid).sum().item(),
-               computed=sum(counts) * cfg.BM * cfg.BN, tiles=dict(zip(("partial", "full", "far", "gather"), counts)))
-    print(f"  visible pairs {100 * rec['visible'] / (B * L * L):.1f}% of L*L; computed tiles "
-          f"{100 * rec['computed'] / (B * L * L):.1f}% ({cfg.BM}x{cfg.BN}: PARTIAL {counts[0]}, FULL {counts[1]}, "
-          f"FAR {counts[2]}, GATHER {counts[3]})", flush=True)
+    rec.update(
+        visible=reference.visible(kind, step, kind, step, valid).sum().item(),
+        computed=sum(counts) * cfg.BM * cfg.BN,
+        tiles=dict(zip(("partial", "full", "far", "gather"), counts)),
+    )
+    print(
+        f"  visible pairs {100 * rec['visible'] / (B * L * L):.1f}% of L*L; computed tiles "
+        f"{100 * rec['computed'] / (B * L * L):.1f}% ({cfg.BM}x{cfg.BN}: PARTIAL {counts[0]}, FULL {counts[1]}, "
+        f"FAR {counts[2]}, GATHER {counts[3]})",
+        flush=True,
+    )
 
 
 def methods(meta, D, alternatives, with_flex, tuning=None):
     """The method of every row, ours first (launched as `tuning` says, each alternative as its own
     Tuning: {label: Tuning})."""
-    rows = [ours_method("ours", meta, tuning=tuning), ours_method("ours, bias table frozen", meta, frozen=True,
-                                                                  tuning=tuning)]
+    rows = [
+        ours_method("ours", meta, tuning=tuning),
+        ours_method("ours, bias table frozen", meta, frozen=True, tuning=tuning),
+    ]
     rows += [ours_method(label, meta, tuning=alt) for label, alt in alternatives.items()]
     rows += [baseline_method("sdpa-mask", "sdpa", meta)]
     if with_flex:  # frozen: whether the gradient of the table its score_mod reads is what costs Flex
-        rows += [baseline_method("flex", "flex", meta), baseline_method("flex, bias table frozen", "flex", meta,
-                                                                        frozen=True)]
+        rows += [
+            baseline_method("flex", "flex", meta),
+            baseline_method("flex, bias table frozen", "flex", meta, frozen=True),
+        ]
     rows += [baseline_method("sdpa-nomask", "sdpa-nomask", meta)]
     return rows
 
@@ -267,6 +312,7 @@ def diagnostics(meta, leaves, table, dout, time_fn, n_layers):
     (every tile FULL: ours as a plain FlashAttention over all pairs, beside sdpa-nomask, which does
     the same work: what the tile lists and the loops cost)."""
     from kernels import CONTEXT
+
     kind, step, pos, valid = meta
     every = (torch.full_like(kind, CONTEXT), torch.zeros_like(step), pos, torch.ones_like(valid))
     out = {}
@@ -281,6 +327,7 @@ def diagnostics(meta, leaves, table, dout, time_fn, n_layers):
 
 # -----------------------------------------------------------------------------
 # what a layout's record says
+
 
 def work(rec, label):
     """The pairs a method computes: ours its tiles, Flex its non-empty blocks, SDPA every pair."""
@@ -297,42 +344,58 @@ def report(rec):
     H, D, n = rec["H"], rec["D"], rec["layers"]
     fwd_flops = 4 * H * D * rec["visible"]
     ours = rec["methods"].get("ours")
-    print(f"  a layer is charged its call + 1/{n} of the step's setup and reduce; FLOPs on visible pairs: forward "
-          f"{fwd_flops:.3g}, forward+backward 3.5x")
-    print("  | method | fwd ms | fwd+bwd ms | setup ms | reduce ms | layer fwd+bwd ms | fwd+bwd TFLOP/s (visible) "
-          "| ours' speed / this one's (layer fwd+bwd) | work ratio | attention ran | kernels |")
+    print(
+        f"  a layer is charged its call + 1/{n} of the step's setup and reduce; FLOPs on visible pairs: forward "
+        f"{fwd_flops:.3g}, forward+backward 3.5x"
+    )
+    print(
+        "  | method | fwd ms | fwd+bwd ms | setup ms | reduce ms | layer fwd+bwd ms | fwd+bwd TFLOP/s (visible) "
+        "| ours' speed / this one's (layer fwd+bwd) | work ratio | attention ran | kernels |"
+    )
     print("  | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, m in rec["methods"].items():
         m["fwd_tflops"] = fwd_flops / m["fwd_ms"] * 1e-9
         m["fwdbwd_tflops"] = 3.5 * fwd_flops / m["fwdbwd_ms"] * 1e-9
         up = f"{m['layer_fwdbwd_ms'] / ours['layer_fwdbwd_ms']:.2f}x" if ours else "-"
-        print(f"  | {label}{'' if m['bias_grad'] else ' (no bias gradient)'} | {m['fwd_ms']:.3f} | "
-              f"{m['fwdbwd_ms']:.3f} | {m['setup_ms']:.3f} | {m['reduce_ms']:.3f} | {m['layer_fwdbwd_ms']:.3f} | "
-              f"{m['fwdbwd_tflops']:.1f} | {up} | {work(rec, label) / rec['computed']:.2f} | "
-              f"{attention_backend(label, m['kernels'])} | {', '.join(n[:60] for n in m['kernels'])} |", flush=True)
+        print(
+            f"  | {label}{'' if m['bias_grad'] else ' (no bias gradient)'} | {m['fwd_ms']:.3f} | "
+            f"{m['fwdbwd_ms']:.3f} | {m['setup_ms']:.3f} | {m['reduce_ms']:.3f} | {m['layer_fwdbwd_ms']:.3f} | "
+            f"{m['fwdbwd_tflops']:.1f} | {up} | {work(rec, label) / rec['computed']:.2f} | "
+            f"{attention_backend(label, m['kernels'])} | {', '.join(n[:60] for n in m['kernels'])} |",
+            flush=True,
+        )
     plain = rec["methods"].get("sdpa-nomask")
     if ours and plain:
         rec["density_bound"] = work(rec, "sdpa-nomask") / rec["computed"]
         rec["over_dense_fwd"] = plain["fwd_ms"] / ours["fwd_ms"]
         if rec["over_dense_fwd"] > rec["density_bound"]:
-            print(f"  ours' forward is {rec['over_dense_fwd']:.2f}x sdpa-nomask's, above the "
-                  f"{rec['density_bound']:.2f}x its tiles' share of the pairs allows: a measurement to doubt",
-                  flush=True)
+            print(
+                f"  ours' forward is {rec['over_dense_fwd']:.2f}x sdpa-nomask's, above the "
+                f"{rec['density_bound']:.2f}x its tiles' share of the pairs allows: a measurement to doubt",
+                flush=True,
+            )
         for key, flops in (("fwd", fwd_flops), ("bwd", 2.5 * fwd_flops)):
             ms = (lambda m: m["fwd_ms"]) if key == "fwd" else (lambda m: m["fwdbwd_ms"] - m["fwd_ms"])
             tiles_tf = flops * rec["computed"] / rec["visible"] / ms(ours) * 1e-9
             dense_tf = flops * work(rec, "sdpa-nomask") / rec["visible"] / ms(plain) * 1e-9
             rec[f"{key}_tiles_over_dense"] = tiles_tf / dense_tf
-        print(f"  TFLOP/s on computed tiles against sdpa-nomask's on every pair: forward "
-              f"{rec['fwd_tiles_over_dense']:.2f}x, backward {rec['bwd_tiles_over_dense']:.2f}x", flush=True)
+        print(
+            f"  TFLOP/s on computed tiles against sdpa-nomask's on every pair: forward "
+            f"{rec['fwd_tiles_over_dense']:.2f}x, backward {rec['bwd_tiles_over_dense']:.2f}x",
+            flush=True,
+        )
     if rec.get("flex_causal_vs_sdpa"):
         f = rec["flex_causal_vs_sdpa"]
-        print(f"  flex sanity, causal at this shape: flex {f['flex_ms']:.3f} ms, SDPA {f['sdpa_ms']:.3f} ms "
-              f"({f['sdpa_ms'] / f['flex_ms']:.2f}x SDPA's speed)", flush=True)
+        print(
+            f"  flex sanity, causal at this shape: flex {f['flex_ms']:.3f} ms, SDPA {f['sdpa_ms']:.3f} ms "
+            f"({f['sdpa_ms'] / f['flex_ms']:.2f}x SDPA's speed)",
+            flush=True,
+        )
 
 
 # -----------------------------------------------------------------------------
 # the targets of the attention issue
+
 
 def targets(records):
     rows = []
@@ -345,11 +408,21 @@ def targets(records):
         tag = f"{rec['layout']} D{rec['D']}"
         rows.append((f"{tag}: a layer's fwd+bwd, setup once a step, vs SDPA-mask", ratio(rec, "sdpa-mask"), 1.5))
         fused = rec["methods"].get("flex", {}).get("fused")
-        rows.append((f"{tag}: a layer's fwd+bwd, setup once a step, vs Flex shown fused",
-                     ratio(rec, "flex") if fused else None, 1.0))
+        rows.append(
+            (
+                f"{tag}: a layer's fwd+bwd, setup once a step, vs Flex shown fused",
+                ratio(rec, "flex") if fused else None,
+                1.0,
+            )
+        )
         for key in ("fwd", "bwd"):
-            rows.append((f"{tag}: {key} TFLOP/s on computed tiles / SDPA without a mask's",
-                         rec.get(f"{key}_tiles_over_dense"), 0.65))
+            rows.append(
+                (
+                    f"{tag}: {key} TFLOP/s on computed tiles / SDPA without a mask's",
+                    rec.get(f"{key}_tiles_over_dense"),
+                    0.65,
+                )
+            )
     print("\n## targets")
     print("| target | measured | wanted | met |")
     print("| --- | --- | --- | --- |")
@@ -366,6 +439,7 @@ def check(meta, table, q, k, v, label="", fatal=True, tuning=None):
     reference on two rows; exits on a mismatch (fatal), else prints it and returns False."""
     from kernels import pseudo_attention as pa
     from kernels import MaskMeta, reference, rel_pos_bias
+
     kind, step, pos, valid = meta
     sl = slice(0, 2)
     dout = torch.randn_like(q[sl])
@@ -373,16 +447,20 @@ def check(meta, table, q, k, v, label="", fatal=True, tuning=None):
     ours = lambda *a, **kw: pa.pseudo_attention(*a, **kw, tuning=tuning or pa.TUNING)  # noqa: E731
     for fn in (ours, reference.attention):
         leaves = [x[sl].detach().requires_grad_() for x in (q, k, v)] + [table.detach().requires_grad_()]
-        out = fn(*leaves[:3], MaskMeta(kind[sl], step[sl], kind[sl], step[sl], valid[sl]),
-                 bias=rel_pos_bias(leaves[3], pos[sl], pos[sl], MAX_DIST))
+        out = fn(
+            *leaves[:3],
+            MaskMeta(kind[sl], step[sl], kind[sl], step[sl], valid[sl]),
+            bias=rel_pos_bias(leaves[3], pos[sl], pos[sl], MAX_DIST),
+        )
         results.append([out] + list(torch.autograd.grad(out, leaves, dout)))
     worst = []
     for name, got, want in zip(("out", "dq", "dk", "dv", "dtable"), *results):
         err = ((got.float() - want.float()).norm() / want.float().norm().clamp_min(1e-12)).item()
         worst.append(f"{name} {err:.2e}")
         if not err < 2e-2:
-            why = (f"check vs reference{label} failed: ||ours - ref|| / ||ref|| of {name} = {err:.3g}; "
-                   + ", ".join(worst))
+            why = f"check vs reference{label} failed: ||ours - ref|| / ||ref|| of {name} = {err:.3g}; " + ", ".join(
+                worst
+            )
             if fatal:
                 sys.exit(why)
             print(f"  {why}: its row is not timed", flush=True)
@@ -398,13 +476,17 @@ def main(argv=None):
         dev, dtype = "cpu", torch.float32
     else:
         if not torch.cuda.is_available():
-            sys.exit("bench_attention.py needs a CUDA GPU (none found); --smoke runs its plumbing on the CPU, and "
-                     "the kernel tests run there: python -m pytest -q tests/test_attention_layouts.py "
-                     "tests/test_attention_launch.py")
+            sys.exit(
+                "bench_attention.py needs a CUDA GPU (none found); --smoke runs its plumbing on the CPU, and "
+                "the kernel tests run there: python -m pytest -q tests/test_attention_layouts.py "
+                "tests/test_attention_launch.py"
+            )
         dev, dtype = "cuda", torch.bfloat16
     import triton
+
     time_fn = timer(args.smoke)
     from kernels.attention_plan import TUNING
+
     tuning, swept = TUNING, set()
     if args.configs:
         tuning = read_configs(args.configs)
@@ -441,8 +523,18 @@ def write_result(path, device, triton_version, records, complete):
     a run cut short by its lease keeps the layouts it finished (`complete` false)."""
     if not path:
         return
-    write_json(path, dict(device=device, torch=torch.__version__, triton=triton_version,
-                          date=time.strftime("%Y-%m-%d"), records=records, targets=targets(records), complete=complete))
+    write_json(
+        path,
+        dict(
+            device=device,
+            torch=torch.__version__,
+            triton=triton_version,
+            date=time.strftime("%Y-%m-%d"),
+            records=records,
+            targets=targets(records),
+            complete=complete,
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ searches must return the eager one's tokens, which the run checks. With both und
 ELMER / AR latency ratio is printed. --json writes the rows and the early-exit issue's targets
 (Mask-Predict and AR beam: graphs >= 2x eager at batch 1), met or not.
 """
+
 import argparse
 import json
 import sys
@@ -69,6 +70,7 @@ def get_args(argv=None):
     if a.vocab <= 6 + MASK:
         p.error(f"--vocab {a.vocab}: the sources draw from ids 6 and up, so it must be > 10")
     from bench.common import check_flags
+
     check_flags(p, a)
     return a
 
@@ -79,32 +81,56 @@ def targets_of(rows, K):
     by = {r["what"]: r for r in rows}
     graphed = next((r for r in rows if "CUDA graphs" in r["what"] and r["what"].startswith("Mask")), None)
     elmer_row = next(r for r in rows if r["what"].startswith("ELMER"))
-    targets = [dict(target="Mask-Predict batch 1: eager / graphs (at least)",
-                    measured=None if graphed is None else 1 / graphed["ratio"],
-                    wanted=2.0, met="not measured (no GPU)" if graphed is None else bool(1 / graphed["ratio"] >= 2.0))]
+    targets = [
+        dict(
+            target="Mask-Predict batch 1: eager / graphs (at least)",
+            measured=None if graphed is None else 1 / graphed["ratio"],
+            wanted=2.0,
+            met="not measured (no GPU)" if graphed is None else bool(1 / graphed["ratio"] >= 2.0),
+        )
+    ]
     for arch in ("T5", "PMLM"):
         ar_graphed = by.get(f"AR beam {K} ({arch}), static shapes, CUDA graphs")
         ar_eager_row = by[f"AR beam {K} ({arch}), eager"]
         gain = None if ar_graphed is None else ar_eager_row["ratio"] / ar_graphed["ratio"]
-        targets.append(dict(target=f"AR beam {K} ({arch}) batch 1: eager / graphs (at least)", measured=gain,
-                            wanted=2.0, met="not measured (no GPU)" if gain is None else bool(gain >= 2.0)))
+        targets.append(
+            dict(
+                target=f"AR beam {K} ({arch}) batch 1: eager / graphs (at least)",
+                measured=gain,
+                wanted=2.0,
+                met="not measured (no GPU)" if gain is None else bool(gain >= 2.0),
+            )
+        )
         if ar_graphed is not None:  # both decoders under graphs: the NAR / AR latency ratio (a report, not a target)
-            print(f"ELMER one pass / AR beam {K} ({arch}), both under CUDA graphs: "
-                  f"{elmer_row['ratio'] / ar_graphed['ratio']:.3f}")
+            print(
+                f"ELMER one pass / AR beam {K} ({arch}), both under CUDA graphs: "
+                f"{elmer_row['ratio'] / ar_graphed['ratio']:.3f}"
+            )
     return targets
 
 
 def main(argv=None):
     args = get_args(argv)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
-    cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0,
-                 max_positions=max(args.src + args.dec_len + 2, 64))  # PMLM: source and target share positions
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if args.device == "auto"
+        else args.device
+    )
+    cfg = preset(
+        args.model,
+        vocab_size=args.vocab,
+        n_layers=args.layers,
+        n_dec_layers=args.layers,
+        dropout=0.0,
+        max_positions=max(args.src + args.dec_len + 2, 64),
+    )  # PMLM: source and target share positions
     torch.manual_seed(0)
     nar = NARModel(cfg).to(device).eval()
     with torch.no_grad():  # the length predictor ranks dec_len, dec_len - 1, ... first: eager runs at dec_len too
         nar.length.bias.fill_(-1e4)
-        nar.length.bias[:args.dec_len + 1] = torch.arange(args.dec_len + 1, device=device).float() * 10
+        nar.length.bias[: args.dec_len + 1] = torch.arange(args.dec_len + 1, device=device).float() * 10
     elmer = ELMER(cfg, dec_len=args.dec_len).to(device).eval()
     ar = EncoderDecoder(cfg).to(device).eval()
     pmlm = UnifiedLM(cfg).to(device).eval()
@@ -113,60 +139,98 @@ def main(argv=None):
     S_pad = -(-S // SOURCE_BUCKET) * SOURCE_BUCKET
 
     def mp(**flags):
-        return lambda: mask_predict(NARDecoder(nar, src, Tok, **flags), MASK, args.length_beam, args.iterations,
-                                    max_len=args.dec_len)
+        return lambda: mask_predict(
+            NARDecoder(nar, src, Tok, **flags), MASK, args.length_beam, args.iterations, max_len=args.dec_len
+        )
+
     from core.elmer.exit_decode import generate
+
     eager = mp()
     variants = [("Mask-Predict, static shapes", mp(static=True), S_pad / S)]
     if device.type == "cuda":
         variants.append(("Mask-Predict, static shapes, CUDA graphs", mp(graphs=True), S_pad / S))
     # AR beam search, eager and at fixed shapes: T5 and UniLMv2's PMLM decoder ([P] queries, one stack)
     K, T = args.beam, args.dec_len
-    eager_ar = {"T5": lambda: decoding.beam_search(T5Decoder(ar, src, Tok), K, T, T, 1.0, Tok.eos_id, 0),
-                "PMLM": lambda: decoding.beam_search(PMLMDecoder(pmlm, src, Tok), K, T, T, 1.0, Tok.eos_id, 0)}
-    static_ar = {"T5": lambda g: lambda: static_beam_t5(ar, src, Tok, K, T, T, 1.0, "pow", 0, graphs=g),
-                 "PMLM": lambda g: lambda: static_beam_pmlm(pmlm, src, Tok, K, T, T, 1.0, "pow", 0, graphs=g)}
-    variants.append(("ELMER one pass, exit disabled" + (", CUDA graphs" if device.type == "cuda" else ""),
-                     lambda: generate(elmer, src, Tok, delta=0.0), None))
+    eager_ar = {
+        "T5": lambda: decoding.beam_search(T5Decoder(ar, src, Tok), K, T, T, 1.0, Tok.eos_id, 0),
+        "PMLM": lambda: decoding.beam_search(PMLMDecoder(pmlm, src, Tok), K, T, T, 1.0, Tok.eos_id, 0),
+    }
+    static_ar = {
+        "T5": lambda g: lambda: static_beam_t5(ar, src, Tok, K, T, T, 1.0, "pow", 0, graphs=g),
+        "PMLM": lambda g: lambda: static_beam_pmlm(pmlm, src, Tok, K, T, T, 1.0, "pow", 0, graphs=g),
+    }
+    variants.append(
+        (
+            "ELMER one pass, exit disabled" + (", CUDA graphs" if device.type == "cuda" else ""),
+            lambda: generate(elmer, src, Tok, delta=0.0),
+            None,
+        )
+    )
     for arch in ("T5", "PMLM"):
-        variants += [(f"AR beam {K} ({arch}), eager", eager_ar[arch], None),
-                     (f"AR beam {K} ({arch}), static shapes", static_ar[arch](False), None)]
+        variants += [
+            (f"AR beam {K} ({arch}), eager", eager_ar[arch], None),
+            (f"AR beam {K} ({arch}), static shapes", static_ar[arch](False), None),
+        ]
         if device.type == "cuda":
             variants.append((f"AR beam {K} ({arch}), static shapes, CUDA graphs", static_ar[arch](True), None))
     with torch.no_grad():
         same = {name: fn() == eager() for name, fn, _ in variants if name.startswith("Mask-Predict")}
         for arch in ("T5", "PMLM"):
             want = eager_ar[arch]()[0]
-            same.update({name: fn()[0] == want for name, fn, _ in variants
-                         if name.startswith(f"AR beam {K} ({arch})") and "static" in name})
-    env = (f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}, torch {torch.__version__}, "
-           f"{args.model} {args.layers}L-{args.layers}L, V {args.vocab}, source {S} tokens, {args.dec_len} positions, "
-           f"{args.iterations} iterations x {args.length_beam} lengths, batch 1")
+            same.update(
+                {
+                    name: fn()[0] == want
+                    for name, fn, _ in variants
+                    if name.startswith(f"AR beam {K} ({arch})") and "static" in name
+                }
+            )
+    env = (
+        f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}, torch {torch.__version__}, "
+        f"{args.model} {args.layers}L-{args.layers}L, V {args.vocab}, source {S} tokens, {args.dec_len} positions, "
+        f"{args.iterations} iterations x {args.length_beam} lengths, batch 1"
+    )
     print(f"## Decoders at batch 1 ({env})\n")
-    print("| decoder | ms | eager Mask-Predict ms | time / eager Mask-Predict | work / eager Mask-Predict | tokens "
-          "equal |")
+    print(
+        "| decoder | ms | eager Mask-Predict ms | time / eager Mask-Predict | work / eager Mask-Predict | tokens "
+        "equal |"
+    )
     print("|---|---|---|---|---|---|")
     rows = []
     with torch.no_grad():
         for name, fn, work in variants:
             ratio, t, t_base = interleaved(device, fn, eager, args.repeats)
-            rows.append(dict(what=name, ms=1000 * t, base_ms=1000 * t_base, ratio=ratio, work=work,
-                             same=same.get(name)))
+            rows.append(
+                dict(what=name, ms=1000 * t, base_ms=1000 * t_base, ratio=ratio, work=work, same=same.get(name))
+            )
             shown_work = "-" if work is None else f"{work:.2f}"
             shown_same = "-" if name not in same else ("yes" if same[name] else "NO")
-            print(f"| {name} | {1000 * t:.2f} | {1000 * t_base:.2f} | {ratio:.3f} | {shown_work} | {shown_same} |",
-                  flush=True)
+            print(
+                f"| {name} | {1000 * t:.2f} | {1000 * t_base:.2f} | {ratio:.3f} | {shown_work} | {shown_same} |",
+                flush=True,
+            )
     if not all(same.values()):
         print("error: a static decoder returned other tokens than its eager one", file=sys.stderr)
     targets = targets_of(rows, K)
     for t in targets:
         shown = "-" if t["measured"] is None else f"{t['measured']:.2f}"
-        print(f"target {t['target']}: {shown}, wanted >= {t['wanted']:g}: "
-              f"{t['met'] if isinstance(t['met'], str) else ('met' if t['met'] else 'not met')}")
+        print(
+            f"target {t['target']}: {shown}, wanted >= {t['wanted']:g}: "
+            f"{t['met'] if isinstance(t['met'], str) else ('met' if t['met'] else 'not met')}"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=env.split(",")[0], torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
-                           setting=env, rows=rows, targets=targets), f, indent=1)
+            json.dump(
+                dict(
+                    device=env.split(",")[0],
+                    torch=torch.__version__,
+                    date=time.strftime("%Y-%m-%d"),
+                    setting=env,
+                    rows=rows,
+                    targets=targets,
+                ),
+                f,
+                indent=1,
+            )
     return 0 if all(same.values()) else 1
 
 

@@ -12,6 +12,7 @@ changes it by rounding only. --compile times `--steps` steps end to end from a f
 compilation included, against the same steps uncompiled: what a short CPU run would gain.
 --json PATH writes the dtype comparison as data (tools/records.py), which docs/design.md renders.
 """
+
 import argparse
 import statistics
 import sys
@@ -32,8 +33,12 @@ from core.unilm.pmlm import pmlm_batch, pmlm_loss_sums  # noqa: E402
 from core.training import autocast, corpus_tokenizer  # noqa: E402
 from tools import records  # noqa: E402
 
-COLUMNS = [("dtype", "dtype", "{}"), ("tokens/s, median", "rate", "{:,.0f}"), ("loss of batch 0", "loss", "{:.4f}"),
-           ("tokens/s against float32, median of the pairs", "ratio", "{:.2f}x")]
+COLUMNS = [
+    ("dtype", "dtype", "{}"),
+    ("tokens/s, median", "rate", "{:,.0f}"),
+    ("loss of batch 0", "loss", "{:.4f}"),
+    ("tokens/s against float32, median of the pairs", "ratio", "{:.2f}x"),
+]
 
 
 def make_model(tok, model, device, seed=0):
@@ -60,7 +65,7 @@ def compare_dtypes(tok, args, device, batches, tokens):
     first = {dt: step(*models[dt], batches[0], dt, device) for dt in dtypes}  # warm-up, and the loss of batch 0
     times = {dt: [] for dt in dtypes}
     for r in range(args.repeats):
-        for dt in (dtypes if r % 2 == 0 else dtypes[::-1]):
+        for dt in dtypes if r % 2 == 0 else dtypes[::-1]:
             t = time.perf_counter()
             step(*models[dt], batches[1 + r], dt, device)
             if device.type == "cuda":
@@ -68,15 +73,28 @@ def compare_dtypes(tok, args, device, batches, tokens):
             times[dt].append(time.perf_counter() - t)
             print(f"  pair {r + 1}, {str(dt)[6:]}: {times[dt][-1]:.2f} s", flush=True)
     ratio = statistics.median(a / b for a, b in zip(times[torch.float32], times[torch.bfloat16]))
-    rows = [{"dtype": str(dt)[6:], "rate": tokens / statistics.median(times[dt]), "loss": first[dt],
-             "ratio": 1.0 if dt == torch.float32 else ratio} for dt in dtypes]
+    rows = [
+        {
+            "dtype": str(dt)[6:],
+            "rate": tokens / statistics.median(times[dt]),
+            "loss": first[dt],
+            "ratio": 1.0 if dt == torch.float32 else ratio,
+        }
+        for dt in dtypes
+    ]
     print("\n".join(records.markdown(COLUMNS, rows)))
     print(f"bfloat16 / float32 tokens/s, median of {args.repeats} interleaved pairs: {ratio:.2f}x")
     if args.json:
-        records.write(args.json, ["python", "-m", "bench.bench_dtype", *sys.argv[1:]], COLUMNS, rows,
-                      note=f"`{args.model}` PMLM, one optimizer step of {tokens:,} tokens per run, {args.repeats} "
-                           f"interleaved pairs; native bf16: {native_bf16_cpu() if device.type == 'cpu' else 'cuda'}.",
-                      dtype="float32 against bfloat16 autocast")
+        records.write(
+            args.json,
+            ["python", "-m", "bench.bench_dtype", *sys.argv[1:]],
+            COLUMNS,
+            rows,
+            note=f"`{args.model}` PMLM, one optimizer step of {tokens:,} tokens per run, {args.repeats} "
+            f"interleaved pairs; native bf16: {native_bf16_cpu() if device.type == 'cpu' else 'cuda'}.",
+            dtype="float32 against bfloat16 autocast",
+        )
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,17 +107,22 @@ def main():
     p.add_argument("--json", default=None, help="also write the dtype comparison to this file")
     args = p.parse_args()
     from bench.common import check_flags
+
     check_flags(p, args, positive=("micro_batch", "steps"), at_least=dict(repeats=0, seq_len=8))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     d = Dist(0, 1, 0, device)
     texts, _ = pretraining_texts(None, None, "text")
     tok = corpus_tokenizer(texts, 8000, d)
     stream = TokenStream(tok.encode(texts[:20000]), OBJECTIVES["pmlm"].window(args.seq_len), 0, sep=tok.eos_id)
-    batches = [pmlm_batch(stream, range(i * args.micro_batch, (i + 1) * args.micro_batch), tok).to(device)
-               for i in range(max(args.repeats, args.steps) + 1)]
+    batches = [
+        pmlm_batch(stream, range(i * args.micro_batch, (i + 1) * args.micro_batch), tok).to(device)
+        for i in range(max(args.repeats, args.steps) + 1)
+    ]
     tokens = args.micro_batch * args.seq_len
-    print(f"{device.type}, torch {torch.__version__}, {torch.get_num_threads()} threads, native bf16: "
-          f"{native_bf16_cpu() if device.type == 'cpu' else 'cuda'}; {args.model}, {tokens} tokens per run")
+    print(
+        f"{device.type}, torch {torch.__version__}, {torch.get_num_threads()} threads, native bf16: "
+        f"{native_bf16_cpu() if device.type == 'cpu' else 'cuda'}; {args.model}, {tokens} tokens per run"
+    )
 
     if args.repeats > 0:
         compare_dtypes(tok, args, device, batches, tokens)
@@ -113,8 +136,10 @@ def main():
             for i in range(args.steps):
                 step(run_model, opt, batches[i], dt, device)
             rows.append(time.perf_counter() - t)
-        print(f"{args.steps} steps end to end ({str(dt)[6:]}): eager {rows[0]:.1f} s, torch.compile {rows[1]:.1f} s "
-              f"(compilation included): {rows[0] / rows[1]:.2f}x")
+        print(
+            f"{args.steps} steps end to end ({str(dt)[6:]}): eager {rows[0]:.1f} s, torch.compile {rows[1]:.1f} s "
+            f"(compilation included): {rows[0] / rows[1]:.2f}x"
+        )
 
 
 if __name__ == "__main__":

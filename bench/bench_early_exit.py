@@ -29,6 +29,7 @@ it should have done, a bug.
    the rows and the targets of the early-exit issue, met or not.
 Clock reads are preceded by a device synchronise.
 """
+
 import argparse
 import os
 import statistics
@@ -72,8 +73,11 @@ def interleaved(device, run, base, repeats):
         else:
             a, b = clock(device, run), clock(device, base)
         pairs.append((a, b))
-    return statistics.median(a / b for a, b in pairs), statistics.median(a for a, _ in pairs), \
-        statistics.median(b for _, b in pairs)
+    return (
+        statistics.median(a / b for a, b in pairs),
+        statistics.median(a for a, _ in pairs),
+        statistics.median(b for _, b in pairs),
+    )
 
 
 class Tok:  # what the decoders need of a tokenizer
@@ -83,10 +87,12 @@ class Tok:  # what the decoders need of a tokenizer
 # -----------------------------------------------------------------------------
 # 1. the real decode path of a fine-tuned checkpoint
 
+
 def real_decode(args, device):
     from core.architectures import arch_of, build_model
     from core.tasks import load_split
     from core.tokenizer import Tokenizer
+
     state = checkpoint.load(args.ckpt, kinds=("finetune/",))
     if arch_of(state, args.ckpt) != "elmer":
         raise SystemExit(f"error: {args.ckpt} is not an elmer checkpoint")
@@ -97,12 +103,12 @@ def real_decode(args, device):
     tok = Tokenizer.from_tensor(state["tokenizer"])
     data = load_split("summarize", "test", None).shuffled(seed=0)
     max_src = state["args"]["max_src"]
-    ids = [s[:max_src - 1] + [tok.eos_id] for s in tok.encode(data.sources[:args.n])]
+    ids = [s[: max_src - 1] + [tok.eos_id] for s in tok.encode(data.sources[: args.n])]
     T, L = model.dec_len, len(model.dec_layers)
     batches = []
     with torch.no_grad():
         for i in range(0, len(ids), args.batch):
-            src, valid = pad_stack([np.array(s, dtype=np.int64) for s in ids[i:i + args.batch]], tok.pad_id)
+            src, valid = pad_stack([np.array(s, dtype=np.int64) for s in ids[i : i + args.batch]], tok.pad_id)
             src, valid = src.to(device), valid.to(device)
             batches.append((model.encode_source(src, valid), valid))
 
@@ -115,15 +121,22 @@ def real_decode(args, device):
                     tokens = tokens.cpu()  # each batch's tokens read back, as eval.py does: a latency, not a queue
                     if works is not None:
                         works.append((memory.shape[1], w, output_layers(tokens, layers.cpu(), tok.eos_id)))
+
         return run
 
     dtype = args.dtype if device.type == "cuda" else "float32"
-    print(f"\n## The decode path of {args.ckpt} ({device.type}, {dtype}, {L} decoder layers, width {cfg.d_model}, "
-          f"vocab {cfg.vocab_size}, {args.n} test sources in batches of {args.batch}, T {T})\n")
-    print("Exit layers: of the output tokens (up to each row's first [EOS], as eval.py counts them); FLOPs and "
-          "time: the whole decoder, every position.\n")
-    print("| measure | threshold | mean exit layer | exit fraction per layer | decoder FLOPs / no exit | "
-          "decoder time / no exit | exit (ms) | no exit (ms) |")
+    print(
+        f"\n## The decode path of {args.ckpt} ({device.type}, {dtype}, {L} decoder layers, width {cfg.d_model}, "
+        f"vocab {cfg.vocab_size}, {args.n} test sources in batches of {args.batch}, T {T})\n"
+    )
+    print(
+        "Exit layers: of the output tokens (up to each row's first [EOS], as eval.py counts them); FLOPs and "
+        "time: the whole decoder, every position.\n"
+    )
+    print(
+        "| measure | threshold | mean exit layer | exit fraction per layer | decoder FLOPs / no exit | "
+        "decoder time / no exit | exit (ms) | no exit (ms) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     rows = []
     for measure in args.measures:
@@ -139,14 +152,33 @@ def real_decode(args, device):
             ratio, t_exit, t_off = interleaved(device, decode(measure, thr), decode("entropy", 0.0), args.repeats)
             flops = macs / macs_off
             flag = "  <- below its FLOP ratio" if ratio < flops * 0.97 else ""
-            print(f"| {measure} | {thr:g} | {mean:.2f} | {'/'.join(f'{f:.2f}' for f in frac.tolist())} | {flops:.3f} | "
-                  f"{ratio:.3f}{flag} | {1000 * t_exit:.1f} | {1000 * t_off:.1f} |", flush=True)
-            rows.append(dict(measure=measure, threshold=thr, mean_exit=mean, flops=flops, time=ratio,
-                             exit_ms=1000 * t_exit, off_ms=1000 * t_off))
+            print(
+                f"| {measure} | {thr:g} | {mean:.2f} | {'/'.join(f'{f:.2f}' for f in frac.tolist())} | {flops:.3f} | "
+                f"{ratio:.3f}{flag} | {1000 * t_exit:.1f} | {1000 * t_off:.1f} |",
+                flush=True,
+            )
+            rows.append(
+                dict(
+                    measure=measure,
+                    threshold=thr,
+                    mean_exit=mean,
+                    flops=flops,
+                    time=ratio,
+                    exit_ms=1000 * t_exit,
+                    off_ms=1000 * t_off,
+                )
+            )
     default = DEFAULT_THRESHOLD["classifier"]
-    targets = [dict(target=f"trained, classifier at {r['threshold']:g}: decoder time / exit disabled",
-                    measured=r["time"], wanted=0.7, met=r["time"] <= 0.7)
-               for r in rows if r["measure"] == "classifier" and r["threshold"] == default]
+    targets = [
+        dict(
+            target=f"trained, classifier at {r['threshold']:g}: decoder time / exit disabled",
+            measured=r["time"],
+            wanted=0.7,
+            met=r["time"] <= 0.7,
+        )
+        for r in rows
+        if r["measure"] == "classifier" and r["threshold"] == default
+    ]
     for t in targets:
         print(f"(target {t['target']}: {t['measured']:.3f} (<= 0.7): {'met' if t['met'] else 'not met'})", flush=True)
     return dict(checkpoint=args.ckpt, dtype=dtype, n=args.n, batch=args.batch, ckpt_rows=rows, ckpt_targets=targets)
@@ -154,6 +186,7 @@ def real_decode(args, device):
 
 # -----------------------------------------------------------------------------
 # 2. random weights, forced exits, the decode path's off-ramp work
+
 
 def forced_decode(model, memory, valid, T, plan, ramps, work):
     """plan: (B*T,) the layer (1-based) each token leaves at, or None: exit disabled. ramps:
@@ -209,10 +242,12 @@ def forced(args, device):
         valid = torch.ones(B, args.src, dtype=torch.bool, device=device)
         with torch.no_grad(), precision(args, device):
             memory = model.encode_source(src, valid)
-        print(f"\n## Forced exits, random weights ({device.type}, {args.model} width {cfg.d_model}, {L} decoder "
-              "layers, "
-              f"vocab {args.vocab}, batch {B}, T {T}, source {args.src}, "
-              f"{args.dtype if device.type == 'cuda' else 'float32'})\n")
+        print(
+            f"\n## Forced exits, random weights ({device.type}, {args.model} width {cfg.d_model}, {L} decoder "
+            "layers, "
+            f"vocab {args.vocab}, batch {B}, T {T}, source {args.src}, "
+            f"{args.dtype if device.type == 'cuda' else 'float32'})\n"
+        )
         print("| plan | f | mean exit layer | off-ramp work | decoder FLOPs / no exit | decoder time / no exit |")
         print("|---|---|---|---|---|---|")
         off_work, rows = {}, []
@@ -226,46 +261,75 @@ def forced(args, device):
                     with torch.no_grad(), precision(args, device):
                         forced_decode(model, memory, valid, T, plan, ramps, work)
                         ratio, _, _ = interleaved(
-                            device, lambda: forced_decode(model, memory, valid, T, plan, ramps, {}),
-                            lambda: forced_decode(model, memory, valid, T, None, ramps, {}), args.repeats)
+                            device,
+                            lambda: forced_decode(model, memory, valid, T, plan, ramps, {}),
+                            lambda: forced_decode(model, memory, valid, T, None, ramps, {}),
+                            args.repeats,
+                        )
                     flops = decoder_macs(cfg, T, args.src, work) / decoder_macs(cfg, T, args.src, off_work)
                     flag = "  <- below its FLOP ratio" if ratio < flops * 0.97 else ""
-                    print(f"| {kind} | {f:.2f} | {plan.float().mean().item():.2f} | {ramps} | {flops:.3f} | "
-                          f"{ratio:.3f}{flag} |", flush=True)
-                    rows.append(dict(batch=B, plan=kind, f=f, ramps=ramps, mean_exit=plan.float().mean().item(),
-                                     flops=flops, ratio=ratio))
+                    print(
+                        f"| {kind} | {f:.2f} | {plan.float().mean().item():.2f} | {ramps} | {flops:.3f} | "
+                        f"{ratio:.3f}{flag} |",
+                        flush=True,
+                    )
+                    rows.append(
+                        dict(
+                            batch=B,
+                            plan=kind,
+                            f=f,
+                            ramps=ramps,
+                            mean_exit=plan.float().mean().item(),
+                            flops=flops,
+                            ratio=ratio,
+                        )
+                    )
         out["forced"] += rows
         if B >= 64:
             worst = max(rows, key=lambda r: r["ratio"] / r["flops"])
             over = worst["ratio"] / worst["flops"]
-            out["forced_targets"].append(dict(
-                target=f"batch {B}: forced exits, the worst row's time ratio / its FLOP ratio ({worst['plan']} "
-                       f"f {worst['f']:.2f}, {worst['ramps']})", measured=over, wanted=1.15, met=over <= 1.15,
-                sense="<="))
-            print(f"\nbatch {B}: worst time ratio / FLOP ratio {over:.3f} (target <= 1.15: "
-                  f"{'met' if over <= 1.15 else 'not met'})", flush=True)
+            out["forced_targets"].append(
+                dict(
+                    target=f"batch {B}: forced exits, the worst row's time ratio / its FLOP ratio ({worst['plan']} "
+                    f"f {worst['f']:.2f}, {worst['ramps']})",
+                    measured=over,
+                    wanted=1.15,
+                    met=over <= 1.15,
+                    sense="<=",
+                )
+            )
+            print(
+                f"\nbatch {B}: worst time ratio / FLOP ratio {over:.3f} (target <= 1.15: "
+                f"{'met' if over <= 1.15 else 'not met'})",
+                flush=True,
+            )
     return out
 
 
 # -----------------------------------------------------------------------------
 # 3. NAR one pass against AR beam search, same size
 
+
 def nar_vs_ar(args, device):
     from core.elmer.exit_decode import generate
+
     cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0)
     torch.manual_seed(0)
     nar = ELMER(cfg, dec_len=args.dec_len).to(device).eval()
     ar = EncoderDecoder(cfg).to(device).eval()
     rng = np.random.default_rng(0)
-    print(f"\n## NAR one pass vs AR beam search ({device.type}, {args.model}, {args.layers}L-{args.layers}L, "
-          f"{args.dec_len} output tokens, beam {args.beam})\n")
+    print(
+        f"\n## NAR one pass vs AR beam search ({device.type}, {args.model}, {args.layers}L-{args.layers}L, "
+        f"{args.dec_len} output tokens, beam {args.beam})\n"
+    )
     print("| batch | NAR (ms) | AR beam (ms) | AR / NAR |")
     print("|---|---|---|---|")
     for B in (1, args.big_batch):
         srcs = [list(rng.integers(6, args.vocab, args.src - 1)) for _ in range(B)]
         run_nar = lambda: generate(nar, srcs, Tok, delta=0.0)
-        run_ar = lambda: decoding.beam_search(T5Decoder(ar, srcs, Tok), args.beam, args.dec_len, args.dec_len, 1.0,
-                                              Tok.eos_id, 0)
+        run_ar = lambda: decoding.beam_search(
+            T5Decoder(ar, srcs, Tok), args.beam, args.dec_len, args.dec_len, 1.0, Tok.eos_id, 0
+        )
         with torch.no_grad():
             run_nar(), run_ar()
             t_n = statistics.median(clock(device, run_nar) for _ in range(max(1, args.repeats // 4)))
@@ -276,11 +340,13 @@ def nar_vs_ar(args, device):
 # -----------------------------------------------------------------------------
 # 4. the static-shape pass and its graphs against today's decoder_loop
 
+
 def parse_thresholds(text):
     """'entropy=0.5,1;state=0.9' -> {measure: [thresholds]}, each in its measure's range (what eval.py
     accepts: core.elmer.exit_measures.check_threshold)."""
     from core.errors import UserError
     from core.elmer.exit_measures import MEASURES, check_threshold
+
     out = {}
     for part in filter(None, text.split(";")):
         try:
@@ -303,11 +369,15 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", default=None, help="a fine-tuned elmer checkpoint: time its real decode path")
     p.add_argument("--n", type=int, default=32, help="--ckpt: test sources")
-    p.add_argument("--measures", nargs="+", default=["entropy", "state", "classifier"],
-                   choices=["entropy", "state", "classifier"])
-    p.add_argument("--thresholds", type=parse_thresholds,
-                   default=parse_thresholds("entropy=0.5,1,2,4;state=0.999,0.995,0.99,0.98;classifier=0.95,0.9,0.8,0.6"),
-                   help="per measure, e.g. 'entropy=0.5,1;state=0.99,0.98'")
+    p.add_argument(
+        "--measures", nargs="+", default=["entropy", "state", "classifier"], choices=["entropy", "state", "classifier"]
+    )
+    p.add_argument(
+        "--thresholds",
+        type=parse_thresholds,
+        default=parse_thresholds("entropy=0.5,1,2,4;state=0.999,0.995,0.99,0.98;classifier=0.95,0.9,0.8,0.6"),
+        help="per measure, e.g. 'entropy=0.5,1;state=0.99,0.98'",
+    )
     p.add_argument("--forced", action="store_true", help="the random-weight forced-exit rows")
     p.add_argument("--ar", action="store_true", help="NAR one pass vs AR beam search")
     p.add_argument("--model", default="small", choices=["tiny", "small", "base"], help="--forced, --ar: the width")
@@ -320,27 +390,64 @@ def main():
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--repeats", type=int, default=10, help="interleaved pairs per row")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.9])
-    p.add_argument("--forced-batches", type=int, nargs="+", default=None,
-                   help="--forced: the batches of its rows (default --batch); at 64 or more each prints the "
-                        "throughput target, time ratio <= 1.15x FLOP ratio")
+    p.add_argument(
+        "--forced-batches",
+        type=int,
+        nargs="+",
+        default=None,
+        help="--forced: the batches of its rows (default --batch); at 64 or more each prints the "
+        "throughput target, time ratio <= 1.15x FLOP ratio",
+    )
     p.add_argument("--graphs", action="store_true", help="the static-shape pass and its CUDA graphs vs today's loop")
     p.add_argument("--big-batches", type=int, nargs="+", default=[64, 256], help="--graphs: the larger batches")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                   help="--ckpt, --forced, --graphs on CUDA: bf16 autocast (eval.py's --dtype auto there) or float32 "
-                        "(the older rows of bench/RESULTS.md say which they ran)")
+    p.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=["bfloat16", "float32"],
+        help="--ckpt, --forced, --graphs on CUDA: bf16 autocast (eval.py's --dtype auto there) or float32 "
+        "(the older rows of bench/RESULTS.md say which they ran)",
+    )
     p.add_argument("--json", default=None, help="--ckpt, --forced, --graphs: write their rows and targets to this file")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = p.parse_args()
     from bench.common import check_flags
-    check_flags(p, args, positive=("n", "layers", "src", "dec_len", "batch", "big_batch", "beam", "repeats",
-                                   "forced_batches", "big_batches"), at_least=dict(vocab=16), inputs=("ckpt",))
+
+    check_flags(
+        p,
+        args,
+        positive=(
+            "n",
+            "layers",
+            "src",
+            "dec_len",
+            "batch",
+            "big_batch",
+            "beam",
+            "repeats",
+            "forced_batches",
+            "big_batches",
+        ),
+        at_least=dict(vocab=16),
+        inputs=("ckpt",),
+    )
     if not (args.ckpt or args.forced or args.ar or args.graphs):
         p.error("nothing to time: give --ckpt CKPT, --forced, --ar and / or --graphs")
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
-    print(f"torch {torch.__version__}, {device.type}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
-             f", {torch.get_num_threads()} threads") + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if args.device == "auto"
+        else args.device
+    )
+    print(
+        f"torch {torch.__version__}, {device.type}"
+        + (
+            f" ({torch.cuda.get_device_name(device)})"
+            if device.type == "cuda"
+            else f", {torch.get_num_threads()} threads"
+        )
+        + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     result = {}
     if args.ckpt:
         result.update(real_decode(args, device))
@@ -352,10 +459,19 @@ def main():
         result.update(graphs_rows(args, device))
     if args.json and result:
         import json
+
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                           torch=torch.__version__, date=time.strftime("%Y-%m-%d"), **result), f, indent=1)
+            json.dump(
+                dict(
+                    device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                    torch=torch.__version__,
+                    date=time.strftime("%Y-%m-%d"),
+                    **result,
+                ),
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

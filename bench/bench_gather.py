@@ -16,6 +16,7 @@ Bandwidth counts the bytes that must move, e the element size:
 Under a CPU the Triton kernels would run in the interpreter, whose timings mean nothing, so only
 the torch side is timed there, and the script says so.
 """
+
 import argparse
 import sys
 
@@ -34,14 +35,18 @@ def main():
     ap.add_argument("--reps", type=int, default=20, help="timed repetitions on CPU")
     args = ap.parse_args()
     from bench.common import check_flags
+
     check_flags(ap, args, positive=("tokens", "width", "reps"))
     if CUDA:
         from kernels import early_exit as ee
+
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     else:
         ee = None
-        print("device: CPU. The Triton kernels would run in the interpreter here, whose timings mean "
-              "nothing: only the torch paths are timed. Run on a CUDA GPU for the comparison.")
+        print(
+            "device: CPU. The Triton kernels would run in the interpreter here, whose timings mean "
+            "nothing: only the torch paths are timed. Run on a CUDA GPU for the comparison."
+        )
     dtype, C = torch.bfloat16, args.width
     e = torch.tensor([], dtype=dtype).element_size()
     print(f"dtype bf16, C = {C}; GB/s: gather (2NCe + 8N) / t, scatter (2MCe + 2NCe + 8N) / t\n")
@@ -56,14 +61,25 @@ def main():
             N = index.numel()
             x = torch.randn(M, C, generator=g).to(DEV, dtype)
             rows = torch.randn(N, C, generator=g).to(DEV, dtype)
-            moved = {"index": M + 8 * N, "gather": 2 * N * C * e + 8 * N,
-                     "scatter": 2 * M * C * e + 2 * N * C * e + 8 * N}
-            torch_ops = {"index": lambda: active.reshape(-1).nonzero().squeeze(1),
-                         "gather": lambda: x.index_select(0, index),
-                         "scatter": lambda: x.index_copy(0, index, rows)}
-            ours = {} if ee is None else {"index": lambda: ee.active_index(active),
-                                          "gather": lambda: ee.gather_rows(x, index),
-                                          "scatter": lambda: ee.scatter_rows(x, index, rows)}
+            moved = {
+                "index": M + 8 * N,
+                "gather": 2 * N * C * e + 8 * N,
+                "scatter": 2 * M * C * e + 2 * N * C * e + 8 * N,
+            }
+            torch_ops = {
+                "index": lambda: active.reshape(-1).nonzero().squeeze(1),
+                "gather": lambda: x.index_select(0, index),
+                "scatter": lambda: x.index_copy(0, index, rows),
+            }
+            ours = (
+                {}
+                if ee is None
+                else {
+                    "index": lambda: ee.active_index(active),
+                    "gather": lambda: ee.gather_rows(x, index),
+                    "scatter": lambda: ee.scatter_rows(x, index, rows),
+                }
+            )
             if ee is not None:  # the same numbers before any timing
                 assert torch.equal(ours["index"](), torch_ops["index"]())
                 assert torch.equal(ours["gather"](), torch_ops["gather"]())

@@ -17,6 +17,7 @@ measure. Clock reads are preceded by a device synchronise (core.timing.clock). -
 eval.py's (auto: bf16 autocast where eval.py would use it), so the time is that of the decoding
 whose ROUGE eval.py reports; FLOPs are counted the same in either dtype.
 """
+
 import argparse
 import os
 import statistics
@@ -51,6 +52,7 @@ def get_args(argv=None):
     add_dtype_flag(p)
     args = p.parse_args(argv)
     from bench.common import check_flags
+
     check_flags(p, args, positive=("n", "repeats", "beam"), inputs=("data",))
     return args
 
@@ -63,8 +65,12 @@ def decoder_of(path, args, device):
     kind = decoding_of(ck.arch)
     gen = kind.settings(evaluate.get_args([path, "--beam", str(args.beam)]), ck.state, path)[0]
     model, _, decode = load_decoder(ck, device, 1, gen)
-    row = dict(model=os.path.basename(os.path.dirname(os.path.abspath(path))), arch=ck.arch,
-               decoding=kind.label(gen), params_M=count_parameters(model) / 1e6)
+    row = dict(
+        model=os.path.basename(os.path.dirname(os.path.abspath(path))),
+        arch=ck.arch,
+        decoding=kind.label(gen),
+        params_M=count_parameters(model) / 1e6,
+    )
     return lambda src: decode([src]), row
 
 
@@ -79,8 +85,13 @@ def flops_of(run, sources):
 @main_guard
 def main(argv=None):
     args = get_args(argv)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if args.device == "auto"
+        else args.device
+    )
     data = ["--data", args.data] if args.data else []
     dtype = resolve_dtype(args.dtype, device)
     sources = examples("summarize", evaluate.get_args(data + ["--limit", str(args.n)])).sources
@@ -101,20 +112,28 @@ def main(argv=None):
                     k = (i + j + r) % len(runs)  # rotate who goes first
                     spent[k] += clock(device, lambda: runs[k](src))
             rounds.append(spent)
-            print(f"\r  round {r + 1}/{args.repeats}", end="" if r + 1 < args.repeats else "\n", file=sys.stderr,
-                  flush=True)
-    print(f"\n{len(sources)} test sources at batch 1, {args.repeats} interleaved rounds, {device.type} "
-          f"({str(dtype)[6:]}, --dtype {args.dtype}), "
-          f"{torch.get_num_threads()} thread(s); ratios against {rows[0]['model']}\n")
+            print(
+                f"\r  round {r + 1}/{args.repeats}",
+                end="" if r + 1 < args.repeats else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(
+        f"\n{len(sources)} test sources at batch 1, {args.repeats} interleaved rounds, {device.type} "
+        f"({str(dtype)[6:]}, --dtype {args.dtype}), "
+        f"{torch.get_num_threads()} thread(s); ratios against {rows[0]['model']}\n"
+    )
     print("| run | arch | decoding | params (M) | ms / sample | time ratio | GFLOPs / sample | FLOP ratio |")
     print("|---|---|---|---|---|---|---|---|")
     for j, row in enumerate(rows):
         ms = statistics.median(s[j] for s in rounds) / len(sources) * 1e3
         ratio = statistics.median(s[j] / s[0] for s in rounds)
         row.update(ms=ms, time_ratio=ratio, flop_ratio=row["flops"] / rows[0]["flops"])
-        print(f"| {row['model']} | {row['arch']} | {row['decoding']} | {row['params_M']:.2f} | {ms:.1f} | {ratio:.2f} "
-              "| "
-              f"{row['flops'] / len(sources) / 1e9:.3f} | {row['flop_ratio']:.2f} |")
+        print(
+            f"| {row['model']} | {row['arch']} | {row['decoding']} | {row['params_M']:.2f} | {ms:.1f} | {ratio:.2f} "
+            "| "
+            f"{row['flops'] / len(sources) / 1e9:.3f} | {row['flop_ratio']:.2f} |"
+        )
     return rows
 
 

@@ -7,6 +7,7 @@ The removed tokens are 15% of the window (MLAE section 4.1), so the ideal ratio 
 in the linear layers and more in attention (quadratic in the length). --json PATH writes the two
 rows as data (tools/records.py), which docs/mlae.md renders.
 """
+
 import argparse
 import sys
 import time
@@ -21,9 +22,14 @@ from core.config import preset  # noqa: E402
 from core.mlae.model import MLAE, collate, mlae_example  # noqa: E402
 from tools import records  # noqa: E402
 
-COLUMNS = [("encoder input", "input", "{}"), ("tokens", "tokens", "{:,}"), ("width", "width", "{}"),
-           ("ms, best of the repeats", "ms", "{:.1f}"), ("whole sequence's time / this", "time_ratio", "{:.2f}x"),
-           ("whole sequence's tokens / this", "token_ratio", "{:.2f}x")]
+COLUMNS = [
+    ("encoder input", "input", "{}"),
+    ("tokens", "tokens", "{:,}"),
+    ("width", "width", "{}"),
+    ("ms, best of the repeats", "ms", "{:.1f}"),
+    ("whole sequence's time / this", "time_ratio", "{:.2f}x"),
+    ("whole sequence's tokens / this", "token_ratio", "{:.2f}x"),
+]
 
 
 class Tok:
@@ -40,6 +46,7 @@ def main():
     p.add_argument("--json", default=None, help="also write the rows to this file")
     args = p.parse_args()
     from bench.common import check_flags
+
     check_flags(p, args, positive=("batch", "repeats"), at_least=dict(seq_len=8))
     dev = torch.device(args.device)
     cfg = preset(args.model, vocab_size=8000, dropout=0.0, n_dec_layers=1)
@@ -72,16 +79,38 @@ def main():
     n_full, n_enc = int(b.full_valid.sum()), int(b.enc_valid.sum())
     print(f"{args.model}, {cfg.n_layers} encoder layers, batch {args.batch} x {args.seq_len}, {dev.type}")
     print(f"whole sequence: {n_full} tokens, {1000 * t_full:.1f} ms, {n_full / t_full / 1e3:.1f}k tokens/s")
-    print(f"unmasked only:  {n_enc} tokens (width {b.enc_tok.shape[1]}), {1000 * t_mlae:.1f} ms; "
-          f"encoder time ratio {t_full / t_mlae:.2f}x (token ratio {n_full / n_enc:.2f}x)")
+    print(
+        f"unmasked only:  {n_enc} tokens (width {b.enc_tok.shape[1]}), {1000 * t_mlae:.1f} ms; "
+        f"encoder time ratio {t_full / t_mlae:.2f}x (token ratio {n_full / n_enc:.2f}x)"
+    )
     if args.json:
-        rows = [{"input": "whole sequence (the MLM's)", "tokens": n_full, "width": full_tok.shape[1],
-                 "ms": 1000 * t_full, "time_ratio": 1.0, "token_ratio": 1.0},
-                {"input": "unmasked tokens only (MLAE's)", "tokens": n_enc, "width": b.enc_tok.shape[1],
-                 "ms": 1000 * t_mlae, "time_ratio": t_full / t_mlae, "token_ratio": n_full / n_enc}]
-        records.write(args.json, ["python", "-m", "bench.bench_mlae_encoder", *sys.argv[1:]], COLUMNS, rows,
-                      note=f"`{args.model}`, {cfg.n_layers} encoder layers, batch {args.batch} x {args.seq_len}, "
-                           f"forward + backward on {dev.type}, interleaved, best of {args.repeats}.", dtype="float32")
+        rows = [
+            {
+                "input": "whole sequence (the MLM's)",
+                "tokens": n_full,
+                "width": full_tok.shape[1],
+                "ms": 1000 * t_full,
+                "time_ratio": 1.0,
+                "token_ratio": 1.0,
+            },
+            {
+                "input": "unmasked tokens only (MLAE's)",
+                "tokens": n_enc,
+                "width": b.enc_tok.shape[1],
+                "ms": 1000 * t_mlae,
+                "time_ratio": t_full / t_mlae,
+                "token_ratio": n_full / n_enc,
+            },
+        ]
+        records.write(
+            args.json,
+            ["python", "-m", "bench.bench_mlae_encoder", *sys.argv[1:]],
+            COLUMNS,
+            rows,
+            note=f"`{args.model}`, {cfg.n_layers} encoder layers, batch {args.batch} x {args.seq_len}, "
+            f"forward + backward on {dev.type}, interleaved, best of {args.repeats}.",
+            dtype="float32",
+        )
 
 
 if __name__ == "__main__":

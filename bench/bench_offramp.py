@@ -21,6 +21,7 @@ Memory: on CUDA the peak allocated above the inputs during one call (torch.cuda.
 against the (N, V) float32 logits' 4 N V bytes. Under a CPU the Triton kernel would run in the
 interpreter, whose timings mean nothing: only the torch chain is timed there (in float32).
 """
+
 import argparse
 import sys
 import time
@@ -53,17 +54,27 @@ def peak_extra(fn):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tokens", type=int, nargs="+", default=[512, 4096, 16384] if CUDA else [512, 4096],
-                    help="N values")
+    ap.add_argument(
+        "--tokens", type=int, nargs="+", default=[512, 4096, 16384] if CUDA else [512, 4096], help="N values"
+    )
     ap.add_argument("--vocab", type=int, nargs="+", default=[8000], help="V values (the issue's: 8000 50000)")
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions on CPU")
-    ap.add_argument("--profile", action="store_true", help="CUDA: also profile the training loss of ours and "
-                    "the chain at each N (kernels' GPU time per call against the wall time per call)")
-    ap.add_argument("--chunk", type=int, default=None, help="token rows per chunk of the training loss "
-                    "(default: kernels.offramp_loss.default_chunk(V))")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="CUDA: also profile the training loss of ours and "
+        "the chain at each N (kernels' GPU time per call against the wall time per call)",
+    )
+    ap.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="token rows per chunk of the training loss (default: kernels.offramp_loss.default_chunk(V))",
+    )
     args = ap.parse_args()
     from bench.common import check_flags
+
     check_flags(ap, args, positive=("tokens", "width", "reps", "chunk"), at_least=dict(vocab=2))
     for V in args.vocab:
         run(args, V)
@@ -74,18 +85,22 @@ def run(args, V):
     if CUDA:
         from kernels import early_exit as ee
         from kernels import offramp_loss as ol
+
         dtype = torch.bfloat16
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, bf16")
     else:
         ee, dtype = None, torch.float32
-        print("device: CPU, float32. The Triton kernel would run in the interpreter here, whose timings "
-              "mean nothing: only the torch chain is timed. Run on a CUDA GPU for the comparison.")
-    print(f"V = {V}, C = {C}; TFLOP/s = 2 N V C / t; memory: peak above the inputs, "
-          f"(N, V) float32 logits = 4 N V bytes\n")
+        print(
+            "device: CPU, float32. The Triton kernel would run in the interpreter here, whose timings "
+            "mean nothing: only the torch chain is timed. Run on a CUDA GPU for the comparison."
+        )
+    print(
+        f"V = {V}, C = {C}; TFLOP/s = 2 N V C / t; memory: peak above the inputs, (N, V) float32 logits = 4 N V bytes\n"
+    )
     print("| N | torch ms | torch TFLOP/s | torch peak MB | ours ms | ours TFLOP/s | ours peak MB | torch / ours |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     g = torch.Generator().manual_seed(0)
-    w = (torch.randn(V, C, generator=g) * C ** -0.5).to(DEV, dtype)
+    w = (torch.randn(V, C, generator=g) * C**-0.5).to(DEV, dtype)
     b = torch.randn(V, generator=g).to(DEV)
     for N in args.tokens:
         h = torch.randn(N, C, generator=g).to(DEV, dtype)
@@ -115,6 +130,7 @@ def run(args, V):
 
         def ref():
             F.cross_entropy(F.linear(h, wl, bl.to(dtype)).float(), y).backward()
+
         t_ref = bench(ref, args.reps)
         cells = [f"{t_ref:.3f}", f"{flops / t_ref / 1e9:.2f}", f"{peak_extra(ref) / 2**20:.1f}" if CUDA else "-"]
         if ee is not None:
@@ -122,6 +138,7 @@ def run(args, V):
 
             def ours():
                 ol.offramp_cross_entropy(h, wl, bl, y, chunk=chunk).backward()
+
             check_loss(ol, h, wl, bl, y, chunk)
             t = bench(ours, args.reps)
             peak_ref, peak = peak_extra(ref), peak_extra(ours)
@@ -130,9 +147,11 @@ def run(args, V):
                 profile(f"V {V} N {N}, chunk {chunk}", {"ours": ours, "torch": ref})
             if N >= 4096:
                 met = t_ref / t >= 1.2 and peak <= peak_ref / 4
-                print(f"target V {V} N {N}: fwd+bwd {t_ref / t:.2f}x the chain (>= 1.2), peak memory "
-                      f"{peak / peak_ref:.2f} "
-                      f"of the chain's (<= 0.25): {'met' if met else 'not met'}")
+                print(
+                    f"target V {V} N {N}: fwd+bwd {t_ref / t:.2f}x the chain (>= 1.2), peak memory "
+                    f"{peak / peak_ref:.2f} "
+                    f"of the chain's (<= 0.25): {'met' if met else 'not met'}"
+                )
         else:
             cells += ["-", "-", "-", "-"]
         print(f"| {N} | " + " | ".join(cells) + " |")
@@ -142,6 +161,7 @@ def profile(title, fns, calls=5):
     """Per call of each fn: the wall time, the GPU time of its kernels, and its kernels by GPU time."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as prof
+
     for name, fn in fns.items():
         fn()
         torch.cuda.synchronize()
@@ -158,8 +178,10 @@ def profile(title, fns, calls=5):
                 k[0] += e.device_time / 1e3 / calls
                 k[1] += 1
         gpu = sum(v[0] for v in kernels.values())
-        print(f"\nprofile, {title}, {name}: wall {wall:.3f} ms per call, its kernels {gpu:.3f} ms of GPU time, "
-              f"{sum(v[1] for v in kernels.values()) / calls:.0f} launches")
+        print(
+            f"\nprofile, {title}, {name}: wall {wall:.3f} ms per call, its kernels {gpu:.3f} ms of GPU time, "
+            f"{sum(v[1] for v in kernels.values()) / calls:.0f} launches"
+        )
         for k, (ms, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:8]:
             print(f"  {ms:8.3f} ms  x{n // calls:<3d} {k}")
 
@@ -168,8 +190,10 @@ def check_loss(ol, h, w, b, y, chunk):
     """Ours against the chain in float32 on the same inputs: the loss and the gradients to h, W
     and b, each within 2e-2 of its largest value (bf16 operands). Stops the run if not."""
     got, want = [], []
-    for fn, out in ((lambda a, c, d: ol.offramp_cross_entropy(a, c, d, y, chunk=chunk), got),
-                    (lambda a, c, d: F.cross_entropy(F.linear(a.float(), c.float(), d.float()), y), want)):
+    for fn, out in (
+        (lambda a, c, d: ol.offramp_cross_entropy(a, c, d, y, chunk=chunk), got),
+        (lambda a, c, d: F.cross_entropy(F.linear(a.float(), c.float(), d.float()), y), want),
+    ):
         hh, ww, bb = (t.detach().clone().requires_grad_() for t in (h, w, b))
         loss = fn(hh, ww, bb)
         loss.backward()

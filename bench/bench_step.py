@@ -39,6 +39,7 @@ without its mask). Their ratio is what skipping the invisible pairs saves in ari
 no speed-up: SDPA with its mask also reads the (B, H, L, L) mask and reduces its gradient, and two
 kernels differ in speed per pair, so a step may run faster or slower than the FLOP ratio says.
 """
+
 import argparse
 import datetime
 import json
@@ -58,55 +59,91 @@ from bench.common import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-METHODS = {"ours": "triton", "ours-swept": "triton", "sdpa-mask": "sdpa", "sdpa-nomask": "sdpa-nomask",
-           "flex": "flex", "reference": "reference"}
+METHODS = {
+    "ours": "triton",
+    "ours-swept": "triton",
+    "sdpa-mask": "sdpa",
+    "sdpa-nomask": "sdpa-nomask",
+    "flex": "flex",
+    "reference": "reference",
+}
 MODES = ("eager", "compiled", "graph")
 
 
 def method_of(name):
-    """"ours" of "ours:compiled"."""
+    """ "ours" of "ours:compiled"."""
     return name.split(":")[0]
 
 
 def mode_of(name):
-    """"compiled" of "ours:compiled"; eager where the name has no mode."""
+    """ "compiled" of "ours:compiled"; eager where the name has no mode."""
     return name.split(":")[1] if ":" in name else "eager"
+
+
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16, SXM
 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="base", help="preset (core/config.py)")
-    p.add_argument("--objective", default="pmlm", choices=["pmlm", "s2s"],
-                   help="pmlm: a pretraining step; s2s: a UniLMv2 seq2seq fine-tuning step on the embedded corpus")
-    p.add_argument("--tokens", type=int, default=65536,
-                   help="pretraining: window tokens a step (train.py --batch-tokens)")
+    p.add_argument(
+        "--objective",
+        default="pmlm",
+        choices=["pmlm", "s2s"],
+        help="pmlm: a pretraining step; s2s: a UniLMv2 seq2seq fine-tuning step on the embedded corpus",
+    )
+    p.add_argument(
+        "--tokens", type=int, default=65536, help="pretraining: window tokens a step (train.py --batch-tokens)"
+    )
     p.add_argument("--examples", type=int, default=512, help="s2s: examples a step")
     p.add_argument("--seq-len", type=int, default=512)
-    p.add_argument("--micro-batch", type=int, default=None,
-                   help="examples per forward pass (default: 16 windows of --seq-len for pmlm, 128 examples for "
-                        "s2s, whose examples are short: micro-batches of a GPU's size)")
+    p.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        help="examples per forward pass (default: 16 windows of --seq-len for pmlm, 128 examples for "
+        "s2s, whose examples are short: micro-batches of a GPU's size)",
+    )
     p.add_argument("--steps", type=int, default=30, help="timed steps per method")
-    p.add_argument("--warmup-steps", type=int, default=3,
-                   help="untimed steps per method first (compilation, autotuning); their seconds are reported")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="the timed steps in this many interleaved rounds, the methods' order rotated each round")
-    p.add_argument("--methods", default="ours,sdpa-mask,sdpa-nomask,flex",
-                   help="comma-separated METHOD or METHOD:MODE (modes: eager, compiled, graph; eager if none)")
-    p.add_argument("--deadline", type=float, default=None,
-                   help="seconds: a method whose warm-up would start past it is left out, and no round starts "
-                        "past it (a lease's budget; the rows so far are written)")
-    p.add_argument("--configs", default=None,
-                   help="ours-swept: the kernel configurations a bench_attention.py --save-configs file holds "
-                        "(ours keeps the plan's own, so the two run side by side)")
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=3,
+        help="untimed steps per method first (compilation, autotuning); their seconds are reported",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="the timed steps in this many interleaved rounds, the methods' order rotated each round",
+    )
+    p.add_argument(
+        "--methods",
+        default="ours,sdpa-mask,sdpa-nomask,flex",
+        help="comma-separated METHOD or METHOD:MODE (modes: eager, compiled, graph; eager if none)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds: a method whose warm-up would start past it is left out, and no round starts "
+        "past it (a lease's budget; the rows so far are written)",
+    )
+    p.add_argument(
+        "--configs",
+        default=None,
+        help="ours-swept: the kernel configurations a bench_attention.py --save-configs file holds "
+        "(ours keeps the plan's own, so the two run side by side)",
+    )
     p.add_argument("--json", default=None, help="write the rows here (results/<device>-<date>/step.json)")
     p.add_argument("--smoke", action="store_true", help="tiny model, few tokens, the CPU's methods: the script runs")
     args = p.parse_args(argv)
-    args.methods = [m[:-len(":eager")] if m.endswith(":eager") else m for m in args.methods.split(",") if m]
+    args.methods = [m[: -len(":eager")] if m.endswith(":eager") else m for m in args.methods.split(",") if m]
     unknown = [m for m in args.methods if method_of(m) not in METHODS or mode_of(m) not in MODES]
     if unknown:
-        p.error(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHODS)}, each with "
-                f":{', :'.join(MODES)})")
+        p.error(
+            f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHODS)}, each with :{', :'.join(MODES)})"
+        )
     if ("ours-swept" in map(method_of, args.methods)) != (args.configs is not None):
         p.error("--methods ours-swept and --configs FILE go together: the method runs the file's configurations")
     if args.configs is not None and not os.path.isfile(args.configs):
@@ -131,9 +168,12 @@ def get_args(argv=None):
         args.methods = [m for m in args.methods if method_of(m) in ("sdpa-mask", "sdpa-nomask", "reference")]
         args.methods += [] if "reference" in args.methods else ["reference"]
     if not torch.cuda.is_available() and any(method_of(m) in ("ours", "ours-swept", "flex") for m in args.methods):
-        p.error("ours and flex train on CUDA only (flex has no CPU backward): on a CPU use --smoke, or "
-                "--methods reference,sdpa-mask,sdpa-nomask")
+        p.error(
+            "ours and flex train on CUDA only (flex has no CPU backward): on a CPU use --smoke, or "
+            "--methods reference,sdpa-mask,sdpa-nomask"
+        )
     from core.guards import unwritable
+
     if args.json and unwritable(args.json, "--json"):
         p.error(unwritable(args.json, "--json"))
     return args
@@ -141,6 +181,7 @@ def get_args(argv=None):
 
 # -----------------------------------------------------------------------------
 # the batches and the model
+
 
 def batches_and_model(args, device):
     """(micro-batches of one step, a function making a fresh model, the tokenizer)."""
@@ -150,6 +191,7 @@ def batches_and_model(args, device):
     from core.unilm.pmlm import pmlm_batch
     from core.tokenizer import cached_tokenizer
     from core.training import TOKENIZER_CACHE
+
     texts = pretraining_texts()[0]
     tok, _ = cached_tokenizer(texts, 8000, TOKENIZER_CACHE)
     if args.objective == "pmlm":
@@ -159,8 +201,9 @@ def batches_and_model(args, device):
     else:
         from core.unilm.seq2seq import seq2seq_batch
         from core.tasks import load_split
+
         train = load_split("summarize", "train", None, None, None)
-        src, tgt = tok.encode(train.sources[:args.examples]), tok.encode(train.targets[:args.examples])
+        src, tgt = tok.encode(train.sources[: args.examples]), tok.encode(train.targets[: args.examples])
         n = min(args.examples, len(src))
         make = lambda ix: seq2seq_batch([(src[i], tgt[i]) for i in ix], tok, 78, 24)
     micro = [make(list(range(i, min(n, i + args.micro_batch)))) for i in range(0, n, args.micro_batch)]
@@ -169,6 +212,7 @@ def batches_and_model(args, device):
     def fresh():
         torch.manual_seed(0)
         return UnifiedLM(cfg).to(device)
+
     return micro, fresh, cfg
 
 
@@ -176,6 +220,7 @@ def step_flops(micro, cfg, n_params_nonemb):
     """(the FLOPs of one step (module docstring), its input tokens, its visible pairs, the FLOPs with
     every pair of the padded micro-batches computed)."""
     from kernels import reference
+
     tokens = sum(b.n_tokens for b in micro)
     predicted = sum(int((b.target != -100).sum()) for b in micro)
     pairs = sum(int(reference.visible(b.kind, b.step, b.kind, b.step, b.valid).sum()) for b in micro)
@@ -188,11 +233,13 @@ def step_flops(micro, cfg, n_params_nonemb):
 def loss_fn(args):
     from core.unilm.pmlm import pmlm_loss_sums
     from core.unilm.seq2seq import seq2seq_loss_sums
+
     return pmlm_loss_sums if args.objective == "pmlm" else seq2seq_loss_sums
 
 
 # -----------------------------------------------------------------------------
 # one method
+
 
 def sync(device):
     if device.type == "cuda":
@@ -213,6 +260,7 @@ class Method:
         from core.training import StepStats, compile_model
         from bench.step import train_step
         from bench.attention_cases import read_configs
+
         self.name, self.mode, self.device = method, mode_of(method), device
         # the Triton attention's launch tuning: ours-swept the file's, every other method the default
         self.tuning = read_configs(args.configs) if method_of(method) == "ours-swept" else None
@@ -232,8 +280,19 @@ class Method:
         self.train_step, self.seconds, self.warmup_s, self.cpu_seconds = train_step, [], 0.0, []
 
     def one(self):
-        self.window.add(self.train_step(self.call, self.model, self.optimizer, self.micro, self.loss_sums, self.d,
-                                        step=self.step, lr=self.lr(self.step)), self.step)
+        self.window.add(
+            self.train_step(
+                self.call,
+                self.model,
+                self.optimizer,
+                self.micro,
+                self.loss_sums,
+                self.d,
+                step=self.step,
+                lr=self.lr(self.step),
+            ),
+            self.step,
+        )
         self.step += 1
 
     def run(self, steps):
@@ -251,18 +310,27 @@ class Method:
     def timing(self, per_round):
         """The method's time so far: its mean step time over the rounds run, and each round's; on a CPU
         also in processor time (module docstring)."""
-        out = dict(method=self.name, backend=METHODS[method_of(self.name)], mode=self.mode, warmup_s=self.warmup_s,
-                   step_ms=1e3 * sum(self.seconds) / (per_round * len(self.seconds)),
-                   round_ms=[1e3 * s / per_round for s in self.seconds])
+        out = dict(
+            method=self.name,
+            backend=METHODS[method_of(self.name)],
+            mode=self.mode,
+            warmup_s=self.warmup_s,
+            step_ms=1e3 * sum(self.seconds) / (per_round * len(self.seconds)),
+            round_ms=[1e3 * s / per_round for s in self.seconds],
+        )
         if self.device.type == "cpu":
             timed = self.cpu_seconds[1:]  # the first is the warm-up's
-            out.update(warmup_cpu_s=self.cpu_seconds[0], step_cpu_ms=1e3 * sum(timed) / (per_round * len(timed)),
-                       round_cpu_ms=[1e3 * s / per_round for s in timed])
+            out.update(
+                warmup_cpu_s=self.cpu_seconds[0],
+                step_cpu_ms=1e3 * sum(timed) / (per_round * len(timed)),
+                round_cpu_ms=[1e3 * s / per_round for s in timed],
+            )
         return out
 
     def row(self, per_round):
         """The method's row after every round: its timing, loss, and the kernels and sync checks."""
         from bench.common import attention_backend
+
         stats, skipped, _ = self.window.read()
         row = dict(self.timing(per_round), loss=stats["loss"] / stats["norm"], skipped=skipped)
         with self.backend():
@@ -322,6 +390,7 @@ def measure_all(args, micro, fresh, device, dtype, report, pad_id=0):
 def processor_seconds():
     """User and system seconds of this process and of its children waited for (a compiler's)."""
     import resource
+
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
@@ -331,6 +400,7 @@ def kernels_of(one, device, top=16):
     milliseconds each took in the step (where the step's time went), and the total of every
     kernel's time in the step (on a CPU, of every operator's own time)."""
     from torch.profiler import ProfilerActivity, profile
+
     acts = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
     with profile(activities=acts) as prof:
         one()
@@ -363,21 +433,34 @@ def ratio_base(rows):
 
 # -----------------------------------------------------------------------------
 
+
 def environment(device):
     import triton
+
     name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "CPU"
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
-    return dict(device=name, torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
-                commit=commit, date=datetime.date.today().isoformat())
+    return dict(
+        device=name,
+        torch=torch.__version__,
+        triton=triton.__version__,
+        python=platform.python_version(),
+        commit=commit,
+        date=datetime.date.today().isoformat(),
+    )
 
 
 def main(argv=None):
     args = get_args(argv)
     from core.distributed import resolve_dtype
+
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = resolve_dtype("auto", device)
     micro, fresh, cfg = batches_and_model(args, device)
@@ -388,20 +471,36 @@ def main(argv=None):
     flops, tokens, pairs, dense_flops = step_flops(micro, cfg, n_params - n_emb)
     env = environment(device)
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in env["device"]), None)
-    print(f"{args.model} {args.objective} step: {tokens:,} input tokens in {len(micro)} micro-batches, "
-          f"{n_params / 1e6:.1f}M parameters, {flops / 1e12:.2f} TFLOP a step ({dense_flops / 1e12:.2f} with every "
-          f"pair computed: FLOP ratio {dense_flops / flops:.2f}); {env['device']}, {str(dtype)[6:]}")
-    out = dict(env, command=shlex.join([sys.executable.split("/")[-1]] + sys.argv), model=args.model,
-               objective=args.objective, tokens_per_step=tokens, visible_pairs=pairs, flops_per_step=flops,
-               dense_flops_per_step=dense_flops,
-               flop_count="6 x non-embedding parameters x input tokens + 6 x V x C x predicted tokens + "
-                          "12 x C x visible pairs x layers", peak_tflops=peak, dtype=str(dtype)[6:],
-               rounds=args.rounds, timed_steps=args.steps // args.rounds * args.rounds, rows=[])
+    print(
+        f"{args.model} {args.objective} step: {tokens:,} input tokens in {len(micro)} micro-batches, "
+        f"{n_params / 1e6:.1f}M parameters, {flops / 1e12:.2f} TFLOP a step ({dense_flops / 1e12:.2f} with every "
+        f"pair computed: FLOP ratio {dense_flops / flops:.2f}); {env['device']}, {str(dtype)[6:]}"
+    )
+    out = dict(
+        env,
+        command=shlex.join([sys.executable.split("/")[-1]] + sys.argv),
+        model=args.model,
+        objective=args.objective,
+        tokens_per_step=tokens,
+        visible_pairs=pairs,
+        flops_per_step=flops,
+        dense_flops_per_step=dense_flops,
+        flop_count="6 x non-embedding parameters x input tokens + 6 x V x C x predicted tokens + "
+        "12 x C x visible pairs x layers",
+        peak_tflops=peak,
+        dtype=str(dtype)[6:],
+        rounds=args.rounds,
+        timed_steps=args.steps // args.rounds * args.rounds,
+        rows=[],
+    )
     if args.configs:  # what ours-swept ran, beside what ours ran (the plan's own)
         from kernels.attention_plan import CUDA_CONFIGS, TUNING
+
         with open(args.configs) as f:
-            out.update(swept_configs=json.load(f),
-                       plan_configs=dict({str(D): list(c) for D, c in CUDA_CONFIGS.items()}, fused_dq=TUNING.fused_dq))
+            out.update(
+                swept_configs=json.load(f),
+                plan_configs=dict({str(D): list(c) for D, c in CUDA_CONFIGS.items()}, fused_dq=TUNING.fused_dq),
+            )
 
     def report(rows, final):
         for row in rows:
@@ -412,22 +511,30 @@ def main(argv=None):
         for row in rows:
             row["base_over"] = base["tokens_per_s"] / row["tokens_per_s"]
         if not final:
-            print(f"  round {len(rows[0]['round_ms'])}: " +
-                  ", ".join(f"{r['method']} {r['round_ms'][-1]:.1f} ms" for r in rows), flush=True)
+            print(
+                f"  round {len(rows[0]['round_ms'])}: "
+                + ", ".join(f"{r['method']} {r['round_ms'][-1]:.1f} ms" for r in rows),
+                flush=True,
+            )
         for row in rows if final else []:
             spread = ", ".join(f"{ms:.1f}" for ms in row["round_ms"])
-            print(f"  {row['method']:<12} {row['step_ms']:9.1f} ms a step (rounds {spread}), "
-                  f"{row['tokens_per_s']:>10,.0f} tokens/s, {row['tflops']:.1f} TFLOP/s" +
-                  (f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] else "") +
-                  f"; kernels {row['kernel_total_ms']:.1f} ms of a step; {row['attention']}; "
-                  f"host syncs: {row['host_syncs']}", flush=True)
+            print(
+                f"  {row['method']:<12} {row['step_ms']:9.1f} ms a step (rounds {spread}), "
+                f"{row['tokens_per_s']:>10,.0f} tokens/s, {row['tflops']:.1f} TFLOP/s"
+                + (f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] else "")
+                + f"; kernels {row['kernel_total_ms']:.1f} ms of a step; {row['attention']}; "
+                f"host syncs: {row['host_syncs']}",
+                flush=True,
+            )
         out.update(rows=rows, complete=final, failed=dict(FAILED))
         if args.json:  # after every round: a run cut short keeps its timings
             write_json(args.json, out)
 
     rows = measure_all(args, micro, fresh, device, dtype, report, cfg.pad_id)
-    print(f"{out['ratio_base']}'s tokens/s over each method's (above 1: {out['ratio_base']} is faster): " +
-          ", ".join(f"{r['method']} {r['base_over']:.2f}x" for r in rows))
+    print(
+        f"{out['ratio_base']}'s tokens/s over each method's (above 1: {out['ratio_base']} is faster): "
+        + ", ".join(f"{r['method']} {r['base_over']:.2f}x" for r in rows)
+    )
     if args.json:
         print(f"wrote {args.json}")
     return out

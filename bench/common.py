@@ -1,12 +1,15 @@
 """What the benchmarks share: the device, and a timer that is fair on both kinds of device."""
+
 import os
 import statistics
 import sys
 import time
 
 if __name__ == "__main__" and not __package__:  # a module the benchmarks import
-    sys.exit("error: bench/common.py is a module the benchmarks import, with nothing to run: "
-             "run one of them, as python -m bench.bench_step (--help)")
+    sys.exit(
+        "error: bench/common.py is a module the benchmarks import, with nothing to run: "
+        "run one of them, as python -m bench.bench_step (--help)"
+    )
 
 import torch
 
@@ -19,6 +22,7 @@ def bench(fn, reps):
     on a CPU the median of `reps` runs after one warm-up."""
     if CUDA:
         from triton.testing import do_bench
+
         return do_bench(fn, warmup=25, rep=100)
     fn()
     times = []
@@ -35,10 +39,11 @@ def check_flags(p, args, positive=(), at_least=None, outputs=("json",), inputs=(
     at least `at_least[name]`; the files `outputs` writable (core.guards.unwritable), the files
     `inputs` present; `--device cuda` only where torch has CUDA."""
     from core.guards import unwritable
+
     flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
     lows = dict({name: 1 for name in positive}, **(at_least or {}))
     for name, low in lows.items():
-        for v in (getattr(args, name) if isinstance(getattr(args, name), list) else [getattr(args, name)]):
+        for v in getattr(args, name) if isinstance(getattr(args, name), list) else [getattr(args, name)]:
             if v is not None and v < low:
                 p.error(f"{flag(name)} {v}: must be at least {low}")
     for name in outputs:
@@ -56,6 +61,7 @@ def check_flags(p, args, positive=(), at_least=None, outputs=("json",), inputs=(
 def precision(args, device):
     """bf16 autocast on CUDA (what eval.py's --dtype auto runs there) unless --dtype float32."""
     import contextlib
+
     if device.type == "cuda" and args.dtype == "bfloat16":
         return torch.autocast("cuda", torch.bfloat16)
     return contextlib.nullcontext()
@@ -65,6 +71,7 @@ def write_json(path, out):
     """`out` to `path` as JSON, whole or not at all: a benchmark writes it after each part, so that a
     run cut short keeps what it finished."""
     import json
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path + ".tmp", "w") as f:
         json.dump(out, f, indent=1)
@@ -81,10 +88,21 @@ def attention_backend(method, kernels):
     if method.startswith("reference"):
         return "reference (PyTorch operators)"
     if method.startswith("flex"):
-        return "FlexAttention, fused (Triton)" if "flex" in names and ("triton" in names or "tem" in names) \
+        return (
+            "FlexAttention, fused (Triton)"
+            if "flex" in names and ("triton" in names or "tem" in names)
             else "FlexAttention, unfused or not found"
-    found = [label for key, label in (("cutlass", "memory-efficient (CUTLASS)"), ("efficient_attention",
-                                                                                  "memory-efficient"),
-                                      ("cudnn", "cuDNN"), ("flash_attention_for_cpu", "CPU flash"),
-                                      ("flash", "flash"), ("math", "math")) if key in names]
+        )
+    found = [
+        label
+        for key, label in (
+            ("cutlass", "memory-efficient (CUTLASS)"),
+            ("efficient_attention", "memory-efficient"),
+            ("cudnn", "cuDNN"),
+            ("flash_attention_for_cpu", "CPU flash"),
+            ("flash", "flash"),
+            ("math", "math"),
+        )
+        if key in names
+    ]
     return "SDPA, " + (found[0] if found else "kernel not among the top ones")

@@ -1,13 +1,16 @@
 """bench_early_exit.py --graphs: ELMER's decoder pass at static shapes (core/elmer/exit_pass.py) and its CUDA
 graphs against the loop of before, at batch 1 and the larger batches, with the time of each captured
 step; the rows and the targets its --json writes."""
+
 import statistics
 import sys
 import time
 
 if __name__ == "__main__" and not __package__:  # a module the benchmarks import
-    sys.exit("error: bench/exit_graphs.py is a module the benchmarks import, with nothing to run: "
-             "run one of them, as python -m bench.bench_step (--help)")
+    sys.exit(
+        "error: bench/exit_graphs.py is a module the benchmarks import, with nothing to run: "
+        "run one of them, as python -m bench.bench_step (--help)"
+    )
 
 import torch
 
@@ -17,17 +20,21 @@ from core.elmer.model import ELMER
 from core.elmer.exit_decode import decode_exit
 from core.timing import clock
 
+
 def graphs_rows(args, device):
     from core.elmer.exit_pass import MASKED_MAX_TOKENS, masked_pass
+
     cfg = preset(args.model, vocab_size=args.vocab, n_layers=args.layers, n_dec_layers=args.layers, dropout=0.0)
     torch.manual_seed(0)
     model = ELMER(cfg, dec_len=args.dec_len).to(device).eval()
     T, L = args.dec_len, args.layers
     g = torch.Generator().manual_seed(0)
     out = dict(rows=[], targets=[])
-    print(f"\n## The static-shape pass ({device.type}, {args.model} {L}L-{L}L, vocab {args.vocab}, T {T}, source "
-          f"{args.src}, {args.dtype if device.type == 'cuda' else 'float32'}): decoder time per pass, ms (median of "
-          f"{args.repeats})\n")
+    print(
+        f"\n## The static-shape pass ({device.type}, {args.model} {L}L-{L}L, vocab {args.vocab}, T {T}, source "
+        f"{args.src}, {args.dtype if device.type == 'cuda' else 'float32'}): decoder time per pass, ms (median of "
+        f"{args.repeats})\n"
+    )
     print("| batch | what | ms | / reference | reference |")
     print("|---|---|---|---|---|")
     for B in [args.batch] + [b for b in args.big_batches if b != args.batch]:
@@ -47,11 +54,13 @@ def graphs_rows(args, device):
             return lambda: p.run(memory, valid, plan, lag=lag)
 
         today = timed(lambda: decode_exit(model, memory, valid, T, 0.0, layout="gather"))
-        rows = {"today: decoder_loop, exit disabled": today,
-                "masked, exit disabled, eager": timed(lambda: decode_exit(model, memory, valid, T, 0.0, layout="masked",
-                                                                          graphs=False)),
-                "masked, exit disabled, graphs": timed(lambda: decode_exit(model, memory, valid, T, 0.0,
-                                                                           layout="masked"))}
+        rows = {
+            "today: decoder_loop, exit disabled": today,
+            "masked, exit disabled, eager": timed(
+                lambda: decode_exit(model, memory, valid, T, 0.0, layout="masked", graphs=False)
+            ),
+            "masked, exit disabled, graphs": timed(lambda: decode_exit(model, memory, valid, T, 0.0, layout="masked")),
+        }
         disabled = rows["masked, exit disabled, graphs"]
         rows["masked, exit path, nobody leaves early, graphs"] = timed(plan_pass(L, True))
         rows["masked, every token leaves at layer 1, graphs"] = timed(plan_pass(1, True))
@@ -61,32 +70,51 @@ def graphs_rows(args, device):
             if t is None:
                 continue
             ref = today if what.startswith(("today", "masked, exit disabled")) else disabled
-            print(f"| {B} | {what} | {1000 * t:.2f} | {t / ref:.3f} | "
-                  f"{'today' if ref is today else 'masked, exit disabled, graphs'} |", flush=True)
+            print(
+                f"| {B} | {what} | {1000 * t:.2f} | {t / ref:.3f} | "
+                f"{'today' if ref is today else 'masked, exit disabled, graphs'} |",
+                flush=True,
+            )
             out["rows"].append(dict(batch=B, what=what, ms=1000 * t, ratio=t / ref))
         if B == args.batch:
             out["targets"] += [
-                dict(target=f"batch {B}: exit disabled, graphs / today", measured=disabled / today, wanted=0.5,
-                     met=disabled / today <= 0.5),
-                dict(target=f"batch {B}: exit path, nobody leaving early / exit disabled",
-                     measured=rows["masked, exit path, nobody leaves early, graphs"] / disabled, wanted=1.05,
-                     met=rows["masked, exit path, nobody leaves early, graphs"] / disabled <= 1.05),
-                dict(target=f"batch {B}: every token at layer 1 / exit disabled",
-                     measured=rows["masked, every token leaves at layer 1, graphs"] / disabled, wanted=0.35,
-                     met=rows["masked, every token leaves at layer 1, graphs"] / disabled <= 0.35)]
-        print(f"| {B} | (decode_exit picks {'masked' if B * T <= MASKED_MAX_TOKENS else 'gathered'} here: "
-              f"MASKED_MAX_TOKENS {MASKED_MAX_TOKENS}) | | | |")
+                dict(
+                    target=f"batch {B}: exit disabled, graphs / today",
+                    measured=disabled / today,
+                    wanted=0.5,
+                    met=disabled / today <= 0.5,
+                ),
+                dict(
+                    target=f"batch {B}: exit path, nobody leaving early / exit disabled",
+                    measured=rows["masked, exit path, nobody leaves early, graphs"] / disabled,
+                    wanted=1.05,
+                    met=rows["masked, exit path, nobody leaves early, graphs"] / disabled <= 1.05,
+                ),
+                dict(
+                    target=f"batch {B}: every token at layer 1 / exit disabled",
+                    measured=rows["masked, every token leaves at layer 1, graphs"] / disabled,
+                    wanted=0.35,
+                    met=rows["masked, every token leaves at layer 1, graphs"] / disabled <= 0.35,
+                ),
+            ]
+        print(
+            f"| {B} | (decode_exit picks {'masked' if B * T <= MASKED_MAX_TOKENS else 'gathered'} here: "
+            f"MASKED_MAX_TOKENS {MASKED_MAX_TOKENS}) | | | |"
+        )
         if B == args.batch and device.type == "cuda":
             try:
                 with torch.no_grad(), precision(args, device):
-                    out["steps"] = step_times(masked_pass(model, B, args.src, T, "plan", 0.0, True), memory, valid,
-                                              args.repeats)
+                    out["steps"] = step_times(
+                        masked_pass(model, B, args.src, T, "plan", 0.0, True), memory, valid, args.repeats
+                    )
             except Exception as e:  # noqa: BLE001  (a breakdown that fails is reported; the rows above stand)
                 print(f"step times: failed ({type(e).__name__}: {str(e)[:200]})", flush=True)
     if out.get("steps"):
-        print(f"\nbatch {args.batch}, the exit path's pass (graphs): each captured step replayed alone (GPU ms, CUDA "
-              "events; and the host time of its replay call), one host read of the stop flag, a whole run with every "
-              "token leaving at layer 1 and its host-side pieces (wall ms)\n\n| step | ms |\n|---|---|")
+        print(
+            f"\nbatch {args.batch}, the exit path's pass (graphs): each captured step replayed alone (GPU ms, CUDA "
+            "events; and the host time of its replay call), one host read of the stop flag, a whole run with every "
+            "token leaving at layer 1 and its host-side pieces (wall ms)\n\n| step | ms |\n|---|---|"
+        )
         for name, ms in out["steps"].items():
             print(f"| {name} | {ms:.3f} |")
     print("\n| target | measured | wanted | met |\n|---|---|---|---|")
@@ -124,11 +152,14 @@ def step_times(p, memory, valid, repeats):
         syncs.append(1000 * (time.perf_counter() - t0))
     out["host read of the stop flag"] = statistics.median(syncs)
     plan = torch.ones(p.B * p.T, dtype=torch.long, device=memory.device)
-    for what, fn in (("run() with every token leaving at layer 1, wall", lambda: p.run(memory, valid, plan)),
-                     ("its copies of the inputs, host", lambda: (p.memory.copy_(memory), p.src_valid.copy_(valid),
-                                                                p.plan.copy_(plan))),
-                     ("its clones of the outputs, host", lambda: (p.tokens.clone(), p.layer_of.clone(),
-                                                                  p.entropies.clone()))):
+    for what, fn in (
+        ("run() with every token leaving at layer 1, wall", lambda: p.run(memory, valid, plan)),
+        (
+            "its copies of the inputs, host",
+            lambda: (p.memory.copy_(memory), p.src_valid.copy_(valid), p.plan.copy_(plan)),
+        ),
+        ("its clones of the outputs, host", lambda: (p.tokens.clone(), p.layer_of.clone(), p.entropies.clone())),
+    ):
         walls = []
         for _ in range(repeats):
             torch.cuda.synchronize()

@@ -40,6 +40,7 @@ benchmark, which can take most of a call. Every part keeps Triton's and Inductor
 checkpoints/ on this side and name the folder in the device call's `carry`, and the next machine
 starts with them.
 """
+
 import argparse
 import importlib.util
 import json
@@ -52,8 +53,16 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
 
 from bench.common import write_json
 from bench.gpu_profile import H100_BF16_TFLOPS, part_profile
-from bench.gpu_lease import (Report, environment, missing_here, pack_cache, print_wheels, timed_steps, use_cache,
-                             wheel_commands)
+from bench.gpu_lease import (
+    Report,
+    environment,
+    missing_here,
+    pack_cache,
+    print_wheels,
+    timed_steps,
+    use_cache,
+    wheel_commands,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,60 +70,106 @@ PARTS = ("tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "de
 # where --part speed leaves the fastest blocks of its sweep for --part decode (an ignored folder: it
 # stays on a machine kept warm between the two calls)
 SWEPT = "checkpoints/gpu-swept-configs.json"
-KERNEL_TESTS = ["tests/test_attention_layouts.py", "tests/test_attention_launch.py", "tests/test_attention_in_model.py",
-                "tests/test_attention_rule.py", "tests/test_early_exit.py", "tests/test_compile.py"]
+KERNEL_TESTS = [
+    "tests/test_attention_layouts.py",
+    "tests/test_attention_launch.py",
+    "tests/test_attention_in_model.py",
+    "tests/test_attention_rule.py",
+    "tests/test_early_exit.py",
+    "tests/test_compile.py",
+]
 # every benchmark, its arguments, and the target its header (or bench/RESULTS.md) sets
 BENCHES = [
-    ("bench.bench_attention", [], "a layer's fwd+bwd with setup once a step >= 1.5x SDPA with a dense mask and >= "
-                                     "1.0x a Flex shown fused; TFLOP/s on computed tiles >= 0.65x SDPA without a mask"),
+    (
+        "bench.bench_attention",
+        [],
+        "a layer's fwd+bwd with setup once a step >= 1.5x SDPA with a dense mask and >= "
+        "1.0x a Flex shown fused; TFLOP/s on computed tiles >= 0.65x SDPA without a mask",
+    ),
     ("bench.bench_gather", [], "gather / scatter >= 2.5 TB/s at 4k+ tokens x 768, bf16"),
     ("bench.bench_offramp", [], "fused off-ramp >= 2x the PyTorch chain"),
-    ("bench.bench_early_exit", ["--model", "base", "--forced", "--ar"],
-     "forced exits: every time ratio between its FLOP ratio and 1.1x it (below it: a measurement bug); "
-     "NAR one pass >= 10x lower latency than AR beam 4"),
-    ("bench.bench_decoders", ["--model", "base"], "Mask-Predict at batch 1 under CUDA graphs >= 2x its eager "
-                                                     "decoding, the same tokens"),
+    (
+        "bench.bench_early_exit",
+        ["--model", "base", "--forced", "--ar"],
+        "forced exits: every time ratio between its FLOP ratio and 1.1x it (below it: a measurement bug); "
+        "NAR one pass >= 10x lower latency than AR beam 4",
+    ),
+    (
+        "bench.bench_decoders",
+        ["--model", "base"],
+        "Mask-Predict at batch 1 under CUDA graphs >= 2x its eager decoding, the same tokens",
+    ),
     # at --budget gpu's micro-batch (64 x 128 tokens), the step whose dtype `auto` picks there: the
     # default 32 x 128 step is too short on a GPU for bf16 to show (bench/RESULTS.md)
-    ("bench.bench_dtype", ["--repeats", "6", "--micro-batch", "64"],
-     "bf16 autocast >= 1.5x the tokens/s of float32, losses equal to 2 digits"),
-    ("bench.bench_mlae_encoder", ["--model", "base"],
-     "encoder on unmasked tokens faster than on all (no set ratio)"),
-    ("bench.bench_step", [],
-     "base PMLM step at >= 64k tokens: ours >= 1.10x the tokens/s of SDPA with a dense mask, "
-                                "MFU >= 30% of the bf16 peak, no host sync"),
+    (
+        "bench.bench_dtype",
+        ["--repeats", "6", "--micro-batch", "64"],
+        "bf16 autocast >= 1.5x the tokens/s of float32, losses equal to 2 digits",
+    ),
+    ("bench.bench_mlae_encoder", ["--model", "base"], "encoder on unmasked tokens faster than on all (no set ratio)"),
+    (
+        "bench.bench_step",
+        [],
+        "base PMLM step at >= 64k tokens: ours >= 1.10x the tokens/s of SDPA with a dense mask, "
+        "MFU >= 30% of the bf16 peak, no host sync",
+    ),
     # trained summarizers: the runner's (python -m reproduce --budget gpu) checkpoints, AR first
-    ("bench.bench_latency",
-     [f"checkpoints/reproduce-gpu/{r}/best.pt" for r in ("sum-t5", "elmer-hard", "nar-mlae-b")],
-     "ELMER one pass and Mask-Predict faster than AR beam 5 at batch 1, one pass faster than Mask-Predict"),
+    (
+        "bench.bench_latency",
+        [f"checkpoints/reproduce-gpu/{r}/best.pt" for r in ("sum-t5", "elmer-hard", "nar-mlae-b")],
+        "ELMER one pass and Mask-Predict faster than AR beam 5 at batch 1, one pass faster than Mask-Predict",
+    ),
 ]
 BUDGET, ALL_BUDGET = 540.0, 480.0  # seconds: a part of a 10-minute call; --part all, 8 minutes
 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--part", choices=PARTS + ("all",),
-                   help="what to check (all: the one prepared call, at most 8 minutes)")
-    p.add_argument("--out", default=None,
-                   help="directory for results.md, gpu_check.log and the parts' files (default gpu_check; --part "
-                        "all: results/<device>-<date>)")
-    p.add_argument("--tiny", action="store_true",
-                   help="--part all at tiny shapes, on a CPU too: the plumbing only, no measurement")
-    p.add_argument("--wheels", action="store_true",
-                   help="print the wheels a GPU image needs and the commands; runs anywhere")
+    p.add_argument(
+        "--part", choices=PARTS + ("all",), help="what to check (all: the one prepared call, at most 8 minutes)"
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="directory for results.md, gpu_check.log and the parts' files (default gpu_check; --part "
+        "all: results/<device>-<date>)",
+    )
+    p.add_argument(
+        "--tiny", action="store_true", help="--part all at tiny shapes, on a CPU too: the plumbing only, no measurement"
+    )
+    p.add_argument(
+        "--wheels", action="store_true", help="print the wheels a GPU image needs and the commands; runs anywhere"
+    )
     p.add_argument("--steps", type=int, default=200, help="pmlm: training steps per backend")
-    p.add_argument("--data", default=None,
-                   help="pmlm: pretraining text (default: the embedded corpus; carry data/cache "
-                                                "to skip training its tokenizer there)")
-    p.add_argument("--loss-tolerance", type=float, default=0.05,
-                   help="pmlm: largest |loss difference| between the backends at any step (bf16 autocast)")
-    p.add_argument("--elmer-ckpt", default="checkpoints/reproduce-cpu/elmer-hard-scratch/best.pt",
-                   help="decode: a fine-tuned ELMER to time its learnt exit (carry it: it is ignored by git)")
-    p.add_argument("--cache", default="checkpoints/gpu-cache",
-                   help="Triton's and Inductor's compilation caches, kept here and packed into OUT/gpu-cache.tgz")
-    p.add_argument("--budget", type=float, default=None,
-                   help=f"speed, decode, all: seconds the part may take in all (all: {ALL_BUDGET:.0f} unless given); a "
-                        "step that would start too late is skipped, one that runs too long is stopped")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="pmlm: pretraining text (default: the embedded corpus; carry data/cache "
+        "to skip training its tokenizer there)",
+    )
+    p.add_argument(
+        "--loss-tolerance",
+        type=float,
+        default=0.05,
+        help="pmlm: largest |loss difference| between the backends at any step (bf16 autocast)",
+    )
+    p.add_argument(
+        "--elmer-ckpt",
+        default="checkpoints/reproduce-cpu/elmer-hard-scratch/best.pt",
+        help="decode: a fine-tuned ELMER to time its learnt exit (carry it: it is ignored by git)",
+    )
+    p.add_argument(
+        "--cache",
+        default="checkpoints/gpu-cache",
+        help="Triton's and Inductor's compilation caches, kept here and packed into OUT/gpu-cache.tgz",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help=f"speed, decode, all: seconds the part may take in all (all: {ALL_BUDGET:.0f} unless given); a "
+        "step that would start too late is skipped, one that runs too long is stopped",
+    )
     args = p.parse_args(argv)
     if not args.wheels and args.part is None:
         p.error("give --part (or --wheels)")
@@ -132,15 +187,18 @@ def get_args(argv=None):
 # -----------------------------------------------------------------------------
 # the parts
 
+
 def part_tests(rep, files):
     """The suite on CUDA: the Triton backend is what 'auto' picks on a GPU (TRITON_INTERPRET unset)."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"] + files
     status, out, secs = rep.run(cmd, env={"TRITON_INTERPRET": "0"})
     summary = [l for l in out.strip().splitlines() if " passed" in l or " failed" in l or " error" in l][-1:]
     failed = [l for l in out.splitlines() if l.startswith(("FAILED", "ERROR"))]
-    rep.rows(f"tests on CUDA: {' '.join(os.path.basename(f) for f in files) if len(files) < 5 else 'the rest'}",
-             ["status", "summary", "seconds"], [[status, summary[0] if summary else "-", f"{secs:.0f}"]] +
-             [["", f, ""] for f in failed[:20]])
+    rep.rows(
+        f"tests on CUDA: {' '.join(os.path.basename(f) for f in files) if len(files) < 5 else 'the rest'}",
+        ["status", "summary", "seconds"],
+        [[status, summary[0] if summary else "-", f"{secs:.0f}"]] + [["", f, ""] for f in failed[:20]],
+    )
 
 
 def part_bench(rep):
@@ -148,52 +206,91 @@ def part_bench(rep):
     for script, extra, target in BENCHES:
         absent = [a for a in extra if a.endswith(".pt") and not os.path.exists(os.path.join(ROOT, a))]
         if absent:  # a benchmark of trained models, before the runner made them
-            rows.append([script, target, "not run", "0", f"{absent[0]} missing: run "
-                         "python -m reproduce --budget gpu first, then this part again"])
+            rows.append(
+                [
+                    script,
+                    target,
+                    "not run",
+                    "0",
+                    f"{absent[0]} missing: run python -m reproduce --budget gpu first, then this part again",
+                ]
+            )
             continue
         status, out, secs = rep.run([sys.executable, "-m", script] + extra)
         tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]
-        rows.append([script + " " + " ".join(extra), target, status, f"{secs:.0f}",
-                     tail[0].replace("|", "/")[:120]])
-    rep.rows("benchmarks (full tables in gpu_check.log)", ["benchmark", "target", "status", "seconds", "last line"],
-             rows)
+        rows.append([script + " " + " ".join(extra), target, status, f"{secs:.0f}", tail[0].replace("|", "/")[:120]])
+    rep.rows(
+        "benchmarks (full tables in gpu_check.log)", ["benchmark", "target", "status", "seconds", "last line"], rows
+    )
 
 
 def part_pmlm(rep, args):
     """`small` PMLM for --steps steps through each backend, same seed and data: loss curves, tokens/s, MFU."""
     from core.config import preset
     from core.model import UnifiedLM, count_parameters
+
     n_params = count_parameters(UnifiedLM(preset("small", vocab_size=8000)))
     if args.data is None:  # train.py's tokenizer, trained once into data/cache outside the runs' time limits
         from core.data import pretraining_texts
         from core.tokenizer import cached_tokenizer
         from core.training import TOKENIZER_CACHE
+
         t0 = time.time()
         cached_tokenizer(pretraining_texts()[0], 8000, TOKENIZER_CACHE)
         print(f"tokenizer ready ({time.time() - t0:.0f}s; a call that ran out of time finds it cached)", flush=True)
     curves, rows = {}, []
     for backend in ("triton", "reference"):
         out = os.path.join(args.out, f"pmlm-{backend}")
-        cmd = [sys.executable, "train.py", "--model", "small", "--steps", str(args.steps), "--out", out, "--overwrite",
-               "--log-every", "10", "--eval-every", str(args.steps), "--device", "cuda"]
-        status, _, secs = rep.run(cmd + (["--data", args.data] if args.data else []),
-                                  env={"ATTENTION_BACKEND": backend}, timeout=280)
-        log = [json.loads(l)
-               for l in open(os.path.join(out, "log.jsonl"))] if os.path.exists(os.path.join(out, "log.jsonl")) else []
+        cmd = [
+            sys.executable,
+            "train.py",
+            "--model",
+            "small",
+            "--steps",
+            str(args.steps),
+            "--out",
+            out,
+            "--overwrite",
+            "--log-every",
+            "10",
+            "--eval-every",
+            str(args.steps),
+            "--device",
+            "cuda",
+        ]
+        status, _, secs = rep.run(
+            cmd + (["--data", args.data] if args.data else []), env={"ATTENTION_BACKEND": backend}, timeout=280
+        )
+        log = (
+            [json.loads(l) for l in open(os.path.join(out, "log.jsonl"))]
+            if os.path.exists(os.path.join(out, "log.jsonl"))
+            else []
+        )
         steps = [r for r in log if "tokens_per_s" in r]
         curves[backend] = {r["step"]: r["loss"] for r in steps}
         rate = sum(r["tokens_per_s"] for r in steps[1:]) / max(1, len(steps) - 1)  # the first report holds the warm-up
         mfu = 6 * n_params * rate / (H100_BF16_TFLOPS * 1e12)
-        rows.append([backend, status, f"{secs:.0f}", f"{steps[-1]['loss']:.4f}" if steps else "-", f"{rate / 1e3:.1f}k",
-                     f"{mfu:.1%}"])
+        rows.append(
+            [
+                backend,
+                status,
+                f"{secs:.0f}",
+                f"{steps[-1]['loss']:.4f}" if steps else "-",
+                f"{rate / 1e3:.1f}k",
+                f"{mfu:.1%}",
+            ]
+        )
     common = sorted(set(curves["triton"]) & set(curves["reference"]))
     gap = max((abs(curves["triton"][s] - curves["reference"][s]) for s in common), default=float("nan"))
     verdict = "ok" if gap <= args.loss_tolerance else "DIFFERS"
-    rep.rows(f"small PMLM, {args.steps} steps, Triton vs reference (largest loss gap {gap:.4f} over {len(common)} "
-             f"logged steps, tolerance {args.loss_tolerance}: {verdict}); MFU = 6 N tokens/s / {H100_BF16_TFLOPS:.0f} "
-             "TFLOP/s, "
-             f"N = {n_params / 1e6:.1f}M, attention FLOPs not counted",
-             ["backend", "status", "seconds", "final loss", "tokens/s", "MFU"], rows)
+    rep.rows(
+        f"small PMLM, {args.steps} steps, Triton vs reference (largest loss gap {gap:.4f} over {len(common)} "
+        f"logged steps, tolerance {args.loss_tolerance}: {verdict}); MFU = 6 N tokens/s / {H100_BF16_TFLOPS:.0f} "
+        "TFLOP/s, "
+        f"N = {n_params / 1e6:.1f}M, attention FLOPs not counted",
+        ["backend", "status", "seconds", "final loss", "tokens/s", "MFU"],
+        rows,
+    )
 
 
 def part_speed(rep, args):
@@ -203,15 +300,34 @@ def part_speed(rep, args):
     out = os.path.abspath(args.out)
     # the tests compile dozens of kernel variants: in parallel where pytest-xdist is installed
     parallel = ["-n", "8"] if importlib.util.find_spec("xdist") else []
-    steps = [("attention and tile-map tests on CUDA",
-              [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + parallel
-              + ["tests/test_attention_layouts.py", "tests/test_attention_launch.py", "tests/test_tilemap.py"], 150),
-             ("bench_attention.py --sweep (no Flex: next call)",
-              [py, "-m", "bench.bench_attention", "--sweep", "--no-flex", "--json", os.path.join(out, "attention.json"),
-               "--save-configs", SWEPT], 240)]
+    steps = [
+        (
+            "attention and tile-map tests on CUDA",
+            [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+            + parallel
+            + ["tests/test_attention_layouts.py", "tests/test_attention_launch.py", "tests/test_tilemap.py"],
+            150,
+        ),
+        (
+            "bench_attention.py --sweep (no Flex: next call)",
+            [
+                py,
+                "-m",
+                "bench.bench_attention",
+                "--sweep",
+                "--no-flex",
+                "--json",
+                os.path.join(out, "attention.json"),
+                "--save-configs",
+                SWEPT,
+            ],
+            240,
+        ),
+    ]
     rep.rows("speed: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget))
     if os.path.exists(os.path.join(ROOT, SWEPT)):
         import shutil
+
         shutil.copy(os.path.join(ROOT, SWEPT), os.path.join(out, "swept-configs.json"))
 
 
@@ -225,17 +341,53 @@ def part_step(rep, args):
     py = sys.executable
     out = os.path.abspath(args.out)
     three = ["--methods", "ours,sdpa-mask,sdpa-nomask"]
-    steps = [("baselines and step-sync tests on CUDA", [py, "-m", "pytest", "-q", "-rf", "--tb=short", "-p",
-                                                        "no:cacheprovider", "-p", "no:logging",
-                                                        "tests/test_baselines.py", "tests/test_step_syncs.py"], 80),
-             ("bench_step.py: base PMLM, 64k tokens a step", [py, "-m", "bench.bench_step", "--steps", "21"] + three
-              + ["--json", os.path.join(out, "step.json")], 240),
-             ("bench_step.py: base seq2seq fine-tuning", [py, "-m", "bench.bench_step", "--objective", "s2s",
-                                                          "--steps", "9"] + three
-              + ["--json", os.path.join(out, "step-s2s.json")], 120),
-             ("bench_step.py: base PMLM, Flex beside ours", [py, "-m", "bench.bench_step", "--methods", "ours,flex",
-                                                             "--steps", "12", "--json",
-                                                             os.path.join(out, "step-flex.json")], 150)]
+    steps = [
+        (
+            "baselines and step-sync tests on CUDA",
+            [
+                py,
+                "-m",
+                "pytest",
+                "-q",
+                "-rf",
+                "--tb=short",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:logging",
+                "tests/test_baselines.py",
+                "tests/test_step_syncs.py",
+            ],
+            80,
+        ),
+        (
+            "bench_step.py: base PMLM, 64k tokens a step",
+            [py, "-m", "bench.bench_step", "--steps", "21"] + three + ["--json", os.path.join(out, "step.json")],
+            240,
+        ),
+        (
+            "bench_step.py: base seq2seq fine-tuning",
+            [py, "-m", "bench.bench_step", "--objective", "s2s", "--steps", "9"]
+            + three
+            + ["--json", os.path.join(out, "step-s2s.json")],
+            120,
+        ),
+        (
+            "bench_step.py: base PMLM, Flex beside ours",
+            [
+                py,
+                "-m",
+                "bench.bench_step",
+                "--methods",
+                "ours,flex",
+                "--steps",
+                "12",
+                "--json",
+                os.path.join(out, "step-flex.json"),
+            ],
+            150,
+        ),
+    ]
     rep.rows("step: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget))
 
 
@@ -250,22 +402,52 @@ def part_tune(rep, args):
     if os.path.exists(swept):
         os.remove(swept)  # a file left by an older sweep would stand in for this one's
     methods = ["--methods", "ours,ours-swept,sdpa-mask", "--configs", swept]
-    steps = [("bench_attention.py --sweep, PMLM at D 64 (no Flex)",
-              [py, "-m", "bench.bench_attention", "--sweep-only", "--layouts", "pmlm", "--dims", "64",
-               "--no-flex", "--deadline", "150", "--json", os.path.join(out, "sweep.json"), "--save-configs", swept],
-              200)]
+    steps = [
+        (
+            "bench_attention.py --sweep, PMLM at D 64 (no Flex)",
+            [
+                py,
+                "-m",
+                "bench.bench_attention",
+                "--sweep-only",
+                "--layouts",
+                "pmlm",
+                "--dims",
+                "64",
+                "--no-flex",
+                "--deadline",
+                "150",
+                "--json",
+                os.path.join(out, "sweep.json"),
+                "--save-configs",
+                swept,
+            ],
+            200,
+        )
+    ]
     rows = timed_steps(rep, steps, args.budget)
     if not os.path.exists(swept):
         rows.append(["the steps", "skipped (the sweep saved no configuration)", "0", "-"])
     else:
         import shutil
+
         shutil.copy(swept, os.path.join(out, "swept-configs.json"))
-        steps = [("bench_step.py: base PMLM, ours as planned and as swept", [py, "-m", "bench.bench_step", "--steps",
-                                                                            "15"] + methods
-                  + ["--json", os.path.join(out, "step-swept.json")], 200),
-                 ("bench_step.py: base seq2seq, ours as planned and as swept",
-                  [py, "-m", "bench.bench_step", "--objective", "s2s", "--steps", "9"] + methods
-                  + ["--json", os.path.join(out, "step-s2s-swept.json")], 120)]
+        steps = [
+            (
+                "bench_step.py: base PMLM, ours as planned and as swept",
+                [py, "-m", "bench.bench_step", "--steps", "15"]
+                + methods
+                + ["--json", os.path.join(out, "step-swept.json")],
+                200,
+            ),
+            (
+                "bench_step.py: base seq2seq, ours as planned and as swept",
+                [py, "-m", "bench.bench_step", "--objective", "s2s", "--steps", "9"]
+                + methods
+                + ["--json", os.path.join(out, "step-s2s-swept.json")],
+                120,
+            ),
+        ]
         rows += timed_steps(rep, steps, args.budget - sum(float(r[2]) for r in rows))
     rep.rows("tune: steps", ["step", "status", "seconds", "last line"], rows)
 
@@ -278,24 +460,92 @@ def part_decode(rep, args):
     py = sys.executable
     out = os.path.abspath(args.out)
     configs = ["--configs", SWEPT] if os.path.exists(os.path.join(ROOT, SWEPT)) else []
-    steps = [("bench_early_exit.py --graphs (base)", [py, "-m", "bench.bench_early_exit", "--graphs", "--model", "base",
-                                                     "--json", os.path.join(out, "exit.json"), "--repeats", "10"], 70),
-             ("bench_decoders.py (base): Mask-Predict and AR beam (T5, PMLM) eager / static / graphs, ELMER",
-              [py, "-m", "bench.bench_decoders", "--model", "base", "--json", os.path.join(out, "decoders.json")], 90),
-             ("bench_early_exit.py --ckpt (a trained ELMER's exit)",
-              [py, "-m", "bench.bench_early_exit", "--ckpt", args.elmer_ckpt, "--n", "16", "--repeats", "5",
-               "--measures", "classifier", "state", "--thresholds", "classifier=0.6,0.9;state=0.99", "--json",
-               os.path.join(out, "ckpt.json")], 50) if os.path.exists(args.elmer_ckpt) else
-             ("bench_early_exit.py --ckpt (no checkpoint carried)", [py, "-c", f"print('no {args.elmer_ckpt}')"], 5),
-             ("bench_early_exit.py --forced at batch 64 and 256 (base): time ratio against FLOP ratio",
-              [py, "-m", "bench.bench_early_exit", "--forced", "--model", "base", "--forced-batches", "64", "256",
-               "--repeats", "5", "--json", os.path.join(out, "forced.json")], 60),
-             ("bench_offramp.py (V 8000, 50000)", [py, "-m", "bench.bench_offramp", "--vocab", "8000", "50000",
-                                                  "--tokens", "4096", "16384"], 45),
-             ("bench_gather.py (16k x 768)", [py, "-m", "bench.bench_gather", "--tokens", "16384"], 25),
-             ("bench_attention.py with FlexAttention", [py, "-m", "bench.bench_attention", "--json",
-                                                        os.path.join(out, "attention-flex.json"), "--deadline",
-                                                        str(max(30, args.budget - 220))] + configs, args.budget - 180)]
+    steps = [
+        (
+            "bench_early_exit.py --graphs (base)",
+            [
+                py,
+                "-m",
+                "bench.bench_early_exit",
+                "--graphs",
+                "--model",
+                "base",
+                "--json",
+                os.path.join(out, "exit.json"),
+                "--repeats",
+                "10",
+            ],
+            70,
+        ),
+        (
+            "bench_decoders.py (base): Mask-Predict and AR beam (T5, PMLM) eager / static / graphs, ELMER",
+            [py, "-m", "bench.bench_decoders", "--model", "base", "--json", os.path.join(out, "decoders.json")],
+            90,
+        ),
+        (
+            "bench_early_exit.py --ckpt (a trained ELMER's exit)",
+            [
+                py,
+                "-m",
+                "bench.bench_early_exit",
+                "--ckpt",
+                args.elmer_ckpt,
+                "--n",
+                "16",
+                "--repeats",
+                "5",
+                "--measures",
+                "classifier",
+                "state",
+                "--thresholds",
+                "classifier=0.6,0.9;state=0.99",
+                "--json",
+                os.path.join(out, "ckpt.json"),
+            ],
+            50,
+        )
+        if os.path.exists(args.elmer_ckpt)
+        else ("bench_early_exit.py --ckpt (no checkpoint carried)", [py, "-c", f"print('no {args.elmer_ckpt}')"], 5),
+        (
+            "bench_early_exit.py --forced at batch 64 and 256 (base): time ratio against FLOP ratio",
+            [
+                py,
+                "-m",
+                "bench.bench_early_exit",
+                "--forced",
+                "--model",
+                "base",
+                "--forced-batches",
+                "64",
+                "256",
+                "--repeats",
+                "5",
+                "--json",
+                os.path.join(out, "forced.json"),
+            ],
+            60,
+        ),
+        (
+            "bench_offramp.py (V 8000, 50000)",
+            [py, "-m", "bench.bench_offramp", "--vocab", "8000", "50000", "--tokens", "4096", "16384"],
+            45,
+        ),
+        ("bench_gather.py (16k x 768)", [py, "-m", "bench.bench_gather", "--tokens", "16384"], 25),
+        (
+            "bench_attention.py with FlexAttention",
+            [
+                py,
+                "-m",
+                "bench.bench_attention",
+                "--json",
+                os.path.join(out, "attention-flex.json"),
+                "--deadline",
+                str(max(30, args.budget - 220)),
+            ]
+            + configs,
+            args.budget - 180,
+        ),
+    ]
     rep.rows("decode: steps", ["step", "status", "seconds", "last line"], timed_steps(rep, steps, args.budget - 40))
     if args.budget - 40 > 0:
         try:
@@ -306,12 +556,19 @@ def part_decode(rep, args):
 
 # the prepared call's correctness tests on CUDA: the custom operators torch.compile traces, the baselines
 # (the mask's alignment, Flex's backward), the compiled step's graphs and syncs, then the kernels themselves
-ALL_TESTS = ["tests/test_attention_op.py", "tests/test_baselines.py", "tests/test_step_syncs.py",
-             "tests/test_attention_layouts.py", "tests/test_attention_launch.py"]
+ALL_TESTS = [
+    "tests/test_attention_op.py",
+    "tests/test_baselines.py",
+    "tests/test_step_syncs.py",
+    "tests/test_attention_layouts.py",
+    "tests/test_attention_launch.py",
+]
 # (objective, methods, seconds at most) of the prepared call's steps: eager first, then compiled, then graphs, Flex
 # (the slowest to compile) last, so that what a short lease cuts is what matters least
-ALL_STEPS = [("pmlm", "ours,sdpa-mask,sdpa-nomask,ours:compiled,sdpa-mask:compiled,ours:graph,flex", 150),
-             ("s2s", "ours,sdpa-mask,sdpa-nomask,ours:compiled,sdpa-mask:compiled", 90)]
+ALL_STEPS = [
+    ("pmlm", "ours,sdpa-mask,sdpa-nomask,ours:compiled,sdpa-mask:compiled,ours:graph,flex", 150),
+    ("s2s", "ours,sdpa-mask,sdpa-nomask,ours:compiled,sdpa-mask:compiled", 90),
+]
 
 
 def part_all(rep, args):
@@ -323,15 +580,36 @@ def part_all(rep, args):
     command, date). --tiny: the same at tiny shapes, on a CPU too (the smoke sizes, the CPU's methods,
     the interpreter), to test the plumbing."""
     import torch
+
     py, out, t0 = sys.executable, os.path.abspath(args.out), time.time()
     cpu = not torch.cuda.is_available()
     if args.tiny:
-        tests = [("correctness tests (tiny: the mask built once and aligned)",
-                  [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_baselines.py", "-k",
-                   "one_mask_per_forward or padded_once"], 120)]
+        tests = [
+            (
+                "correctness tests (tiny: the mask built once and aligned)",
+                [
+                    py,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    "tests/test_baselines.py",
+                    "-k",
+                    "one_mask_per_forward or padded_once",
+                ],
+                120,
+            )
+        ]
     else:
-        tests = [("correctness tests on CUDA", [py, "-m", "pytest", "-q", "-rf", "--tb=short", "-p", "no:cacheprovider",
-                                                "-p", "no:logging"] + ALL_TESTS, 120)]
+        tests = [
+            (
+                "correctness tests on CUDA",
+                [py, "-m", "pytest", "-q", "-rf", "--tb=short", "-p", "no:cacheprovider", "-p", "no:logging"]
+                + ALL_TESTS,
+                120,
+            )
+        ]
     steps = []
     for objective, methods, cap in ALL_STEPS:
         if args.tiny:  # the CPU's methods, the compiled modes for the PMLM step only
@@ -339,13 +617,25 @@ def part_all(rep, args):
             size = ["--smoke"]
         else:
             size = ["--steps", "6", "--rounds", "3", "--warmup-steps", "3", "--deadline", str(cap - 60)]
-        steps.append((f"bench_step.py: {objective} step, {methods}",
-                      [py, "-m", "bench.bench_step", "--objective", objective, "--methods", methods] + size
-                      + ["--json", os.path.join(out, f"step-{objective}.json")], cap))
+        steps.append(
+            (
+                f"bench_step.py: {objective} step, {methods}",
+                [py, "-m", "bench.bench_step", "--objective", objective, "--methods", methods]
+                + size
+                + ["--json", os.path.join(out, f"step-{objective}.json")],
+                cap,
+            )
+        )
     harness = ["--smoke"] if args.tiny else ["--deadline", "40"]
-    steps.append(("bench_attention.py: the PMLM layout at D 64, the step's rows, no Flex",
-                  [py, "-m", "bench.bench_attention", "--layouts", "pmlm", "--dims", "64", "--no-flex"] + harness
-                  + ["--json", os.path.join(out, "attention.json")], 60))
+    steps.append(
+        (
+            "bench_attention.py: the PMLM layout at D 64, the step's rows, no Flex",
+            [py, "-m", "bench.bench_attention", "--layouts", "pmlm", "--dims", "64", "--no-flex"]
+            + harness
+            + ["--json", os.path.join(out, "attention.json")],
+            60,
+        )
+    )
     env = {"TRITON_INTERPRET": "1"} if cpu else None
     if args.tiny:  # the plumbing: no step's cap but the budget (a loaded CPU is slow)
         steps = [(title, cmd, args.budget) for title, cmd, _ in steps]
@@ -364,6 +654,7 @@ def part_all(rep, args):
 def default_out(args, device_name):
     """--out, or for --part all results/<device>-<date> (an H200: results/h200-2026-12-01)."""
     import re
+
     if args.out:
         return args.out
     if args.part != "all":
@@ -372,16 +663,25 @@ def default_out(args, device_name):
     return os.path.join(ROOT, "results", f"{found.group(1).lower() if found else 'gpu'}-{time.strftime('%Y-%m-%d')}")
 
 
-RUNS = {"tests-kernels": lambda rep, args: part_tests(rep, KERNEL_TESTS),
-        "tests-rest": lambda rep, args: part_tests(rep, other_tests()),
-        "bench": lambda rep, args: part_bench(rep),
-        "profile": lambda rep, args: part_profile(rep),
-        "pmlm": part_pmlm, "speed": part_speed, "decode": part_decode, "step": part_step, "tune": part_tune}
+RUNS = {
+    "tests-kernels": lambda rep, args: part_tests(rep, KERNEL_TESTS),
+    "tests-rest": lambda rep, args: part_tests(rep, other_tests()),
+    "bench": lambda rep, args: part_bench(rep),
+    "profile": lambda rep, args: part_profile(rep),
+    "pmlm": part_pmlm,
+    "speed": part_speed,
+    "decode": part_decode,
+    "step": part_step,
+    "tune": part_tune,
+}
 
 
 def other_tests():
-    return sorted(os.path.join("tests", f) for f in os.listdir(os.path.join(ROOT, "tests"))
-                  if f.startswith("test_") and f.endswith(".py") and f"tests/{f}" not in KERNEL_TESTS)
+    return sorted(
+        os.path.join("tests", f)
+        for f in os.listdir(os.path.join(ROOT, "tests"))
+        if f.startswith("test_") and f.endswith(".py") and f"tests/{f}" not in KERNEL_TESTS
+    )
 
 
 def main(argv=None):
@@ -391,15 +691,22 @@ def main(argv=None):
         if args.part is None:
             return 0
     import torch
+
     if not torch.cuda.is_available() and not args.tiny:
-        print("error: bench/gpu_check.py checks a CUDA GPU, and this machine has none (its CPU-side parts run in "
-              "tests/test_gpu_check.py; --part all --tiny runs the prepared call's plumbing here)", file=sys.stderr)
+        print(
+            "error: bench/gpu_check.py checks a CUDA GPU, and this machine has none (its CPU-side parts run in "
+            "tests/test_gpu_check.py; --part all --tiny runs the prepared call's plumbing here)",
+            file=sys.stderr,
+        )
         return 2
     missing = missing_here()
     if missing and args.part == "tests-rest":
         build, install = wheel_commands(missing)
-        print(f"error: the test suite needs {', '.join(missing)}: build the wheels with `{build}` on a machine "
-              f"with network, then `{install}` here", file=sys.stderr)
+        print(
+            f"error: the test suite needs {', '.join(missing)}: build the wheels with `{build}` on a machine "
+            f"with network, then `{install}` here",
+            file=sys.stderr,
+        )
         return 2
     env = environment_of(" ".join(["python", "-m", "bench.gpu_check"] + list(sys.argv[1:] if argv is None else argv)))
     args.out = default_out(args, env["device"])
@@ -419,6 +726,7 @@ def environment_of(command):
     """Device, versions, commit, date and command of the call (OUT/environment.json)."""
     from bench.bench_step import environment as step_environment
     import torch
+
     return dict(step_environment(torch.device("cuda" if torch.cuda.is_available() else "cpu")), command=command)
 
 

@@ -2,6 +2,7 @@
 wheels the GPU image lacks, Triton's and Inductor's compilation caches carried from one machine to
 the next, and the report, markdown rows for bench/RESULTS.md and a log of every command run.
 """
+
 import importlib.util
 import os
 import subprocess
@@ -9,16 +10,26 @@ import sys
 import time
 
 if __name__ == "__main__" and not __package__:  # a module the benchmarks import
-    sys.exit("error: bench/gpu_lease.py is the module python -m bench.gpu_check imports, with nothing to run: "
-             "run that (--help)")
+    sys.exit(
+        "error: bench/gpu_lease.py is the module python -m bench.gpu_check imports, with nothing to run: "
+        "run that (--help)"
+    )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # module -> the distribution that provides it: what the code and the tests import beyond torch
-NEEDED = {"numpy": "numpy", "sentencepiece": "sentencepiece", "rouge_score": "rouge-score", "nltk": "nltk",
-          "absl": "absl-py", "pytest": "pytest", "triton": "triton"}
+NEEDED = {
+    "numpy": "numpy",
+    "sentencepiece": "sentencepiece",
+    "rouge_score": "rouge-score",
+    "nltk": "nltk",
+    "absl": "absl-py",
+    "pytest": "pytest",
+    "triton": "triton",
+}
 # read off the GPU image's package list (the device's KINDS.md): present there, except these
 GPU_IMAGE_LACKS = ["rouge-score", "nltk"]
+
 
 def use_cache(folder):
     """Point Triton's and Inductor's caches (this process's and every child's) into `folder`."""
@@ -32,6 +43,7 @@ def use_cache(folder):
 def pack_cache(folder, out):
     """OUT/gpu-cache.tgz holding `folder` as gpu-cache/, to be unpacked into checkpoints/ and carried."""
     import tarfile
+
     path = os.path.join(out, "gpu-cache.tgz")
     with tarfile.open(path, "w:gz") as tar:
         tar.add(folder, arcname="gpu-cache")
@@ -64,6 +76,7 @@ def print_wheels():
 # -----------------------------------------------------------------------------
 # the log and the rows
 
+
 class Report:
     def __init__(self, out):
         os.makedirs(out, exist_ok=True)
@@ -85,13 +98,15 @@ class Report:
         t0 = time.time()
         self.log(f"$ {' '.join(cmd)}")
         try:
-            r = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, **(env or {})), capture_output=True, text=True,
-                               timeout=timeout)
+            r = subprocess.run(
+                cmd, cwd=ROOT, env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=timeout
+            )
             status, out = r.returncode, r.stdout + r.stderr
         except subprocess.TimeoutExpired as e:
-            status, out = "timeout", (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout,
-                                                                                              bytes) else (e.stdout
-                                                                                                           or "")
+            status, out = (
+                "timeout",
+                (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""),
+            )
         self.log(out)
         return status, out, time.time() - t0
 
@@ -99,14 +114,21 @@ class Report:
 def environment():
     import torch
     import triton
+
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
-    return (f"{device}, torch {torch.__version__}, triton {triton.__version__}, "
-            f"Python {sys.version.split()[0]}, commit {commit}, {time.strftime('%Y-%m-%d')}")
+    return (
+        f"{device}, torch {torch.__version__}, triton {triton.__version__}, "
+        f"Python {sys.version.split()[0]}, commit {commit}, {time.strftime('%Y-%m-%d')}"
+    )
 
 
 def timed_steps(rep, steps, budget, env=None):
@@ -120,8 +142,9 @@ def timed_steps(rep, steps, budget, env=None):
             rows.append([title, "skipped (budget spent)", "0", "-"])
             continue
         print(f"== {title}", flush=True)
-        status, out, secs = rep.run(cmd, env=dict(env or {"TRITON_INTERPRET": "0"}, PYTHONUNBUFFERED="1"),
-                                    timeout=min(cap, left))
+        status, out, secs = rep.run(
+            cmd, env=dict(env or {"TRITON_INTERPRET": "0"}, PYTHONUNBUFFERED="1"), timeout=min(cap, left)
+        )
         tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or ["-"]
         print(out[-4000:], flush=True)
         rows.append([title, status, f"{secs:.0f}", tail[0].replace("|", "/")[:140]])

@@ -7,13 +7,16 @@
 The embedded corpus with its 8000-piece tokenizer (train.py's default, cached under data/cache),
 windows of 512 tokens, 16 examples per step (one micro-batch), the optimizer train.py makes.
 """
+
 import dataclasses
 import sys
 from types import SimpleNamespace
 
 if __name__ == "__main__" and not __package__:  # a module of gpu_check.py's profile, not a script
-    sys.exit("error: bench/profile_step.py is the step that `python -m bench.gpu_check --part profile` profiles, not a "
-             "script; to time a training step with each attention, run python -m bench.bench_step (--help)")
+    sys.exit(
+        "error: bench/profile_step.py is the step that `python -m bench.gpu_check --part profile` profiles, not a "
+        "script; to time a training step with each attention, run python -m bench.bench_step (--help)"
+    )
 
 import torch
 
@@ -55,14 +58,25 @@ def make_step(objective="pmlm", model="base", seq_len=512, batch=16, device="cud
         ix = list(range(state["step"] * batch, (state["step"] + 1) * batch))
         b = make(ix)
         step.tokens = b.n_tokens
-        train_step(net, net, optimizer, [b], loss_sums, d, step=state["step"],
-                   lr=lr_at(state["step"], args.lr, args.warmup, args.steps))
+        train_step(
+            net,
+            net,
+            optimizer,
+            [b],
+            loss_sums,
+            d,
+            step=state["step"],
+            lr=lr_at(state["step"], args.lr, args.warmup, args.steps),
+        )
         state["step"] += 1
+
     step.n_params = sum(p.numel() for p in net.parameters())
     step.tokens = 0
     return step
 
 
 if __name__ == "__main__":  # a module of gpu_check.py's profile, with no flags of its own
-    sys.exit("error: bench/profile_step.py is the step that `python -m bench.gpu_check --part profile` profiles, not a "
-             "script; to time a training step with each attention, run python -m bench.bench_step (--help)")
+    sys.exit(
+        "error: bench/profile_step.py is the step that `python -m bench.gpu_check --part profile` profiles, not a "
+        "script; to time a training step with each attention, run python -m bench.bench_step (--help)"
+    )

@@ -2,11 +2,14 @@
 benchmarks that time a step (bench_step.py, profile_step.py) and the tests that hold a step to its
 properties (no host sync between logging points, each weight cast to bf16 once, a non-finite step
 not applied). Its statements from set_lr to zero_grad are the scripts' (tests/test_step_syncs.py)."""
+
 import sys
 
 if __name__ == "__main__" and not __package__:  # a module the benchmarks import, not a script
-    sys.exit("error: bench/step.py is the training step the benchmarks time, not a script; to time a training "
-             "step with each attention, run python -m bench.bench_step (--help)")
+    sys.exit(
+        "error: bench/step.py is the training step the benchmarks time, not a script; to time a training "
+        "step with each attention, run python -m bench.bench_step (--help)"
+    )
 
 import torch
 

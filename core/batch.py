@@ -1,4 +1,5 @@
 """A padded batch of named (B, L) tensors, plus the two numbers the training loop needs."""
+
 import numpy as np
 import torch
 
@@ -15,8 +16,14 @@ class Batch:
     def to(self, device):
         """On the device; a CUDA copy goes through pinned memory, so that it does not wait for the GPU."""
         cuda = torch.device(device).type == "cuda"
-        return Batch(self.norm, self.n_tokens, **{k: (v.pin_memory() if cuda and v.device.type == "cpu" else v)
-                                                  .to(device, non_blocking=True) for k, v in self.tensors.items()})
+        return Batch(
+            self.norm,
+            self.n_tokens,
+            **{
+                k: (v.pin_memory() if cuda and v.device.type == "cpu" else v).to(device, non_blocking=True)
+                for k, v in self.tensors.items()
+            },
+        )
 
     def __len__(self):
         return next(iter(self.tensors.values())).shape[0]
@@ -33,7 +40,7 @@ def flat_positions(mask, values):
 def source_array(ids, tok, max_src, sos=False):
     """An encoder's source: "SRC [EOS]", or "[SOS] SRC [EOS]" with sos, at most max_src tokens in all."""
     head = [tok.sos_id] if sos else []
-    return np.array(head + list(ids)[:max(0, max_src - 1 - len(head))] + [tok.eos_id], dtype=np.int64)
+    return np.array(head + list(ids)[: max(0, max_src - 1 - len(head))] + [tok.eos_id], dtype=np.int64)
 
 
 def pad_stack(arrays, fill):
@@ -43,6 +50,6 @@ def pad_stack(arrays, fill):
     out = torch.full((len(arrays), L), fill, dtype=torch.long)
     valid = torch.zeros(len(arrays), L, dtype=torch.bool)
     for b, a in enumerate(arrays):
-        out[b, :len(a)] = torch.as_tensor(a, dtype=torch.long)
-        valid[b, :len(a)] = True
+        out[b, : len(a)] = torch.as_tensor(a, dtype=torch.long)
+        valid[b, : len(a)] = True
     return out, valid

@@ -10,6 +10,7 @@ A packed checkpoint (PACKED, `*.pt.xz`) is what the repository keeps of a run: i
 bf16, without optimizer, data or RNG state, xz-compressed (pack, save_packed). load() reads one as
 any other, its weights back in float32: the rounded copy that every run built on it starts from.
 """
+
 import contextlib
 import io
 import json
@@ -45,6 +46,7 @@ def digest(path):
     key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
     if key not in _DIGESTS:
         import hashlib
+
         h = hashlib.sha1()
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 22), b""):
@@ -68,6 +70,7 @@ def save(path, state, config_json=None):
     os.replace(tmp, path)
     # a save killed half-way (by a second Ctrl-C, say) leaves its .tmpPID: gone once a save succeeds
     import glob
+
     for stale in glob.glob(glob.escape(path) + ".tmp*"):
         with contextlib.suppress(OSError):
             os.remove(stale)
@@ -140,8 +143,15 @@ def load(path, kinds=None, need=()):
         raise UserError(f"checkpoint not found: {path}")
     try:
         state = _read(path)
-    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile,
-            lzma.LZMAError) as e:
+    except (
+        RuntimeError,
+        EOFError,
+        OSError,
+        ValueError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+        lzma.LZMAError,
+    ) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"{path} is not a readable checkpoint ({first})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
@@ -196,11 +206,14 @@ def check_keys(path, state, need=()):
         want.update(arch=str)
     for key, typ in want.items():
         if key in UNPACKED and "packed" in state and key not in state:
-            raise UserError(f"{path} is a packed checkpoint (weights only, {state['packed'].get('dtype')}): it "
-                            f"starts a fine-tuning or is evaluated, but a run cannot resume from it")
+            raise UserError(
+                f"{path} is a packed checkpoint (weights only, {state['packed'].get('dtype')}): it "
+                f"starts a fine-tuning or is evaluated, but a run cannot resume from it"
+            )
         if key not in state or state[key] is None:
-            raise UserError(f"{path} has no {key!r} (a checkpoint this project writes always has one): "
-                            f"it is damaged or was edited")
+            raise UserError(
+                f"{path} has no {key!r} (a checkpoint this project writes always has one): it is damaged or was edited"
+            )
         if not isinstance(state[key], typ):
             raise UserError(f"{path}: its {key!r} is a {type(state[key]).__name__}, not a {typ.__name__}")
     if state["tokenizer"].dtype != torch.uint8:
@@ -214,8 +227,10 @@ def check_keys(path, state, need=()):
     if kind.startswith("finetune/"):
         task = kind.split("/", 1)[1]
         if task not in TASKS:
-            raise UserError(f"{path} is a fine-tuned checkpoint of task {task!r}, which this version does not "
-                            f"know (known: {', '.join(TASKS)})")
+            raise UserError(
+                f"{path} is a fine-tuned checkpoint of task {task!r}, which this version does not "
+                f"know (known: {', '.join(TASKS)})"
+            )
         if not isinstance(state["args"].get("max_src"), int):
             raise UserError(f"{path}: its 'args' has no --max-src (a fine-tuning always records one)")
         if task == "classify" and not isinstance(state.get("labels"), list):
@@ -238,14 +253,20 @@ def weights_of(path):
 # -----------------------------------------------------------------------------
 # fine-tuned checkpoints, as eval.py reads them
 
+
 def pick_checkpoints(paths):
     """The checkpoint files: a directory stands for every best.pt under it (one per fine-tuned run)."""
     out = []
     for path in paths:
         if not os.path.exists(path):
-            raise UserError(f"checkpoint not found: {path}" + (
-                " (finetune.py writes its runs under checkpoints/: fine-tune a model first)" if path == "checkpoints"
-                else ""))
+            raise UserError(
+                f"checkpoint not found: {path}"
+                + (
+                    " (finetune.py writes its runs under checkpoints/: fine-tune a model first)"
+                    if path == "checkpoints"
+                    else ""
+                )
+            )
         if not os.path.isdir(path):
             out.append(path)
             continue
@@ -259,10 +280,11 @@ def pick_checkpoints(paths):
 
 class Finetuned(NamedTuple):
     """A fine-tuned checkpoint, read and checked once: what each stage of an evaluation reads of it."""
+
     path: str
-    state: dict            # the checkpoint's dict
-    task: str              # "summarize" or "classify"
-    arch: str              # its record in core/architectures.py
+    state: dict  # the checkpoint's dict
+    task: str  # "summarize" or "classify"
+    arch: str  # its record in core/architectures.py
     cfg: ModelConfig
     labels: Labels = None  # a classifier's
 
@@ -271,8 +293,9 @@ def read_finetuned(path):
     state = load(path, kinds=("finetune/",))
     task = state["kind"].split("/")[1]
     cfg = ModelConfig.from_dict(state["model_config"])
-    return Finetuned(path, state, task, arch_of(state, path), cfg,
-                     Labels(state["labels"]) if task == "classify" else None)
+    return Finetuned(
+        path, state, task, arch_of(state, path), cfg, Labels(state["labels"]) if task == "classify" else None
+    )
 
 
 def read_all_finetuned(paths):

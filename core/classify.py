@@ -10,6 +10,7 @@ cross-entropy.
 `finetune.py --cls-vector first|last` reads the other end instead (the checkpoint records which).
 Texts are truncated to max_len tokens, the special ones included.
 """
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -23,6 +24,7 @@ from .model import positions
 class Classifier(nn.Module):
     """A pretrained UnifiedLM and a linear layer on its [SOS] vector. The vocabulary head of the
     encoder stays in the state dict (unused), so a classifier loads as a UnifiedLM too."""
+
     unused_parameters = True  # the encoder's LM head (MLAE's decoder): DDP must not wait for them
 
     def __init__(self, encoder, n_labels, dropout=0.1):
@@ -47,6 +49,7 @@ class EncoderClassifier(Classifier):
     """The encoder of a pretrained encoder-decoder (`encoder`: the whole model, an MLAE,
     EncoderDecoder or NARModel) and a linear layer on the vector of [EOS], the last valid token.
     The decoder stays in the state dict, unused, so that the checkpoint loads as its model."""
+
     reads = "last"
 
     def states(self, tokens, valid):  # (B, L) -> (B, L, C): the encoder's outputs
@@ -59,15 +62,19 @@ def token_vector(h, valid, which):
     return h[torch.arange(len(h), device=h.device), at]
 
 
-
 def classify_batch(texts_ids, labels, tok, max_len, sos=True):
     """texts_ids: list of token-id lists; labels: list of ints (-1 for a label unseen in training).
     Rows are "[SOS] TEXT [EOS]", or "TEXT [EOS]" without sos."""
     head = [tok.sos_id] if sos else []
-    seqs = [np.array(head + list(ids[:max_len - 1 - len(head)]) + [tok.eos_id]) for ids in texts_ids]
+    seqs = [np.array(head + list(ids[: max_len - 1 - len(head)]) + [tok.eos_id]) for ids in texts_ids]
     tokens, valid = pad_stack(seqs, tok.pad_id)
-    return Batch(norm=len(seqs), n_tokens=valid.sum(), tokens=tokens, valid=valid,
-                 label=torch.as_tensor(labels, dtype=torch.long))
+    return Batch(
+        norm=len(seqs),
+        n_tokens=valid.sum(),
+        tokens=tokens,
+        valid=valid,
+        label=torch.as_tensor(labels, dtype=torch.long),
+    )
 
 
 def classify_loss_sums(model, batch):
@@ -97,14 +104,16 @@ def macro_f1(pred, gold, n_labels):
 
 def classifier(model, tok, max_len, batch_size, device, sos=True):
     """run(text id lists, progress=None) -> their predicted label ids, in batches."""
+
     def run(texts_ids, progress=None):
         out = []
         for i in range(0, len(texts_ids), batch_size):
-            chunk = texts_ids[i:i + batch_size]
+            chunk = texts_ids[i : i + batch_size]
             b = classify_batch(chunk, [0] * len(chunk), tok, max_len, sos=sos)
             with torch.no_grad():
                 out += predict(model, b.to(device)).tolist()
         return out
+
     return run
 
 
@@ -115,6 +124,11 @@ def majority_row(targets):
     names = sorted(set(targets))
     gold = [names.index(t) for t in targets]
     top = max(range(len(names)), key=gold.count)
-    return dict(model="majority class", arch="-", params_M=0, n=len(targets),
-                accuracy=100 * gold.count(top) / len(gold),
-                macro_f1=100 * macro_f1([top] * len(gold), gold, len(names)))
+    return dict(
+        model="majority class",
+        arch="-",
+        params_M=0,
+        n=len(targets),
+        accuracy=100 * gold.count(top) / len(gold),
+        macro_f1=100 * macro_f1([top] * len(gold), gold, len(names)),
+    )

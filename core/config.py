@@ -3,6 +3,7 @@
 `tiny` is for tests (seconds on a CPU), `small` for a CPU demo in minutes, `base` for the papers'
 size (768 wide, 12 heads, 3072 FFN, 12 layers; UniLMv2 Table 7, MLAE 12L-4L, ELMER 6L-6L).
 """
+
 from dataclasses import asdict, dataclass, fields, replace
 
 
@@ -12,12 +13,12 @@ class ModelConfig:
     d_model: int = 256
     n_heads: int = 4
     d_ff: int = 1024
-    n_layers: int = 4          # the encoder, or the single stack of a unified (UniLM) model
-    n_dec_layers: int = 0      # > 0 makes an encoder-decoder
-    max_positions: int = 512   # absolute position embeddings
+    n_layers: int = 4  # the encoder, or the single stack of a unified (UniLM) model
+    n_dec_layers: int = 0  # > 0 makes an encoder-decoder
+    max_positions: int = 512  # absolute position embeddings
     n_segments: int = 2
     dropout: float = 0.1
-    rel_pos: bool = True       # T5-style relative position bias (UniLMv2 uses it)
+    rel_pos: bool = True  # T5-style relative position bias (UniLMv2 uses it)
     rel_buckets: int = 32
     rel_max_distance: int = 128
     pad_id: int = 0

@@ -7,6 +7,7 @@ fields package, source, section, summary, document, split. User data:
   * seq2seq: .jsonl with source/target fields; classification: .jsonl with text/label fields.
 .xz and .gz files are read transparently.
 """
+
 import gzip
 import hashlib
 import json
@@ -24,6 +25,7 @@ SPLITS = ("train", "valid", "test")
 
 # -----------------------------------------------------------------------------
 # files
+
 
 def _open_text(path):
     if not os.path.exists(path):
@@ -70,8 +72,9 @@ def field(records, name, path, text=True):
             raise UserError(f"{path}: record {n} has no field {name!r} (it has {sorted(r)})")
         v = r[name]
         if v is None or (not isinstance(v, str) if text else isinstance(v, (dict, list))):
-            raise UserError(f"{path}: record {n} field {name!r} is {json.dumps(v)[:40]}, not "
-                            f"{'a string' if text else 'a label'}")
+            raise UserError(
+                f"{path}: record {n} field {name!r} is {json.dumps(v)[:40]}, not {'a string' if text else 'a label'}"
+            )
         out.append(str(v))
     return out
 
@@ -114,8 +117,7 @@ def held_out(text, percent=2):
 def pretraining_texts(path=None, valid_path=None, text_field="text"):
     """(train texts, valid texts): the embedded corpus's documents, or the user's files."""
     if path is None:
-        return ([r["document"] for r in embedded_records("train")],
-                [r["document"] for r in embedded_records("valid")])
+        return ([r["document"] for r in embedded_records("train")], [r["document"] for r in embedded_records("valid")])
     texts = read_texts(path, text_field)
     if valid_path is not None:
         return texts, read_texts(valid_path, text_field)
@@ -142,8 +144,14 @@ def unigram_entropy(ids, vocab_size):
 # the text tokens' loss where an objective reports one (span corruption's sentinels and [EOS] are
 # easy targets that would take its loss under the unigram entropy on their own), and a masked LM's
 # over the targets not in view (a kept token can be copied: core/unilm/pmlm.py)
-HELD_OUT_KEYS = ("valid_ae_hidden_loss", "valid_ae_loss", "valid_text_loss", "valid_loss", "valid_par_hidden_loss",
-                 "valid_par_loss")
+HELD_OUT_KEYS = (
+    "valid_ae_hidden_loss",
+    "valid_ae_loss",
+    "valid_text_loss",
+    "valid_loss",
+    "valid_par_hidden_loss",
+    "valid_par_loss",
+)
 
 
 def held_out_key(rec, path=None):
@@ -157,6 +165,7 @@ def held_out_key(rec, path=None):
 
 # -----------------------------------------------------------------------------
 # the pretraining stream
+
 
 class TokenStream:
     """All documents' token ids end to end; example i is a window drawn by a generator seeded
@@ -197,4 +206,4 @@ class TokenStream:
             if self.lengths[d] > self.window:  # a long document: a window inside it
                 start += int(rng.integers(0, self.lengths[d] - self.window + 1))
             start = min(start, len(self.ids) - self.window)  # the last documents: a window that ends the corpus
-        return self.ids[start:start + self.window], rng
+        return self.ids[start : start + self.window], rng

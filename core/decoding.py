@@ -48,6 +48,7 @@ max_len steps. With K = 1 every step keeps exactly the argmax, and the first EOS
 source: beam search of size 1 returns greedy's tokens for any length_penalty (and its scores
 for length_penalty = 0).
 """
+
 import torch
 
 NEG_INF = float("-inf")
@@ -59,7 +60,7 @@ def length_norm_fn(length_norm, alpha):
     if length_norm == "wu":
         return lambda length: ((5 + length) / 6) ** alpha
     if length_norm == "pow":
-        return lambda length: length ** alpha
+        return lambda length: length**alpha
     raise ValueError(f"length_norm must be one of {LENGTH_NORMS}, got {length_norm!r}")
 
 
@@ -73,7 +74,7 @@ def ban_repeated_ngrams(logp, hyps, n):
     if n <= 0 or t < n:
         return logp
     grams = hyps.unfold(1, n, 1)  # (N, t-n+1, n): every n-gram so far
-    suffix = hyps[:, t - n + 1:]  # (N, n-1): what the next token would extend
+    suffix = hyps[:, t - n + 1 :]  # (N, n-1): what the next token would extend
     match = (grams[:, :, :-1] == suffix[:, None, :]).all(-1)  # (N, t-n+1)
     # scatter_add, not scatter_: duplicate indices with different values are then well defined
     ban = torch.zeros_like(logp).scatter_add_(1, grams[:, :, -1], match.to(logp.dtype))
@@ -92,6 +93,7 @@ def _constrain(logp, hyps, t, min_len, eos_id, no_repeat_ngram):
 
 # -----------------------------------------------------------------------------
 # greedy
+
 
 @torch.no_grad()
 def greedy(decoder, max_len, min_len=0, eos_id=3, no_repeat_ngram=0):
@@ -132,9 +134,9 @@ def greedy(decoder, max_len, min_len=0, eos_id=3, no_repeat_ngram=0):
 # -----------------------------------------------------------------------------
 # beam search
 
+
 @torch.no_grad()
-def beam_search(decoder, beam, max_len, min_len=0, length_penalty=1.0, eos_id=3, no_repeat_ngram=0,
-                length_norm="pow"):
+def beam_search(decoder, beam, max_len, min_len=0, length_penalty=1.0, eos_id=3, no_repeat_ngram=0, length_norm="pow"):
     """Beam search of size `beam` for each of the decoder's B rows (see the module docstring for
     the scores and the stopping criterion). Returns (list of B token lists without the EOS,
     (B,) float tensor of the best hypothesis' score)."""
@@ -162,7 +164,7 @@ def beam_search(decoder, beam, max_len, min_len=0, length_penalty=1.0, eos_id=3,
         cand = (sums[:, None] + logp).view(A, R * V)
         top, idx = cand.topk(min(2 * K, R * V), dim=1)  # (A, C), sorted best first
         C = top.shape[1]
-        parent = (torch.arange(A, device=dev)[:, None] * R + idx // V)  # (A, C) rows of hyps
+        parent = torch.arange(A, device=dev)[:, None] * R + idx // V  # (A, C) rows of hyps
         tok = idx % V
         is_eos = tok == eos_id
         last = t == max_len - 1
@@ -203,4 +205,4 @@ def beam_search(decoder, beam, max_len, min_len=0, length_penalty=1.0, eos_id=3,
         sums, src, prev = live_sum[keep].reshape(-1), src[keep], live_tok[keep].reshape(-1)
     lens = fin_len[:, 0].tolist()
     best_tok = fin_tok[:, 0].tolist()
-    return [best_tok[b][:lens[b]] for b in range(B)], fin_score[:, 0].cpu()
+    return [best_tok[b][: lens[b]] for b in range(B)], fin_score[:, 0].cpu()

@@ -16,6 +16,7 @@ measurements there (Mask-Predict its model calls, ELMER its exit_decode.ExitTrac
 eval.py takes each checkpoint's settings from decoding_plans, once every decoding flag is checked
 against the checkpoints it evaluates.
 """
+
 import argparse
 import inspect
 import sys
@@ -42,17 +43,17 @@ MAX_TGT = 24
 
 
 class Decoding(NamedTuple):
-    name: str            # what an architecture's `decode` calls it
-    title: str           # the heading of its flags in eval.py --help
-    needs: str           # where its flags apply, in guards.refuse_unused's words
+    name: str  # what an architecture's `decode` calls it
+    title: str  # the heading of its flags in eval.py --help
+    needs: str  # where its flags apply, in guards.refuse_unused's words
     add_flags: Callable  # (argparse parser or group) -> None: eval.py's flags of this decoding
-    settings: Callable   # (args, state, path) -> [generate's settings of each row]: the flags, else the fine-tuning's
-    generate: Callable   # (model, arch, src_ids, tok, stats, **settings) -> (id lists, (B,) scores)
-    label: Callable      # (settings) -> its name in eval.py's table
-    report: Callable     # (model, arch, settings, stats, path) -> the fields it adds to a row
+    settings: Callable  # (args, state, path) -> [generate's settings of each row]: the flags, else the fine-tuning's
+    generate: Callable  # (model, arch, src_ids, tok, stats, **settings) -> (id lists, (B,) scores)
+    label: Callable  # (settings) -> its name in eval.py's table
+    report: Callable  # (model, arch, settings, stats, path) -> the fields it adds to a row
     clean: Callable = lambda text: text  # a decoded text as the output
     bounded: bool = True  # --max-len bounds it (ELMER's length is the --dec-len it was fine-tuned with)
-    strict: tuple = ()   # its flags refused (not noted) where no checkpoint decodes this way
+    strict: tuple = ()  # its flags refused (not noted) where no checkpoint decodes this way
     check_flags: Callable = lambda args: None  # (args) -> None: its flags checked together, whatever is evaluated
 
     @property
@@ -84,8 +85,11 @@ def max_len_of(args, state, path):
     fa = state["args"]
     max_len = args.max_len or fa.get("max_tgt", MAX_TGT)
     if max_len > fa.get("max_tgt", max_len):
-        print(f"warning: --max-len {max_len} generates past the {fa['max_tgt']} target positions {path} was "
-              f"fine-tuned on (its --max-tgt)", file=sys.stderr)
+        print(
+            f"warning: --max-len {max_len} generates past the {fa['max_tgt']} target positions {path} was "
+            f"fine-tuned on (its --max-tgt)",
+            file=sys.stderr,
+        )
     return max_len
 
 
@@ -114,27 +118,64 @@ def static_search(model, decoder, beam, search, use_cache=True):
 def ar_flags(p):
     flag(p, "--beam", rule=AT_LEAST_1, type=int, default=5, help="beam size (UniLMv2 Table 10, XSum: 5)")
     flag(p, "--min-len", rule=AT_LEAST_0, type=int, default=1)
-    flag(p, "--length-penalty", type=float, default=0.6,
-         help="alpha: a beam's score is its log-probability / lp(len) (UniLMv2 Table 10, XSum: 0.6)")
-    flag(p, "--length-norm", default="wu", choices=LENGTH_NORMS,
-         help="lp(len): wu = ((5 + len) / 6) ** alpha (Wu et al. 2016, UniLMv2's decoding), "
-              "pow = len ** alpha (fairseq)")
+    flag(
+        p,
+        "--length-penalty",
+        type=float,
+        default=0.6,
+        help="alpha: a beam's score is its log-probability / lp(len) (UniLMv2 Table 10, XSum: 0.6)",
+    )
+    flag(
+        p,
+        "--length-norm",
+        default="wu",
+        choices=LENGTH_NORMS,
+        help="lp(len): wu = ((5 + len) / 6) ** alpha (Wu et al. 2016, UniLMv2's decoding), "
+        "pow = len ** alpha (fairseq)",
+    )
     flag(p, "--no-repeat-ngram", rule=AT_LEAST_0, type=int, default=3)
-    flag(p, "--search", default="auto", choices=SEARCHES,
-         help="beam search at fixed shapes, its steps replayed as CUDA graphs (static: T5's and "
-              "UniLMv2's decoders, core/static_beam.py and core/unilm/static_beam.py), or with shapes that "
-              "shrink as sources finish (eager, core/decoding.py); the same tokens; auto: static on CUDA, "
-              "eager on the CPU")
+    flag(
+        p,
+        "--search",
+        default="auto",
+        choices=SEARCHES,
+        help="beam search at fixed shapes, its steps replayed as CUDA graphs (static: T5's and "
+        "UniLMv2's decoders, core/static_beam.py and core/unilm/static_beam.py), or with shapes that "
+        "shrink as sources finish (eager, core/decoding.py); the same tokens; auto: static on CUDA, "
+        "eager on the CPU",
+    )
 
 
 def ar_settings(args, state, path):
-    return [dict(beam=args.beam, max_len=max_len_of(args, state, path), min_len=args.min_len,
-                 length_penalty=args.length_penalty, length_norm=args.length_norm,
-                 no_repeat_ngram=args.no_repeat_ngram, search=args.search)]
+    return [
+        dict(
+            beam=args.beam,
+            max_len=max_len_of(args, state, path),
+            min_len=args.min_len,
+            length_penalty=args.length_penalty,
+            length_norm=args.length_norm,
+            no_repeat_ngram=args.no_repeat_ngram,
+            search=args.search,
+        )
+    ]
 
 
-def ar_generate(model, arch, src_ids, tok, stats, *, beam=1, max_len=32, min_len=1, length_penalty=0.6,
-                length_norm="wu", no_repeat_ngram=0, search="auto", use_cache=True):
+def ar_generate(
+    model,
+    arch,
+    src_ids,
+    tok,
+    stats,
+    *,
+    beam=1,
+    max_len=32,
+    min_len=1,
+    length_penalty=0.6,
+    length_norm="wu",
+    no_repeat_ngram=0,
+    search="auto",
+    use_cache=True,
+):
     step_decoder = seq2seq_ops(arch, sos=model.cfg.enc_sos).decoder
     fixed = static_search(model, step_decoder, beam, search, use_cache)
     if fixed is not None:
@@ -142,8 +183,9 @@ def ar_generate(model, arch, src_ids, tok, stats, *, beam=1, max_len=32, min_len
     decoder = step_decoder(model, src_ids, tok, use_cache=use_cache)
     if beam == 1:
         return decoding.greedy(decoder, max_len, min_len, tok.eos_id, no_repeat_ngram)
-    return decoding.beam_search(decoder, beam, max_len, min_len, length_penalty, tok.eos_id, no_repeat_ngram,
-                                length_norm)
+    return decoding.beam_search(
+        decoder, beam, max_len, min_len, length_penalty, tok.eos_id, no_repeat_ngram, length_norm
+    )
 
 
 def ar_report(model, arch, gen, stats, path):
@@ -157,29 +199,60 @@ def ar_report(model, arch, gen, stats, path):
 # -----------------------------------------------------------------------------
 # Mask-Predict (a CMLM): length candidates, then passes that re-mask the least confident tokens
 
+
 def nar_flags(p):
-    flag(p, "--length-beam", rule=AT_LEAST_1, type=int, default=None,
-         help="length candidates (default: the fine-tuning's)")
-    flag(p, "--iterations", rule=AT_LEAST_1, type=int, default=None,
-         help="Mask-Predict iterations (default: the fine-tuning's)")
-    flag(p, "--adaptive-stop", action=argparse.BooleanOptionalAction, default=None,
-         help="stop a candidate once its masked state repeats (fairseq's behaviour), or run every "
-              "iteration (--no-adaptive-stop, as published; default: the fine-tuning's)")
+    flag(
+        p,
+        "--length-beam",
+        rule=AT_LEAST_1,
+        type=int,
+        default=None,
+        help="length candidates (default: the fine-tuning's)",
+    )
+    flag(
+        p,
+        "--iterations",
+        rule=AT_LEAST_1,
+        type=int,
+        default=None,
+        help="Mask-Predict iterations (default: the fine-tuning's)",
+    )
+    flag(
+        p,
+        "--adaptive-stop",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="stop a candidate once its masked state repeats (fairseq's behaviour), or run every "
+        "iteration (--no-adaptive-stop, as published; default: the fine-tuning's)",
+    )
 
 
 def nar_settings(args, state, path):
     fa = state["args"]
-    return [dict(max_len=max_len_of(args, state, path), length_beam=args.length_beam or fa.get("length_beam", 3),
-                 iterations=args.iterations or fa.get("iterations", 10),
-                 adaptive_stop=fa.get("adaptive_stop", False) if args.adaptive_stop is None else args.adaptive_stop)]
+    return [
+        dict(
+            max_len=max_len_of(args, state, path),
+            length_beam=args.length_beam or fa.get("length_beam", 3),
+            iterations=args.iterations or fa.get("iterations", 10),
+            adaptive_stop=fa.get("adaptive_stop", False) if args.adaptive_stop is None else args.adaptive_stop,
+        )
+    ]
 
 
 def nar_generate(model, arch, src_ids, tok, stats, *, max_len=32, length_beam=3, iterations=10, adaptive_stop=False):
     """max_len - 1 tokens at most, the budget an AR model spends one of on [EOS]; stats accumulates
     the model calls its outputs took ("iterations") and their count ("n")."""
-    out, det = mask_predict.mask_predict(mask_predict.NARDecoder(model, src_ids, tok), tok.mask_id, length_beam,
-                                         iterations, max(1, max_len - 1), tok.pad_id, tok.eos_id, return_details=True,
-                                         adaptive_stop=adaptive_stop)
+    out, det = mask_predict.mask_predict(
+        mask_predict.NARDecoder(model, src_ids, tok),
+        tok.mask_id,
+        length_beam,
+        iterations,
+        max(1, max_len - 1),
+        tok.pad_id,
+        tok.eos_id,
+        return_details=True,
+        adaptive_stop=adaptive_stop,
+    )
     if stats is not None:
         stats["iterations"] = stats.get("iterations", 0) + int(det["iterations"].sum())
         stats["n"] = stats.get("n", 0) + len(out)
@@ -194,16 +267,29 @@ def nar_report(model, arch, gen, stats, path):
 # -----------------------------------------------------------------------------
 # ELMER: one NAR pass, each token leaving the decoder at the layer its exit measure says
 
+
 def elmer_flags(p):
-    flag(p, "--exit-measure", default=None, choices=MEASURES,
-         help="the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
-              "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/elmer/exit_measures.py")
-    flag(p, "--exit-threshold", default=None,
-         help="the measure's threshold, or several comma-separated (a sweep: one row and one "
-              "result file each); entropy 0 / state 1 / classifier 1 never exit early")
-    flag(p, "--exit-entropy", default=None,
-         help="shorthand for --exit-measure entropy --exit-threshold X (0 never exits early, inf at "
-              "layer 1)")
+    flag(
+        p,
+        "--exit-measure",
+        default=None,
+        choices=MEASURES,
+        help="the exit measure (default: the checkpoint's): off-ramp entropy (the paper), cosine of "
+        "h^l and h^(l-1) (state) or the learnt exit classifier (classifier); core/elmer/exit_measures.py",
+    )
+    flag(
+        p,
+        "--exit-threshold",
+        default=None,
+        help="the measure's threshold, or several comma-separated (a sweep: one row and one "
+        "result file each); entropy 0 / state 1 / classifier 1 never exit early",
+    )
+    flag(
+        p,
+        "--exit-entropy",
+        default=None,
+        help="shorthand for --exit-measure entropy --exit-threshold X (0 never exits early, inf at layer 1)",
+    )
 
 
 def elmer_settings(args, state, path):
@@ -226,33 +312,69 @@ def elmer_report(model, arch, gen, stats, path):
     measure, threshold = gen["exit_rule"] or (model.exit_measure, model.exit_threshold)
     trace = (stats or {}).get("exit") or ExitTrace(len(model.dec_layers))
     mean, frac = exit_statistics(trace.counts)
-    row = dict(iterations="-", exit_measure=measure, exit_threshold=threshold, mean_exit=mean,
-               exit_frac="/".join(f"{f:.2f}" for f in frac),
-               dec_flops=trace.work["macs"] / max(1, trace.work["macs_off"]))
+    row = dict(
+        iterations="-",
+        exit_measure=measure,
+        exit_threshold=threshold,
+        mean_exit=mean,
+        exit_frac="/".join(f"{f:.2f}" for f in frac),
+        dec_flops=trace.work["macs"] / max(1, trace.work["macs_off"]),
+    )
     for name, q in (("entropy_p50", 0.5), ("entropy_p5", 0.05)):
         row[name] = "/".join("-" if v is None else f"{v:.2f}" for v in entropy_quantiles(trace.entropies, q))
     if measure == "entropy" and threshold > 0 and frac[-1] == 1.0:
-        print(f"note: no output token of {path} left before the top at entropy < {threshold:g}: its off-ramp "
-              f"entropies per layer, median {row['entropy_p50']}, 5th percentile {row['entropy_p5']} nats",
-              file=sys.stderr)
+        print(
+            f"note: no output token of {path} left before the top at entropy < {threshold:g}: its off-ramp "
+            f"entropies per layer, median {row['entropy_p50']}, 5th percentile {row['entropy_p5']} nats",
+            file=sys.stderr,
+        )
     return row
 
 
-DECODINGS = {d.name: d for d in (
-    Decoding("ar", "autoregressive decoding (unilm, t5, mlae, roberta-s2s checkpoints)",
-             "to an autoregressive summarization checkpoint", ar_flags, ar_settings, ar_generate,
-             lambda gen: "greedy" if gen["beam"] == 1 else f"beam {gen['beam']}", ar_report),
-    Decoding("nar", "Mask-Predict (NAR checkpoints, finetune.py --nar)", "to a NAR (--nar) checkpoint", nar_flags,
-             nar_settings, nar_generate, lambda gen: f"mask-predict, {gen['length_beam']} lengths", nar_report,
-             strict=("adaptive_stop",)),
-    Decoding("elmer", "early exit (elmer checkpoints)", "to an elmer checkpoint", elmer_flags, elmer_settings,
-             elmer_generate, lambda gen: "one pass, early exit", elmer_report, clean=merge_words,
-             bounded=False, check_flags=exit_settings),
-)}
+DECODINGS = {
+    d.name: d
+    for d in (
+        Decoding(
+            "ar",
+            "autoregressive decoding (unilm, t5, mlae, roberta-s2s checkpoints)",
+            "to an autoregressive summarization checkpoint",
+            ar_flags,
+            ar_settings,
+            ar_generate,
+            lambda gen: "greedy" if gen["beam"] == 1 else f"beam {gen['beam']}",
+            ar_report,
+        ),
+        Decoding(
+            "nar",
+            "Mask-Predict (NAR checkpoints, finetune.py --nar)",
+            "to a NAR (--nar) checkpoint",
+            nar_flags,
+            nar_settings,
+            nar_generate,
+            lambda gen: f"mask-predict, {gen['length_beam']} lengths",
+            nar_report,
+            strict=("adaptive_stop",),
+        ),
+        Decoding(
+            "elmer",
+            "early exit (elmer checkpoints)",
+            "to an elmer checkpoint",
+            elmer_flags,
+            elmer_settings,
+            elmer_generate,
+            lambda gen: "one pass, early exit",
+            elmer_report,
+            clean=merge_words,
+            bounded=False,
+            check_flags=exit_settings,
+        ),
+    )
+}
 
 
 # -----------------------------------------------------------------------------
 # eval.py's decoding flags, against the checkpoints it evaluates
+
 
 def decoding_plans(args, cks, also=None):
     """Per checkpoint of cks (core/checkpoint.py's Finetuned; by path), the decoding settings of
@@ -265,10 +387,16 @@ def decoding_plans(args, cks, also=None):
         kind.check_flags(args)
     summarizers = [ck for ck in cks if ck.task == "summarize"]
     used = {decoding_of(ck.arch).name for ck in summarizers}
-    applies = {flag: (kind.name in used, kind.needs, flag not in kind.strict)
-               for kind in DECODINGS.values() for flag in kind.flags}
-    applies["max_len"] = (any(DECODINGS[name].bounded for name in used),
-                          "to summarization checkpoints other than elmer (whose length is its --dec-len)", True)
+    applies = {
+        flag: (kind.name in used, kind.needs, flag not in kind.strict)
+        for kind in DECODINGS.values()
+        for flag in kind.flags
+    }
+    applies["max_len"] = (
+        any(DECODINGS[name].bounded for name in used),
+        "to summarization checkpoints other than elmer (whose length is its --dec-len)",
+        True,
+    )
     refuse_unused(args, dict(applies, **(also or {})), notes_to=sys.stderr)
     for ck in summarizers:
         if not decoding_of(ck.arch).bounded:
@@ -276,13 +404,21 @@ def decoding_plans(args, cks, also=None):
         path, fa, room = ck.path, ck.state["args"], ck.cfg.max_positions
         max_tgt = fa.get("max_tgt", MAX_TGT)
         if args.max_len is None and args.min_len > max_tgt:
-            raise UserError(f"--min-len {args.min_len} is above {path}'s --max-tgt {max_tgt}, the default --max-len: "
-                            f"give --max-len too")
+            raise UserError(
+                f"--min-len {args.min_len} is above {path}'s --max-tgt {max_tgt}, the default --max-len: "
+                f"give --max-len too"
+            )
         max_len = args.max_len or max_tgt
         if ARCHS[ck.arch].one_table:  # source and target share one position table
-            check_positions(f"{path}: its --max-src {fa['max_src']} + --max-len {max_len}", fa["max_src"] + max_len,
-                            room, f"use --max-len <= {room - fa['max_src']}")
+            check_positions(
+                f"{path}: its --max-src {fa['max_src']} + --max-len {max_len}",
+                fa["max_src"] + max_len,
+                room,
+                f"use --max-len <= {room - fa['max_src']}",
+            )
         else:
             check_positions(f"{path}: --max-len {max_len}", max_len, room, f"use --max-len <= {room}")
-    return {ck.path: decoding_of(ck.arch).settings(args, ck.state, ck.path) if ck.task == "summarize" else [{}]
-            for ck in cks}
+    return {
+        ck.path: decoding_of(ck.arch).settings(args, ck.state, ck.path) if ck.task == "summarize" else [{}]
+        for ck in cks
+    }

@@ -3,6 +3,7 @@
 torchrun sets RANK / WORLD_SIZE / LOCAL_RANK (and handles multi-node rendezvous); without them
 this is a single process. NCCL on CUDA, gloo on CPU. Only rank 0 prints and writes.
 """
+
 import os
 import sys
 from dataclasses import dataclass
@@ -35,9 +36,11 @@ def compute_init(device_flag="auto", dtype_flag="float32"):
         device_flag = "cuda" if torch.cuda.is_available() else "cpu"
     if device_flag == "cuda":
         if local_rank >= torch.cuda.device_count():
-            raise UserError(f"process {rank} has local rank {local_rank}, but this machine has "
-                            f"{torch.cuda.device_count()} GPU(s): start at most that many processes per "
-                            f"machine (--nproc_per_node), or use --device cpu")
+            raise UserError(
+                f"process {rank} has local rank {local_rank}, but this machine has "
+                f"{torch.cuda.device_count()} GPU(s): start at most that many processes per "
+                f"machine (--nproc_per_node), or use --device cpu"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:

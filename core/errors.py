@@ -1,5 +1,6 @@
 """One exception type for problems the user can fix (a missing file, a malformed line, a foreign
 checkpoint). Scripts catch it and print one line instead of a traceback."""
+
 import functools
 import os
 import sys
@@ -30,8 +31,11 @@ def lost_peer(e):
     """Whether an exception is a collective failing because another process of the run is gone."""
     text = str(e)
     return int(os.environ.get("WORLD_SIZE", 1)) > 1 and (
-        type(e).__module__.startswith("torch.distributed") or "Connection closed by peer" in text
-        or "Connection reset by peer" in text or "Broken pipe" in text)
+        type(e).__module__.startswith("torch.distributed")
+        or "Connection closed by peer" in text
+        or "Connection reset by peer" in text
+        or "Broken pipe" in text
+    )
 
 
 def main_guard(fn):
@@ -44,6 +48,7 @@ def main_guard(fn):
     fails, ends them before they repeat the line, so the user's first line is the one error.
     A process whose error is its own still prints it after the wait (10 s: a loaded machine can
     take seconds to end rank 0 and notice)."""
+
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         try:
@@ -61,8 +66,11 @@ def main_guard(fn):
             if rank > 0:
                 time.sleep(10.0)
                 # the other processes may have printed progress meanwhile: this line says it is the reason
-                print(f"error: {e} (process {rank} of {os.environ.get('WORLD_SIZE', '?')}: this stopped the run)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"error: {e} (process {rank} of {os.environ.get('WORLD_SIZE', '?')}: this stopped the run)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             else:
                 print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
@@ -70,9 +78,14 @@ def main_guard(fn):
             if not lost_peer(e):
                 raise
             # another process stopped on an error of its own and printed it (distributed.compute_cleanup)
-            print(f"stopped: process {os.environ.get('RANK', 0)} lost contact with another process of this run, "
-                  f"which stopped first (its error is the line above)", file=sys.stderr, flush=True)
+            print(
+                f"stopped: process {os.environ.get('RANK', 0)} lost contact with another process of this run, "
+                f"which stopped first (its error is the line above)",
+                file=sys.stderr,
+                flush=True,
+            )
             sys.exit(1)
         finally:
             restore_signals()
+
     return wrapped

@@ -5,6 +5,7 @@ it (load_decoder), one checkpoint's row (quality, then speed), the LEAD baseline
     ck = checkpoint.read_finetuned(path)                   # core/checkpoint.py
     row, outputs = evaluate_checkpoint(ck, data.sample(config.limit), config, device, dtype, gen)
 """
+
 import os
 import sys
 
@@ -27,8 +28,9 @@ from .training import autocast
 
 def examples(task, args):
     """The examples an evaluation with these flags scores (the split, or a sample of --limit)."""
-    return load_split(task, args.split, args.data, args.src_field, args.tgt_field,
-                      note=lambda msg: None).sample(args.limit)
+    return load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=lambda msg: None).sample(
+        args.limit
+    )
 
 
 def load_decoder(ck, device, batch_size, gen, stats=None):
@@ -50,14 +52,21 @@ def load_decoder(ck, device, batch_size, gen, stats=None):
 # -----------------------------------------------------------------------------
 # a checkpoint's row, and the baselines'
 
+
 def evaluate_checkpoint(ck, data, args, device, dtype=torch.float32, gen=None):
     """The row of one checkpoint (a checkpoint.Finetuned) on the examples data, decoding with the
     settings gen, and the generated outputs to write."""
     stats = {}
     model, tok, run = load_decoder(ck, device, args.batch_size, gen, stats)
     sources, targets = data.sources, data.targets
-    row = dict(model=ck.path, arch=ck.arch, task=ck.task, params_M=round(count_parameters(model) / 1e6, 2),
-               n=len(sources), skipped=data.skipped)
+    row = dict(
+        model=ck.path,
+        arch=ck.arch,
+        task=ck.task,
+        params_M=round(count_parameters(model) / 1e6, 2),
+        n=len(sources),
+        skipped=data.skipped,
+    )
     if ck.task == "summarize":
         kind = decoding_of(ck.arch)
         row["decoding"] = kind.label(gen)
@@ -69,15 +78,20 @@ def evaluate_checkpoint(ck, data, args, device, dtype=torch.float32, gen=None):
     else:
         sources, gold = tok.encode(sources), ck.labels.ids(targets)
         if -1 in gold:
-            print(f"note: {gold.count(-1)} examples of {data.origin} have labels {ck.path} never saw in training "
-                  f"(counted as wrong)", file=sys.stderr)
+            print(
+                f"note: {gold.count(-1)} examples of {data.origin} have labels {ck.path} never saw in training "
+                f"(counted as wrong)",
+                file=sys.stderr,
+            )
         with autocast(device, dtype):
             pred = run(sources)
         row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
         row["macro_f1"] = 100 * macro_f1(pred, gold, len(ck.labels))
         # per example, as summarization's: reproduce/significance.py pairs two models' accuracies on them
-        outputs = [dict(prediction=ck.labels.names[p], reference=t, source=s, task="classify")
-                   for s, t, p in zip(data.sources, targets, pred)]
+        outputs = [
+            dict(prediction=ck.labels.names[p], reference=t, source=s, task="classify")
+            for s, t, p in zip(data.sources, targets, pred)
+        ]
     with torch.no_grad(), autocast(device, dtype):
         row["latency_ms"], row["samples_per_s"] = speed(device, run, sources, args.batch_size, args.latency_samples)
     return row, outputs
@@ -90,15 +104,17 @@ def lead_rows(data, where, args):
     rows = []
     for name, words in (("LEAD-8", 8), ("LEAD-1sent", None)):
         preds = [lead(s, words) for s in data.sources]
-        write_atomically(os.path.join(where, f"outputs-{name}-{data_tag(args)}.jsonl"),
-                         jsonl(dict(source=s, prediction=p, reference=t)
-                               for s, p, t in zip(data.sources, preds, data.targets)))
+        write_atomically(
+            os.path.join(where, f"outputs-{name}-{data_tag(args)}.jsonl"),
+            jsonl(dict(source=s, prediction=p, reference=t) for s, p, t in zip(data.sources, preds, data.targets)),
+        )
         rows.append(dict(model=name, arch="-", params_M=0, n=len(data.sources), **rouge(preds, data.targets)))
     return rows
 
 
 # -----------------------------------------------------------------------------
 # --text: the outputs of the documents given, nothing else
+
 
 def answer(args, device, dtype):
     """Each document's output (a summary, or a classifier's label) on a line of stdout, decoded by
@@ -109,8 +125,9 @@ def answer(args, device, dtype):
     ck = checkpoint.read_finetuned(paths[0])
     gens = decoding_plans(args, [ck])[ck.path]
     if len(gens) > 1:
-        raise UserError(f"--text prints one output per document: the flags give a sweep of {len(gens)} settings, "
-                        f"give one")
+        raise UserError(
+            f"--text prints one output per document: the flags give a sweep of {len(gens)} settings, give one"
+        )
     docs = documents(args.text)
     _, tok, run = load_decoder(ck, device, args.batch_size, gens[0])
     with torch.no_grad(), autocast(device, dtype):
@@ -131,6 +148,7 @@ def documents(text):
         raise UserError("--text -: stdin holds no document (one per line)")
     empty = [i + 1 for i, d in enumerate(docs) if not d.strip()]
     if empty:
-        raise UserError(f"--text -: line {empty[0]} of stdin is empty ({len(empty)} empty line(s)): one document "
-                        f"per line")
+        raise UserError(
+            f"--text -: line {empty[0]} of stdin is empty ({len(empty)} empty line(s)): one document per line"
+        )
     return docs

@@ -1,5 +1,6 @@
 """What finetune.py sets up around a model beyond its architecture (core/architectures.py): the
 model it builds, MLAE's scheduled masking of the decoder inputs, and an ELMER's exit options."""
+
 from typing import NamedTuple, Optional
 
 from .elmer import exit_measures
@@ -12,6 +13,7 @@ from .mlae.model import ScheduledMasking
 class Tuned(NamedTuple):
     """The model a fine-tuning builds, and its checkpoint records: the architecture it fine-tunes as,
     its config, and an ELMER's options (elmer_options; None for the others)."""
+
     arch: str
     cfg: ModelConfig
     elmer: Optional[dict] = None
@@ -27,14 +29,17 @@ def scheduled_loss(loss_fn, arch, args):
     architecture's: linear for MLAE, none otherwise; finetune.py architecture)."""
     if not ARCHS[arch].masks_decoder_inputs:
         if args.mask_schedule != "none":
-            raise UserError(f"--mask-schedule {args.mask_schedule} masks decoder inputs: the {arch} architecture "
-                            "has none to mask (use an encoder-decoder: t5, mlae, or --style seq2seq)")
+            raise UserError(
+                f"--mask-schedule {args.mask_schedule} masks decoder inputs: the {arch} architecture "
+                "has none to mask (use an encoder-decoder: t5, mlae, or --style seq2seq)"
+            )
         return loss_fn
     return ScheduledMasking(loss_fn, args.mask_schedule, args.mask_init, args.mask_steps)
 
 
-def elmer_options(arch, source, exit_mode="hard", exit_measure=None, exit_threshold=None, dec_len=None,
-                  exit_train="hard"):
+def elmer_options(
+    arch, source, exit_mode="hard", exit_measure=None, exit_threshold=None, dec_len=None, exit_train="hard"
+):
     """The options of an ELMER model being fine-tuned: the pretrained ones (decoder length,
     off-ramps) and this run's exit (section 4.3): the measure and threshold generate uses, and
     how training treats exits. Soft exit runs every layer at inference (entropy threshold 0)
@@ -58,6 +63,5 @@ def elmer_options(arch, source, exit_mode="hard", exit_measure=None, exit_thresh
         exit_threshold = exit_measures.DEFAULT_THRESHOLD[measure]
     if exit_mode == "soft" and measure == "entropy":
         exit_threshold = 0.0
-    opts.update(soft=exit_mode == "soft", exit_measure=measure, exit_threshold=exit_threshold,
-                exit_train=exit_train)
+    opts.update(soft=exit_mode == "soft", exit_measure=measure, exit_threshold=exit_threshold, exit_train=exit_train)
     return opts

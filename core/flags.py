@@ -12,14 +12,15 @@ and the run's config, resolved once after parsing and frozen.
 A RunConfig refuses assignment: what a run reads, what its checkpoint saves (vars(config), the
 "args" of every checkpoint) and what it prints first are one object.
 """
+
 import argparse
 import types
 from typing import Callable, NamedTuple
 
 
 class Rule(NamedTuple):
-    test: Callable        # value -> whether it is allowed
-    what: str             # what the value must be, in an error's words
+    test: Callable  # value -> whether it is allowed
+    what: str  # what the value must be, in an error's words
     infinite: bool = False  # a float flag that may be infinite (every other must be a finite number)
 
 
@@ -28,7 +29,7 @@ AT_LEAST_0 = Rule(lambda v: v >= 0, "0 or more")
 ABOVE_0 = Rule(lambda v: v > 0, "above 0")
 FRACTION = Rule(lambda v: 0 <= v < 1, "in [0, 1)")
 # numpy's generators take seeds below 2**32; torch's manual_seed, below 2**64
-SEED = Rule(lambda v: 0 <= v < 2 ** 32, "in [0, 2**32)")
+SEED = Rule(lambda v: 0 <= v < 2**32, "in [0, 2**32)")
 # SentencePiece keeps piece ids in 32-bit ints; a vocabulary this large is never sensible
 VOCAB_SIZE = Rule(lambda v: v <= 1 << 20, "at most 1048576")
 DEC_LEN = Rule(lambda v: v >= 2, "at least 2 (one token and its [EOS])")
@@ -58,8 +59,9 @@ class Applies(NamedTuple):
     """The runs a flag of finetune.py has an effect on, declared with it: given to another run,
     guards.refuse_unused refuses it (or notes it, where harmless); a flag declared without one applies
     to every run. (train.py's objective records name the flags that apply to them.)"""
-    test: Callable          # (config, what else the script knows of the run) -> whether the run uses the flag
-    where: str              # where it applies, in refuse_unused's words: "to --task summarize"
+
+    test: Callable  # (config, what else the script knows of the run) -> whether the run uses the flag
+    where: str  # where it applies, in refuse_unused's words: "to --task summarize"
     harmless: bool = False  # it changes nothing the run means: a `note:` line, and the run goes on
 
 
@@ -103,6 +105,7 @@ def always_applies(add):
 class RunConfig(types.SimpleNamespace):
     """A run's flags as it reads them, frozen: assignment raises. `given` holds the flags the command
     line gave (kept out of vars(), and so out of checkpoints and config.json)."""
+
     __slots__ = ("given",)
 
     def __init__(self, given=(), **values):
@@ -110,8 +113,9 @@ class RunConfig(types.SimpleNamespace):
         object.__setattr__(self, "given", frozenset(given))
 
     def __setattr__(self, name, value):
-        raise AttributeError(f"the run's config is frozen once resolved: {name} cannot be set (resolve it in "
-                             f"RunConfig.resolved)")
+        raise AttributeError(
+            f"the run's config is frozen once resolved: {name} cannot be set (resolve it in RunConfig.resolved)"
+        )
 
     def __delattr__(self, name):
         raise AttributeError(f"the run's config is frozen once resolved: {name} cannot be removed")

@@ -1,6 +1,7 @@
 """Generation from a fine-tuned model of any architecture, and the metric it is scored by: the way
 the architecture decodes (core/decodings.py: beam search, Mask-Predict or ELMER's early exit) over
 a batch of sources; ROUGE-1/2/L F1."""
+
 import numpy as np
 import torch
 
@@ -36,7 +37,7 @@ def summarize(model, arch, tok, sources, max_src, batch_size=64, progress=None, 
     """Generated summaries (strings) for a list of source texts, in batches."""
     ops, clean, out = seq2seq_ops(arch, sos=model.cfg.enc_sos), decoding_of(arch).clean, []
     for i in range(0, len(sources), batch_size):
-        ids = [ops.truncate(s, max_src) for s in tok.encode(sources[i:i + batch_size])]
+        ids = [ops.truncate(s, max_src) for s in tok.encode(sources[i : i + batch_size])]
         out += [clean(tok.decode(t)) for t in generate(model, arch, ids, tok, stats=stats, **gen)]
         if progress:
             progress(len(out), len(sources))
@@ -51,14 +52,17 @@ def summarizer(model, arch, tok, max_src, batch_size, gen, stats=None):
 # -----------------------------------------------------------------------------
 # metrics
 
+
 def rouge(predictions, references):
     """ROUGE-1/2/L F1 (x100) with stemming, averaged over examples (rouge-score). Imported here,
     where it is used: training, the kernels and the benchmarks run without it."""
     try:
         from rouge_score import rouge_scorer
     except ImportError:
-        raise UserError("ROUGE needs the rouge-score package (pip install rouge-score); without it, "
-                        "fine-tune with --rouge-examples 0") from None
+        raise UserError(
+            "ROUGE needs the rouge-score package (pip install rouge-score); without it, "
+            "fine-tune with --rouge-examples 0"
+        ) from None
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
     totals = np.zeros(3)
     for p, r in zip(predictions, references):

@@ -2,6 +2,7 @@
 then each captured into a graph that shares one memory pool. Used by ELMER's static-shape pass
 (core/elmer/exit_pass.py), Mask-Predict's static decoding (core/mlae/mask_predict.py) and the beam
 search at fixed shapes (core/static_beam.py)."""
+
 import contextlib
 import weakref
 
@@ -38,6 +39,7 @@ def capture(steps, model=None):
 
 class Graphs(list):
     """capture's graphs, and `keep`: the tensors they read that nothing else holds."""
+
     keep = ()
 
 

@@ -3,6 +3,7 @@ eval.py: every flag checked before any work, the output directory checked before
 re-run that would overwrite an earlier one refused, a resume that would silently ignore changed
 flags refused, and Ctrl-C / SIGTERM turned into a checkpoint at the last completed step.
 """
+
 import argparse
 import math
 import os
@@ -18,6 +19,7 @@ from .flags import RunConfig, rules_of
 
 # -----------------------------------------------------------------------------
 # flags: parsed, remembered as given, checked
+
 
 def parse_args(p, argv=None):
     """p.parse_args(argv), every value checked against its flag's rule (core/flags.py): one `error:`
@@ -70,8 +72,11 @@ def refuse_unused(args, applies, notes_to=None):
         raise UserError("; ".join(bad) + ": drop " + ("it" if len(bad) == 1 else "them"))
     for k, need, _ in (u for u in unused if u[2] and u[2][0]):
         if int(os.environ.get("RANK", 0)) == 0:
-            print(f"note: --{k.replace('_', '-')} is not used by this run (it applies only {need})",
-                  file=notes_to or sys.stdout, flush=True)
+            print(
+                f"note: --{k.replace('_', '-')} is not used by this run (it applies only {need})",
+                file=notes_to or sys.stdout,
+                flush=True,
+            )
 
 
 def check_positions(what, needed, available, fix):
@@ -127,8 +132,10 @@ def check_out(out, resume, overwrite, master):
         return
     earlier = [f for f in RUN_FILES if os.path.exists(os.path.join(out, f))]
     if earlier and not overwrite:
-        raise UserError(f"--out {out} already holds a run ({', '.join(earlier)}): continue it with --resume, "
-                        f"replace it with --overwrite, or choose another --out")
+        raise UserError(
+            f"--out {out} already holds a run ({', '.join(earlier)}): continue it with --resume, "
+            f"replace it with --overwrite, or choose another --out"
+        )
     if earlier and master:
         for f in ("best.pt", "log.jsonl"):
             if f in earlier:
@@ -139,8 +146,11 @@ def check_out(out, resume, overwrite, master):
 def resume_conflicts(args, saved, resumable):
     """The flags given on this command line that differ from the run being resumed."""
     given = getattr(args, "given", set())
-    return [f"--{k.replace('_', '-')} {getattr(args, k)} (the run has {saved[k]})"
-            for k in sorted(given) if k not in resumable and k in saved and saved[k] != getattr(args, k)]
+    return [
+        f"--{k.replace('_', '-')} {getattr(args, k)} (the run has {saved[k]})"
+        for k in sorted(given)
+        if k not in resumable and k in saved and saved[k] != getattr(args, k)
+    ]
 
 
 def check_continues(start, steps, stop_after, path, longer):
@@ -162,13 +172,16 @@ def best_on_disk(out, best):
     try:
         held = torch.load(path, map_location="cpu", weights_only=True).get("best_valid_loss")
     except Exception as e:  # noqa: BLE001  (not a checkpoint: torch raises many kinds)
-        raise UserError(f"{path} cannot be read ({type(e).__name__}), so --resume cannot tell whether a "
-                        f"validation beats it: move it aside, or remove it") from None
+        raise UserError(
+            f"{path} cannot be read ({type(e).__name__}), so --resume cannot tell whether a "
+            f"validation beats it: move it aside, or remove it"
+        ) from None
     return held if isinstance(held, (int, float)) and math.isfinite(held) else best
 
 
 # -----------------------------------------------------------------------------
 # Ctrl-C and SIGTERM: finish the step, save, exit
+
 
 class StopSignals:
     """The context of the training loop (`with StopSignals() as stop:`; `stop.check` after each
@@ -182,8 +195,11 @@ class StopSignals:
 
     def __enter__(self):
         # a signal the parent ignores (nohup, a background job) stays ignored
-        self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)
-                         if signal.getsignal(s) is not signal.SIG_IGN}
+        self.previous = {
+            s: signal.signal(s, self.handle)
+            for s in (signal.SIGINT, signal.SIGTERM)
+            if signal.getsignal(s) is not signal.SIG_IGN
+        }
         ACTIVE.append(self)
         return self
 
@@ -223,5 +239,7 @@ class StopSignals:
         save(done)
         self.restore()
         name = signal.Signals(signum).name
-        raise Interrupted(f"stopped by {name} after step {done}; saved {path} (continue with --resume)"
-                          if d.master else "", 128 + signum)
+        raise Interrupted(
+            f"stopped by {name} after step {done}; saved {path} (continue with --resume)" if d.master else "",
+            128 + signum,
+        )

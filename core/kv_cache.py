@@ -13,6 +13,7 @@ decoder, since no later token may see a [P].
 At fixed shapes (core/static_beam.py) the buffers have a slot for every key a search can make: a
 step writes its keys at `write_at` instead of appending, the search updates the metadata in place,
 and it reorders the buffers itself (in place, for CUDA graphs)."""
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -28,11 +29,11 @@ def _pick(meta, index):
 
 @dataclass(eq=False)
 class KVCache:
-    kv: list                              # per layer (k, v), each (N, H, L, D); [] until keys join
-    meta: Meta                            # the L keys' kind, step and validity (None: all valid), (N, L)
-    pos: torch.Tensor                     # (N, L) their position ids
-    cross: Optional[list] = None          # per decoder layer the memory's (k, v), each (N, H, S, D)
-    cross_meta: Optional[Meta] = None     # the memory's keys: CONTEXT, its padding invalid
+    kv: list  # per layer (k, v), each (N, H, L, D); [] until keys join
+    meta: Meta  # the L keys' kind, step and validity (None: all valid), (N, L)
+    pos: torch.Tensor  # (N, L) their position ids
+    cross: Optional[list] = None  # per decoder layer the memory's (k, v), each (N, H, S, D)
+    cross_meta: Optional[Meta] = None  # the memory's keys: CONTEXT, its padding invalid
     write_at: Optional[torch.Tensor] = None  # fixed shapes: the slots a step writes its keys into
 
     @classmethod
@@ -64,8 +65,11 @@ class KVCache:
 
     def append(self, new, kind, step, pos, valid=None):
         """The step's keys that stay: new, per layer (k, v) each (N, H, Lq, D), with their metadata."""
-        self.kv = new if not self.kv else [(torch.cat([k, nk], 2), torch.cat([v, nv], 2))
-                                           for (k, v), (nk, nv) in zip(self.kv, new)]
+        self.kv = (
+            new
+            if not self.kv
+            else [(torch.cat([k, nk], 2), torch.cat([v, nv], 2)) for (k, v), (nk, nv) in zip(self.kv, new)]
+        )
         self.meta, self.pos = self.keys(kind, step, pos, valid)
 
     def reorder(self, index):

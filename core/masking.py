@@ -4,6 +4,7 @@ blockwise_mask: UniLMv2 Algorithm 1 (section 3.1.2): factorization steps of 1 to
 probability 0.4 a block of 2..6 tokens, sampled until >= 15% of the maskable tokens are masked.
 corrupt: BERT's 80% [MASK] / 10% random / 10% kept replacement (UniLMv2 section 4.1).
 """
+
 import math
 
 import numpy as np

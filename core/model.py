@@ -15,6 +15,7 @@ Choices, and why:
     kernel has none).
 No distributed code lives here.
 """
+
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -55,6 +56,7 @@ class Meta:
     One Meta serves every layer of a forward; `cache` holds what is derived from it once, not once
     per layer: the Triton kernel's tile map per key metadata (tile_cache), the cross-attention's
     query metadata (_unmasked). Build a new Meta when the tensors change."""
+
     kind: torch.Tensor
     step: torch.Tensor
     valid: Optional[torch.Tensor] = None
@@ -77,6 +79,7 @@ def tile_cache(q_meta: Meta, k_meta: Meta):
 
 # -----------------------------------------------------------------------------
 # blocks
+
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -113,8 +116,9 @@ class Attention(nn.Module):
                 k, v = past
             elif past is not None:
                 k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-        y = kernels.attention(q, k, v, mask_meta(q_meta, k_meta), bias=bias, cache=tile_cache(q_meta, k_meta),
-                              tuning=self.tuning)
+        y = kernels.attention(
+            q, k, v, mask_meta(q_meta, k_meta), bias=bias, cache=tile_cache(q_meta, k_meta), tuning=self.tuning
+        )
         B, H, Lq, D = y.shape
         return self.o(y.transpose(1, 2).reshape(B, Lq, H * D)), new
 
@@ -150,8 +154,20 @@ class Layer(nn.Module):
         self.ln2, self.ffn = nn.LayerNorm(cfg.d_model), FeedForward(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, meta, k_meta=None, bias=None, context=None, memory=None, mem_meta=None, past=None,
-                mem_kv=None, cross_bias=None, write_at=None):
+    def forward(
+        self,
+        x,
+        meta,
+        k_meta=None,
+        bias=None,
+        context=None,
+        memory=None,
+        mem_meta=None,
+        past=None,
+        mem_kv=None,
+        cross_bias=None,
+        write_at=None,
+    ):
         """x: (B, Lq, C). context: (B, Lk, C) hidden states that serve as keys/values when the
         queries are a subset of the tokens (default: x itself); memory: (B, Lm, C) encoder output
         for cross-attention, or instead mem_kv: its (k, v) from self.cross.keys_values(memory),
@@ -179,6 +195,7 @@ def _unmasked(meta):
 
 # -----------------------------------------------------------------------------
 # the model
+
 
 class Embeddings(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -260,7 +277,7 @@ def _init(m):
     BERT's N(0, 0.02) everywhere suits its width of 768 (0.02 is about 0.55/sqrt(768)); scaling by
     fan-in keeps the attention logits and activations at the same scale at every preset width."""
     if isinstance(m, nn.Linear):
-        nn.init.normal_(m.weight, std=m.in_features ** -0.5)
+        nn.init.normal_(m.weight, std=m.in_features**-0.5)
         if m.bias is not None:
             nn.init.zeros_(m.bias)
     elif isinstance(m, nn.Embedding):
@@ -273,6 +290,7 @@ def count_parameters(model):
 
 # -----------------------------------------------------------------------------
 # the encoder-decoder (the T5 baseline)
+
 
 class EncoderDecoder(nn.Module):
     """T5-style autoregressive encoder-decoder (Raffel et al. 2020, section 3.1.1), built from the
@@ -390,8 +408,16 @@ class EncoderDecoder(nn.Module):
         bias = self.rel_bias(self.dec_rel_table, pos, cache.pos)
         x = self.emb(tokens[:, None], pos)
         for i, layer in enumerate(self.dec_layers):
-            x, _ = layer(x, meta, cache.meta, bias, past=cache.kv[i], mem_kv=cache.cross[i], mem_meta=cache.cross_meta,
-                         write_at=cache.write_at)
+            x, _ = layer(
+                x,
+                meta,
+                cache.meta,
+                bias,
+                past=cache.kv[i],
+                mem_kv=cache.cross[i],
+                mem_meta=cache.cross_meta,
+                write_at=cache.write_at,
+            )
         return self.head(self.ln_dec(x[:, 0]))
 
 

@@ -1,6 +1,7 @@
 """AdamW (UniLMv2 section 4.1: betas 0.9/0.98, eps 1e-6, weight decay 0.01 on weight matrices
 only) and the learning-rate schedules: linear warmup, then linear decay (UniLMv2's pretraining and
 fine-tuning) or inverse square root decay (MLAE's fine-tuning, its Tables 11 and 12)."""
+
 import torch
 
 

@@ -1,6 +1,7 @@
 """Fine-tuning stays within the position ids that pretraining trained: a layout past them would put
 targets and [P]s on position embeddings that never received a gradient. A pretraining checkpoint
 records its positions (core/objectives.py Objective.positions); fit_lengths reads them."""
+
 from .architectures import ARCHS, arch_of
 from .errors import UserError
 from .objectives import objective_of
@@ -42,16 +43,20 @@ def fit_lengths(arch, positions, max_src, max_tgt):
     if max_src is None:
         max_src = min(DEFAULT_MAX_SRC, src_room)
         if max_src < 8:
-            raise UserError(f"--max-tgt {max_tgt} leaves no room for a source in the checkpoint's positions "
-                            f"({what}): lower --max-tgt")
+            raise UserError(
+                f"--max-tgt {max_tgt} leaves no room for a source in the checkpoint's positions "
+                f"({what}): lower --max-tgt"
+            )
     if apart and (max_src > src_room or max_tgt > tgt_room):
-        raise UserError(f"--max-src {max_src} / --max-tgt {max_tgt} exceed the positions the checkpoint was "
-                        f"pretrained on ({what}): use --max-src <= {src_room} and --max-tgt <= {tgt_room}, "
-                        f"or pretrain with a longer --seq-len")
+        raise UserError(
+            f"--max-src {max_src} / --max-tgt {max_tgt} exceed the positions the checkpoint was "
+            f"pretrained on ({what}): use --max-src <= {src_room} and --max-tgt <= {tgt_room}, "
+            f"or pretrain with a longer --seq-len"
+        )
     if not apart and max_src + max_tgt > positions["total"]:
-        raise UserError(f"--max-src {max_src} + --max-tgt {max_tgt} = {max_src + max_tgt} exceed the positions the "
-                        f"checkpoint was pretrained on ({what}): use --max-src <= {src_room} (or a smaller "
-                        f"--max-tgt), or pretrain with --seq-len {max_src + max_tgt}")
+        raise UserError(
+            f"--max-src {max_src} + --max-tgt {max_tgt} = {max_src + max_tgt} exceed the positions the "
+            f"checkpoint was pretrained on ({what}): use --max-src <= {src_room} (or a smaller "
+            f"--max-tgt), or pretrain with --seq-len {max_src + max_tgt}"
+        )
     return max_src
-
-

@@ -1,5 +1,6 @@
 """The progress line (fixed fields: step/total, loss, lr, tokens/s, ETA) and the JSONL log; eval.py's
 progress through a long generation."""
+
 import json
 import os
 import sys
@@ -52,8 +53,10 @@ class Progress:
         elapsed = time.time() - self.t0
         eta = elapsed / max(1, done) * (self.total - step)
         tps = f"{tokens_per_s / 1000:.1f}k" if tokens_per_s >= 1000 else f"{tokens_per_s:.0f}"
-        return (f"step {step:>{len(str(self.total))}}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | "
-                f"{tps} tok/s | ETA {fmt_duration(eta)}" + (f" | {extra}" if extra else ""))
+        return (
+            f"step {step:>{len(str(self.total))}}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | "
+            f"{tps} tok/s | ETA {fmt_duration(eta)}" + (f" | {extra}" if extra else "")
+        )
 
 
 def progress_line(what, stream=None):
@@ -69,4 +72,5 @@ def progress_line(what, stream=None):
         elif 10 * done // max(1, total) > shown[0] or done == total:
             shown[0] = 10 * done // max(1, total)
             print(f"  {what}: {done}/{total}", file=stream, flush=True)
+
     return show

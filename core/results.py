@@ -2,6 +2,7 @@
 and its generated outputs to outputs-NAME-DATA.jsonl, named for the checkpoint, the examples it
 scored and how it decoded, so that no evaluation overwrites another; each file is written
 atomically (temp file + rename). The table of every row is markdown."""
+
 import hashlib
 import json
 import os
@@ -13,8 +14,17 @@ from .errors import UserError
 from .flags import defaults
 
 # the decoding flags that name a result file when given away from their default (result_names)
-DECODING_TAGS = dict(beam="beam", max_len="max", min_len="min", length_penalty="lp", length_norm="",
-                     no_repeat_ngram="nr", length_beam="lb", iterations="it", search="")
+DECODING_TAGS = dict(
+    beam="beam",
+    max_len="max",
+    min_len="min",
+    length_penalty="lp",
+    length_norm="",
+    no_repeat_ngram="nr",
+    length_beam="lb",
+    iterations="it",
+    search="",
+)
 # their defaults, as each way of decoding declares them (--max-len's is None: the fine-tuning's --max-tgt)
 DECODING_DEFAULTS = {k: v for kind in DECODINGS.values() for k, v in defaults(kind.add_flags).items()}
 
@@ -30,9 +40,15 @@ def check_writable(paths):
 def data_tag(args):
     """The part of a result file's name that says which examples it scored: the split or the file,
     and the sample."""
-    data = args.split if args.data is None else (
-        os.path.basename(args.data).split(".")[0] + "-"
-        + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8])
+    data = (
+        args.split
+        if args.data is None
+        else (
+            os.path.basename(args.data).split(".")[0]
+            + "-"
+            + hashlib.sha1(os.path.abspath(args.data).encode()).hexdigest()[:8]
+        )
+    )
     return data + (f"-sample{args.limit}" if args.limit else "")
 
 
@@ -46,13 +62,19 @@ def result_names(path, args, task="summarize", gen=None):
         # own measure)
         tag += f"-exit-{setting[0] or 'own'}" + (f"{setting[1]:g}" if setting[1] is not None else "")
     if task == "classify":
-        return (os.path.join(os.path.dirname(os.path.abspath(path)), f"eval-{tag}.json"),
-                os.path.join(os.path.dirname(os.path.abspath(path)), f"outputs-{tag}.jsonl"))
+        return (
+            os.path.join(os.path.dirname(os.path.abspath(path)), f"eval-{tag}.json"),
+            os.path.join(os.path.dirname(os.path.abspath(path)), f"outputs-{tag}.jsonl"),
+        )
     tag += {None: "", True: "-adaptive", False: "-allpasses"}[args.adaptive_stop]
     # a decoding flag away from its default: beam 1 and beam 5 of one checkpoint are two results
-    tag += "".join(f"-{short}{getattr(args, name):g}" if isinstance(getattr(args, name), (int, float))
-                   else f"-{getattr(args, name)}" for name, short in DECODING_TAGS.items()
-                   if getattr(args, name, None) not in (None, DECODING_DEFAULTS.get(name)))
+    tag += "".join(
+        f"-{short}{getattr(args, name):g}"
+        if isinstance(getattr(args, name), (int, float))
+        else f"-{getattr(args, name)}"
+        for name, short in DECODING_TAGS.items()
+        if getattr(args, name, None) not in (None, DECODING_DEFAULTS.get(name))
+    )
     out_dir = os.path.dirname(os.path.abspath(path))
     return os.path.join(out_dir, f"eval-{tag}.json"), os.path.join(out_dir, f"outputs-{tag}.jsonl")
 
@@ -85,10 +107,28 @@ def write_atomically(path, text):
 
 
 def markdown(rows):
-    cols = ["model", "arch", "decoding", "iterations", "params_M", "n", "rouge1", "rouge2", "rougeL", "accuracy",
-            "macro_f1",
-            "exit_measure", "exit_threshold", "mean_exit", "exit_frac", "entropy_p50", "entropy_p5", "dec_flops",
-            "latency_ms", "samples_per_s"]
+    cols = [
+        "model",
+        "arch",
+        "decoding",
+        "iterations",
+        "params_M",
+        "n",
+        "rouge1",
+        "rouge2",
+        "rougeL",
+        "accuracy",
+        "macro_f1",
+        "exit_measure",
+        "exit_threshold",
+        "mean_exit",
+        "exit_frac",
+        "entropy_p50",
+        "entropy_p5",
+        "dec_flops",
+        "latency_ms",
+        "samples_per_s",
+    ]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

@@ -22,6 +22,7 @@ The ranking, the pool and the stopping rule are beam_search's (its module docstr
 tokens and scores are the same (tests/test_static_beam.py compares them on the CPU, where the
 same steps run eagerly). On CUDA, with graphs, the start and the step are each captured once per
 (model, shapes, decoding settings, autocast) and replayed (core/graphs.py)."""
+
 import weakref
 
 import torch
@@ -65,8 +66,10 @@ class StaticBeam:
         if K < 1 or M < 1:
             raise ValueError(f"beam and max_len must be >= 1, got {K} and {M}")
         if 2 * K > model.cfg.vocab_size:
-            raise ValueError(f"the static beam search needs a vocabulary of at least 2 * beam tokens, got "
-                             f"{model.cfg.vocab_size} for beam {K}")
+            raise ValueError(
+                f"the static beam search needs a vocabulary of at least 2 * beam tokens, got "
+                f"{model.cfg.vocab_size} for beam {K}"
+            )
         self.model, self.B, self.K, self.M, self.tok = model, B, K, M, tok
         self.min_len, self.lp, self.n = min_len, length_norm_fn(length_norm, length_penalty), no_repeat_ngram
         self.eos, self.sos = tok.eos_id, tok.sos_id
@@ -126,8 +129,13 @@ class StaticBeam:
         pool_score = torch.cat([self.fin_score, new_score], 1)
         best_score, best = pool_score.topk(K, dim=1)
         keep = self.alive[:, None]  # a finished source's pool stays as it was
-        self.fin_tok.copy_(torch.where(keep[:, :, None], torch.cat([self.fin_tok, new_tok], 1).gather(
-            1, best[:, :, None].expand(-1, -1, M)), self.fin_tok))
+        self.fin_tok.copy_(
+            torch.where(
+                keep[:, :, None],
+                torch.cat([self.fin_tok, new_tok], 1).gather(1, best[:, :, None].expand(-1, -1, M)),
+                self.fin_tok,
+            )
+        )
         self.fin_len.copy_(torch.where(keep, torch.cat([self.fin_len, new_len], 1).gather(1, best), self.fin_len))
         self.fin_score.copy_(torch.where(keep, best_score, self.fin_score))
 
@@ -164,13 +172,15 @@ class StaticBeam:
             if not bool(self.anyone):  # the one host sync of a step
                 break
         lens, toks = self.fin_len[:, 0].tolist(), self.fin_tok[:, 0].tolist()
-        return [toks[b][:lens[b]] for b in range(self.B)], self.fin_score[:, 0].cpu()
+        return [toks[b][: lens[b]] for b in range(self.B)], self.fin_score[:, 0].cpu()
 
 
 def zero_pairs(n_layers, N, H, L, D, dtype, device):
     """A (keys, values) pair of zeros (N, H, L, D) per layer: a cache's buffers at fixed shapes."""
-    return [(torch.zeros(N, H, L, D, dtype=dtype, device=device), torch.zeros(N, H, L, D, dtype=dtype, device=device))
-            for _ in range(n_layers)]
+    return [
+        (torch.zeros(N, H, L, D, dtype=dtype, device=device), torch.zeros(N, H, L, D, dtype=dtype, device=device))
+        for _ in range(n_layers)
+    ]
 
 
 class StaticBeamT5(StaticBeam):
@@ -197,8 +207,14 @@ class StaticBeamT5(StaticBeam):
         if self.cache is None:
             _, H, _, D = mem_kv[0][0].shape
             dt, dev, L = mem_kv[0][0].dtype, memory.device, len(mem_kv)
-            self.cache = KVCache(zero_pairs(L, self.B * K, H, self.M, D, dt, dev), self.k_meta, self.k_pos,
-                                 zero_pairs(L, self.B * K, H, self.S, D, dt, dev), self.mem_meta, self.t.view(1))
+            self.cache = KVCache(
+                zero_pairs(L, self.B * K, H, self.M, D, dt, dev),
+                self.k_meta,
+                self.k_pos,
+                zero_pairs(L, self.B * K, H, self.S, D, dt, dev),
+                self.mem_meta,
+                self.t.view(1),
+            )
         for (k, v), (mk, mv) in zip(mem_kv, self.cache.cross):
             mk.zero_()
             mv.zero_()
@@ -235,16 +251,20 @@ def kept(model, key, make):
     return beams[key]
 
 
-def static_beam_t5(model, src_ids, tok, beam, max_len, min_len=1, length_penalty=0.6, length_norm="wu",
-                   no_repeat_ngram=0, graphs=True):
+def static_beam_t5(
+    model, src_ids, tok, beam, max_len, min_len=1, length_penalty=0.6, length_norm="wu", no_repeat_ngram=0, graphs=True
+):
     """Beam search of a T5 model (core/model.EncoderDecoder) over a batch of sources, at fixed shapes
     (CUDA graphs on a GPU): the tokens and scores of decoding.beam_search over T5Decoder."""
     src, valid = encoder_input(model, src_ids, tok)
     B, S = src.shape
     S_pad = -(-S // SOURCE_BUCKET) * SOURCE_BUCKET
     settings = (min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs)
-    search = kept(model, ("t5", B, S_pad, beam, max_len) + settings,
-                   lambda: StaticBeamT5(model, B, S_pad, beam, max_len, *settings))
+    search = kept(
+        model,
+        ("t5", B, S_pad, beam, max_len) + settings,
+        lambda: StaticBeamT5(model, B, S_pad, beam, max_len, *settings),
+    )
     with torch.no_grad():
         memory = model.encode(src, positions(src), valid)
     return search.run(memory, valid)

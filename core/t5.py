@@ -18,6 +18,7 @@ here the kept runs before the first span and after the last may be empty, so the
 uniform over all layouts with that many corrupted tokens in that many spans.
 Both sides end with [EOS], as T5's inputs and targets do.
 """
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,7 @@ IGNORE = -100
 
 # -----------------------------------------------------------------------------
 # span corruption
+
 
 def _composition(total, parts, rng):
     """`parts` positive integers summing to `total`, uniformly among all such compositions."""
@@ -78,7 +80,7 @@ def span_ids(n, rng, ratio=0.15, mean_span=3, fixed=None):
         free = np.arange(n)  # a window of little but separators: they may be corrupted
     out = np.full(n, -1, dtype=np.int64)
     for i, (s, m) in enumerate(zip(*noise_spans(n, rng, ratio, mean_span, over=len(free)))):
-        out[free[s:s + m]] = i
+        out[free[s : s + m]] = i
     return out
 
 
@@ -123,6 +125,7 @@ def span_corruption(ids, rng, tok, ratio=0.15, mean_span=3):
 # -----------------------------------------------------------------------------
 # batches and losses
 
+
 def collate(sources, targets, tok):
     """Pad (source, target) arrays into a Batch: src, src_valid, tgt_in ([SOS] + target[:-1]),
     tgt_out (target, IGNORE at padding), tgt_valid. norm = target tokens, n_tokens = source +
@@ -131,9 +134,17 @@ def collate(sources, targets, tok):
     tgt_in, tgt_valid = pad_stack([np.concatenate([[tok.sos_id], t[:-1]]) for t in targets], tok.pad_id)
     tgt_out, _ = pad_stack(targets, IGNORE)
     predict, predict_target = flat_positions(tgt_valid, tgt_out)
-    return Batch(norm=tgt_valid.sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src,
-                 src_valid=src_valid, tgt_in=tgt_in, tgt_out=tgt_out, tgt_valid=tgt_valid, predict=predict,
-                 predict_target=predict_target)
+    return Batch(
+        norm=tgt_valid.sum(),
+        n_tokens=src_valid.sum() + tgt_valid.sum(),
+        src=src,
+        src_valid=src_valid,
+        tgt_in=tgt_in,
+        tgt_out=tgt_out,
+        tgt_valid=tgt_valid,
+        predict=predict,
+        predict_target=predict_target,
+    )
 
 
 def t5_batch(stream, indices, tok, ratio=0.15, mean_span=3):
@@ -172,8 +183,9 @@ def t5_loss_sums(model, batch):
     logits, target = _logits(model, batch)
     loss = F.cross_entropy(logits, target, reduction="sum")
     hit = (logits.argmax(-1) == target).float().sum()
-    return dict(loss=loss, hit=hit, n=torch.tensor(float(len(target)), device=logits.device),
-                **text_sums(logits, target))
+    return dict(
+        loss=loss, hit=hit, n=torch.tensor(float(len(target)), device=logits.device), **text_sums(logits, target)
+    )
 
 
 def t5_seq2seq_batch(pairs, tok, max_src, max_tgt, sos=False):
@@ -181,7 +193,7 @@ def t5_seq2seq_batch(pairs, tok, max_src, max_tgt, sos=False):
     max_src tokens), decoder input [SOS] + TGT, output TGT + [EOS] (at most max_tgt tokens); longer
     ones are cut."""
     sources = [source_array(s, tok, max_src, sos) for s, _ in pairs]
-    targets = [np.array(list(t)[:max_tgt - 1] + [tok.eos_id], dtype=np.int64) for _, t in pairs]
+    targets = [np.array(list(t)[: max_tgt - 1] + [tok.eos_id], dtype=np.int64) for _, t in pairs]
     return collate(sources, targets, tok)
 
 
@@ -198,8 +210,9 @@ def t5_seq2seq_loss_sums(model, batch, label_smoothing=0.1):
 # -----------------------------------------------------------------------------
 # incremental decoding
 
+
 def encoder_input(model, src_ids_list, tok):
-    """"SRC [EOS]" of each source ("[SOS] SRC [EOS]" where the model's encoder was pretrained so:
+    """ "SRC [EOS]" of each source ("[SOS] SRC [EOS]" where the model's encoder was pretrained so:
     cfg.enc_sos), cut to the model's positions, padded: (src (N, S) long, valid (N, S) bool) on
     the model's device."""
     dev = next(model.parameters()).device
@@ -234,8 +247,11 @@ class T5Decoder:
         pos = positions(src)
         memory = model.encode(src, pos, self.src_valid)  # (N, S, C)
         self.memory = None if use_cache else memory
-        self.cache = KVCache.empty(len(src_ids_list), dev, model.cross_kv(memory),
-                                   model.memory_meta(self.src_valid)) if use_cache else None
+        self.cache = (
+            KVCache.empty(len(src_ids_list), dev, model.cross_kv(memory), model.memory_meta(self.src_valid))
+            if use_cache
+            else None
+        )
         self.prefix = torch.zeros(len(src_ids_list), 0, dtype=torch.long, device=dev)  # decoder inputs so far
         self.rows = len(src_ids_list)
 
@@ -253,8 +269,9 @@ class T5Decoder:
             logits = self.model.decode_step(tokens, self.cache)
         else:
             pos = torch.arange(t + 1, device=tokens.device).expand_as(self.prefix)
-            h = self.model.decode(self.prefix, pos, torch.ones_like(self.prefix, dtype=torch.bool),
-                                  self.memory, self.src_valid)
+            h = self.model.decode(
+                self.prefix, pos, torch.ones_like(self.prefix, dtype=torch.bool), self.memory, self.src_valid
+            )
             logits = self.model.head(h[:, -1])
         return F.log_softmax(logits.float(), -1)  # (N, V)
 

@@ -6,6 +6,7 @@ summarize: document -> the package's one-line summary (extreme summarization, li
            article/highlights, SQuAD-QG: context+answer/question joined beforehand).
 classify:  document -> section (58 classes); a user's file gives --text-field / --label-field.
 """
+
 import math
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ CLASSIFY = Applies(lambda config, arch: config.task == "classify", "to --task cl
 @dataclass
 class Examples:
     """One split of a task: source texts and targets (summaries, or label strings)."""
+
     split: str
     sources: list
     targets: list
@@ -38,8 +40,9 @@ class Examples:
         whole split: the embedded corpus is sorted by package, and its first 200 validation
         examples would all be packages from "2to3" to "dibbler"."""
         order = np.random.default_rng([seed, len(self)]).permutation(len(self))
-        return Examples(self.split, [self.sources[i] for i in order], [self.targets[i] for i in order], self.origin,
-                        self.skipped)
+        return Examples(
+            self.split, [self.sources[i] for i in order], [self.targets[i] for i in order], self.origin, self.skipped
+        )
 
     def sample(self, n=None):
         """n examples fixed by seed 0, the head of shuffled(), the same at every call; for n None,
@@ -55,8 +58,13 @@ class Examples:
         if not 0 < fraction <= 1:
             raise ValueError(f"a share of the examples is in (0, 1], not {fraction}")
         keep = [i for i in range(len(self)) if math.floor((i + 1) * fraction) > math.floor(i * fraction)]
-        return Examples(self.split, [self.sources[i] for i in keep], [self.targets[i] for i in keep],
-                        f"{self.origin} (a share of {fraction:g})", self.skipped)
+        return Examples(
+            self.split,
+            [self.sources[i] for i in keep],
+            [self.targets[i] for i in keep],
+            f"{self.origin} (a share of {fraction:g})",
+            self.skipped,
+        )
 
 
 def load_split(task, split, path=None, src_field=None, tgt_field=None, note=None):
@@ -76,9 +84,11 @@ def load_split(task, split, path=None, src_field=None, tgt_field=None, note=None
     skipped = len(sources) - len(keep)
     if skipped:
         import sys
+
         (note or (lambda msg: print(msg, file=sys.stderr)))(
             f"note: {origin}: {skipped} of {len(sources)} examples left out, their {src_field!r} or {tgt_field!r} "
-            f"empty ({len(keep)} kept)")
+            f"empty ({len(keep)} kept)"
+        )
     return Examples(split, [sources[i] for i in keep], [targets[i] for i in keep], origin, skipped)
 
 
@@ -87,7 +97,7 @@ def lead(text, words=None):
     if words is not None:
         return " ".join(text.split()[:words])
     cuts = [c for c in (text.find(end) for end in (". ", "! ", "? ")) if c > 0]
-    return text[:min(cuts) + 1] if cuts else text
+    return text[: min(cuts) + 1] if cuts else text
 
 
 class Labels:
@@ -107,8 +117,10 @@ class Labels:
         unseen = sorted(set(valid_targets) - set(names))
         if unseen:
             n = sum(t in set(unseen) for t in valid_targets)
-            note(f"note: {n} validation examples have labels that {origin} never has, and count as wrong: "
-                 f"{', '.join(map(repr, unseen[:5]))}{' ...' if len(unseen) > 5 else ''} ({len(unseen)} labels)")
+            note(
+                f"note: {n} validation examples have labels that {origin} never has, and count as wrong: "
+                f"{', '.join(map(repr, unseen[:5]))}{' ...' if len(unseen) > 5 else ''} ({len(unseen)} labels)"
+            )
         return cls(names)
 
     def ids(self, targets):
@@ -133,5 +145,5 @@ def examples_for_step(n, step, per_step, seed):
     while len(out) < per_step:
         epoch, offset = divmod(first + len(out), n)
         order = epoch_order(n, epoch, seed)
-        out.extend(order[offset:offset + per_step - len(out)].tolist())
+        out.extend(order[offset : offset + per_step - len(out)].tolist())
     return out

@@ -1,5 +1,6 @@
 """Wall-clock timing that is fair on both kinds of device: eval.py's latency and throughput, and
 the benchmarks that time whole decode paths."""
+
 import time
 
 import torch
@@ -23,7 +24,7 @@ def clock(device, fn):
 def speed(device, run_batch, sources, batch_size, latency_samples):
     """(ms per sample at batch size 1, samples/s at batch_size), warm-up excluded: each timed
     sample runs once before the clock (a fixed-shape decoder captures a graph per source length)."""
-    one = sources[:max(1, latency_samples)]
+    one = sources[: max(1, latency_samples)]
     for s in one:  # warm-up
         run_batch([s])
     latency = sum(clock(device, lambda s=s: run_batch([s])) for s in one) / len(one)

@@ -8,6 +8,7 @@ character the vocabulary lacks ('&', 'å', ...) as its UTF-8 bytes, so decoding 
 The trained model travels inside every checkpoint as bytes (a uint8 tensor, so checkpoints load
 with weights_only=True); a checkpoint made before byte fallback keeps its own tokenizer.
 """
+
 import hashlib
 import io
 import os
@@ -33,13 +34,25 @@ class Tokenizer:
             self.sp = spm.SentencePieceProcessor(model_proto=proto)
         except (RuntimeError, TypeError, ValueError):
             raise UserError(f"{origin} is not a SentencePiece model") from None
-        reserved = {"<pad>": PAD, "<unk>": UNK, "[SOS]": SOS, "[EOS]": EOS, "[MASK]": MASK, "[P]": PSEUDO,
-                    **{f"<extra_id_{i}>": FIRST_SENTINEL + i for i in range(N_SENTINELS)}}
-        wrong = [f"{piece}={i}" for piece, i in reserved.items()
-                 if i >= self.sp.get_piece_size() or self.sp.id_to_piece(i) != piece]
+        reserved = {
+            "<pad>": PAD,
+            "<unk>": UNK,
+            "[SOS]": SOS,
+            "[EOS]": EOS,
+            "[MASK]": MASK,
+            "[P]": PSEUDO,
+            **{f"<extra_id_{i}>": FIRST_SENTINEL + i for i in range(N_SENTINELS)},
+        }
+        wrong = [
+            f"{piece}={i}"
+            for piece, i in reserved.items()
+            if i >= self.sp.get_piece_size() or self.sp.id_to_piece(i) != piece
+        ]
         if wrong:
-            raise UserError(f"{origin} lacks the project's reserved ids (needs {', '.join(wrong[:4])}"
-                            f"{', ...' if len(wrong) > 4 else ''}); train one with train.py")
+            raise UserError(
+                f"{origin} lacks the project's reserved ids (needs {', '.join(wrong[:4])}"
+                f"{', ...' if len(wrong) > 4 else ''}); train one with train.py"
+            )
 
     # --- the vocabulary -------------------------------------------------------------------------
     @property
@@ -89,22 +102,37 @@ class Tokenizer:
     @classmethod
     def train(cls, texts, vocab_size, max_sentences=300_000):
         if vocab_size <= FIRST_SENTINEL + N_SENTINELS + N_BYTES + 100:
-            raise UserError(f"--vocab-size {vocab_size} is too small: {FIRST_SENTINEL + N_SENTINELS} ids are reserved "
-                            f"and {N_BYTES} hold the byte fallback (at least "
-                            f"{FIRST_SENTINEL + N_SENTINELS + N_BYTES + 101})")
+            raise UserError(
+                f"--vocab-size {vocab_size} is too small: {FIRST_SENTINEL + N_SENTINELS} ids are reserved "
+                f"and {N_BYTES} hold the byte fallback (at least "
+                f"{FIRST_SENTINEL + N_SENTINELS + N_BYTES + 101})"
+            )
         out = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=training_sentences(texts), model_writer=out,
-                vocab_size=vocab_size, model_type="unigram", character_coverage=0.9995,
-                pad_id=PAD, unk_id=UNK, bos_id=SOS, eos_id=EOS,
-                pad_piece="<pad>", unk_piece="<unk>", bos_piece="[SOS]", eos_piece="[EOS]",
+                sentence_iterator=training_sentences(texts),
+                model_writer=out,
+                vocab_size=vocab_size,
+                model_type="unigram",
+                character_coverage=0.9995,
+                pad_id=PAD,
+                unk_id=UNK,
+                bos_id=SOS,
+                eos_id=EOS,
+                pad_piece="<pad>",
+                unk_piece="<unk>",
+                bos_piece="[SOS]",
+                eos_piece="[EOS]",
                 # control symbols, not user-defined ones: text that reads "[P]" or "<extra_id_0>"
                 # is encoded as ordinary characters, never as the ids the objectives reserve
                 control_symbols=["[MASK]", "[P]"] + [f"<extra_id_{i}>" for i in range(N_SENTINELS)],
                 byte_fallback=True,  # a character outside the vocabulary becomes its UTF-8 bytes, not <unk>
-                input_sentence_size=max_sentences, shuffle_input_sentence=True,
-                max_sentence_length=1 << 16, num_threads=os.cpu_count() or 1, minloglevel=2)
+                input_sentence_size=max_sentences,
+                shuffle_input_sentence=True,
+                max_sentence_length=1 << 16,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+            )
         except RuntimeError as e:  # e.g. a vocabulary larger than the text can support
             raise UserError(f"tokenizer training failed: {e}; try a smaller --vocab-size") from None
         return cls(out.getvalue())
@@ -139,8 +167,10 @@ def cached_tokenizer(texts, vocab_size, cache_dir, say=None):
     if os.path.exists(path):
         return Tokenizer.load(path), path
     if say:
-        say(f"tokenizer: training a {vocab_size}-piece SentencePiece model on {len(texts)} texts (about a minute "
-            f"for the embedded corpus; cached in {cache_dir} for later runs)")
+        say(
+            f"tokenizer: training a {vocab_size}-piece SentencePiece model on {len(texts)} texts (about a minute "
+            f"for the embedded corpus; cached in {cache_dir} for later runs)"
+        )
     tok = Tokenizer.train(texts, vocab_size)
     os.makedirs(cache_dir, exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"

@@ -8,6 +8,7 @@ normalise by. The count is summed over all micro-batches and all processes befor
 pass, so a step computes the same gradient whatever the number of processes and of
 micro-batches: 2 processes x 2 micro-batches == 1 process x 4 micro-batches.
 """
+
 import contextlib
 import math
 import os
@@ -32,36 +33,64 @@ def add_run_flags(p, out, lr, save_every):
     flag(p, "--lr", rule=ABOVE_0, type=float, default=lr, help="peak learning rate")
     flag(p, "--weight-decay", rule=AT_LEAST_0, type=float, default=0.01)
     flag(p, "--clip", rule=ABOVE_0, type=float, default=1.0, help="gradient norm clipping")
-    flag(p, "--dropout", rule=FRACTION, type=float, default=0.0,
-         help="0 for runs that see the data once or twice (measured for pretraining: docs/design.md); the "
-              "papers use "
-              "0.1 over many epochs")
+    flag(
+        p,
+        "--dropout",
+        rule=FRACTION,
+        type=float,
+        default=0.0,
+        help="0 for runs that see the data once or twice (measured for pretraining: docs/design.md); the "
+        "papers use "
+        "0.1 over many epochs",
+    )
     flag(p, "--log-every", rule=AT_LEAST_1, type=int, default=25)
-    flag(p, "--save-every", rule=AT_LEAST_1, type=int, default=save_every,
-         help="write OUT/last.pt every this many steps")
-    flag(p, "--stop-after", rule=AT_LEAST_1, type=int, default=None,
-         help="save and stop after this step, keeping the schedule (continue with --resume)")
+    flag(
+        p, "--save-every", rule=AT_LEAST_1, type=int, default=save_every, help="write OUT/last.pt every this many steps"
+    )
+    flag(
+        p,
+        "--stop-after",
+        rule=AT_LEAST_1,
+        type=int,
+        default=None,
+        help="save and stop after this step, keeping the schedule (continue with --resume)",
+    )
     flag(p, "--out", default=out, help="directory for last.pt, config.json, log.jsonl")
     flag(p, "--resume", action="store_true", help="continue exactly from OUT/last.pt")
     flag(p, "--overwrite", action="store_true", help="replace the run already in OUT (without it, refused)")
     flag(p, "--seed", rule=SEED, type=int, default=1234)
     flag(p, "--device", default="auto", choices=["auto", "cpu", "cuda"])
-    flag(p, "--attention", default="auto", choices=ATTENTION,
-         help="the attention's implementation: auto (our Triton kernel on CUDA, the PyTorch reference "
-              "elsewhere), or PyTorch's SDPA with a dense mask built once per step, or FlexAttention "
-              "(kernels/baselines.py); the same model and result, another speed (docs/kernels.md)")
-    flag(p, "--compile", default="auto", choices=COMPILE,
-         help="torch.compile the model for the training steps (its backward compiled with it; evaluation "
-              "stays eager): auto = on on CUDA, off on a CPU, where the eager step's logs are the ones "
-              "recorded (compiled code sums in another order; `python -m bench.bench_step --methods "
-              "reference,reference:compiled` times the two)")
+    flag(
+        p,
+        "--attention",
+        default="auto",
+        choices=ATTENTION,
+        help="the attention's implementation: auto (our Triton kernel on CUDA, the PyTorch reference "
+        "elsewhere), or PyTorch's SDPA with a dense mask built once per step, or FlexAttention "
+        "(kernels/baselines.py); the same model and result, another speed (docs/kernels.md)",
+    )
+    flag(
+        p,
+        "--compile",
+        default="auto",
+        choices=COMPILE,
+        help="torch.compile the model for the training steps (its backward compiled with it; evaluation "
+        "stays eager): auto = on on CUDA, off on a CPU, where the eager step's logs are the ones "
+        "recorded (compiled code sums in another order; `python -m bench.bench_step --methods "
+        "reference,reference:compiled` times the two)",
+    )
     add_dtype_flag(p)
 
 
 def add_dtype_flag(p):
-    flag(p, "--dtype", default="auto", choices=DTYPES,
-         help="compute dtype of forward passes: auto = bf16 autocast on CUDA and on CPUs with native bf16 "
-              "(AVX512-BF16 or AMX), float32 elsewhere")
+    flag(
+        p,
+        "--dtype",
+        default="auto",
+        choices=DTYPES,
+        help="compute dtype of forward passes: auto = bf16 autocast on CUDA and on CPUs with native bf16 "
+        "(AVX512-BF16 or AMX), float32 elsewhere",
+    )
 
 
 ATTENTION = ("auto", "triton", "reference", "sdpa", "flex")
@@ -71,9 +100,12 @@ COMPILE = ("auto", "on", "off")
 def attention_choice(args, d):
     """The context under which every attention of the run uses --attention's implementation."""
     import kernels
+
     if args.attention == "triton" and d.device.type != "cuda" and not os.environ.get("TRITON_INTERPRET"):
-        raise UserError("--attention triton runs on CUDA (on a CPU only under TRITON_INTERPRET=1, for tests); "
-                        "use auto or reference here")
+        raise UserError(
+            "--attention triton runs on CUDA (on a CPU only under TRITON_INTERPRET=1, for tests); "
+            "use auto or reference here"
+        )
     return kernels.use_backend(args.attention)
 
 
@@ -102,12 +134,19 @@ def start_or_resume(args, kinds, resumable, d):
     state = checkpoint.load(path, kinds=kinds, need=("step", "optimizer", "rng"))
     saved = checkpoint.upgrade_args(state)
     # an input file named elsewhere (a moved folder) with the same bytes is the same input
-    moved = [k for k in checkpoint.PATH_FLAGS if k in saved and getattr(args, k, None) not in (None, saved[k])
-             and checkpoint.digest(getattr(args, k)) == state.get("digests", {}).get(k, "none")]
+    moved = [
+        k
+        for k in checkpoint.PATH_FLAGS
+        if k in saved
+        and getattr(args, k, None) not in (None, saved[k])
+        and checkpoint.digest(getattr(args, k)) == state.get("digests", {}).get(k, "none")
+    ]
     conflicts = resume_conflicts(args, saved, tuple(resumable) + tuple(moved))
     if conflicts:
-        raise UserError(f"--resume continues {path} with its own flags, but this command changes "
-                        f"{'; '.join(conflicts)}: drop them, or start a new run with another --out")
+        raise UserError(
+            f"--resume continues {path} with its own flags, but this command changes "
+            f"{'; '.join(conflicts)}: drop them, or start a new run with another --out"
+        )
     for k, v in vars(args).items():
         if k in resumable or k in moved or k not in saved or k == "overwrite":
             saved[k] = v
@@ -129,10 +168,12 @@ def check_finite(skipped, first, done, save, path):
     bad step and the file."""
     if skipped:
         save(done)
-        raise UserError(f"the loss or gradient became non-finite at step {first + 1}"
-                        + (f" and {skipped - 1} later step(s)" if skipped > 1 else "") +
-                        f"; those steps were not applied, and the state after step {done} (its other steps "
-                        f"applied) is in {path}")
+        raise UserError(
+            f"the loss or gradient became non-finite at step {first + 1}"
+            + (f" and {skipped - 1} later step(s)" if skipped > 1 else "")
+            + f"; those steps were not applied, and the state after step {done} (its other steps "
+            f"applied) is in {path}"
+        )
 
 
 def autocast(device, dtype):
@@ -171,8 +212,11 @@ def wrap_ddp(model, d):
     `unused_parameters = True`, and DDP then looks for them after every backward pass."""
     if d.world == 1:
         return model
-    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None,
-               find_unused_parameters=getattr(model, "unused_parameters", False))
+    return DDP(
+        model,
+        device_ids=[d.device.index] if d.device.type == "cuda" else None,
+        find_unused_parameters=getattr(model, "unused_parameters", False),
+    )
 
 
 def host_scalar(value, d):
@@ -204,9 +248,15 @@ class StepStats:
     def read(self):
         """(the last step's statistics as floats, steps skipped since the last read, the first of them)."""
         keys = self.last["keys"]
-        flat = torch.cat([self.last["sums"], self.last["grad_norm"].reshape(1).float(),
-                          self.skipped.reshape(1).float(), self.first_skipped.reshape(1).float()]).tolist()
-        stats = dict(zip(keys, flat[:len(keys)]), grad_norm=flat[-3], lr=self.last["lr"])
+        flat = torch.cat(
+            [
+                self.last["sums"],
+                self.last["grad_norm"].reshape(1).float(),
+                self.skipped.reshape(1).float(),
+                self.first_skipped.reshape(1).float(),
+            ]
+        ).tolist()
+        stats = dict(zip(keys, flat[: len(keys)]), grad_norm=flat[-3], lr=self.last["lr"])
         skipped, first = int(flat[-2]), int(flat[-1])
         self.skipped = self.first_skipped = None
         return stats, skipped, first
@@ -214,6 +264,7 @@ class StepStats:
 
 # -----------------------------------------------------------------------------
 # the parts of an optimizer step that train.py and finetune.py write out
+
 
 def dropout_seed(seed, step, d):
     """The seed of the global generator (dropout's) for step `step` on this process: seeded per (step,
@@ -255,15 +306,19 @@ class StepSums:
         summed over the processes, 'grad_norm', 'skipped' (1 where the loss or the gradient is not finite:
         the same on every process after the reductions), with the host's 'lr' and 'tokens' (this process's
         input tokens times the processes, for the progress line's rate; the exact sum is in 'sums')."""
-        totals = dict(self.totals, tokens=host_scalar(self.tokens, d),
-                      norm=norm if torch.is_tensor(norm) else host_scalar(norm, d))
+        totals = dict(
+            self.totals,
+            tokens=host_scalar(self.tokens, d),
+            norm=norm if torch.is_tensor(norm) else host_scalar(norm, d),
+        )
         keys = sorted(totals)
         sums = all_reduce_sum(torch.stack([totals[k].reshape(()).float() for k in keys if k not in ("norm",)]), d)
         keys = [k for k in keys if k != "norm"] + ["norm"]  # norm is already the sum over processes
         sums = torch.cat([sums, totals["norm"].reshape(1).float()])
         skipped = (~torch.isfinite(sums).all() | ~torch.isfinite(grad_norm)).float()
-        return dict(keys=keys, sums=sums, grad_norm=grad_norm.detach(), skipped=skipped, lr=lr,
-                    tokens=self.tokens * d.world)
+        return dict(
+            keys=keys, sums=sums, grad_norm=grad_norm.detach(), skipped=skipped, lr=lr, tokens=self.tokens * d.world
+        )
 
 
 def read_point(done, end, *every):
@@ -311,6 +366,7 @@ def evaluate(model, batches, loss_sums, d):
 
 # -----------------------------------------------------------------------------
 # checkpoint state
+
 
 def rng_state():
     """The generator states. Data and masking draw from per-example generators and dropout is

@@ -14,6 +14,7 @@ libfoo-doc), whose descriptions are near copies, never straddle train and test. 
 occurs in an earlier split (train < valid < test) is dropped from the later one.
 Records: package, source, section, summary, document, split; sorted by package name.
 """
+
 import argparse
 import glob
 import hashlib
@@ -105,8 +106,11 @@ if __name__ == "__main__":
             continue
         source = st.get("Source", name).split()[0]
         section = st.get("Section", "unknown").split("/")[-1]
-        records.append(dict(package=name, source=source, section=section, summary=summary,
-                            document=document, split=split_of(source)))
+        records.append(
+            dict(
+                package=name, source=source, section=section, summary=summary, document=document, split=split_of(source)
+            )
+        )
 
     # a document seen in an earlier split is dropped from the later ones
     kept, earlier = [], set()
@@ -123,6 +127,8 @@ if __name__ == "__main__":
     os.replace(tmp, args.out)
     counts = {s: sum(r["split"] == s for r in kept) for s, _ in SPLIT_PERCENT}
     words = sum(len(r["summary"].split()) for r in kept) / len(kept)
-    print(f"wrote {args.out}: {len(kept)} records {counts}, {len(records) - len(kept)} cross-split duplicates "
-          f"dropped, {len({r['section'] for r in kept})} sections, summary {words:.1f} words on average, "
-          f"{os.path.getsize(args.out) / 1e6:.1f} MB")
+    print(
+        f"wrote {args.out}: {len(kept)} records {counts}, {len(records) - len(kept)} cross-split duplicates "
+        f"dropped, {len({r['section'] for r in kept})} sections, summary {words:.1f} words on average, "
+        f"{os.path.getsize(args.out) / 1e6:.1f} MB"
+    )

@@ -12,6 +12,7 @@ bias table's dtype) is `attention(..., tuning=)`, passed by the caller (core/mod
 carries its own); None: the default tuning.
 `backend='triton'` on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported.
 """
+
 import contextlib
 import os
 import sys
@@ -69,8 +70,12 @@ def resolve_backend(backend, device, attention=False):
         if device.type == "cuda" and backend == "reference" and _import_error and not _warned:
             # on a GPU the reference is many times slower: a run must not fall back without a word
             _warned.append(True)
-            print(f"warning: the Triton kernels cannot be imported ({_import_error[0]}); attention and early "
-                  f"exit run the PyTorch reference on this GPU", file=sys.stderr, flush=True)
+            print(
+                f"warning: the Triton kernels cannot be imported ({_import_error[0]}); attention and early "
+                f"exit run the PyTorch reference on this GPU",
+                file=sys.stderr,
+                flush=True,
+            )
     return backend
 
 
@@ -113,11 +118,14 @@ def attention(q, k, v, meta, bias=None, backend="auto", scale=None, cache=None, 
     which = resolve_backend(backend, q.device, attention=True)
     if which == "triton":
         from .attention_plan import TUNING
+
         tuning = tuning or TUNING
         if torch.compiler.is_compiling():  # through custom operators: no graph break
             from .attention_op import attention as traced
+
             return traced(q, k, v, meta, bias, scale, cache, tuning)
         from .pseudo_attention import pseudo_attention
+
         return pseudo_attention(q, k, v, meta, bias, scale, cache, tuning)
     if which in baselines.BASELINES:
         return baselines.attention(which, q, k, v, meta, bias, scale, cache=cache)
@@ -129,11 +137,13 @@ def attention(q, k, v, meta, bias=None, backend="auto", scale=None, cache=None, 
 # The references in kernels/reference.py; the Triton kernels (kernels/early_exit.py) take over
 # through the same switch.
 
+
 def active_index(active, backend="auto"):
     """(B, T) bool -> (N,) long flat indices of the True entries, row-major. The Triton path
     builds it with a prefix sum on the device and reads only the count (one sync per call)."""
     if resolve_backend(backend, active.device) == "triton":
         from .early_exit import active_index as kernel
+
         return kernel(active)
     return reference.active_index(active)
 
@@ -142,6 +152,7 @@ def gather_rows(x, index, backend="auto"):
     """x: (M, C), index: (N,) long, distinct -> (N, C) = x[index]; autograd-aware."""
     if resolve_backend(backend, x.device) == "triton":
         from .early_exit import gather_rows as kernel
+
         return kernel(x, index)
     return reference.gather_rows(x, index)
 
@@ -150,6 +161,7 @@ def scatter_rows(base, index, rows, backend="auto"):
     """A copy of base (M, C) with rows index (N,) replaced by rows (N, C); autograd-aware."""
     if resolve_backend(backend, base.device) == "triton":
         from .early_exit import scatter_rows as kernel
+
         return kernel(base, index, rows)
     return reference.scatter_rows(base, index, rows)
 
@@ -159,6 +171,7 @@ def offramp(h, weight, bias=None, backend="auto"):
     The Triton path tiles the vocabulary and never writes the (N, V) logits."""
     if resolve_backend(backend, h.device) == "triton":
         from .early_exit import offramp as kernel
+
         return kernel(h, weight, bias)
     return reference.offramp(h, weight, bias)
 
@@ -169,9 +182,25 @@ def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, backend="a
     (argmax, entropy, per-row nll), each (N,), from the same pass, without gradient."""
     if resolve_backend(backend, h.device) == "triton":
         from .offramp_loss import offramp_cross_entropy as kernel
+
         return kernel(h, weight, bias, target, ignore_index, stats=stats)
     return reference.offramp_cross_entropy(h, weight, bias, target, ignore_index, stats=stats)
 
 
-__all__ = ["attention", "MaskMeta", "gather_rows", "scatter_rows", "offramp", "active_index", "use_backend",
-           "resolve_backend", "rel_pos_bias", "RelPosBias", "t5_bucket", "visible", "CONTEXT", "ORIGINAL", "PSEUDO"]
+__all__ = [
+    "attention",
+    "MaskMeta",
+    "gather_rows",
+    "scatter_rows",
+    "offramp",
+    "active_index",
+    "use_backend",
+    "resolve_backend",
+    "rel_pos_bias",
+    "RelPosBias",
+    "t5_bucket",
+    "visible",
+    "CONTEXT",
+    "ORIGINAL",
+    "PSEUDO",
+]

@@ -16,19 +16,47 @@ next (_window_grad). A FAR tile adds one sum at -M or +M. Where the keys do not 
 a key tile across the PMLM appended part), and at head dims past attention_plan.GRAD_WINDOWS_MAX_D,
 each pair is added into the row by an atomic.
 """
+
 from typing import NamedTuple
 
 import triton
 import triton.language as tl
 
-from .attention_tiles import (_EDGE, _FAR, _FULL, _GATHER, _LENGTHS, _PARTIAL, WINDOW_PAD, BiasRead, KeySide,
-                              Program, QTile, _dense_t, _dkdv_step, _dq_step, _edge, _entry, _far, _far_pair, _k_codes,
-                              _near_t, _q_codes, _q_program, _rows, _rows_t, _see_t, _vec, _window_t)
+from .attention_tiles import (
+    _EDGE,
+    _FAR,
+    _FULL,
+    _GATHER,
+    _LENGTHS,
+    _PARTIAL,
+    WINDOW_PAD,
+    BiasRead,
+    KeySide,
+    Program,
+    QTile,
+    _dense_t,
+    _dkdv_step,
+    _dq_step,
+    _edge,
+    _entry,
+    _far,
+    _far_pair,
+    _k_codes,
+    _near_t,
+    _q_codes,
+    _q_program,
+    _rows,
+    _rows_t,
+    _see_t,
+    _vec,
+    _window_t,
+)
 from .tilemap import _BIG, _NONE_K
 
 
 # -----------------------------------------------------------------------------
 # delta = rowsum(dO * O)
+
 
 @triton.jit(do_not_specialize=["Lq"])
 def _delta_kernel(O, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, Lq, D: tl.constexpr, BM: tl.constexpr):
@@ -44,9 +72,11 @@ def _delta_kernel(O, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, Lq, D: tl.co
 # -----------------------------------------------------------------------------
 # dK, dV (dQ fused, the table's gradient) per key tile
 
+
 class _Keys(NamedTuple):
     """A dK/dV program's key tile, read once: K, V, their codes and columns, and whether the live
     keys' positions run k0, k0 + 1, ... (krun)."""
+
     k: object
     v: object
     ka: object
@@ -62,6 +92,7 @@ class _Queries(NamedTuple):
     """Where a dK/dV program reads its query tiles and adds their dQ: q, dO, log-sum-exp, delta and
     dQ of its (b, h), rows sqm, sdom and sdqm apart, and the softmax scale (dQ = dS K * scale); ROW, its
     row of the table's gradient; DBIAS, its (Lq, Lk) plane of the dense bias's gradient."""
+
     Q: object
     DO: object
     LSE: object
@@ -78,6 +109,7 @@ class _Queries(NamedTuple):
 class _Sums(NamedTuple):
     """What a dK/dV program sums over its tiles: dK, dV, its row of the table's gradient as (BN, NB)
     blocks (the module docstring), and its FAR tiles' dS at -M and +M."""
+
     dk: object
     dv: object
     table: object
@@ -96,10 +128,12 @@ def _window_grad(table, ds, qp, k0, max_dist, F: tl.constexpr):
     blk, rho = r // F.BN, r % F.BN
     g = tl.gather(ds, (offs_n[:, None] - rho[None, :]) & (F.BN - 1), 0)  # row u: the pair at slot u mod BN
     own = offs_n[:, None] >= rho[None, :]  # that slot is blk * BN + u; else it is (blk + 1) * BN + u
-    table = tl.dot(tl.where(own, g, 0.0), (blk[:, None] == offs_c[None, :]).to(ds.dtype), table,
-                   input_precision=F.PRECISION)
-    return tl.dot(tl.where(own, 0.0, g), (blk[:, None] + 1 == offs_c[None, :]).to(ds.dtype), table,
-                  input_precision=F.PRECISION)
+    table = tl.dot(
+        tl.where(own, g, 0.0), (blk[:, None] == offs_c[None, :]).to(ds.dtype), table, input_precision=F.PRECISION
+    )
+    return tl.dot(
+        tl.where(own, 0.0, g), (blk[:, None] + 1 == offs_c[None, :]).to(ds.dtype), table, input_precision=F.PRECISION
+    )
 
 
 @triton.jit
@@ -123,8 +157,9 @@ def _kv_tile(code, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: tl.constexpr
     s_t = tl.dot(keys.k, q_t, input_precision=F.PRECISION) * P.qk_scale
     if F.REL:
         if CLASS == 2:
-            s_t += _window_t(bias.W - bias.max_dist - WINDOW_PAD, F.TW, qp, keys.k0, bias.max_dist,
-                             tl.arange(0, F.BN), F.BN)
+            s_t += _window_t(
+                bias.W - bias.max_dist - WINDOW_PAD, F.TW, qp, keys.k0, bias.max_dist, tl.arange(0, F.BN), F.BN
+            )
         elif CLASS == 3:
             s_t += _far(code, bias.far_lo, bias.far_hi)
         else:
@@ -139,8 +174,9 @@ def _kv_tile(code, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: tl.constexpr
     if F.FUSED_DQ:
         # dQ^T = K^T dS^T: D rows, so that a warpgroup's wgmma takes it at BM = 32 (dS K would have BM rows)
         dq_t = tl.dot(tl.trans(keys.k), ds_t.to(keys.k.dtype), input_precision=F.PRECISION) * qs.scale  # (D, BM)
-        tl.atomic_add(qs.DQ + rows[None, :] * qs.sdqm + offs_d[:, None], dq_t, mask=(rows < P.Lq)[None, :],
-                      sem="relaxed")
+        tl.atomic_add(
+            qs.DQ + rows[None, :] * qs.sdqm + offs_d[:, None], dq_t, mask=(rows < P.Lq)[None, :], sem="relaxed"
+        )
     table, far_lo, far_hi = sums.table, sums.far_lo, sums.far_hi
     if F.REL_GRAD:
         if CLASS == 3:
@@ -159,8 +195,11 @@ def _kv_tile(code, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: tl.constexpr
                 d = tl.minimum(tl.maximum(keys.kp[:, None] - qp[None, :], -bias.max_dist), bias.max_dist)
             tl.atomic_add(qs.ROW + d + bias.max_dist + F.BN, ds_t, sem="relaxed")
     if F.DENSE_GRAD:
-        tl.store(qs.DBIAS + rows[None, :] * P.Lk + keys.cols[:, None], ds_t,
-                 mask=(rows < P.Lq)[None, :] & (keys.cols < P.Lk)[:, None])
+        tl.store(
+            qs.DBIAS + rows[None, :] * P.Lk + keys.cols[:, None],
+            ds_t,
+            mask=(rows < P.Lq)[None, :] & (keys.cols < P.Lk)[:, None],
+        )
     return _Sums(dk, dv, table, far_lo, far_hi)
 
 
@@ -175,8 +214,9 @@ def _kv_loop(lst, start, end, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: t
 
 
 @triton.jit(do_not_specialize=_LENGTHS)
-def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQ, LSE, DELTA, C, T, R, X, H, Lq, Lk, n_qt, n_kt, qk_scale, scale,
-                   F: tl.constexpr):
+def _bwd_kv_kernel(
+    Q, K, V, DO, DK, DV, DQ, LSE, DELTA, C, T, R, X, H, Lq, Lk, n_qt, n_kt, qk_scale, scale, F: tl.constexpr
+):
     """Grid (n_kt, B * H), a program per key tile of F.BN keys, visiting its query tiles of F.BM rows
     from the k-major lists T (attention_plan.Lists). Q, K, V, DO, DK, DV, DQ: attention_plan.Rows; C:
     Codes; R: RelBias; X: DenseBias; F: Flags. FUSED_DQ: each tile's dQ is added into the float32 DQ
@@ -206,14 +246,30 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQ, LSE, DELTA, C, T, R, X, H, Lq, Lk, n
         if krun == 0:  # pairs are added by atomics into a zeroed row
             tl.store(ROW + slots, tl.zeros((F.BN, F.NB), tl.float32))
             tl.debug_barrier()
-    qs = _Queries(Q.ptr + b * Q.sb + h * Q.sh, DO.ptr + b * DO.sb + h * DO.sh, LSE + bh64 * Lq, DELTA + bh64 * Lq,
-                  DQ.ptr + b * DQ.sb + h * DQ.sh, Q.sm, DO.sm, DQ.sm, scale, ROW, X.DBIAS + bh64 * Lq * Lk)
+    qs = _Queries(
+        Q.ptr + b * Q.sb + h * Q.sh,
+        DO.ptr + b * DO.sb + h * DO.sh,
+        LSE + bh64 * Lq,
+        DELTA + bh64 * Lq,
+        DQ.ptr + b * DQ.sb + h * DQ.sh,
+        Q.sm,
+        DO.sm,
+        DQ.sm,
+        scale,
+        ROW,
+        X.DBIAS + bh64 * Lq * Lk,
+    )
     W = R.TABLE + h * 4 * F.TW + R.max_dist + WINDOW_PAD
     far_lo, far_hi = _far_pair(W, R.max_dist, F.REL)
     bias = BiasRead(W, far_lo, far_hi, R.max_dist)
     P = Program(C, X, b, h, Lq, Lk, qk_scale)
-    sums = _Sums(tl.zeros((F.BN, F.D), tl.float32), tl.zeros((F.BN, F.D), tl.float32),
-                 tl.zeros((F.BN, F.NB), tl.float32), 0.0, 0.0)
+    sums = _Sums(
+        tl.zeros((F.BN, F.D), tl.float32),
+        tl.zeros((F.BN, F.D), tl.float32),
+        tl.zeros((F.BN, F.NB), tl.float32),
+        0.0,
+        0.0,
+    )
     lst, cnt = T.LIST + entry * 4 * n_qt, T.COUNT + entry * 4
     if F.REL:
         sums = _kv_loop(lst + 2 * n_qt, 0, tl.load(cnt + 2), sums, keys, qs, bias, P, F, _FAR)
@@ -225,10 +281,16 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQ, LSE, DELTA, C, T, R, X, H, Lq, Lk, n
     sums = _kv_loop(lst, 0, n_part - edge, sums, keys, qs, bias, P, F, _PARTIAL)
     sums = _kv_loop(lst, n_part - edge, n_part, sums, keys, qs, bias, P, F, _EDGE)
     mask = cols[:, None] < Lk
-    tl.store(DK.ptr + b * DK.sb + h * DK.sh + cols[:, None] * DK.sm + offs_d[None, :],
-             (sums.dk * scale).to(DK.ptr.dtype.element_ty), mask=mask)
-    tl.store(DV.ptr + b * DV.sb + h * DV.sh + cols[:, None] * DV.sm + offs_d[None, :],
-             sums.dv.to(DV.ptr.dtype.element_ty), mask=mask)
+    tl.store(
+        DK.ptr + b * DK.sb + h * DK.sh + cols[:, None] * DK.sm + offs_d[None, :],
+        (sums.dk * scale).to(DK.ptr.dtype.element_ty),
+        mask=mask,
+    )
+    tl.store(
+        DV.ptr + b * DV.sb + h * DV.sh + cols[:, None] * DV.sm + offs_d[None, :],
+        sums.dv.to(DV.ptr.dtype.element_ty),
+        mask=mask,
+    )
     if F.REL_GRAD:
         table = sums.table + tl.where(slots == F.BN, sums.far_lo, 0.0)  # distance -M
         table += tl.where(slots == 2 * R.max_dist + F.BN, sums.far_hi, 0.0)  # +M
@@ -267,9 +329,20 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE, DELTA, C, T, R, X, H, Lq, Lk, n_qt, n_kt
     W = R.TABLE + h * 4 * F.TW + R.max_dist + WINDOW_PAD
     far_lo, far_hi = _far_pair(W, R.max_dist, F.REL)
     entry = b * n_qt + pid_m
-    dq = _q_program(T.LIST + entry * 4 * n_kt, T.COUNT + entry * 4, n_kt, tl.zeros((F.BM, F.D), tl.float32),
-                    _DQRows(q, qa, qb, qq, qp, rows, do, lse, delta),
-                    KeySide(K.ptr + b * K.sb + h * K.sh, V.ptr + b * V.sb + h * V.sh, K.sm, V.sm),
-                    BiasRead(W, far_lo, far_hi, R.max_dist), Program(C, X, b, h, Lq, Lk, qk_scale), _dq_tile, F)
-    tl.store(DQ.ptr + b * DQ.sb + h * DQ.sh + rows[:, None] * DQ.sm + offs_d[None, :],
-             (dq * scale).to(DQ.ptr.dtype.element_ty), mask=rows[:, None] < Lq)
+    dq = _q_program(
+        T.LIST + entry * 4 * n_kt,
+        T.COUNT + entry * 4,
+        n_kt,
+        tl.zeros((F.BM, F.D), tl.float32),
+        _DQRows(q, qa, qb, qq, qp, rows, do, lse, delta),
+        KeySide(K.ptr + b * K.sb + h * K.sh, V.ptr + b * V.sb + h * V.sh, K.sm, V.sm),
+        BiasRead(W, far_lo, far_hi, R.max_dist),
+        Program(C, X, b, h, Lq, Lk, qk_scale),
+        _dq_tile,
+        F,
+    )
+    tl.store(
+        DQ.ptr + b * DQ.sb + h * DQ.sh + rows[:, None] * DQ.sm + offs_d[None, :],
+        (dq * scale).to(DQ.ptr.dtype.element_ty),
+        mask=rows[:, None] < Lq,
+    )

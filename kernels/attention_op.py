@@ -16,6 +16,7 @@ forward and the backward operator (two small launches each) rather than cached: 
 keeps no dict between calls. `launch` is the call's attention_plan.Tuning as numbers (_launch): its
 Config for the device and head dim, then fused_dq and table_16bit.
 """
+
 from typing import List, Optional, Tuple
 
 import torch
@@ -41,37 +42,65 @@ def _launch(tuning, device, D):
 
 def _tuning(launch):
     """The Tuning of a _launch list (its Config for every device and head dim)."""
-    cfg = Config(*launch[:len(Config._fields)])
+    cfg = Config(*launch[: len(Config._fields)])
     return Tuning(cfg, cfg, cfg, bool(launch[-2]), bool(launch[-1]))
 
 
 # -----------------------------------------------------------------------------
 # the plan: codes and tile map of one (query, key) metadata pair
 
+
 @torch.library.custom_op("textgen::attention_plan", mutates_args=())
-def attention_plan(q_kind: Tensor, q_step: Tensor, k_kind: Tensor, k_step: Tensor, k_valid: Optional[Tensor],
-                   q_seq: Optional[Tensor], k_seq: Optional[Tensor], q_pos: Optional[Tensor], k_pos: Optional[Tensor],
-                   launch: List[int], max_dist: int, backward: bool) -> List[Tensor]:
+def attention_plan(
+    q_kind: Tensor,
+    q_step: Tensor,
+    k_kind: Tensor,
+    k_step: Tensor,
+    k_valid: Optional[Tensor],
+    q_seq: Optional[Tensor],
+    k_seq: Optional[Tensor],
+    q_pos: Optional[Tensor],
+    k_pos: Optional[Tensor],
+    launch: List[int],
+    max_dist: int,
+    backward: bool,
+) -> List[Tensor]:
     """max_dist < 0: no relative bias. backward False: k_list and k_count are empty."""
-    cfg = Config(*launch[:len(Config._fields)])
+    cfg = Config(*launch[: len(Config._fields)])
     meta = MaskMeta(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq)
     qc, kc, tiles = make_plan(None, cfg, meta, q_pos, k_pos, None if max_dist < 0 else max_dist, backward)
     if qc is kc:  # one metadata for queries and keys: an operator's outputs may not alias
         qc = kc.clone()
     empty = q_kind.new_empty(_EMPTY, dtype=torch.int32)
-    return [qc, kc, tiles.q_list, tiles.q_count, empty if tiles.k_list is None else tiles.k_list,
-            empty if tiles.k_count is None else tiles.k_count]
+    return [
+        qc,
+        kc,
+        tiles.q_list,
+        tiles.q_count,
+        empty if tiles.k_list is None else tiles.k_list,
+        empty if tiles.k_count is None else tiles.k_count,
+    ]
 
 
 @attention_plan.register_fake
 def _(q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq, q_pos, k_pos, launch, max_dist, backward):
-    cfg = Config(*launch[:len(Config._fields)])
+    cfg = Config(*launch[: len(Config._fields)])
     (B, Lq), Lk = q_kind.shape, k_kind.shape[1]
-    n_qt, n_kt, n_qs, n_ks = (triton.cdiv(Lq, cfg.BM), triton.cdiv(Lk, cfg.BN), triton.cdiv(Lq, cfg.BMK),
-                              triton.cdiv(Lk, cfg.BNK))
+    n_qt, n_kt, n_qs, n_ks = (
+        triton.cdiv(Lq, cfg.BM),
+        triton.cdiv(Lk, cfg.BN),
+        triton.cdiv(Lq, cfg.BMK),
+        triton.cdiv(Lk, cfg.BNK),
+    )
     new = lambda *shape: q_kind.new_empty(shape, dtype=torch.int32)  # noqa: E731
-    return [new(6, B, -(-Lq // 16) * 16), new(6, B, -(-Lk // 16) * 16), new(B, n_qt, SLOTS, n_kt), new(B, n_qt, SLOTS),
-            new(B, n_ks, SLOTS, n_qs) if backward else new(*_EMPTY), new(B, n_ks, SLOTS) if backward else new(*_EMPTY)]
+    return [
+        new(6, B, -(-Lq // 16) * 16),
+        new(6, B, -(-Lk // 16) * 16),
+        new(B, n_qt, SLOTS, n_kt),
+        new(B, n_qt, SLOTS),
+        new(B, n_ks, SLOTS, n_qs) if backward else new(*_EMPTY),
+        new(B, n_ks, SLOTS) if backward else new(*_EMPTY),
+    ]
 
 
 def _launch_of(q, k, plan, table, dense, max_dist, scale, has_seq, launch):
@@ -80,8 +109,14 @@ def _launch_of(q, k, plan, table, dense, max_dist, scale, has_seq, launch):
     tuning = _tuning(launch)
     cfg = tuning.config(q.device, q.shape[-1])
     backward = k_list.numel() > 0
-    tiles = TileMap((cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, q_list, q_count,
-                    k_list if backward else None, k_count if backward else None)
+    tiles = TileMap(
+        (cfg.BM, cfg.BN),
+        (cfg.BMK, cfg.BNK) if backward else None,
+        q_list,
+        q_count,
+        k_list if backward else None,
+        k_count if backward else None,
+    )
     ext = None if table is None else extended_table(table, max_dist, tuning.table_dtype(q))
     return launch_of(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq, tuning)
 
@@ -89,12 +124,31 @@ def _launch_of(q, k, plan, table, dense, max_dist, scale, has_seq, launch):
 # -----------------------------------------------------------------------------
 # forward and backward
 
+
 @torch.library.custom_op("textgen::attention", mutates_args=())
-def attention_forward(q: Tensor, k: Tensor, v: Tensor, qc: Tensor, kc: Tensor, q_list: Tensor, q_count: Tensor,
-                      k_list: Tensor, k_count: Tensor, table: Optional[Tensor], dense: Optional[Tensor], max_dist: int,
-                      scale: float, has_seq: bool, launch: List[int]) -> Tuple[Tensor, Tensor]:
-    return launch_forward(q, k, v, _launch_of(q, k, (qc, kc, q_list, q_count, k_list, k_count), table, dense, max_dist,
-                                              scale, has_seq, launch))
+def attention_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    qc: Tensor,
+    kc: Tensor,
+    q_list: Tensor,
+    q_count: Tensor,
+    k_list: Tensor,
+    k_count: Tensor,
+    table: Optional[Tensor],
+    dense: Optional[Tensor],
+    max_dist: int,
+    scale: float,
+    has_seq: bool,
+    launch: List[int],
+) -> Tuple[Tensor, Tensor]:
+    return launch_forward(
+        q,
+        k,
+        v,
+        _launch_of(q, k, (qc, kc, q_list, q_count, k_list, k_count), table, dense, max_dist, scale, has_seq, launch),
+    )
 
 
 @attention_forward.register_fake
@@ -104,26 +158,68 @@ def _(q, k, v, qc, kc, q_list, q_count, k_list, k_count, table, dense, max_dist,
 
 
 @torch.library.custom_op("textgen::attention_backward", mutates_args=())
-def attention_backward(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, qc: Tensor, kc: Tensor,
-                       q_list: Tensor, q_count: Tensor, k_list: Tensor, k_count: Tensor, table: Optional[Tensor],
-                       dense: Optional[Tensor], max_dist: int, scale: float, has_seq: bool, table_grad: bool,
-                       dense_grad: bool, launch: List[int]) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    record = _launch_of(q, k, (qc, kc, q_list, q_count, k_list, k_count), table, dense, max_dist, scale, has_seq,
-                        launch)
+def attention_backward(
+    do: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+    qc: Tensor,
+    kc: Tensor,
+    q_list: Tensor,
+    q_count: Tensor,
+    k_list: Tensor,
+    k_count: Tensor,
+    table: Optional[Tensor],
+    dense: Optional[Tensor],
+    max_dist: int,
+    scale: float,
+    has_seq: bool,
+    table_grad: bool,
+    dense_grad: bool,
+    launch: List[int],
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    record = _launch_of(
+        q, k, (qc, kc, q_list, q_count, k_list, k_count), table, dense, max_dist, scale, has_seq, launch
+    )
     do = do if do.stride(-1) == 1 else do.contiguous()
     dq, dk, dv, dtable, dbias = launch_backward(q, k, v, o, lse, do, record, dense_grad, table_grad=table_grad)
     dtable = dtable.to(table.dtype) if dtable is not None else q.new_empty(_EMPTY)
-    dbias = _sum_to(dbias, dense.shape).view(dense.shape).to(dense.dtype) if dbias is not None else q.new_empty(
-        _EMPTY)
+    dbias = _sum_to(dbias, dense.shape).view(dense.shape).to(dense.dtype) if dbias is not None else q.new_empty(_EMPTY)
     return dq, dk, dv, dtable, dbias
 
 
 @attention_backward.register_fake
-def _(do, q, k, v, o, lse, qc, kc, q_list, q_count, k_list, k_count, table, dense, max_dist, scale, has_seq,
-      table_grad, dense_grad, launch):
-    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
-            table.new_empty(table.shape) if table_grad else q.new_empty(_EMPTY),
-            dense.new_empty(dense.shape) if dense_grad else q.new_empty(_EMPTY))
+def _(
+    do,
+    q,
+    k,
+    v,
+    o,
+    lse,
+    qc,
+    kc,
+    q_list,
+    q_count,
+    k_list,
+    k_count,
+    table,
+    dense,
+    max_dist,
+    scale,
+    has_seq,
+    table_grad,
+    dense_grad,
+    launch,
+):
+    return (
+        q.new_empty(q.shape),
+        k.new_empty(k.shape),
+        v.new_empty(v.shape),
+        table.new_empty(table.shape) if table_grad else q.new_empty(_EMPTY),
+        dense.new_empty(dense.shape) if dense_grad else q.new_empty(_EMPTY),
+    )
 
 
 def _setup_context(ctx, inputs, output):
@@ -135,11 +231,33 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, do, dlse):
     q, k, v, o, lse, qc, kc, q_list, q_count, k_list, k_count, table, dense = ctx.saved_tensors
     table_grad, dense_grad = ctx.needs_input_grad[9], ctx.needs_input_grad[10]
-    dq, dk, dv, dtable, dbias = attention_backward(do, q, k, v, o, lse, qc, kc, q_list, q_count, k_list, k_count,
-                                                   table, dense, ctx.max_dist, ctx.scale, ctx.has_seq, table_grad,
-                                                   dense_grad, ctx.launch)
-    return (dq, dk, dv) + (None,) * 6 + (dtable if table_grad else None, dbias if dense_grad else None, None, None,
-                                         None, None)
+    dq, dk, dv, dtable, dbias = attention_backward(
+        do,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        qc,
+        kc,
+        q_list,
+        q_count,
+        k_list,
+        k_count,
+        table,
+        dense,
+        ctx.max_dist,
+        ctx.scale,
+        ctx.has_seq,
+        table_grad,
+        dense_grad,
+        ctx.launch,
+    )
+    return (
+        (dq, dk, dv)
+        + (None,) * 6
+        + (dtable if table_grad else None, dbias if dense_grad else None, None, None, None, None)
+    )
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup_context)
@@ -147,6 +265,7 @@ attention_forward.register_autograd(_backward, setup_context=_setup_context)
 
 # -----------------------------------------------------------------------------
 # the public function, as kernels.attention calls it while torch.compile traces
+
 
 def attention(q, k, v, meta, bias=None, scale=None, cache=None, tuning=TUNING):
     """kernels.attention's Triton backend through the operators (same contract as
@@ -161,8 +280,12 @@ def attention(q, k, v, meta, bias=None, scale=None, cache=None, tuning=TUNING):
     grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, table, dense))
     refs = tuple(meta) + (q_pos, k_pos)
     launch = _launch(tuning, q.device, D)
-    plan = _cached(cache, ("op-plan", tuple(launch[:-2]), M, grad), refs,
-                   lambda: attention_plan(*meta, q_pos, k_pos, launch, M, grad))
-    scale = D ** -0.5 if scale is None else float(scale)
+    plan = _cached(
+        cache,
+        ("op-plan", tuple(launch[:-2]), M, grad),
+        refs,
+        lambda: attention_plan(*meta, q_pos, k_pos, launch, M, grad),
+    )
+    scale = D**-0.5 if scale is None else float(scale)
     o, _ = attention_forward(q, k, v, *plan, table, dense, max(M, 0), scale, meta.q_seq is not None, launch)
     return o

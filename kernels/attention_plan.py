@@ -3,6 +3,7 @@ and how it is launched: the block configurations per head dim, and the plan of a
 and tile map of kernels/tilemap.py, the bias table scaled to base 2), built once per metadata into
 the caller's cache and checked on the host only.
 """
+
 from typing import NamedTuple, Optional
 
 import torch
@@ -20,9 +21,11 @@ WINDOW_PAD = 128  # the extended bias table reaches M + WINDOW_PAD: no key block
 # -----------------------------------------------------------------------------
 # launch configurations
 
+
 class Config(NamedTuple):
     """Blocks, warps and stages of the three kernels. The forward and dQ share the q-major lists
     (BM x BN); dK/dV reads the k-major lists (BMK query rows x BNK keys)."""
+
     BM: int
     BN: int
     fwd_warps: int
@@ -74,6 +77,7 @@ class Tuning(NamedTuple):
     as many bytes as K and V together at D 64. 16 bits halve that but add conversions to the
     forward's loop, and the bias then carries the 8 bits of bf16's mantissa, as q and k do; float32
     until a GPU has timed both (bench/bench_attention.py, docs/kernels.md)."""
+
     d64: Config = CUDA_CONFIGS[64]
     d128: Config = CUDA_CONFIGS[128]
     interpret: Config = INTERPRET_CONFIG
@@ -107,8 +111,10 @@ TUNING = Tuning()
 # -----------------------------------------------------------------------------
 # the kernels' arguments, grouped: each a NamedTuple the launcher fills and a kernel reads by field
 
+
 class Rows(NamedTuple):
     """A (B, H, L, D) tensor: its pointer and its batch, head and row strides (the last is 1)."""
+
     ptr: object
     sb: int
     sh: int
@@ -122,6 +128,7 @@ def rows_of(x):
 class Codes(NamedTuple):
     """The codes of kernels/tilemap.py, (6, B, Lp) int32 each: q's and k's, planes sq and sk apart,
     rows rq and rk apart."""
+
     QC: object
     KC: object
     sq: int
@@ -132,6 +139,7 @@ class Codes(NamedTuple):
 
 class Lists(NamedTuple):
     """One orientation's tile lists (kernels/tilemap.TileMap): (B, n, 4, m) entries, (B, n, 4) counts."""
+
     LIST: object
     COUNT: object
 
@@ -140,6 +148,7 @@ class RelBias(NamedTuple):
     """The relative bias as the kernels read it: the extended table (H, 4, TW) (extended_table) and
     its max distance M; DTABLE, the dK/dV programs' rows of its gradient (P, H, NB * BN), or any
     pointer where none is asked."""
+
     TABLE: object
     DTABLE: object
     max_dist: int
@@ -148,6 +157,7 @@ class RelBias(NamedTuple):
 class DenseBias(NamedTuple):
     """A dense additive bias expanded to (B, H, Lq, Lk) (zero strides broadcast), and DBIAS, the
     (B, H, Lq, Lk) float32 buffer of its gradient, or any pointer where none is asked."""
+
     BIAS: object
     sb: int
     sh: int
@@ -160,6 +170,7 @@ class Flags(NamedTuple):
     """The compile-time flags of the attention kernels (one constexpr): head dim, blocks (BM x BN: query
     rows x keys), the extended table's row width TW (table_width), the blocks NB of a dK/dV program's
     gradient row (grad_blocks), and what a kernel computes besides its outputs."""
+
     D: int
     BM: int
     BN: int
@@ -177,6 +188,7 @@ class Flags(NamedTuple):
 
 # -----------------------------------------------------------------------------
 # the plan: codes, map and scaled bias table, built once per metadata
+
 
 def _cached(cache, key, refs, build):
     """cache[key] built by build() and kept with `refs`, the tensors it was made from: an entry whose
@@ -197,15 +209,24 @@ def plan(cache, cfg, meta, q_pos, k_pos, max_dist, backward):
 
     def codes():
         kc = code_tensor(meta.k_kind, meta.k_step, meta.k_valid, meta.k_seq, k_pos)
-        same = meta.q_kind is meta.k_kind and meta.q_step is meta.k_step and meta.q_seq is meta.k_seq \
-            and q_pos is k_pos
+        same = meta.q_kind is meta.k_kind and meta.q_step is meta.k_step and meta.q_seq is meta.k_seq and q_pos is k_pos
         return (kc if same else code_tensor(meta.q_kind, meta.q_step, None, meta.q_seq, q_pos)), kc
+
     qc, kc = _cached(cache, "codes", refs, codes)
 
     def tiles():
-        return build_map(qc, kc, (cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, meta.q_seq is not None,
-                         max_dist, MAP_WARPS if meta.q_kind.is_cuda else 1, Lq=meta.q_kind.shape[1],
-                         Lk=meta.k_kind.shape[1])
+        return build_map(
+            qc,
+            kc,
+            (cfg.BM, cfg.BN),
+            (cfg.BMK, cfg.BNK) if backward else None,
+            meta.q_seq is not None,
+            max_dist,
+            MAP_WARPS if meta.q_kind.is_cuda else 1,
+            Lq=meta.q_kind.shape[1],
+            Lk=meta.k_kind.shape[1],
+        )
+
     key = ("map", cfg, max_dist)
     if cache is not None and key in cache and backward and cache[key][1].k_list is None:
         del cache[key]  # built for a forward without gradient; now a backward needs the k-major lists
@@ -219,11 +240,13 @@ def prepare(q, k, v, meta, bias=None, cache=None, backward=True, scale=None, tun
     assert q.dim() == 4, f"pseudo_attention: q must be (B, H, Lq, D), got {tuple(q.shape)}"
     B, H, Lq, D = q.shape
     Lk = k.shape[2]
-    assert k.dim() == 4 and k.shape == v.shape and k.shape[:2] == (B, H) and k.shape[3] == D, \
+    assert k.dim() == 4 and k.shape == v.shape and k.shape[:2] == (B, H) and k.shape[3] == D, (
         f"pseudo_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match"
+    )
     assert D in HEAD_DIMS, f"pseudo_attention: head dim {D} not in {HEAD_DIMS}"
-    assert q.dtype in DTYPES and k.dtype == q.dtype and v.dtype == q.dtype, \
+    assert q.dtype in DTYPES and k.dtype == q.dtype and v.dtype == q.dtype, (
         f"pseudo_attention: q, k, v must share one of {DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}"
+    )
     assert q.device == k.device == v.device, "pseudo_attention: q, k, v on different devices"
     for name, x in (("q", q), ("k", k), ("v", v)):
         assert x.stride(-1) == 1, f"pseudo_attention: {name} must be contiguous in its last (head) dim"
@@ -234,30 +257,34 @@ def prepare(q, k, v, meta, bias=None, cache=None, backward=True, scale=None, tun
         assert not x.is_floating_point(), f"pseudo_attention: {name} must be an integer tensor, got {x.dtype}"
         assert x.device == q.device, f"pseudo_attention: {name} is on {x.device}, q on {q.device}"
         return x
+
     for name in ("q_kind", "q_step", "k_kind", "k_step"):
         ints(getattr(meta, name), name, Lq if name[0] == "q" else Lk)
     if meta.k_valid is not None:
         assert meta.k_valid.shape == (B, Lk), f"pseudo_attention: k_valid must be (B, Lk) = {(B, Lk)}"
-        assert meta.k_valid.device == q.device, \
+        assert meta.k_valid.device == q.device, (
             f"pseudo_attention: k_valid is on {meta.k_valid.device}, q on {q.device}"
+        )
     assert (meta.q_seq is None) == (meta.k_seq is None), "pseudo_attention: give both q_seq and k_seq, or neither"
     if meta.q_seq is not None:
         ints(meta.q_seq, "q_seq", Lq), ints(meta.k_seq, "k_seq", Lk)
-    scale = D ** -0.5 if scale is None else float(scale)
+    scale = D**-0.5 if scale is None else float(scale)
     rel = isinstance(bias, RelPosBias)
     table = dense = q_pos = k_pos = ext = None
     M = 0
     if rel:
         table, M = bias.by_distance, int(bias.max_distance)
-        assert table.dim() == 2 and table.shape == (H, 2 * M + 1), \
+        assert table.dim() == 2 and table.shape == (H, 2 * M + 1), (
             f"pseudo_attention: by_distance must be (H, 2M+1) = {(H, 2 * M + 1)}, got {tuple(table.shape)}"
+        )
         q_pos, k_pos = ints(bias.q_pos, "q_pos", Lq), ints(bias.k_pos, "k_pos", Lk)
         dt = tuning.table_dtype(q)
         ext = _cached(cache, ("table", dt), (table,), lambda: extended_table(table, M, dt))
     elif bias is not None:
         dense = bias
-        assert dense.is_floating_point() and dense.device == q.device, \
+        assert dense.is_floating_point() and dense.device == q.device, (
             "pseudo_attention: a dense bias must be a float tensor on q's device"
+        )
         assert dense.dim() <= 4, f"pseudo_attention: bias {tuple(dense.shape)} has more than 4 dims"
     qc, kc, tiles = plan(cache, tuning.config(q.device, D), meta, q_pos, k_pos, M if rel else None, backward)
     return launch_of(q, k, qc, kc, tiles, table, ext, dense, M, scale, meta.q_seq is not None, tuning), table, dense
@@ -266,6 +293,7 @@ def prepare(q, k, v, meta, bias=None, cache=None, backward=True, scale=None, tun
 class Launch(NamedTuple):
     """What the launchers (kernels/pseudo_attention.py) read of one call, made by launch_of: its
     configuration, codes and tile map, bias pieces and flags."""
+
     cfg: Config
     tiles: object  # kernels/tilemap.TileMap
     qc: torch.Tensor  # the codes of queries and of keys (kernels/tilemap.py)
@@ -287,12 +315,22 @@ def launch_of(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq, 
     or None, ext its extended_table; dense: a dense bias or None)."""
     B, H, Lq, D = q.shape
     rel = table is not None
-    return Launch(cfg=tuning.config(q.device, D), tiles=tiles, qc=qc, kc=kc, table=ext if rel else qc,
-                  max_dist=max_dist if rel else 0,
-                  dense=None if dense is None else dense.detach().expand(B, H, Lq, k.shape[2]), scale=scale,
-                  has_seq=has_seq, rel=rel, fused=tuning.fused(D),
-                  precision="ieee" if q.dtype == torch.float32 else "tf32",
-                  table_dtype=table.dtype if rel else None, dense_dtype=None if dense is None else dense.dtype)
+    return Launch(
+        cfg=tuning.config(q.device, D),
+        tiles=tiles,
+        qc=qc,
+        kc=kc,
+        table=ext if rel else qc,
+        max_dist=max_dist if rel else 0,
+        dense=None if dense is None else dense.detach().expand(B, H, Lq, k.shape[2]),
+        scale=scale,
+        has_seq=has_seq,
+        rel=rel,
+        fused=tuning.fused(D),
+        precision="ieee" if q.dtype == torch.float32 else "tf32",
+        table_dtype=table.dtype if rel else None,
+        dense_dtype=None if dense is None else dense.dtype,
+    )
 
 
 # -----------------------------------------------------------------------------
@@ -313,7 +351,7 @@ def _extension(M, H, device):
     if key not in _INDEX:
         t = torch.arange(width + 3, device=device)
         d = (t - E).clamp(-M, M) + M  # slot t of the extended row -> column of the (H, 2M+1) table
-        shifted = torch.stack([d[s:s + width] for s in range(4)])  # (4, width): copy s starts s entries later
+        shifted = torch.stack([d[s : s + width] for s in range(4)])  # (4, width): copy s starts s entries later
         flat = shifted[None] + (2 * M + 1) * torch.arange(H, device=device)[:, None, None]  # (H, 4, width)
         _INDEX[key] = flat
     return _INDEX[key]

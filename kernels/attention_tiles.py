@@ -10,6 +10,7 @@ gather the bias pair by pair; FULL tiles (wholly inside, every pair visible) loa
 skip the rule and read the bias as table windows; GATHER tiles are FULL ones whose bias must be
 gathered; FAR tiles read one bias scalar.
 """
+
 from typing import NamedTuple
 
 import triton
@@ -30,6 +31,7 @@ class Program(NamedTuple):
     """What every tile of a program reads besides its own rows: the codes (attention_plan.Codes), the
     dense bias (attention_plan.DenseBias), the program's batch row b and head h, the lengths, and the
     scores' scale in base 2."""
+
     C: object
     X: object
     b: object
@@ -42,6 +44,7 @@ class Program(NamedTuple):
 class BiasRead(NamedTuple):
     """A program's relative bias: W, distance 0 of its head's extended table (copy 0, base 2); the two
     values a FAR tile may have (_far_pair); the max distance M."""
+
     W: object
     far_lo: object
     far_hi: object
@@ -50,6 +53,7 @@ class BiasRead(NamedTuple):
 
 class QTile(NamedTuple):
     """The query rows of a q-major program (the forward's, the dQ kernel's): q, its codes, the rows."""
+
     q: object
     qa: object
     qb: object
@@ -60,6 +64,7 @@ class QTile(NamedTuple):
 
 class KeySide(NamedTuple):
     """Where a q-major program reads its key tiles: K and V of its (b, h), rows skn and svn apart."""
+
     K: object
     V: object
     skn: object
@@ -270,6 +275,7 @@ def _dkdv_step(s_t, q_t, do, k, v, lse, delta, dk, dv, PRECISION: tl.constexpr):
 
 # -----------------------------------------------------------------------------
 # a tile's scores, shared by the forward and the dQ kernel
+
 
 @triton.jit
 def _entry(lst, t, n):

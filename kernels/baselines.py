@@ -14,6 +14,7 @@ kernel, which a training step is measured against, and which a user picks where 
 
 A query that sees no key gets 0, as from the reference.
 """
+
 import torch
 import torch.nn.functional as F
 
@@ -33,6 +34,7 @@ def _entry(cache, key, make):
 
 # -----------------------------------------------------------------------------
 # SDPA with a dense mask
+
 
 def gather_bias(by_distance, d, lookup):
     """(B, H, Lq, Lk) bias from the (H, 2M+1) table at the (B, Lq, Lk) distance indices d.
@@ -61,8 +63,9 @@ def dense_mask(meta, bias, dtype):
     if pad:  # the padding keys: invalid, so never seen
         wide = lambda t, fill=0: None if t is None else F.pad(t, (0, pad), value=fill)  # noqa: E731
         valid = torch.ones_like(meta.k_kind, dtype=torch.bool) if meta.k_valid is None else meta.k_valid
-        meta = meta._replace(k_kind=wide(meta.k_kind), k_step=wide(meta.k_step), k_seq=wide(meta.k_seq),
-                             k_valid=wide(valid, False))
+        meta = meta._replace(
+            k_kind=wide(meta.k_kind), k_step=wide(meta.k_step), k_seq=wide(meta.k_seq), k_valid=wide(valid, False)
+        )
     see = visible(*meta)[:, None]  # (B, 1, Lq, Lk + pad)
     blind = ~see.any(-1, keepdim=True)
     see = see | blind  # a row that sees nothing attends everywhere, and its output is zeroed
@@ -104,6 +107,7 @@ _compiled = []
 
 def _flex_fn(device):
     from torch.nn.attention.flex_attention import flex_attention
+
     if device.type != "cuda":  # the CPU runs its unfused reference (tests)
         return flex_attention
     if not _compiled:
@@ -114,6 +118,7 @@ def _flex_fn(device):
 def block_mask(meta):
     """The rule of a MaskMeta as a FlexAttention block mask over int32 metadata, built once per forward."""
     from torch.nn.attention.flex_attention import create_block_mask
+
     i32 = lambda t: None if t is None else t.to(torch.int32).contiguous()
     qk, qs, kk, ks, qq, kq = map(i32, (meta.q_kind, meta.q_step, meta.k_kind, meta.k_step, meta.q_seq, meta.k_seq))
     kv = None if meta.k_valid is None else meta.k_valid.contiguous()
@@ -127,6 +132,7 @@ def block_mask(meta):
         if qq is not None:
             see = see & (qq[b, qi] == kq[b, ki])
         return see
+
     (B, Lq), Lk = meta.q_kind.shape, meta.k_kind.shape[1]
     device = meta.q_kind.device
     return create_block_mask(mask_mod, B, None, Lq, Lk, device=device, _compile=device.type == "cuda")

@@ -31,6 +31,7 @@ kernels make that exit pay:
 Launch configurations come from functions of (device type, shape), so that tools/aot_cases.py can ask
 for the CUDA ones on CPU tensors. Runs on CUDA and, with TRITON_INTERPRET=1, on CPU tensors.
 """
+
 import os
 
 import torch
@@ -41,12 +42,14 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _check_device(x, name):
-    assert x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1", \
+    assert x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1", (
         f"{name}: CPU tensors need TRITON_INTERPRET=1 set before triton is imported"
+    )
 
 
 # -----------------------------------------------------------------------------
 # the compact index: prefix sum over the active mask
+
 
 @triton.jit
 def _compact_kernel(ACTIVE, INDEX, COUNT, M, BLOCK: tl.constexpr):
@@ -98,6 +101,7 @@ def active_index(active):
 
 # -----------------------------------------------------------------------------
 # gather / scatter of rows through an index
+
 
 @triton.jit
 def _gather_kernel(X, INDEX, OUT, N, C, sx, so, BR: tl.constexpr, BC: tl.constexpr):
@@ -153,8 +157,9 @@ def _gather_launch(x, index, out, cfg):
     if N == 0 or C == 0:
         return
     BR, BC, warps = cfg
-    _gather_kernel[(triton.cdiv(N, BR),)](x, index, out, N, C, x.stride(0), out.stride(0), BR=BR, BC=BC,
-                                          num_warps=warps)
+    _gather_kernel[(triton.cdiv(N, BR),)](
+        x, index, out, N, C, x.stride(0), out.stride(0), BR=BR, BC=BC, num_warps=warps
+    )
 
 
 def _scatter_launch(src, index, out, cfg):
@@ -169,8 +174,9 @@ def _scatter_launch(src, index, out, cfg):
     if N == 0 or C == 0:
         return
     BR, BC, warps = cfg
-    _scatter_kernel[(triton.cdiv(N, BR),)](src, index, out, N, C, src.stride(0), out.stride(0), BR=BR, BC=BC, ZERO=zero,
-                                           num_warps=warps)
+    _scatter_kernel[(triton.cdiv(N, BR),)](
+        src, index, out, N, C, src.stride(0), out.stride(0), BR=BR, BC=BC, ZERO=zero, num_warps=warps
+    )
 
 
 def _new(shape, like):
@@ -196,7 +202,7 @@ class _GatherRows(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g):
-        index, = ctx.saved_tensors
+        (index,) = ctx.saved_tensors
         g = g.contiguous()
         # a scatter-add into zeros; a plain scatter, since the index names each row at most once
         gx = torch.zeros((ctx.M, g.shape[1]), dtype=g.dtype, device=g.device)
@@ -215,7 +221,7 @@ class _ScatterRows(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g):
-        index, = ctx.saved_tensors
+        (index,) = ctx.saved_tensors
         g = g.contiguous()
         g_base = g_rows = None
         if ctx.needs_input_grad[0]:
@@ -241,8 +247,9 @@ def scatter_rows(base, index, rows):
     base with row index[i] replaced by rows[i]. Backward: base gets the gradient with the replaced
     rows zeroed, rows its gather."""
     _check_device(base, "scatter_rows")
-    assert rows.shape == (index.shape[0], base.shape[1]), \
+    assert rows.shape == (index.shape[0], base.shape[1]), (
         f"scatter_rows: rows {tuple(rows.shape)} must be (N, C) = {(index.shape[0], base.shape[1])}"
+    )
     assert rows.dtype == base.dtype, f"scatter_rows: rows {rows.dtype} and base {base.dtype} differ"
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
@@ -252,10 +259,29 @@ def scatter_rows(base, index, rows):
 # -----------------------------------------------------------------------------
 # the fused off-ramp: argmax, entropy and log-sum-exp of softmax(h W^T + b), vocabulary tiled
 
+
 @triton.jit
-def _offramp_kernel(H, W, BIAS, PM, PS, PU, PA, N, V, C, sh, sw, v_per_split,
-                    HAS_BIAS: tl.constexpr, BN: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
-                    PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+def _offramp_kernel(
+    H,
+    W,
+    BIAS,
+    PM,
+    PS,
+    PU,
+    PA,
+    N,
+    V,
+    C,
+    sh,
+    sw,
+    v_per_split,
+    HAS_BIAS: tl.constexpr,
+    BN: tl.constexpr,
+    BV: tl.constexpr,
+    BK: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Program (row block, split): stream the split's vocabulary tiles, keep per row the running
     max m, s = sum exp(z - m), u = sum exp(z - m) (z - m) and the argmax; write them as partials."""
     pid_n, split = tl.program_id(0), tl.program_id(1)
@@ -275,10 +301,12 @@ def _offramp_kernel(H, W, BIAS, PM, PS, PU, PA, N, V, C, sh, sw, v_per_split,
         for k0 in range(0, C, BK):
             ks = k0 + offs_k
             k_in = ks < C
-            h = tl.load(H + rows[:, None].to(tl.int64) * sh + ks[None, :], mask=row_in[:, None] & k_in[None, :],
-                        other=0.0)
-            w = tl.load(W + cols[:, None].to(tl.int64) * sw + ks[None, :], mask=col_in[:, None] & k_in[None, :],
-                        other=0.0)
+            h = tl.load(
+                H + rows[:, None].to(tl.int64) * sh + ks[None, :], mask=row_in[:, None] & k_in[None, :], other=0.0
+            )
+            w = tl.load(
+                W + cols[:, None].to(tl.int64) * sw + ks[None, :], mask=col_in[:, None] & k_in[None, :], other=0.0
+            )
             if UPCAST:  # exact: a product of two bf16 values fits a float32
                 h, w = h.to(tl.float32), w.to(tl.float32)
             z = tl.dot(h, tl.trans(w), z, input_precision=PRECISION)  # (BN, BV)
@@ -353,8 +381,9 @@ def _offramp_launch(h, weight, bias, cfg):
     float32, lse (N,) float32). Allocates only (N,) outputs and (splits, N) partials."""
     N, C = h.shape
     V = weight.shape[0]
-    assert h.dim() == 2 and weight.dim() == 2 and weight.shape[1] == C, \
+    assert h.dim() == 2 and weight.dim() == 2 and weight.shape[1] == C, (
         f"offramp: h {tuple(h.shape)} and weight {tuple(weight.shape)} must be (N, C) and (V, C)"
+    )
     assert h.dtype in DTYPES and weight.dtype == h.dtype, f"offramp: h {h.dtype}, weight {weight.dtype}"
     assert h.stride(-1) == 1 and weight.stride(-1) == 1, "offramp: h and weight must be contiguous in C"
     assert V >= 1 and C >= 1, "offramp: empty vocabulary or hidden size"
@@ -371,12 +400,29 @@ def _offramp_launch(h, weight, bias, cfg):
     v_per_split = triton.cdiv(triton.cdiv(V, splits), BV) * BV
     n_blocks = triton.cdiv(N, BN)
     _offramp_kernel[(n_blocks, splits)](
-        h, weight, h if bias is None else bias, *parts, part_arg, N, V, C, h.stride(0), weight.stride(0),
-        v_per_split, HAS_BIAS=bias is not None, BN=BN, BV=BV, BK=BK,
-        PRECISION="ieee" if h.dtype == torch.float32 else "tf32", UPCAST=upcast, num_warps=warps,
-        num_stages=stages)
-    _offramp_combine_kernel[(n_blocks,)](*parts, part_arg, arg, ent, lse, N, splits, BN=BN,
-                                         num_warps=4 if dev.type == "cuda" else 1)
+        h,
+        weight,
+        h if bias is None else bias,
+        *parts,
+        part_arg,
+        N,
+        V,
+        C,
+        h.stride(0),
+        weight.stride(0),
+        v_per_split,
+        HAS_BIAS=bias is not None,
+        BN=BN,
+        BV=BV,
+        BK=BK,
+        PRECISION="ieee" if h.dtype == torch.float32 else "tf32",
+        UPCAST=upcast,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    _offramp_combine_kernel[(n_blocks,)](
+        *parts, part_arg, arg, ent, lse, N, splits, BN=BN, num_warps=4 if dev.type == "cuda" else 1
+    )
     return arg, ent, lse
 
 

@@ -24,13 +24,14 @@ Why not the backward of before (the fused forward, then the logits recomputed pe
 tile in the backward): four products for the chain's three, and an fp32 elementwise chain of
 torch ops over every (N, tile) block: it ran slower than the chain (bench/RESULTS.md).
 """
+
 import torch
 import triton
 import triton.language as tl
 
 from .early_exit import _check_device, _offramp_config, _offramp_launch
 
-CHUNK_ELEMENTS = 2 ** 25  # a chunk's logits: 64 MB in bf16
+CHUNK_ELEMENTS = 2**25  # a chunk's logits: 64 MB in bf16
 
 
 def default_chunk(V):
@@ -52,8 +53,9 @@ def _logits(ZROW, BIAS, cols, col_in, HAS_BIAS: tl.constexpr):
 
 
 @triton.jit
-def _ce_rows_kernel(Z, BIAS, TARGET, COUNT, DZ, ARG, ENT, NLL, n0, V, sz, sd, ignore_index,
-                    HAS_BIAS: tl.constexpr, BV: tl.constexpr):
+def _ce_rows_kernel(
+    Z, BIAS, TARGET, COUNT, DZ, ARG, ENT, NLL, n0, V, sz, sd, ignore_index, HAS_BIAS: tl.constexpr, BV: tl.constexpr
+):
     """Row r of a chunk (token n0 + r): z = Z[r] (+ bias). Pass 1, an online max m, s = sum exp(z - m) and
     u = sum exp(z - m) (z - m) (as the fused off-ramp kernel: entropy = log s - u / s) and the
     argmax; pass 2 writes dz = (exp(z - lse) - onehot(target)) * valid / count over the row
@@ -110,8 +112,23 @@ def _rows_launch(z, bias, target, count, arg, ent, nll, n0, ignore_index, cfg):
     and the row's gradient written over z."""
     BV, warps = cfg
     _ce_rows_kernel[(z.shape[0],)](
-        z, z if bias is None else bias, target, count, z, arg, ent, nll, n0, z.shape[1],
-        z.stride(0), z.stride(0), ignore_index, HAS_BIAS=bias is not None, BV=BV, num_warps=warps)
+        z,
+        z if bias is None else bias,
+        target,
+        count,
+        z,
+        arg,
+        ent,
+        nll,
+        n0,
+        z.shape[1],
+        z.stride(0),
+        z.stride(0),
+        ignore_index,
+        HAS_BIAS=bias is not None,
+        BV=BV,
+        num_warps=warps,
+    )
 
 
 _MM_F32, _ADDMM_F32 = [], []  # whether torch.mm / addmm(..., out_dtype=float32) run here: found out once
@@ -161,11 +178,11 @@ def _loss_and_grads(h, weight, bias, target, ignore_index, chunk, want_w, want_b
     dw = db = None
     cfg = _rows_config(dev.type, V)
     for n0 in range(0, N, chunk):
-        hc = h[n0: n0 + chunk]
+        hc = h[n0 : n0 + chunk]
         z = hc @ weight.t()  # (c, V), float32 accumulation, rounded to h's dtype
         _rows_launch(z, bias, target, count, arg, ent, nll, n0, ignore_index, cfg)
         dz = z  # written over the logits
-        torch.mm(dz, weight, out=dh[n0: n0 + chunk])
+        torch.mm(dz, weight, out=dh[n0 : n0 + chunk])
         if want_w:
             if dw is None:
                 dw = _mm_f32(dz.t(), hc)
@@ -206,9 +223,14 @@ class _OfframpCrossEntropy(torch.autograd.Function):
         w_dtype, b_dtype = ctx.dtypes
         if g is None:  # the loss took no part in what was differentiated
             return None, None, None, None, None, None
-        return (dh.mul_(g) if ctx.needs_input_grad[0] else None,  # a 0-dim g keeps dh's dtype
-                None if dw is None else dw.mul_(g).to(w_dtype),
-                None if db is None else db.mul_(g).to(b_dtype), None, None, None)
+        return (
+            dh.mul_(g) if ctx.needs_input_grad[0] else None,  # a 0-dim g keeps dh's dtype
+            None if dw is None else dw.mul_(g).to(w_dtype),
+            None if db is None else db.mul_(g).to(b_dtype),
+            None,
+            None,
+            None,
+        )
 
 
 def _loss_without_grad(h, weight, bias, target, ignore_index):
@@ -216,8 +238,9 @@ def _loss_without_grad(h, weight, bias, target, ignore_index):
     target's logit from one (N, C) gather: loss_i = lse_i - z_i[y_i]."""
     valid = target != ignore_index
     safe = torch.where(valid, target, 0)
-    arg, ent, lse = _offramp_launch(h, weight, bias, _offramp_config(h.device.type, h.shape[0], weight.shape[0],
-                                                                     h.shape[1], h.dtype))
+    arg, ent, lse = _offramp_launch(
+        h, weight, bias, _offramp_config(h.device.type, h.shape[0], weight.shape[0], h.shape[1], h.dtype)
+    )
     z_t = (h.float() * weight[safe].float()).sum(-1) + (0.0 if bias is None else bias[safe].float())
     nll = torch.where(valid, lse - z_t, 0.0)
     return nll.sum() / valid.sum().clamp_min(1), arg, ent, nll
@@ -233,10 +256,12 @@ def offramp_cross_entropy(h, weight, bias, target, ignore_index=-100, chunk=None
     (N,) and each row's negative log-likelihood (N,) (0 where ignored). Under CUDA autocast both
     are cast to its dtype."""
     _check_device(h, "offramp_cross_entropy")
-    assert target.shape == h.shape[:1] and not target.is_floating_point(), \
+    assert target.shape == h.shape[:1] and not target.is_floating_point(), (
         "offramp_cross_entropy: target must be (N,) int"
-    assert h.dim() == 2 and weight.dim() == 2 and weight.shape[1] == h.shape[1], \
+    )
+    assert h.dim() == 2 and weight.dim() == 2 and weight.shape[1] == h.shape[1], (
         f"offramp_cross_entropy: h {tuple(h.shape)} and weight {tuple(weight.shape)} must be (N, C) and (V, C)"
+    )
     chunk = default_chunk(weight.shape[0]) if chunk is None else chunk
     assert chunk >= 1, f"offramp_cross_entropy: chunk {chunk} must be at least 1"
     dt = h.dtype if h.element_size() <= weight.element_size() else weight.dtype

@@ -41,6 +41,7 @@ the softmax; a query row that sees no key has log-sum-exp +inf, which makes ever
 that row exactly 0 in the backward pass and its output 0 in the forward pass.
 Runs on CUDA and, with TRITON_INTERPRET=1, on CPU tensors (how the tests run it).
 """
+
 import os
 
 import torch
@@ -49,15 +50,39 @@ import triton.language as tl
 
 from .attention_backward import _bwd_kv_kernel, _bwd_q_kernel, _delta_kernel
 from .attention_plan import DTYPES, HEAD_DIMS, Config, Tuning, extended_table  # noqa: F401
-from .attention_plan import (GRAD_WINDOWS_MAX_D, LOG2E, TUNING, Codes, DenseBias, Flags, Lists, RelBias,
-                             fold_table_grad, grad_blocks, prepare, rows_of)
-from .attention_tiles import (_LENGTHS, WINDOW_PAD, BiasRead, KeySide, Program, QTile, _far_pair, _q_codes,
-                              _q_program, _rows, _softmax_step)
+from .attention_plan import (
+    GRAD_WINDOWS_MAX_D,
+    LOG2E,
+    TUNING,
+    Codes,
+    DenseBias,
+    Flags,
+    Lists,
+    RelBias,
+    fold_table_grad,
+    grad_blocks,
+    prepare,
+    rows_of,
+)
+from .attention_tiles import (
+    _LENGTHS,
+    WINDOW_PAD,
+    BiasRead,
+    KeySide,
+    Program,
+    QTile,
+    _far_pair,
+    _q_codes,
+    _q_program,
+    _rows,
+    _softmax_step,
+)
 from .reference import RelPosBias
 
 
 # -----------------------------------------------------------------------------
 # forward: one program per (query tile, batch * head)
+
 
 @triton.jit
 def _fwd_tile(carry, s, k, v, qt, F: tl.constexpr, CLASS: tl.constexpr):
@@ -79,24 +104,41 @@ def _fwd_kernel(Q, K, V, O, LSE, C, T, R, X, H, Lq, Lk, n_qt, n_kt, qk_scale, F:
     qa, qb, qq, qp = _q_codes(C.QC, C.sq, C.rq, b, rows, Lq, True)
     W = R.TABLE + h * 4 * F.TW + R.max_dist + WINDOW_PAD  # distance 0 of this head's extended table (copy 0)
     far_lo, far_hi = _far_pair(W, R.max_dist, F.REL)  # the bias of FAR tiles, read before their loop
-    carry = (tl.full((F.BM,), float("-inf"), tl.float32), tl.zeros((F.BM,), tl.float32),
-             tl.zeros((F.BM, F.D), tl.float32))
+    carry = (
+        tl.full((F.BM,), float("-inf"), tl.float32),
+        tl.zeros((F.BM,), tl.float32),
+        tl.zeros((F.BM, F.D), tl.float32),
+    )
     entry = b * n_qt + pid_m
-    m_i, l_i, acc = _q_program(T.LIST + entry * 4 * n_kt, T.COUNT + entry * 4, n_kt, carry,
-                               QTile(q, qa, qb, qq, qp, rows),
-                               KeySide(K.ptr + b * K.sb + h * K.sh, V.ptr + b * V.sb + h * V.sh, K.sm, V.sm),
-                               BiasRead(W, far_lo, far_hi, R.max_dist), Program(C, X, b, h, Lq, Lk, qk_scale),
-                               _fwd_tile, F)
+    m_i, l_i, acc = _q_program(
+        T.LIST + entry * 4 * n_kt,
+        T.COUNT + entry * 4,
+        n_kt,
+        carry,
+        QTile(q, qa, qb, qq, qp, rows),
+        KeySide(K.ptr + b * K.sb + h * K.sh, V.ptr + b * V.sb + h * V.sh, K.sm, V.sm),
+        BiasRead(W, far_lo, far_hi, R.max_dist),
+        Program(C, X, b, h, Lq, Lk, qk_scale),
+        _fwd_tile,
+        F,
+    )
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
-    tl.store(O.ptr + b * O.sb + h * O.sh + rows[:, None] * O.sm + offs_d[None, :], out.to(O.ptr.dtype.element_ty),
-             mask=rows[:, None] < Lq)
-    tl.store(LSE + bh.to(tl.int64) * Lq + rows, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf")),
-             mask=rows < Lq)
+    tl.store(
+        O.ptr + b * O.sb + h * O.sh + rows[:, None] * O.sm + offs_d[None, :],
+        out.to(O.ptr.dtype.element_ty),
+        mask=rows[:, None] < Lq,
+    )
+    tl.store(
+        LSE + bh.to(tl.int64) * Lq + rows,
+        tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf")),
+        mask=rows < Lq,
+    )
 
 
 # -----------------------------------------------------------------------------
 # launchers
+
 
 def _new(like, dtype=None):
     """The uninitialised buffer of an output or gradient the kernels write whole (the tests fill it
@@ -122,11 +164,21 @@ def _flags(launch, D, blocks, **grads):
     """The kernels' constexpr (attention_plan.Flags) for blocks (BM, BN); grads: REL_GRAD, DENSE_GRAD,
     FUSED_DQ where a dK/dV kernel computes them."""
     rel = launch.rel
-    return Flags(D=D, BM=blocks[0], BN=blocks[1], TW=launch.table.shape[2] if rel else 16,
-                 NB=grad_blocks(launch.max_dist, blocks[1]), HAS_SEQ=launch.has_seq, REL=rel,
-                 REL_GRAD=grads.get("REL_GRAD", False), DENSE=launch.dense is not None,
-                 DENSE_GRAD=grads.get("DENSE_GRAD", False), FUSED_DQ=grads.get("FUSED_DQ", False),
-                 GRAD_WINDOWS=D <= GRAD_WINDOWS_MAX_D, PRECISION=launch.precision)
+    return Flags(
+        D=D,
+        BM=blocks[0],
+        BN=blocks[1],
+        TW=launch.table.shape[2] if rel else 16,
+        NB=grad_blocks(launch.max_dist, blocks[1]),
+        HAS_SEQ=launch.has_seq,
+        REL=rel,
+        REL_GRAD=grads.get("REL_GRAD", False),
+        DENSE=launch.dense is not None,
+        DENSE_GRAD=grads.get("DENSE_GRAD", False),
+        FUSED_DQ=grads.get("FUSED_DQ", False),
+        GRAD_WINDOWS=D <= GRAD_WINDOWS_MAX_D,
+        PRECISION=launch.precision,
+    )
 
 
 def _forward(q, k, v, launch):
@@ -137,9 +189,25 @@ def _forward(q, k, v, launch):
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
     n_qt, n_kt = triton.cdiv(Lq, cfg.BM), triton.cdiv(Lk, cfg.BN)
     _fwd_kernel[(n_qt, B * H)](
-        rows_of(q), rows_of(k), rows_of(v), rows_of(o), lse, _codes(launch), Lists(tiles.q_list, tiles.q_count),
-        RelBias(launch.table, lse, launch.max_dist), _dense(launch), H, Lq, Lk, n_qt, n_kt, launch.scale * LOG2E,
-        F=_flags(launch, D, (cfg.BM, cfg.BN)), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
+        rows_of(q),
+        rows_of(k),
+        rows_of(v),
+        rows_of(o),
+        lse,
+        _codes(launch),
+        Lists(tiles.q_list, tiles.q_count),
+        RelBias(launch.table, lse, launch.max_dist),
+        _dense(launch),
+        H,
+        Lq,
+        Lk,
+        n_qt,
+        n_kt,
+        launch.scale * LOG2E,
+        F=_flags(launch, D, (cfg.BM, cfg.BN)),
+        num_warps=cfg.fwd_warps,
+        num_stages=cfg.fwd_stages,
+    )
     return o, lse
 
 
@@ -150,8 +218,9 @@ def _backward(q, k, v, o, lse, do, launch, dense_grad, table_grad=True):
     n_qt, n_kt = triton.cdiv(Lq, cfg.BM), triton.cdiv(Lk, cfg.BN)
     n_qs, n_ks = triton.cdiv(Lq, cfg.BMK), triton.cdiv(Lk, cfg.BNK)
     delta = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)  # rowsum(dO * O)
-    _delta_kernel[(n_qt, B * H)](o, do, delta, *o.stride()[:3], *do.stride()[:3], H, Lq, D=D, BM=cfg.BM,
-                                 num_warps=cfg.dq_warps)
+    _delta_kernel[(n_qt, B * H)](
+        o, do, delta, *o.stride()[:3], *do.stride()[:3], H, Lq, D=D, BM=cfg.BM, num_warps=cfg.dq_warps
+    )
     fused = launch.fused
     dk, dv = _new(k), _new(v)
     # fused: the dK/dV kernel adds every tile's dQ into a zeroed float32 buffer
@@ -159,22 +228,63 @@ def _backward(q, k, v, o, lse, do, launch, dense_grad, table_grad=True):
     rel_grad = launch.rel and table_grad
     flags = _flags(launch, D, (cfg.BMK, cfg.BNK), REL_GRAD=rel_grad, DENSE_GRAD=dense_grad, FUSED_DQ=fused)
     # a row of the table's gradient per dK/dV program, each written whole by its program
-    dtable = torch.empty((B * n_ks, H, flags.NB * flags.BN), dtype=torch.float32, device=q.device) if rel_grad \
-        else delta
+    dtable = (
+        torch.empty((B * n_ks, H, flags.NB * flags.BN), dtype=torch.float32, device=q.device) if rel_grad else delta
+    )
     dbias = torch.zeros((B, H, Lq, Lk), dtype=torch.float32, device=q.device) if dense_grad else None
     scale = launch.scale
     codes, rel, qk_scale = _codes(launch), RelBias(launch.table, dtable, launch.max_dist), scale * LOG2E
     _bwd_kv_kernel[(n_ks, B * H)](
-        rows_of(q), rows_of(k), rows_of(v), rows_of(do), rows_of(dk), rows_of(dv), rows_of(dq), lse, delta, codes,
-        Lists(tiles.k_list, tiles.k_count), rel, _dense(launch, dbias), H, Lq, Lk, n_qs, n_ks, qk_scale, scale,
-        F=flags, num_warps=cfg.kv_warps, num_stages=cfg.kv_stages)
+        rows_of(q),
+        rows_of(k),
+        rows_of(v),
+        rows_of(do),
+        rows_of(dk),
+        rows_of(dv),
+        rows_of(dq),
+        lse,
+        delta,
+        codes,
+        Lists(tiles.k_list, tiles.k_count),
+        rel,
+        _dense(launch, dbias),
+        H,
+        Lq,
+        Lk,
+        n_qs,
+        n_ks,
+        qk_scale,
+        scale,
+        F=flags,
+        num_warps=cfg.kv_warps,
+        num_stages=cfg.kv_stages,
+    )
     if fused:
         dq = dq.to(q.dtype)
     else:
         _bwd_q_kernel[(n_qt, B * H)](
-            rows_of(q), rows_of(k), rows_of(v), rows_of(do), rows_of(dq), lse, delta, codes,
-            Lists(tiles.q_list, tiles.q_count), rel, _dense(launch), H, Lq, Lk, n_qt, n_kt, qk_scale, scale,
-            F=_flags(launch, D, (cfg.BM, cfg.BN)), num_warps=cfg.dq_warps, num_stages=cfg.dq_stages)
+            rows_of(q),
+            rows_of(k),
+            rows_of(v),
+            rows_of(do),
+            rows_of(dq),
+            lse,
+            delta,
+            codes,
+            Lists(tiles.q_list, tiles.q_count),
+            rel,
+            _dense(launch),
+            H,
+            Lq,
+            Lk,
+            n_qt,
+            n_kt,
+            qk_scale,
+            scale,
+            F=_flags(launch, D, (cfg.BM, cfg.BN)),
+            num_warps=cfg.dq_warps,
+            num_stages=cfg.dq_stages,
+        )
     return dq, dk, dv, (fold_table_grad(dtable, launch.max_dist, cfg.BNK) if rel_grad else None), dbias
 
 
@@ -201,8 +311,9 @@ class _PseudoAttention(torch.autograd.Function):
         if do.stride(-1) != 1:
             do = do.contiguous()
         dense_grad = ctx.needs_input_grad[4]
-        dq, dk, dv, dtable, dbias = _backward(q, k, v, o, lse, do, ctx.launch, dense_grad,
-                                              table_grad=ctx.needs_input_grad[3])
+        dq, dk, dv, dtable, dbias = _backward(
+            q, k, v, o, lse, do, ctx.launch, dense_grad, table_grad=ctx.needs_input_grad[3]
+        )
         dtable = dtable.to(ctx.launch.table_dtype) if dtable is not None else None
         if dbias is not None:
             dbias = _sum_to(dbias, ctx.dense_shape).view(ctx.dense_shape).to(ctx.launch.dense_dtype)
@@ -220,9 +331,12 @@ def pseudo_attention(q, k, v, meta, bias=None, scale=None, cache=None, tuning=TU
     dict the caller keeps for as long as the metadata is unchanged; the codes, the tile map and the
     scaled bias table are built once into it and reused. tuning: how the kernels are launched
     (attention_plan.Tuning)."""
-    assert q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1", \
+    assert q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1", (
         "pseudo_attention: CPU tensors need TRITON_INTERPRET=1 set before triton is imported"
-    grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, bias if
-                                           not isinstance(bias, RelPosBias) else bias.by_distance))
+    )
+    grad = torch.is_grad_enabled() and any(
+        x is not None and x.requires_grad
+        for x in (q, k, v, bias if not isinstance(bias, RelPosBias) else bias.by_distance)
+    )
     launch, table, dense = prepare(q, k, v, meta, bias, cache, grad, scale, tuning)
     return _PseudoAttention.apply(q, k, v, table, dense, launch)

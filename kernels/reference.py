@@ -12,6 +12,7 @@ PSEUDO) and a factorization step.
   * padding keys (k_valid False) and keys of another packed sequence are never seen.
 A CONTEXT query therefore sees only CONTEXT keys.
 """
+
 import math
 from typing import NamedTuple, Optional
 
@@ -27,6 +28,7 @@ class MaskMeta(NamedTuple):
     ORIGINAL or PSEUDO, step the factorization step); k_valid (B, Lk) bool, False for padding keys;
     q_seq (B, Lq) and k_seq (B, Lk) int sequence ids of a packed batch, both or neither.
     visible(*meta) is its mask."""
+
     q_kind: torch.Tensor
     q_step: torch.Tensor
     k_kind: torch.Tensor
@@ -45,6 +47,7 @@ class RelPosBias(NamedTuple):
     Build it with `rel_pos_bias` from the bucket table the model learns; gradients flow back to
     that table through `by_distance`.
     """
+
     by_distance: torch.Tensor
     q_pos: torch.Tensor
     k_pos: torch.Tensor
@@ -125,6 +128,7 @@ def attention(q, k, v, meta, bias=None, scale=None):
 
 # -----------------------------------------------------------------------------
 # early exit (ELMER, Li et al. 2022, section 4.2): the active tokens of a layer, and the off-ramp
+
 
 def active_index(active):
     """(B, T) bool -> (N,) long flat indices (into B*T rows) of the True entries, in row-major

@@ -51,6 +51,7 @@ The two orientations may use different blocks: each is exact for its own. Everyt
 the device: no .item(), no host sync, and the kernels read the lists as data, so a new mask never
 recompiles anything.
 """
+
 from typing import NamedTuple, Optional
 
 import torch
@@ -62,8 +63,8 @@ from .reference import CONTEXT, ORIGINAL, PSEUDO
 EMPTY, PARTIAL, FULL, FAR, GATHER = 0, 1, 2, 3, 4
 SLOTS = 4  # lists per row: PARTIAL, FULL, FAR, GATHER (slot = class - 1)
 NEVER = -1  # a kind that marks a padding key
-BIG = 2 ** 30
-NONE_K, NONE_Q = -2 ** 31, -2 ** 31 + 1  # kb of a non-PSEUDO key, qb of a non-PSEUDO query: never equal
+BIG = 2**30
+NONE_K, NONE_Q = -(2**31), -(2**31) + 1  # kb of a non-PSEUDO key, qb of a non-PSEUDO query: never equal
 QA, QB, KA, KB, SEQ, POS = range(6)  # the planes of a code tensor
 # the same numbers as the kernels see them (a global a @triton.jit function reads must be a constexpr)
 _BIG, _NONE_K, _NONE_Q = tl.constexpr(BIG), tl.constexpr(NONE_K), tl.constexpr(NONE_Q)
@@ -72,6 +73,7 @@ _QA, _QB, _KA, _KB, _SEQ, _POS = (tl.constexpr(i) for i in range(6))
 
 # -----------------------------------------------------------------------------
 # the readable versions (tests compare the kernels against these)
+
 
 def codes(kind, step, valid=None, seq=None, pos=None):
     """(6, B, L) int32 planes [qa, qb, ka, kb, seq, pos] of (B, L) metadata, as documented above."""
@@ -106,10 +108,12 @@ def reference_classes(see, BM, BN, q_pos=None, k_pos=None, max_dist=None):
     cls = tiles.any(4).any(2).to(torch.int8) + tiles.all(4).all(2).to(torch.int8)  # tails are not visible
     ahead = torch.zeros_like(cls, dtype=torch.bool)
     if max_dist is not None:
+
         def tiled(p, L, n, block):
             x = torch.zeros(B, n * block, dtype=torch.long, device=see.device)
             x[:, :L] = p
             return x.view(B, n, block)
+
         qt, kt = tiled(q_pos, Lq, n_qt, BM), tiled(k_pos, Lk, n_kt, BN)
         ahead = (kt.amin(2)[:, None, :] - qt.amax(2)[:, :, None]) >= max_dist
         behind = (kt.amax(2)[:, None, :] - qt.amin(2)[:, :, None]) <= -max_dist
@@ -131,7 +135,7 @@ def lists_from_classes(cls, ahead):
             for j, c in enumerate((PARTIAL, FULL, FAR, GATHER)):
                 tiles = (cls[b, r] == c).nonzero().flatten()
                 entries = 2 * tiles + ahead[b, r, tiles].long() if c == FAR else tiles
-                lists[b, r, j, :len(tiles)] = entries.to(torch.int32)
+                lists[b, r, j, : len(tiles)] = entries.to(torch.int32)
                 counts[b, r, j] = len(tiles)
     return lists, counts
 
@@ -139,9 +143,28 @@ def lists_from_classes(cls, ahead):
 # -----------------------------------------------------------------------------
 # the kernels
 
+
 @triton.jit
-def _codes_kernel(KIND, STEP, VALID, SEQ, POS, OUT, n, L, Lp, s_kind, s_step, s_valid, s_seq, s_pos,
-                  HAS_VALID: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_POS: tl.constexpr, BLOCK: tl.constexpr):
+def _codes_kernel(
+    KIND,
+    STEP,
+    VALID,
+    SEQ,
+    POS,
+    OUT,
+    n,
+    L,
+    Lp,
+    s_kind,
+    s_step,
+    s_valid,
+    s_seq,
+    s_pos,
+    HAS_VALID: tl.constexpr,
+    HAS_SEQ: tl.constexpr,
+    HAS_POS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """The six code planes of n = B * L tokens (module docstring) into OUT (6, B, Lp) int32, rows
     padded to Lp (a multiple of 16, so that the kernels load a tile's codes 16 bytes at a time).
     Inputs are (B, L) with row stride s_* and unit column stride (an expanded (1, L) row has s 0)."""
@@ -164,13 +187,15 @@ def _codes_kernel(KIND, STEP, VALID, SEQ, POS, OUT, n, L, Lp, s_kind, s_step, s_
     tl.store(OUT + 2 * n_out + dst, ka, mask=inside)
     tl.store(OUT + 3 * n_out + dst, kb, mask=inside)
     if HAS_SEQ:
-        tl.store(OUT + 4 * n_out + dst, tl.load(SEQ + row * s_seq + col, mask=inside, other=0).to(tl.int32),
-                 mask=inside)
+        tl.store(
+            OUT + 4 * n_out + dst, tl.load(SEQ + row * s_seq + col, mask=inside, other=0).to(tl.int32), mask=inside
+        )
     else:
         tl.store(OUT + 4 * n_out + dst, tl.zeros((BLOCK,), tl.int32), mask=inside)
     if HAS_POS:
-        tl.store(OUT + 5 * n_out + dst, tl.load(POS + row * s_pos + col, mask=inside, other=0).to(tl.int32),
-                 mask=inside)
+        tl.store(
+            OUT + 5 * n_out + dst, tl.load(POS + row * s_pos + col, mask=inside, other=0).to(tl.int32), mask=inside
+        )
     else:
         tl.store(OUT + 5 * n_out + dst, tl.zeros((BLOCK,), tl.int32), mask=inside)
 
@@ -193,8 +218,24 @@ def _tile_codes(C, plane_stride, row_stride, b, idx, L, QUERY: tl.constexpr):
 
 
 @triton.jit
-def _class_kernel(QC, KC, sq, sk, rq, rk, SEEN, QSUM, KSUM, Lq, Lk, n_r, n_c,
-                  GR: tl.constexpr, GC: tl.constexpr, HAS_SEQ: tl.constexpr):
+def _class_kernel(
+    QC,
+    KC,
+    sq,
+    sk,
+    rq,
+    rk,
+    SEEN,
+    QSUM,
+    KSUM,
+    Lq,
+    Lk,
+    n_r,
+    n_c,
+    GR: tl.constexpr,
+    GC: tl.constexpr,
+    HAS_SEQ: tl.constexpr,
+):
     """Map phase 1, one program per (key cell, query cell, row b) of a grid of GR x GC cells, every
     pair evaluated: SEEN[b, r, c] = 1 if some pair of cell (r, c) is visible, + 2 if every pair is
     (a cell that straddles Lq or Lk has invisible pairs). Programs of key cell 0 also write their
@@ -210,8 +251,9 @@ def _class_kernel(QC, KC, sq, sk, rq, rk, SEEN, QSUM, KSUM, Lq, Lk, n_r, n_c,
         see = see & (kq[None, :] == qq[:, None])
     see = see & (rows < Lq)[:, None]
     n_seen = tl.sum(tl.sum(see.to(tl.int32), 1), 0)
-    tl.store(SEEN + (b * n_r + r) * n_c + c,
-             ((n_seen > 0).to(tl.int32) + 2 * (n_seen == GR * GC).to(tl.int32)).to(tl.int8))
+    tl.store(
+        SEEN + (b * n_r + r) * n_c + c, ((n_seen > 0).to(tl.int32) + 2 * (n_seen == GR * GC).to(tl.int32)).to(tl.int8)
+    )
     if c == 0:
         tl.store(QSUM + (b * n_r + r) * 2, tl.min(qp, 0))
         tl.store(QSUM + (b * n_r + r) * 2 + 1, tl.max(qp, 0))
@@ -225,8 +267,22 @@ def _class_kernel(QC, KC, sq, sk, rq, rk, SEEN, QSUM, KSUM, Lq, Lk, n_r, n_c,
 
 
 @triton.jit
-def _tile_class(SEEN, QSUM, KSUM, b, n_r, n_c, qt, kt, ok, RT: tl.constexpr, CT: tl.constexpr, GC: tl.constexpr,
-                max_dist, REL: tl.constexpr):
+def _tile_class(
+    SEEN,
+    QSUM,
+    KSUM,
+    b,
+    n_r,
+    n_c,
+    qt,
+    kt,
+    ok,
+    RT: tl.constexpr,
+    CT: tl.constexpr,
+    GC: tl.constexpr,
+    max_dist,
+    REL: tl.constexpr,
+):
     """(class, ahead) of tiles (qt, kt), vectors of query and key tile indices (one of them a scalar)
     whose tiles are RT x CT cells of phase 1; ok masks the vector's slots past the last tile. A cell
     past the grid (a tile that straddles Lq or Lk) reads as invisible, so its tile is never FULL."""
@@ -285,9 +341,30 @@ def _write_lists(lst, counts, cap, tile, cls, ahead, ok):
 
 
 @triton.jit(do_not_specialize=["n_r", "n_c", "n_qt", "n_kt", "n_qs", "n_ks"])
-def _list_kernel(SEEN, QSUM, KSUM, QLIST, QCOUNT, KLIST, KCOUNT, n_r, n_c, n_qt, n_kt, n_qs, n_ks, max_dist,
-                 RQ: tl.constexpr, CQ: tl.constexpr, RK: tl.constexpr, CK: tl.constexpr, GC: tl.constexpr,
-                 NKT: tl.constexpr, NQS: tl.constexpr, REL: tl.constexpr):
+def _list_kernel(
+    SEEN,
+    QSUM,
+    KSUM,
+    QLIST,
+    QCOUNT,
+    KLIST,
+    KCOUNT,
+    n_r,
+    n_c,
+    n_qt,
+    n_kt,
+    n_qs,
+    n_ks,
+    max_dist,
+    RQ: tl.constexpr,
+    CQ: tl.constexpr,
+    RK: tl.constexpr,
+    CK: tl.constexpr,
+    GC: tl.constexpr,
+    NKT: tl.constexpr,
+    NQS: tl.constexpr,
+    REL: tl.constexpr,
+):
     """Map phase 2, no loop: programs 0..n_qt-1 write the q-major lists of query tile pid (each
     tile RQ x CQ cells; its n_kt key tiles as one vector of NKT >= n_kt slots), programs n_qt..
     n_qt+n_ks-1 the k-major lists of key tile pid - n_qt (RK x CK cells, n_qs query tiles in NQS
@@ -297,8 +374,9 @@ def _list_kernel(SEEN, QSUM, KSUM, QLIST, QCOUNT, KLIST, KCOUNT, n_r, n_c, n_qt,
         kt = tl.arange(0, NKT)
         kt_ok = kt < n_kt
         q_cls, q_ahead = _tile_class(SEEN, QSUM, KSUM, b, n_r, n_c, pid, kt, kt_ok, RQ, CQ, GC, max_dist, REL)
-        _write_lists(QLIST + (b * n_qt + pid) * 4 * n_kt, QCOUNT + (b * n_qt + pid) * 4, n_kt, kt, q_cls, q_ahead,
-                     kt_ok)
+        _write_lists(
+            QLIST + (b * n_qt + pid) * 4 * n_kt, QCOUNT + (b * n_qt + pid) * 4, n_kt, kt, q_cls, q_ahead, kt_ok
+        )
     else:
         jt = pid - n_qt
         it = tl.arange(0, NQS)
@@ -309,6 +387,7 @@ def _list_kernel(SEEN, QSUM, KSUM, QLIST, QCOUNT, KLIST, KCOUNT, n_r, n_c, n_qt,
 
 # -----------------------------------------------------------------------------
 # launchers
+
 
 def code_tensor(kind, step, valid=None, seq=None, pos=None):
     """The codes of (B, L) metadata in one launch: what `codes` computes, in a (6, B, Lp) int32
@@ -329,22 +408,40 @@ def _codes_launch(kind, step, valid, seq, pos, device_type):
         if x.shape[1] > 1 and x.stride(1) != 1:
             x = x.contiguous()
         return x, (x.stride(0) if B > 1 else 0)
+
     (kind_, sk_), (step_, ss_), (valid_, sv_), (seq_, sq_), (pos_, sp_) = map(rows, (kind, step, valid, seq, pos))
     block = 1024 if device_type == "cuda" else 64
     _codes_kernel[(triton.cdiv(n, block),)](
-        kind_, step_, valid_, seq_, pos_, out, n, L, out.shape[2], sk_, ss_, sv_, sq_, sp_,
-        HAS_VALID=valid is not None, HAS_SEQ=seq is not None, HAS_POS=pos is not None, BLOCK=block,
-        num_warps=4 if device_type == "cuda" else 1)
+        kind_,
+        step_,
+        valid_,
+        seq_,
+        pos_,
+        out,
+        n,
+        L,
+        out.shape[2],
+        sk_,
+        ss_,
+        sv_,
+        sq_,
+        sp_,
+        HAS_VALID=valid is not None,
+        HAS_SEQ=seq is not None,
+        HAS_POS=pos is not None,
+        BLOCK=block,
+        num_warps=4 if device_type == "cuda" else 1,
+    )
     return out
 
 
 class TileMap(NamedTuple):
-    q_blocks: tuple                    # (BM, BN) of the q-major lists
-    k_blocks: tuple                    # (BMk, BNk) of the k-major lists
-    q_list: torch.Tensor               # (B, n_qt, SLOTS, n_kt) int32: PARTIAL | FULL | FAR | GATHER key tiles
-    q_count: torch.Tensor              # (B, n_qt, SLOTS) int32
-    k_list: Optional[torch.Tensor]     # (B, n_ks, SLOTS, n_qs) int32: the same per key tile, query tiles of BMk
-    k_count: Optional[torch.Tensor]    # (B, n_ks, SLOTS) int32
+    q_blocks: tuple  # (BM, BN) of the q-major lists
+    k_blocks: tuple  # (BMk, BNk) of the k-major lists
+    q_list: torch.Tensor  # (B, n_qt, SLOTS, n_kt) int32: PARTIAL | FULL | FAR | GATHER key tiles
+    q_count: torch.Tensor  # (B, n_qt, SLOTS) int32
+    k_list: Optional[torch.Tensor]  # (B, n_ks, SLOTS, n_qs) int32: the same per key tile, query tiles of BMk
+    k_count: Optional[torch.Tensor]  # (B, n_ks, SLOTS) int32
 
 
 def build_map(qc, kc, q_blocks, k_blocks, has_seq, max_dist=None, warps=4, device_type=None, Lq=None, Lk=None):
@@ -371,12 +468,55 @@ def build_map(qc, kc, q_blocks, k_blocks, has_seq, max_dist=None, warps=4, devic
     q_count = torch.empty((B, n_qt, SLOTS), dtype=torch.int32, device=dev)
     k_list = torch.empty((B, n_ks, SLOTS, n_qs), dtype=torch.int32, device=dev) if k_blocks else q_list
     k_count = torch.empty((B, n_ks, SLOTS), dtype=torch.int32, device=dev) if k_blocks else q_count
-    _class_kernel[(n_c, n_r, B)](qc, kc, B * rq, B * rk, rq, rk, seen, qsum, ksum, Lq, Lk, n_r, n_c,
-                                 GR=GR, GC=GC, HAS_SEQ=has_seq, num_warps=warps if cuda else 1)
+    _class_kernel[(n_c, n_r, B)](
+        qc,
+        kc,
+        B * rq,
+        B * rk,
+        rq,
+        rk,
+        seen,
+        qsum,
+        ksum,
+        Lq,
+        Lk,
+        n_r,
+        n_c,
+        GR=GR,
+        GC=GC,
+        HAS_SEQ=has_seq,
+        num_warps=warps if cuda else 1,
+    )
     _list_kernel[(n_qt + (n_ks if k_blocks else 0), B)](
-        seen, qsum, ksum, q_list, q_count, k_list, k_count, n_r, n_c, n_qt, n_kt, n_qs, n_ks,
-        0 if max_dist is None else int(max_dist), RQ=BM // GR, CQ=BN // GC, RK=BMk // GR, CK=BNk // GC, GC=GC,
-        NKT=triton.next_power_of_2(n_kt), NQS=triton.next_power_of_2(n_qs), REL=max_dist is not None,
-        num_warps=4 if cuda else 1)
-    return TileMap((BM, BN), (BMk, BNk) if k_blocks else None, q_list, q_count,
-                   k_list if k_blocks else None, k_count if k_blocks else None)
+        seen,
+        qsum,
+        ksum,
+        q_list,
+        q_count,
+        k_list,
+        k_count,
+        n_r,
+        n_c,
+        n_qt,
+        n_kt,
+        n_qs,
+        n_ks,
+        0 if max_dist is None else int(max_dist),
+        RQ=BM // GR,
+        CQ=BN // GC,
+        RK=BMk // GR,
+        CK=BNk // GC,
+        GC=GC,
+        NKT=triton.next_power_of_2(n_kt),
+        NQS=triton.next_power_of_2(n_qs),
+        REL=max_dist is not None,
+        num_warps=4 if cuda else 1,
+    )
+    return TileMap(
+        (BM, BN),
+        (BMk, BNk) if k_blocks else None,
+        q_list,
+        q_count,
+        k_list if k_blocks else None,
+        k_count if k_blocks else None,
+    )

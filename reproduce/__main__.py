@@ -1,4 +1,5 @@
 """python -m reproduce: the runner of the papers' comparisons (reproduce/runner.py; --help)."""
+
 import os
 import signal
 import sys

@@ -26,6 +26,7 @@ claim are gone (runs that finished before an archive kept them), the report show
 archived, instead of "not measured" (reproduce/claims.py). `restore` copies verdicts.json into
 OUT and `save` back, as they are.
 """
+
 import argparse
 import glob
 import gzip
@@ -38,8 +39,7 @@ import sys
 from reproduce.claims import SPREAD_METRICS, VERDICTS_FILE
 from reproduce.plan import BY_NAME, ORDERINGS, needs_of, plan_for
 from reproduce.runner import budget_fields, get_args, resolve
-from reproduce.runstate import (LINEAGE, init_step_of, load_state, locked_state, progress_of, run_files,
-                                stale_reason)
+from reproduce.runstate import LINEAGE, init_step_of, load_state, locked_state, progress_of, run_files, stale_reason
 from reproduce.weights import KEEP_WEIGHTS, WEIGHTS, pack_bytes, packed_path, unpack_into
 
 STATE_KEYS = ("budget", "lead", "majority")  # what state.json holds besides its runs that a report reads
@@ -48,7 +48,7 @@ STATE_KEYS = ("budget", "lead", "majority")  # what state.json holds besides its
 def outputs_file(eval_file):
     """The per-example outputs file that eval.py writes beside an eval-*.json."""
     d, base = os.path.split(eval_file)
-    return os.path.join(d, "outputs-" + base[len("eval-"):-len(".json")] + ".jsonl")
+    return os.path.join(d, "outputs-" + base[len("eval-") : -len(".json")] + ".jsonl")
 
 
 def resolved_runs(out, budget):
@@ -142,12 +142,32 @@ def keep_verdicts(results, dest):
     for o in d["orderings"]:
         if o.get("archived") or o["verdict"].startswith("not measured"):
             continue
-        rec = {k: o[k] for k in ("paper", "claim", "metric", "chain", "theirs", "values", "seeds", "pairs",
-                                 "controls", "here", "verdict") if k in o}
-        runs = {s: {m: v for m, v in d["runs"][s]["metrics"].items() if m in SPREAD_METRICS or m == o["metric"]}
-                for names in o["seeds"].values() for s in names if s in d["runs"]}
-        kept[(o["chain"], o["metric"])] = dict(rec, commit=commit.group(1) if commit else "unknown",
-                                               written=d["written"], source=results, runs=runs)
+        rec = {
+            k: o[k]
+            for k in (
+                "paper",
+                "claim",
+                "metric",
+                "chain",
+                "theirs",
+                "values",
+                "seeds",
+                "pairs",
+                "controls",
+                "here",
+                "verdict",
+            )
+            if k in o
+        }
+        runs = {
+            s: {m: v for m, v in d["runs"][s]["metrics"].items() if m in SPREAD_METRICS or m == o["metric"]}
+            for names in o["seeds"].values()
+            for s in names
+            if s in d["runs"]
+        }
+        kept[(o["chain"], o["metric"])] = dict(
+            rec, commit=commit.group(1) if commit else "unknown", written=d["written"], source=results, runs=runs
+        )
     order = {(o[3], o[2]): i for i, o in enumerate(ORDERINGS)}
     claims = sorted(kept.values(), key=lambda r: order.get((r["chain"], r["metric"]), len(order)))
     write_if_changed(path, (json.dumps(dict(claims=claims), indent=1, sort_keys=True) + "\n").encode())
@@ -162,8 +182,10 @@ def restore(src, out):
     restored, skipped = [], []
     with locked_state(out) as state:
         if state.get("budget", archived["budget"]) != archived["budget"]:
-            raise SystemExit(f"error: {out} holds the runs of --budget {state['budget']}, {src} those of "
-                             f"--budget {archived['budget']}: restore into another --out")
+            raise SystemExit(
+                f"error: {out} holds the runs of --budget {state['budget']}, {src} those of "
+                f"--budget {archived['budget']}: restore into another --out"
+            )
         for k in STATE_KEYS:
             if k in archived and not state.get(k):
                 state[k] = archived[k]
@@ -172,7 +194,7 @@ def restore(src, out):
                 skipped.append(name)
                 continue
             for rel in rec.pop("files_kept"):
-                target = os.path.join(out, rel[:-len(".gz")] if rel.endswith(".gz") else rel)
+                target = os.path.join(out, rel[: -len(".gz")] if rel.endswith(".gz") else rel)
                 if os.path.exists(target):
                     continue
                 os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -192,8 +214,9 @@ def restore(src, out):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m reproduce.archive", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m reproduce.archive", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="verb", required=True)
     s = sub.add_parser("save", help="archive OUT's finished runs, without weights, into DEST")
     s.add_argument("out")
@@ -215,15 +238,18 @@ def main(argv=None):
         if not os.path.isfile(os.path.join(args.out, "state.json")):
             p.error(f"{args.out} holds no state.json: not a runner's OUT")
         names, written = save(args.out, args.dest)
-        size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(args.dest, "**"), recursive=True)
-                   if os.path.isfile(f))
+        size = sum(
+            os.path.getsize(f) for f in glob.glob(os.path.join(args.dest, "**"), recursive=True) if os.path.isfile(f)
+        )
         print(f"archived {len(names)} runs in {args.dest} ({written} files written, {size / 1e6:.1f} MB in all)")
     else:
         if not os.path.isfile(os.path.join(args.src, "state.json")):
             p.error(f"{args.src} holds no state.json: not an archive `save` wrote")
         restored, skipped = restore(args.src, args.out)
-        print(f"restored {len(restored)} runs into {args.out}" + (f"; {len(skipped)} left as {args.out} has them"
-                                                                   if skipped else ""))
+        print(
+            f"restored {len(restored)} runs into {args.out}"
+            + (f"; {len(skipped)} left as {args.out} has them" if skipped else "")
+        )
     return 0
 
 

@@ -15,6 +15,7 @@ orderings, seed_spread and summary): each ordering of plan.ORDERINGS read pair b
   it, with its commit and date and its runs' metrics per seed; the claim is shown as archived,
   with its pairs read again with the seed term (significance.archived_se), never as "not measured".
 """
+
 import json
 import os
 import sys
@@ -30,7 +31,9 @@ SPREAD_METRICS = ("rouge1", "rouge2", "rougeL", "accuracy")  # summarization's a
 def outputs_of(state, run_name):
     """The per-example outputs file (eval.py's outputs-*.jsonl) of a run's first evaluation, or None."""
     for f in list(run_files(state, "eval-" + run_name, state["_out"]))[:1]:
-        path = os.path.join(os.path.dirname(f), "outputs-" + os.path.basename(f)[len("eval-"):-len(".json")] + ".jsonl")
+        path = os.path.join(
+            os.path.dirname(f), "outputs-" + os.path.basename(f)[len("eval-") : -len(".json")] + ".jsonl"
+        )
         if os.path.exists(path):
             return path
     return None
@@ -64,6 +67,7 @@ def diff_examples(state, name):
 
 # -----------------------------------------------------------------------------
 # the archived verdicts and the seed spread
+
 
 def archived_verdicts(out):
     """The claims OUT/verdicts.json keeps (reproduce/archive.py): {(chain, metric): its record}."""
@@ -112,6 +116,7 @@ def spread_text(spread):
 # -----------------------------------------------------------------------------
 # a claim: its pairs and its verdict
 
+
 def claim_verdict(pairs, missing):
     """A claim's verdict from its pairs, the papers' only (a control's decides nothing): reversed where
     one is (whatever is still to run), not measured while a run of the paper's is missing, else not
@@ -128,8 +133,14 @@ def claim_verdict(pairs, missing):
 def with_interval(pair, se, sigma, n=None):
     """A pair read from its example SE and the seed spread: its interval, verdict, detectable effect."""
     low, high = significance.seed_interval(pair["difference"], se, sigma or 0.0, *pair["seeds"])
-    pair.update(se=se, sigma=sigma, low=low, high=high, verdict=significance.verdict(pair["op"], low, high, MARGIN),
-                detectable=significance.detectable(low, high))
+    pair.update(
+        se=se,
+        sigma=sigma,
+        low=low,
+        high=high,
+        verdict=significance.verdict(pair["op"], low, high, MARGIN),
+        detectable=significance.detectable(low, high),
+    )
     if n is not None:
         pair["n"] = n
     return pair
@@ -147,8 +158,15 @@ def ordering(state, resolved, metrics, stale_names, metric, chain, spread):
     for a, b, op, adjacent in chain_pairs(chain):
         if vals[a] is None or vals[b] is None:
             continue
-        pair = dict(a=a, b=b, op=op, adjacent=adjacent, control=a in CONTROLS or b in CONTROLS,
-                    seeds=[len(used[a]), len(used[b])], difference=vals[a] - vals[b])
+        pair = dict(
+            a=a,
+            b=b,
+            op=op,
+            adjacent=adjacent,
+            control=a in CONTROLS or b in CONTROLS,
+            seeds=[len(used[a]), len(used[b])],
+            difference=vals[a] - vals[b],
+        )
         diff = None if metric == "latency_ms" else compared(state, used[a], used[b], metric)
         if metric == "latency_ms":  # the means' order
             better = vals[a] < vals[b] if op == "<" else vals[a] > vals[b]
@@ -162,9 +180,16 @@ def ordering(state, resolved, metrics, stale_names, metric, chain, spread):
     missing = [n + (" is stale" if n in stale_names else "") for n in names if vals[n] is None]
     measured = sorted((n for n in names if vals[n] is not None), key=lambda n: vals[n], reverse=metric != "latency_ms")
     here = (" < " if metric == "latency_ms" else " > ").join(f"{n} {vals[n]:.2f}" for n in measured)
-    return dict(metric=metric, chain=chain, values=vals, seeds={n: used[n] for n in names},
-                pairs=[p for p in pairs if not p["control"]], controls=[p for p in pairs if p["control"]],
-                here=here, verdict=claim_verdict(pairs, missing))
+    return dict(
+        metric=metric,
+        chain=chain,
+        values=vals,
+        seeds={n: used[n] for n in names},
+        pairs=[p for p in pairs if not p["control"]],
+        controls=[p for p in pairs if p["control"]],
+        here=here,
+        verdict=claim_verdict(pairs, missing),
+    )
 
 
 def archived_ordering(rec, spread):
@@ -180,15 +205,26 @@ def archived_ordering(rec, spread):
 
     def per_seed(n):
         return [runs[s][metric] for s in seeds.get(n, []) if isinstance(runs.get(s, {}).get(metric), (int, float))]
-    ses = {k: p["se"] if "se" in p else significance.archived_se(p["low"], p["high"], per_seed(k[0]), per_seed(k[1]))
-           for k, p in recorded.items() if "low" in p}
+
+    ses = {
+        k: p["se"] if "se" in p else significance.archived_se(p["low"], p["high"], per_seed(k[0]), per_seed(k[1]))
+        for k, p in recorded.items()
+        if "low" in p
+    }
     pairs = []
     for a, b, op, adjacent in chain_pairs(chain):
         if values.get(a) is None or values.get(b) is None:
             continue
         old = recorded.get((a, b), {})
-        pair = dict(a=a, b=b, op=op, adjacent=adjacent, control=a in CONTROLS or b in CONTROLS,
-                    seeds=[len(seeds[a]), len(seeds[b])], difference=old.get("difference", values[a] - values[b]))
+        pair = dict(
+            a=a,
+            b=b,
+            op=op,
+            adjacent=adjacent,
+            control=a in CONTROLS or b in CONTROLS,
+            seeds=[len(seeds[a]), len(seeds[b])],
+            difference=old.get("difference", values[a] - values[b]),
+        )
         if metric == "latency_ms":
             better = values[a] < values[b] if op == "<" else values[a] > values[b]
             pair["verdict"] = old.get("verdict", "holds" if better else "reversed")
@@ -205,11 +241,17 @@ def archived_ordering(rec, spread):
             pair["recorded"] = {k: old[k] for k in ("low", "high", "verdict") if k in old}
         pairs.append(pair)
     missing = [n for n in names if values.get(n) is None]
-    return dict(metric=metric, chain=chain, values=values, seeds=seeds,
-                pairs=[p for p in pairs if not p["control"]], controls=[p for p in pairs if p["control"]],
-                here=rec.get("here", ""), verdict=claim_verdict(pairs, missing),
-                archived=dict(commit=rec["commit"], written=rec["written"], source=rec.get("source"),
-                              verdict=rec["verdict"]))
+    return dict(
+        metric=metric,
+        chain=chain,
+        values=values,
+        seeds=seeds,
+        pairs=[p for p in pairs if not p["control"]],
+        controls=[p for p in pairs if p["control"]],
+        here=rec.get("here", ""),
+        verdict=claim_verdict(pairs, missing),
+        archived=dict(commit=rec["commit"], written=rec["written"], source=rec.get("source"), verdict=rec["verdict"]),
+    )
 
 
 def orderings(state, resolved, metrics, stale_names, out):
@@ -232,8 +274,11 @@ def pair_text(p):
     if "low" not in p:
         return f"{p['a']} {p['op']} {p['b']}: {p['verdict']}" + (f" ({p['note']})" if "note" in p else "")
     seeds = "x".join(str(k) for k in p.get("seeds", []))
-    text = (f"{p['a']} - {p['b']}: {p['difference']:+.2f}" + (f" ({seeds})" if seeds else "") +
-            f" [{p['low']:+.2f}, {p['high']:+.2f}], {p['verdict']}")
+    text = (
+        f"{p['a']} - {p['b']}: {p['difference']:+.2f}"
+        + (f" ({seeds})" if seeds else "")
+        + f" [{p['low']:+.2f}, {p['high']:+.2f}], {p['verdict']}"
+    )
     text += f", detectable {p['detectable']:.2f}" if "detectable" in p else ""
     text += " (its example SE bounded by the links between)" if p.get("se_bound") else ""
     then = p.get("recorded", {})
@@ -257,14 +302,21 @@ def summary(read):
     counts = {v: sum(o["verdict"].startswith(v) for o in read) for v in ("holds", "reversed", "not resolved")}
     counts["not measured"] = len(read) - sum(counts.values())
     archived = [o["number"] for o in read if o.get("archived")]
-    holding = [f"{p['a']} {p['op']} {p['b']} ({p['difference']:+.2f} {o['metric']}"
-               + (", a control)" if p["control"] else ")")
-               for o in read for p in o["pairs"] + o["controls"] if p["verdict"] == "holds"]
-    sentence = (f"{counts['holds']} of {len(read)} claims hold here; {counts['reversed']} reversed, "
-                f"{counts['not resolved']} not resolved at this budget"
-                + (f", {counts['not measured']} not measured yet." if counts["not measured"] else "."))
+    holding = [
+        f"{p['a']} {p['op']} {p['b']} ({p['difference']:+.2f} {o['metric']}" + (", a control)" if p["control"] else ")")
+        for o in read
+        for p in o["pairs"] + o["controls"]
+        if p["verdict"] == "holds"
+    ]
+    sentence = (
+        f"{counts['holds']} of {len(read)} claims hold here; {counts['reversed']} reversed, "
+        f"{counts['not resolved']} not resolved at this budget"
+        + (f", {counts['not measured']} not measured yet." if counts["not measured"] else ".")
+    )
     if archived:
-        sentence += (f" Claim{'s' if len(archived) > 1 else ''} {', '.join(map(str, archived))} "
-                     f"{'are' if len(archived) > 1 else 'is'} read from archived verdicts (the outputs are gone).")
+        sentence += (
+            f" Claim{'s' if len(archived) > 1 else ''} {', '.join(map(str, archived))} "
+            f"{'are' if len(archived) > 1 else 'is'} read from archived verdicts (the outputs are gone)."
+        )
     sentence += (" The pairs that hold: " + "; ".join(holding) + ".") if holding else " No pair holds."
     return dict(counts, total=len(read), archived=archived, holding=holding, sentence=sentence)

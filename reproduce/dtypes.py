@@ -1,6 +1,7 @@
 """The dtype a run computes in on this machine, and what a time measured in one dtype becomes in
 another: a pair's two sides are the same recipe only where they ran in one dtype, and a float32-only
 CPU is slower than a bf16 one by the rates the dtype study measured."""
+
 import json
 import os
 
@@ -24,5 +25,6 @@ def compute_dtype(flag):
     recipe only where they ran in one."""
     import torch
     from core.distributed import resolve_dtype
+
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return str(resolve_dtype(flag or "auto", device)).replace("torch.", "")

@@ -1,6 +1,7 @@
 """Running one run of the plan in the runner's own process: the scripts' main(argv) with its output
 to the console and its log, the check that a script accepts a run's flags, and the tiny budget's
 data."""
+
 import contextlib
 import io
 import json
@@ -17,6 +18,7 @@ def scripts():
     import eval as evaluate_script
     import finetune
     import train
+
     return dict(train=train, finetune=finetune, eval=evaluate_script)
 
 
@@ -24,6 +26,7 @@ def rejected(module, argv):
     """None if the script's own argument parser accepts argv, else its one-line reason (a flag or
     a choice this checkout does not have yet)."""
     from core.errors import UserError
+
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -38,6 +41,7 @@ def rejected(module, argv):
 
 # -----------------------------------------------------------------------------
 # running one
+
 
 class Tee(io.TextIOBase):
     def __init__(self, *streams):
@@ -75,6 +79,7 @@ def execute(module, run, argv, log_path, quiet):
 def write_subset(data_dir):
     """The tiny budget's data: a few hundred records of the embedded corpus."""
     from core.data import embedded_records
+
     if os.path.exists(os.path.join(data_dir, "test.jsonl")):
         return
     os.makedirs(data_dir, exist_ok=True)

@@ -13,13 +13,26 @@ evaluations as they are then; --dry-run and RESULTS.md say which seeds were left
 first seed that only claims with archived verdicts read
 (their outputs gone, the verdict kept: reproduce/claims.py) is not run again.
 """
+
 import math
 import os
 
 from reproduce import significance
 from reproduce.claims import archived_verdicts, compared, seed_spread
-from reproduce.plan import (BY_NAME, CHECKS, ORDERINGS, PLAN, STAGES, chain_pairs, needs_of, parse_chain, seed_number,
-                            seed_one, seeds_of, stage_of)
+from reproduce.plan import (
+    BY_NAME,
+    CHECKS,
+    ORDERINGS,
+    PLAN,
+    STAGES,
+    chain_pairs,
+    needs_of,
+    parse_chain,
+    seed_number,
+    seed_one,
+    seeds_of,
+    stage_of,
+)
 from reproduce.runstate import eval_results
 
 LAST_STAGE = len(STAGES) - 1  # the further seeds
@@ -28,8 +41,13 @@ LAST_STAGE = len(STAGES) - 1  # the further seeds
 def pairs_reading(name):
     """(a, b, metric) of each pair of a claim's chain that names run NAME (every pair of the chain,
     adjacent or not), timings apart (a further seed does not decide a latency)."""
-    return [(a, b, metric) for _, _, metric, chain, _ in ORDERINGS if metric != "latency_ms"
-            for a, b, _, _ in chain_pairs(chain) if name in (a, b)]
+    return [
+        (a, b, metric)
+        for _, _, metric, chain, _ in ORDERINGS
+        if metric != "latency_ms"
+        for a, b, _, _ in chain_pairs(chain)
+        if name in (a, b)
+    ]
 
 
 def evaluated(state, out):
@@ -40,7 +58,7 @@ def evaluated(state, out):
 
 def needs_a_seed(d, se, sigma, k_a, k_b):
     """Whether a pair whose interval straddles zero now would lie off it with one more seed a side."""
-    return abs(d) > significance.Z * math.sqrt(se ** 2 + sigma ** 2 * (1 / (k_a + 1) + 1 / (k_b + 1)))
+    return abs(d) > significance.Z * math.sqrt(se**2 + sigma**2 * (1 / (k_a + 1) + 1 / (k_b + 1)))
 
 
 def archived_only(name, out):

@@ -18,15 +18,16 @@ seed first; its further seeds (SEEDS: NAME-s2, NAME-s3 with --seed 2, 3) wait fo
 and run only where a pair needs one (reproduce/further_seeds.py). The report reads a pair over its
 test examples and the seed's variance (reproduce/significance.py).
 """
+
 import re
 from typing import NamedTuple
 
 
 class Run(NamedTuple):
-    name: str      # the output directory under --out, and what --only matches
-    script: str    # train | finetune | eval
-    flags: str     # with {placeholders}
-    label: str     # the row's name in RESULTS.md
+    name: str  # the output directory under --out, and what --only matches
+    script: str  # train | finetune | eval
+    flags: str  # with {placeholders}
+    label: str  # the row's name in RESULTS.md
     todo: str = ""  # why the run cannot work on this branch yet (the runner skips it)
     steps_x: float = 1  # a pretraining's steps in budget --steps (the same for a pair it is compared in)
     epochs_x: float = 1  # a fine-tuning's most epochs in budget --epochs (NAR: more, as the papers give it)
@@ -65,15 +66,20 @@ def seed_runs(run, n):
 
 def seeds_of(name, names):
     """The runs among NAMES that are NAME under another seed (NAME itself first)."""
-    return [name] + sorted((n for n in names if re.fullmatch(re.escape(name) + r"-s\d+", n)),
-                           key=lambda n: int(n.rsplit("-s", 1)[1]))
+    return [name] + sorted(
+        (n for n in names if re.fullmatch(re.escape(name) + r"-s\d+", n)), key=lambda n: int(n.rsplit("-s", 1)[1])
+    )
 
 
 # MLAE Figure 3's sweep of the initial mask ratio m0 under the linear schedule: run -> m0. m0 = 0 is
 # schedule none; sum-mlae runs at finetune.py's default --mask-init (tests/test_reproduce.py checks it)
 DEFAULT_M0 = 0.6
-MASK_SWEEP = {"sum-mlae-none": 0.0, **{f"sum-mlae-m{round(100 * m)}": m for m in (0.15, 0.3, 0.45)},
-              "sum-mlae": DEFAULT_M0, **{f"sum-mlae-m{round(100 * m)}": m for m in (0.75, 0.9)}}
+MASK_SWEEP = {
+    "sum-mlae-none": 0.0,
+    **{f"sum-mlae-m{round(100 * m)}": m for m in (0.15, 0.3, 0.45)},
+    "sum-mlae": DEFAULT_M0,
+    **{f"sum-mlae-m{round(100 * m)}": m for m in (0.75, 0.9)},
+}
 
 # -----------------------------------------------------------------------------
 # pretraining: one objective per run, all from the same tokens
@@ -87,8 +93,11 @@ PRETRAIN = [
     pretrain("pmlm-norel", "--objective pmlm --no-rel-pos", "PMLM without relative position bias (UniLMv2 4.6)"),
     pretrain("mlae-a", "--objective mlae --decoder a", "MLAE, decoder (a) (MLAE Figure 2)"),
     pretrain("mlae-b", "--objective mlae --decoder b", "MLAE, decoder (b): cross-attention (MLAE Table 6)"),
-    pretrain("mlae-sym", "--objective mlae --decoder a --enc-layers {sym} --dec-layers {sym}",
-             "MLAE, symmetric depths (MLAE Table 6)"),
+    pretrain(
+        "mlae-sym",
+        "--objective mlae --decoder a --enc-layers {sym} --dec-layers {sym}",
+        "MLAE, symmetric depths (MLAE Table 6)",
+    ),
     pretrain("t5", "--objective t5", "T5, span corruption, AR decoder"),
     pretrain("t5-nar", "--objective t5-nar", "T5 pretrained with a NAR decoder (MLAE's T5-NAR)"),
     # an LPLM step costs about 4 pretraining steps of the others at k = 2; ELMER's claims compare it
@@ -126,8 +135,13 @@ FINETUNE = [
     # not a row of the papers: decoder (b)'s pretrained cross-attention table kept through fine-tuning
     # (finetune.py --cross-anchor); against nar-mlae-b it says whether dropping it, as CMLM does, costs
     # the NAR claims their decoder's position sense (core/mlae/model.py: without it (b) barely learns)
-    finetune("nar-mlae-b-anchored", "mlae-b", "--nar --cross-anchor proportional",
-             "MLAE NAR, decoder (b), its cross-attention table kept", epochs_x=NAR_EPOCHS),
+    finetune(
+        "nar-mlae-b-anchored",
+        "mlae-b",
+        "--nar --cross-anchor proportional",
+        "MLAE NAR, decoder (b), its cross-attention table kept",
+        epochs_x=NAR_EPOCHS,
+    ),
     finetune("nar-t5", "t5-nar", "--nar", "T5-NAR (pretrained NAR decoder)", epochs_x=NAR_EPOCHS),
     finetune("nar-cmlm", None, "--arch t5 --nar {scratch}", "CMLM from scratch", epochs_x=NAR_EPOCHS),
     # the fine-tuning rate's check: MLAE and T5 at 0.15x pretraining's rate (the papers fine-tune at
@@ -136,10 +150,18 @@ FINETUNE = [
     finetune("sum-mlae-lr", "mlae-a", "--lr 1.5e-4", "MLAE AR at 0.15x pretraining's rate", epochs_x=2),
     finetune("sum-t5-lr", "t5", "--lr 1.5e-4", "T5 AR at 0.15x pretraining's rate", epochs_x=2),
     # MLAE Table 5: style and the decoder's initialisation
-    finetune("sum-mlae-cross-partial", "mlae-a", "--cross-init partial --mask-schedule none",
-             "MLAE AR, cross-attention random (no schedule)"),
-    finetune("sum-mlae-cross-random", "mlae-a", "--cross-init random --mask-schedule none",
-             "MLAE AR, whole decoder random (no schedule)"),
+    finetune(
+        "sum-mlae-cross-partial",
+        "mlae-a",
+        "--cross-init partial --mask-schedule none",
+        "MLAE AR, cross-attention random (no schedule)",
+    ),
+    finetune(
+        "sum-mlae-cross-random",
+        "mlae-a",
+        "--cross-init random --mask-schedule none",
+        "MLAE AR, whole decoder random (no schedule)",
+    ),
     # not a row of the papers: T5's encoder under a random decoder. With sum-mlae-cross-random it
     # splits MLAE's AR gap to T5 into the encoders (both decoders random) and the decoders' pretraining
     finetune("sum-t5-cross-random", "t5", "--cross-init random", "T5 encoder, whole decoder random"),
@@ -150,8 +172,11 @@ FINETUNE = [
     # m0 = 0 is schedule none)
     finetune("sum-mlae-constant", "mlae-a", "--mask-schedule constant", "MLAE AR, constant schedule"),
     finetune("sum-mlae-none", "mlae-a", "--mask-schedule none", "MLAE AR, no schedule (m0 0)"),
-    *[finetune(name, "mlae-a", f"--mask-init {m}", f"MLAE AR, linear from m0 {m}")
-      for name, m in MASK_SWEEP.items() if name.startswith("sum-mlae-m")],
+    *[
+        finetune(name, "mlae-a", f"--mask-init {m}", f"MLAE AR, linear from m0 {m}")
+        for name, m in MASK_SWEEP.items()
+        if name.startswith("sum-mlae-m")
+    ],
     # ELMER: hard and soft exit, with and without LPLM pretraining
     finetune("elmer-hard", "elmer", "--exit hard", "ELMER-hard"),
     finetune("elmer-soft", "elmer", "--exit soft", "ELMER-soft"),
@@ -170,8 +195,22 @@ FINETUNE = [
 
 # the runs of each paper's central claim get three seeds, the other compared runs two; the points
 # of MLAE Figure 3 that no claim reads, one
-CENTRAL = {"sum-pmlm", "sum-mlm", "sum-unilm-scratch", "sum-mlae", "sum-t5", "sum-t5-scratch", "nar-mlae-b",
-           "nar-t5", "nar-cmlm", "cls-mlae", "cls-mlm", "cls-t5", "elmer-hard", "elmer-hard-scratch"}
+CENTRAL = {
+    "sum-pmlm",
+    "sum-mlm",
+    "sum-unilm-scratch",
+    "sum-mlae",
+    "sum-t5",
+    "sum-t5-scratch",
+    "nar-mlae-b",
+    "nar-t5",
+    "nar-cmlm",
+    "cls-mlae",
+    "cls-mlm",
+    "cls-t5",
+    "elmer-hard",
+    "elmer-hard-scratch",
+}
 FIGURE_ONLY = {"sum-mlae-m30", "sum-mlae-m45", "sum-mlae-m75", "sum-mlae-m90"}
 # the runs of the project's checks (CHECKS below) and the rows no claim reads: one seed each
 CHECK_RUNS = {"nar-mlae-b-anchored", "sum-mlae-lr", "sum-t5-lr"}
@@ -187,8 +226,15 @@ EXIT_SWEEPS = {"entropy": "0,0.25,0.5,1,2,inf", "state": "0.999,0.995,0.99,0.98"
 def evaluations():
     """One evaluation of every fine-tuned run, and the hard-exit threshold sweeps."""
     runs = [Run("eval-" + f.name, "eval", f"{{ft-{f.name}}}", f.label) for f in FINETUNE]
-    runs += [Run(f"eval-sweep-elmer-hard-{m}", "eval", f"{{ft-elmer-hard}} --exit-measure {m} --exit-threshold {t}",
-                 f"ELMER-hard, {m} exit threshold sweep") for m, t in EXIT_SWEEPS.items()]
+    runs += [
+        Run(
+            f"eval-sweep-elmer-hard-{m}",
+            "eval",
+            f"{{ft-elmer-hard}} --exit-measure {m} --exit-threshold {t}",
+            f"ELMER-hard, {m} exit threshold sweep",
+        )
+        for m, t in EXIT_SWEEPS.items()
+    ]
     return runs
 
 
@@ -211,6 +257,7 @@ def plan_for(fields):
     """The plan at a budget: its runs under at most the budget's `seeds` seeds."""
     return [r for r in PLAN if seed_number(r.name) <= fields.get("seeds", 3)]
 
+
 # -----------------------------------------------------------------------------
 # budgets: the flags every run of a script gets, and the fields of the placeholders.
 # {steps} {epochs} {limit} {permutations} are overridable on the command line.
@@ -219,41 +266,74 @@ BUDGETS = {
     # CI: the tiny preset on a few hundred examples cut from the embedded corpus (written under
     # OUT/data), a handful of steps: the whole pipeline in minutes on 2 cores, no learning
     "tiny": dict(
-        model="tiny", steps=4, epochs=1, limit=None, permutations=2, data="subset", seeds=1,
+        model="tiny",
+        steps=4,
+        epochs=1,
+        limit=None,
+        permutations=2,
+        data="subset",
+        seeds=1,
         train="--model tiny --vocab-size 600 --seq-len 48 --batch-tokens 384 --micro-batch 4 --warmup 2 "
-              "--steps {steps} --eval-every {steps} --eval-examples 8 --log-every 2 --data {data}/pretrain.txt",
+        "--steps {steps} --eval-every {steps} --eval-examples 8 --log-every 2 --data {data}/pretrain.txt",
         finetune="--train-data {data}/train.jsonl --valid-data {data}/valid.jsonl --epochs {epochs} --batch 32 "
-                 "--micro-batch 16 --max-src 32 --max-tgt 12 --rouge-examples 4 --valid-examples 8 --log-every 2",
+        "--micro-batch 16 --max-src 32 --max-tgt 12 --rouge-examples 4 --valid-examples 8 --log-every 2",
         eval="--data {data}/test.jsonl --beam 2 --batch-size 4 --latency-samples 1",
-        scratch="--model tiny --vocab-size 600", elmer="--permutations {permutations} --dec-len 12",
-        elmer_ft="--dec-len 12", sym="2",
-        seconds=dict(train=8, finetune=8, eval=5), scale=False),
+        scratch="--model tiny --vocab-size 600",
+        elmer="--permutations {permutations} --dec-len 12",
+        elmer_ft="--dec-len 12",
+        sym="2",
+        seconds=dict(train=8, finetune=8, eval=5),
+        scale=False,
+    ),
     # the CPU table: the small preset (5.4M parameters as a PMLM) on the whole embedded corpus;
     # 1,600 steps: at 800 the PMLM without its relative bias had barely left the unigram plateau
     # (docs/LOG.md), and every curve was still falling. Fine-tuning's most epochs are twice
     # finetune.py's default: at the default every run of the learning-rate grid still had its lowest
     # validation loss at its last (results/cpu-finetune-lr); a run ends on validation before the cap
     "cpu": dict(
-        model="small", steps=1600, epochs=6, limit=None, permutations=2, data=None,
+        model="small",
+        steps=1600,
+        epochs=6,
+        limit=None,
+        permutations=2,
+        data=None,
         train="--model small --steps {steps} --warmup 60 --eval-every 100",
-        finetune="--epochs {epochs}", eval="--limit {limit}", summarize="--train-share {share}", share=0.5,
+        finetune="--epochs {epochs}",
+        eval="--limit {limit}",
+        summarize="--train-share {share}",
+        share=0.5,
         # NAR at AR's cap (not NAR_EPOCHS' twice): a NAR run and its pretraining then fit one sitting
         nar_epochs_x=1,
-        scratch="--model small", elmer="--permutations {permutations}", elmer_ft="", sym="3",
+        scratch="--model small",
+        elmer="--permutations {permutations}",
+        elmer_ft="",
+        sym="3",
         # seconds per pretraining step, per LPLM step at k = 2, per fine-tuning epoch (results/cpu-finetune-lr)
         # and per evaluation of the whole test split, at one thread beside a second runner: the
         # estimates until state.json's measured runs replace them; measured computing in bf16
-        seconds=dict(train=4.6, train_elmer=17.0, finetune=1000, eval=250), measured_in="bfloat16"),
+        seconds=dict(train=4.6, train_elmer=17.0, finetune=1000, eval=250),
+        measured_in="bfloat16",
+    ),
     # the paper-sized run for us: small preset still (the embedded corpus is a few million tokens:
     # base would only memorise it), 20,000 steps of 8192 tokens, 10 epochs, dropout 0.1 for the
     # many passes, the whole test split, LPLM's k = 10
     "gpu": dict(
-        model="small", steps=20000, epochs=10, limit=None, permutations=10, data=None,
+        model="small",
+        steps=20000,
+        epochs=10,
+        limit=None,
+        permutations=10,
+        data=None,
         train="--model small --steps {steps} --warmup 1000 --eval-every 1000 --save-every 1000 --dropout 0.1 "
-              "--micro-batch 64",
-        finetune="--epochs {epochs} --dropout 0.1", eval="",
-        scratch="--model small", elmer="--permutations {permutations}", elmer_ft="", sym="3",
-        seconds=dict(train=0.06, train_elmer=0.25, finetune=90, eval=120)),
+        "--micro-batch 64",
+        finetune="--epochs {epochs} --dropout 0.1",
+        eval="",
+        scratch="--model small",
+        elmer="--permutations {permutations}",
+        elmer_ft="",
+        sym="3",
+        seconds=dict(train=0.06, train_elmer=0.25, finetune=90, eval=120),
+    ),
 }
 
 # -----------------------------------------------------------------------------
@@ -262,75 +342,184 @@ BUDGETS = {
 # with <)
 
 TABLES = [
-    ("UniLMv2: pretraining objectives (summarization)",
-     "sum-pmlm sum-mlm sum-unilm-scratch sum-pmlm-par sum-pmlm-norel"),
+    (
+        "UniLMv2: pretraining objectives (summarization)",
+        "sum-pmlm sum-mlm sum-unilm-scratch sum-pmlm-par sum-pmlm-norel",
+    ),
     ("UniLMv2 4.6 and MLAE Table 1: classification", "cls-pmlm cls-mlm cls-pmlm-par cls-pmlm-norel cls-mlae cls-t5"),
     ("MLAE Table 2: AR generation", "sum-mlae sum-t5 sum-roberta sum-pmlm"),
-    ("MLAE Table 5: fine-tuning style and the decoder's initialisation (no scheduled masking)",
-     "sum-mlae-none sum-mlae-unilm sum-mlae-cross-partial sum-mlae-cross-random"),
-    ("MLAE against T5 for AR, taken apart (not a table of the papers): the encoders under random decoders, "
-     "and what each decoder's pretraining adds",
-     "sum-t5 sum-t5-cross-random sum-mlae-none sum-mlae-cross-random sum-roberta"),
+    (
+        "MLAE Table 5: fine-tuning style and the decoder's initialisation (no scheduled masking)",
+        "sum-mlae-none sum-mlae-unilm sum-mlae-cross-partial sum-mlae-cross-random",
+    ),
+    (
+        "MLAE against T5 for AR, taken apart (not a table of the papers): the encoders under random decoders, "
+        "and what each decoder's pretraining adds",
+        "sum-t5 sum-t5-cross-random sum-mlae-none sum-mlae-cross-random sum-roberta",
+    ),
     ("MLAE Table 3: NAR generation", "nar-mlae-b nar-mlae-b-anchored nar-mlae-a nar-t5 nar-cmlm"),
-    ("MLAE Table 6: decoder (b), symmetric depths (AR without scheduled masking)",
-     "sum-mlae-none sum-mlae-b sum-mlae-sym nar-mlae-a nar-mlae-b"),
-    ("MLAE Algorithm 1, Figure 3, Table 7: scheduled masking", "sum-mlae-none sum-mlae-m15 sum-mlae-m30 sum-mlae-m45 "
-                                                       "sum-mlae sum-mlae-m75 sum-mlae-m90 sum-mlae-constant"),
-    ("The project's checks: the fine-tuning rate (pretraining's, and 0.15x it), decoder (b)'s cross-attention "
-     "table in NAR fine-tuning", "sum-mlae sum-t5 sum-mlae-lr sum-t5-lr nar-mlae-b nar-mlae-b-anchored"),
-    ("ELMER: early exit, pretraining, NAR against AR", "elmer-hard elmer-soft elmer-hard-scratch elmer-soft-scratch "
-                                                       "nar-mlae-b sum-t5 sum-pmlm"),
+    (
+        "MLAE Table 6: decoder (b), symmetric depths (AR without scheduled masking)",
+        "sum-mlae-none sum-mlae-b sum-mlae-sym nar-mlae-a nar-mlae-b",
+    ),
+    (
+        "MLAE Algorithm 1, Figure 3, Table 7: scheduled masking",
+        "sum-mlae-none sum-mlae-m15 sum-mlae-m30 sum-mlae-m45 sum-mlae sum-mlae-m75 sum-mlae-m90 sum-mlae-constant",
+    ),
+    (
+        "The project's checks: the fine-tuning rate (pretraining's, and 0.15x it), decoder (b)'s cross-attention "
+        "table in NAR fine-tuning",
+        "sum-mlae sum-t5 sum-mlae-lr sum-t5-lr nar-mlae-b nar-mlae-b-anchored",
+    ),
+    (
+        "ELMER: early exit, pretraining, NAR against AR",
+        "elmer-hard elmer-soft elmer-hard-scratch elmer-soft-scratch nar-mlae-b sum-t5 sum-pmlm",
+    ),
 ]
 
 ORDERINGS = [
     # (paper, claim, metric, chain, the paper's own figures for it)
-    ("UniLMv2", "PMLM > MLM > no pretraining", "rougeL", "sum-pmlm > sum-mlm > sum-unilm-scratch",
-     "XSum RG-L 36.08 > 31.15 (BERTSumAbs, an AE encoder) > 21.72 (PTRNet) (Table 4)"),
+    (
+        "UniLMv2",
+        "PMLM > MLM > no pretraining",
+        "rougeL",
+        "sum-pmlm > sum-mlm > sum-unilm-scratch",
+        "XSum RG-L 36.08 > 31.15 (BERTSumAbs, an AE encoder) > 21.72 (PTRNet) (Table 4)",
+    ),
     # 4.6: "the variants use the same masking strategy": AE only is the mlm run (80/10/10 both)
-    ("UniLMv2 4.6", "AE+PAR > AE only", "accuracy", "cls-pmlm > cls-mlm",
-     "MNLI-m 85.6 > 84.9, SST-2 93.0 > 92.4 (Table 6)"),
-    ("UniLMv2 4.6", "AE+PAR > PAR only", "accuracy", "cls-pmlm > cls-pmlm-par",
-     "MNLI-m 85.6 > 84.9, SST-2 93.0 > 92.5 (Table 6)"),
-    ("UniLMv2 4.6", "relative position bias helps (summarization)", "rougeL", "sum-pmlm > sum-pmlm-norel",
-     "XSum RG-L 36.08 > 35.73; CNN/DM 40.14 < 40.49 (Table 4)"),
-    ("UniLMv2 4.6", "relative position bias helps (classification)", "accuracy",
-     "cls-pmlm > cls-pmlm-norel", "MNLI-m 86.1 > 85.6, SST-2 93.2 > 93.0 (Table 6)"),
+    (
+        "UniLMv2 4.6",
+        "AE+PAR > AE only",
+        "accuracy",
+        "cls-pmlm > cls-mlm",
+        "MNLI-m 85.6 > 84.9, SST-2 93.0 > 92.4 (Table 6)",
+    ),
+    (
+        "UniLMv2 4.6",
+        "AE+PAR > PAR only",
+        "accuracy",
+        "cls-pmlm > cls-pmlm-par",
+        "MNLI-m 85.6 > 84.9, SST-2 93.0 > 92.5 (Table 6)",
+    ),
+    (
+        "UniLMv2 4.6",
+        "relative position bias helps (summarization)",
+        "rougeL",
+        "sum-pmlm > sum-pmlm-norel",
+        "XSum RG-L 36.08 > 35.73; CNN/DM 40.14 < 40.49 (Table 4)",
+    ),
+    (
+        "UniLMv2 4.6",
+        "relative position bias helps (classification)",
+        "accuracy",
+        "cls-pmlm > cls-pmlm-norel",
+        "MNLI-m 86.1 > 85.6, SST-2 93.2 > 93.0 (Table 6)",
+    ),
     # the last pair of each of these two reads the paper's baseline against no pretraining (the control)
-    ("MLAE Table 1", "MLAE encoder > MLM > T5 encoder (> no pretraining)", "accuracy",
-     "cls-mlae > cls-mlm > cls-t5 > cls-scratch",
-     "GLUE avg. 84.06 > 82.96 > 82.05; MNLI-m 86.15 > 85.84 > 85.54"),
-    ("MLAE Table 2", "a pretrained decoder helps: T5 > RoBERTa", "rougeL", "sum-t5 > sum-roberta",
-     "XSum RG-L 39.55 > 38.83"),
-    ("MLAE Table 2", "MLAE > T5 (AR) (> no pretraining)", "rougeL", "sum-mlae > sum-t5 > sum-t5-scratch",
-     "XSum RG-L 40.73 > 39.55"),
-    ("MLAE Table 3", "MLAE NAR > T5-NAR > CMLM", "rougeL", "nar-mlae-b > nar-t5 > nar-cmlm",
-     "XSum RG-L 37.25 > 30.80 > 28.93"),
-    ("MLAE Table 5", "seq2seq style > UniLM style", "rougeL", "sum-mlae-none > sum-mlae-unilm",
-     "XSum RG-L 39.94 > 39.18"),
-    ("MLAE Table 5", "pretrained > partial > random decoder", "rougeL",
-     "sum-mlae-none > sum-mlae-cross-partial > sum-mlae-cross-random", "XSum RG-L 39.94 > 39.52 > 38.94"),
+    (
+        "MLAE Table 1",
+        "MLAE encoder > MLM > T5 encoder (> no pretraining)",
+        "accuracy",
+        "cls-mlae > cls-mlm > cls-t5 > cls-scratch",
+        "GLUE avg. 84.06 > 82.96 > 82.05; MNLI-m 86.15 > 85.84 > 85.54",
+    ),
+    (
+        "MLAE Table 2",
+        "a pretrained decoder helps: T5 > RoBERTa",
+        "rougeL",
+        "sum-t5 > sum-roberta",
+        "XSum RG-L 39.55 > 38.83",
+    ),
+    (
+        "MLAE Table 2",
+        "MLAE > T5 (AR) (> no pretraining)",
+        "rougeL",
+        "sum-mlae > sum-t5 > sum-t5-scratch",
+        "XSum RG-L 40.73 > 39.55",
+    ),
+    (
+        "MLAE Table 3",
+        "MLAE NAR > T5-NAR > CMLM",
+        "rougeL",
+        "nar-mlae-b > nar-t5 > nar-cmlm",
+        "XSum RG-L 37.25 > 30.80 > 28.93",
+    ),
+    (
+        "MLAE Table 5",
+        "seq2seq style > UniLM style",
+        "rougeL",
+        "sum-mlae-none > sum-mlae-unilm",
+        "XSum RG-L 39.94 > 39.18",
+    ),
+    (
+        "MLAE Table 5",
+        "pretrained > partial > random decoder",
+        "rougeL",
+        "sum-mlae-none > sum-mlae-cross-partial > sum-mlae-cross-random",
+        "XSum RG-L 39.94 > 39.52 > 38.94",
+    ),
     ("MLAE Table 6", "decoder (b) >= (a) for NAR", "rougeL", "nar-mlae-b >= nar-mlae-a", "XSum NAR RG-L 37.25 > 35.65"),
-    ("MLAE Table 6", "asymmetric >= symmetric (AR)", "rougeL", "sum-mlae-none >= sum-mlae-sym",
-     "XSum AR RG-L 39.94 (12L-4L) > 38.83 (8L-8L)"),
-    ("MLAE Table 6", "decoder (b) comparable to (a) for AR", "rougeL", "sum-mlae-b ~ sum-mlae-none",
-     "XSum AR RG-L 39.75 vs 39.94"),
+    (
+        "MLAE Table 6",
+        "asymmetric >= symmetric (AR)",
+        "rougeL",
+        "sum-mlae-none >= sum-mlae-sym",
+        "XSum AR RG-L 39.94 (12L-4L) > 38.83 (8L-8L)",
+    ),
+    (
+        "MLAE Table 6",
+        "decoder (b) comparable to (a) for AR",
+        "rougeL",
+        "sum-mlae-b ~ sum-mlae-none",
+        "XSum AR RG-L 39.75 vs 39.94",
+    ),
     # Table 7 compares the two schedules at m0 = 0.6; Figure 3 plots ROUGE-2 against m0, 0 (none) to 0.9
     ("MLAE Table 7", "linear > constant (m0 0.6)", "rougeL", "sum-mlae > sum-mlae-constant", "XSum RG-L 40.73 > 39.99"),
-    ("MLAE Figure 3", "masking 15% of the decoder input helps", "rouge2", "sum-mlae-m15 > sum-mlae-none",
-     "a plot (no values in the text): 15% \"can significantly improve\" on 0%"),
-    ("MLAE Figure 3", "a high m0 (45-75%) is preferred: 0.6 over 0.15", "rouge2", "sum-mlae > sum-mlae-m15",
-     "a plot (no values in the text): \"approximately 45% to 75%\" preferred"),
+    (
+        "MLAE Figure 3",
+        "masking 15% of the decoder input helps",
+        "rouge2",
+        "sum-mlae-m15 > sum-mlae-none",
+        'a plot (no values in the text): 15% "can significantly improve" on 0%',
+    ),
+    (
+        "MLAE Figure 3",
+        "a high m0 (45-75%) is preferred: 0.6 over 0.15",
+        "rouge2",
+        "sum-mlae > sum-mlae-m15",
+        'a plot (no values in the text): "approximately 45% to 75%" preferred',
+    ),
     ("ELMER Table 3", "soft > hard", "rougeL", "elmer-soft > elmer-hard", "XSum RG-L 29.92 > 26.08"),
-    ("ELMER Table 3", "pretraining helps (hard)", "rougeL", "elmer-hard > elmer-hard-scratch",
-     "XSum RG-L 26.08 > 21.96"),
-    ("ELMER Table 3", "pretraining helps (soft)", "rougeL", "elmer-soft > elmer-soft-scratch",
-     "XSum RG-L 29.92 > 24.00"),
+    (
+        "ELMER Table 3",
+        "pretraining helps (hard)",
+        "rougeL",
+        "elmer-hard > elmer-hard-scratch",
+        "XSum RG-L 26.08 > 21.96",
+    ),
+    (
+        "ELMER Table 3",
+        "pretraining helps (soft)",
+        "rougeL",
+        "elmer-soft > elmer-soft-scratch",
+        "XSum RG-L 29.92 > 24.00",
+    ),
     # the AR side: an encoder-decoder decoded by beam search as the papers' AR baselines are; sum-mlae-none
     # is sum-t5's model and decoder, and other claims need it run again where only archived verdicts read sum-t5
-    ("ELMER Table 1", "NAR one pass faster than AR (batch-1 latency)", "latency_ms", "elmer-hard < sum-mlae-none",
-     "XSum ms/sample 12.39 (hard) < 262.47 (Transformer), 185.19 (BART)"),
-    ("ELMER Table 1", "one pass faster than Mask-Predict", "latency_ms", "elmer-hard < nar-mlae-b",
-     "XSum ms/sample 12.39 < 113.64 (CMLM, semi-NAR)"),
+    (
+        "ELMER Table 1",
+        "NAR one pass faster than AR (batch-1 latency)",
+        "latency_ms",
+        "elmer-hard < sum-mlae-none",
+        "XSum ms/sample 12.39 (hard) < 262.47 (Transformer), 185.19 (BART)",
+    ),
+    (
+        "ELMER Table 1",
+        "one pass faster than Mask-Predict",
+        "latency_ms",
+        "elmer-hard < nar-mlae-b",
+        "XSum ms/sample 12.39 < 113.64 (CMLM, semi-NAR)",
+    ),
 ]
 
 
@@ -344,8 +533,12 @@ CONTROLS = {"cls-scratch", "sum-t5-scratch"}
 CHECKS = [
     ("the fine-tuning rate", "MLAE > T5 (AR) at the rate the grid chose", "rougeL", "sum-mlae > sum-t5"),
     ("the fine-tuning rate", "MLAE > T5 (AR) at 0.15x pretraining's rate", "rougeL", "sum-mlae-lr > sum-t5-lr"),
-    ("NAR fine-tuning", "decoder (b)'s cross-attention table kept > dropped", "rougeL",
-     "nar-mlae-b-anchored > nar-mlae-b"),
+    (
+        "NAR fine-tuning",
+        "decoder (b)'s cross-attention table kept > dropped",
+        "rougeL",
+        "nar-mlae-b-anchored > nar-mlae-b",
+    ),
 ]
 # a check's run that goes just before the run it checks: the NAR table is settled before any NAR claim runs
 BEFORE = {"nar-mlae-b-anchored": "nar-mlae-b"}
@@ -367,15 +560,19 @@ def implied(ops):
     each is > or >= (at most a margin's tie on the way), < where every link is <; None where a ~
     is on the way (comparable twice is not comparable)."""
     kinds = set(ops)
-    return (">" if kinds == {">"} else ">=" if kinds <= {">", ">="} else "<" if kinds == {"<"} else None)
+    return ">" if kinds == {">"} else ">=" if kinds <= {">", ">="} else "<" if kinds == {"<"} else None
 
 
 def chain_pairs(chain):
     """Every pair (a, b, op, adjacent) a chain claims: each link in order, then each two runs further
     apart with the operator the links between them imply (a > b > c also claims a > c)."""
     names, ops = parse_chain(chain)
-    return [(names[i], names[i + gap], ops[i] if gap == 1 else implied(ops[i:i + gap]), gap == 1)
-            for gap in range(1, len(names)) for i in range(len(names) - gap) if gap == 1 or implied(ops[i:i + gap])]
+    return [
+        (names[i], names[i + gap], ops[i] if gap == 1 else implied(ops[i : i + gap]), gap == 1)
+        for gap in range(1, len(names))
+        for i in range(len(names) - gap)
+        if gap == 1 or implied(ops[i : i + gap])
+    ]
 
 
 def fill(text, fields):
@@ -389,8 +586,7 @@ def fill(text, fields):
 # the further seeds, each only where a pair needs it (reproduce/further_seeds.py), claim by claim
 # in ORDERINGS' order within a stage
 
-STAGES = ("the central claims, first seed", "the other claims, first seed",
-          "the further seeds, where a pair needs one")
+STAGES = ("the central claims, first seed", "the other claims, first seed", "the further seeds, where a pair needs one")
 
 
 PLACEHOLDER = re.compile(r"\{((?:pre|ft)-[\w-]+)\}")  # {pre-X}: run pre-X's last.pt; {ft-X}: run X's best.pt

@@ -38,6 +38,7 @@ ends, however it ends): another runner skips that run, and a runner started by h
 needs it too, where a worker of --jobs waits for it (reproduce/workers.py). state.json is re-read
 and updated under its own lock after every run, so neither runner loses the other's.
 """
+
 import argparse
 import math
 import os
@@ -50,21 +51,44 @@ import time
 from reproduce import report
 from reproduce.execute import execute, rejected, scripts, write_subset
 from reproduce.further_seeds import not_needed
-from reproduce.plan import (BUDGETS, BY_NAME, ORDER, PLACEHOLDER, STAGES, epochs_of, fill, in_order, needs_of,
-                            plan_for, stage_of, steps_of)
+from reproduce.plan import (
+    BUDGETS,
+    BY_NAME,
+    ORDER,
+    PLACEHOLDER,
+    STAGES,
+    epochs_of,
+    fill,
+    in_order,
+    needs_of,
+    plan_for,
+    stage_of,
+    steps_of,
+)
 from reproduce.weights import round_in_place
 from reproduce.dtypes import compute_dtype
 from reproduce.runstate import kind_of, locked_state  # noqa: F401
-from reproduce.runstate import (STOPPED, archived, claim, command, estimate, load_state, progress_of, ran_otherwise,
-                                record, stale_reason, wrong_checkpoint)
+from reproduce.runstate import (
+    STOPPED,
+    archived,
+    claim,
+    command,
+    estimate,
+    load_state,
+    progress_of,
+    ran_otherwise,
+    record,
+    stale_reason,
+    wrong_checkpoint,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-
 def get_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m reproduce", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m reproduce", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--budget", default="cpu", choices=sorted(BUDGETS))
     p.add_argument("--out", default=None, help="where every run goes (default: checkpoints/reproduce-BUDGET)")
     p.add_argument("--steps", type=int, default=None, help="pretraining steps (default: the budget's)")
@@ -78,17 +102,23 @@ def get_args(argv=None):
     p.add_argument("--stop-after-runs", type=int, default=None, help="end the sitting after N runs")
     p.add_argument("--report-only", action="store_true", help="rewrite OUT/RESULTS.md from what exists")
     p.add_argument("--quiet", action="store_true", help="the runs' output to their log files only")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="N runners at once on OUT, each waiting for the runs it needs that another holds "
-                        "(each gets OMP_NUM_THREADS = cores / N unless set); see reproduce/workers.py")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="N runners at once on OUT, each waiting for the runs it needs that another holds "
+        "(each gets OMP_NUM_THREADS = cores / N unless set); see reproduce/workers.py",
+    )
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # set by --jobs
     args = p.parse_args(argv)
     if args.stop_after_runs is not None and args.stop_after_runs < 1:
         p.error("--stop-after-runs must be at least 1")
     most = max(1, os.cpu_count() or 1)
     if not 1 <= args.jobs <= most:
-        p.error(f"--jobs {args.jobs}: between 1 and this machine's {most} cores (each runner holds a model and "
-                f"its data, about 650 MB)")
+        p.error(
+            f"--jobs {args.jobs}: between 1 and this machine's {most} cores (each runner holds a model and "
+            f"its data, about 650 MB)"
+        )
     for flag in ("steps", "epochs", "limit", "permutations"):
         v = getattr(args, flag)
         if v is not None and not (v > 0 and math.isfinite(v)):
@@ -100,6 +130,7 @@ def get_args(argv=None):
             except re.error as e:
                 p.error(f"--{flag} {getattr(args, flag)!r} is not a regular expression ({e})")
     from core.training import DTYPES
+
     if args.dtype is not None and args.dtype not in DTYPES:
         p.error(f"--dtype {args.dtype!r}: one of {', '.join(DTYPES)} (what the scripts accept)")
     if args.report_only and args.dry_run:
@@ -112,6 +143,7 @@ def get_args(argv=None):
 
 # -----------------------------------------------------------------------------
 # the plan, resolved for a budget
+
 
 def budget_fields(args):
     b = dict(BUDGETS[args.budget])
@@ -132,9 +164,11 @@ def budget_fields(args):
 def resolve(run, fields, out, dtype=None):
     """(argv of the script, names of the runs it needs). {pre-X} is OUT/pre-X/last.pt, {ft-X} is
     OUT/X/best.pt."""
+
     def path(m):
         name = m.group(1)
         return os.path.join(out, name, "last.pt") if name.startswith("pre-") else os.path.join(out, name[3:], "best.pt")
+
     flags = PLACEHOLDER.sub(path, fill(run.flags, fields))
     budget = fields[run.script]
     if run.script == "finetune" and "--task classify" not in run.flags:  # the budget's summarization flags
@@ -174,6 +208,7 @@ def select(plan, resolved, only, skip):
 
 # -----------------------------------------------------------------------------
 
+
 def check_out(out, create):
     """None if OUT can hold the runs (created here unless `create` is False), else why not."""
     if os.path.exists(out) and not os.path.isdir(out):
@@ -194,6 +229,7 @@ def main(argv=None, early=None):
     """EARLY: the signal handlers to restore once everything is imported (python -m reproduce sets
     them first, so that a Ctrl-C while importing leaves quietly)."""
     from reproduce.runstate import StateError
+
     args = get_args(argv)
     fields = dict(budget_fields(args), budget=args.budget)
     problem = check_out(args.out, create=not args.dry_run)
@@ -206,8 +242,11 @@ def main(argv=None, early=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
     if state.get("budget", args.budget) != args.budget:
-        print(f"error: {args.out} holds the runs of --budget {state['budget']}, not {args.budget}: give "
-              f"--budget {state['budget']}, or another --out", file=sys.stderr)
+        print(
+            f"error: {args.out} holds the runs of --budget {state['budget']}, not {args.budget}: give "
+            f"--budget {state['budget']}, or another --out",
+            file=sys.stderr,
+        )
         return 2
     mods = scripts()
     plan = plan_for(fields)
@@ -228,11 +267,19 @@ def main(argv=None, early=None):
         print(f"reproduce: budget {args.budget}, {len(runs)} runs in {args.out}")
     left, total, stages = runs_left(args, fields, state, resolved, runs, unavailable)
     if args.worker is None:
-        print(f"left: {len(left)} runs, about {report.fmt_secs(total)}"
-              + (f" on one runner (at least {report.fmt_secs(total / args.jobs)} with --jobs {args.jobs})"
-                 if args.jobs > 1 else "")
-              + (f"; {blocked} cannot run here (listed above)" if (blocked := sum(r.name in unavailable for r in runs))
-                 else ""))
+        print(
+            f"left: {len(left)} runs, about {report.fmt_secs(total)}"
+            + (
+                f" on one runner (at least {report.fmt_secs(total / args.jobs)} with --jobs {args.jobs})"
+                if args.jobs > 1
+                else ""
+            )
+            + (
+                f"; {blocked} cannot run here (listed above)"
+                if (blocked := sum(r.name in unavailable for r in runs))
+                else ""
+            )
+        )
         for k, (n, secs) in sorted(stages.items()):
             print(f"  stage {k + 1}, {STAGES[k]}: {n} runs left, about {report.fmt_secs(secs)}")
     if args.dry_run:
@@ -242,6 +289,7 @@ def main(argv=None, early=None):
             signal.signal(sig, handler)
     if args.jobs > 1:
         from reproduce.workers import supervise
+
         code = supervise(sys.argv[1:] if argv is None else argv, args.jobs, max(1, (os.cpu_count() or 1) // args.jobs))
         state = dict(load_state(args.out), unavailable=unavailable)
         print(f"\nresults: {report.write(args, fields, state, resolved)}")
@@ -260,8 +308,10 @@ def unavailable_runs(plan, resolved, mods, out, state):
         if why:
             unavailable[r.name] = ("TODO: " if r.todo else "not on this branch: ") + why
         elif recorded := ran_otherwise(r, resolved[r.name][0], out, state):
-            unavailable[r.name] = (f"ran with other flags than the plan's (`{recorded}`): "
-                                   f"move {os.path.join(out, r.name)} aside to run it again")
+            unavailable[r.name] = (
+                f"ran with other flags than the plan's (`{recorded}`): "
+                f"move {os.path.join(out, r.name)} aside to run it again"
+            )
         elif wrong := wrong_checkpoint(r, resolved[r.name][0], out):
             unavailable[r.name] = f"{wrong}: move {os.path.join(out, r.name)} aside to run it again"
     changed = True
@@ -284,8 +334,9 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
         done, resume = progress_of(r, argv_, fields, args.out, state, resolved)
         spared = None
         if done < 1 and r.name not in unavailable:
-            spared = (not_needed(r.name, state, args.out)
-                      or weights_not_needed(r, fields, state, resolved, args.out, unavailable))
+            spared = not_needed(r.name, state, args.out) or weights_not_needed(
+                r, fields, state, resolved, args.out, unavailable
+            )
         if done < 1 and r.name not in unavailable and not spared:
             left.append(r)
         if args.worker is not None:
@@ -307,8 +358,11 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
         total += secs
         n, t = stages.get(shown, (0, 0.0))
         stages[shown] = (n + (r in left), t + secs)
-        print(f"  {r.name:<24} {mark}" + (f" ~{report.fmt_secs(secs)}" if secs else "") +
-              (f"\n      {command(r, argv_)}" if args.dry_run else ""))
+        print(
+            f"  {r.name:<24} {mark}"
+            + (f" ~{report.fmt_secs(secs)}" if secs else "")
+            + (f"\n      {command(r, argv_)}" if args.dry_run else "")
+        )
     return left, total, stages
 
 
@@ -319,8 +373,12 @@ def weights_not_needed(run, fields, state, resolved, out, unavailable):
     if run.script != "train" or os.path.exists(os.path.join(out, run.name, "last.pt")):
         return None
     for name, (argv_, needs) in resolved.items():
-        if (run.name in needs and name not in unavailable and not not_needed(name, state, out)
-                and progress_of(BY_NAME[name], argv_, fields, out, state, resolved)[0] < 1):
+        if (
+            run.name in needs
+            and name not in unavailable
+            and not not_needed(name, state, out)
+            and progress_of(BY_NAME[name], argv_, fields, out, state, resolved)[0] < 1
+        ):
             return None
     if archived(state, run.name):
         return "archived: its curve is kept and no run left needs its weights"
@@ -335,8 +393,7 @@ def when_needed(runs, resolved, state, out):
     pre = [r for r in runs if r.script == "train"]
     rest = [r for r in runs if r.script != "train"]
     for p in reversed(pre):
-        first = next((i for i, r in enumerate(rest) if p.name in resolved[r.name][1] and r.name not in spared),
-                     None)
+        first = next((i for i, r in enumerate(rest) if p.name in resolved[r.name][1] and r.name not in spared), None)
         if first is None:  # no user left: where the plan's order put it
             first = next((i for i, r in enumerate(rest) if ORDER[r.name] > ORDER[p.name]), len(rest))
         rest.insert(first, p)
@@ -373,8 +430,11 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
                 if spared := not_needed(r.name, state, args.out):  # the first seeds as they are now
                     say(f"{r.name}: {spared}")  # not a "skip": nothing is left to wait for
                     continue
-                missing = [d for d in needs
-                           if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state, resolved)[0] < 1]
+                missing = [
+                    d
+                    for d in needs
+                    if progress_of(BY_NAME[d], resolved[d][0], fields, args.out, state, resolved)[0] < 1
+                ]
                 if missing:
                     mine = {p.name for p in pending}
                     if args.worker is not None and all(may_still_finish(d, args.out, state, mine) for d in missing):
@@ -395,27 +455,37 @@ def run_left(args, fields, state, resolved, mods, left, unavailable, say, runs=(
                     if frac >= 1:  # another runner finished it since this one started
                         continue
                     if r.script != "eval":
-                        fresh = not resume and any(os.path.exists(os.path.join(args.out, r.name, f))
-                                                   for f in ("log.jsonl", "best.pt", "last.pt"))
+                        fresh = not resume and any(
+                            os.path.exists(os.path.join(args.out, r.name, f))
+                            for f in ("log.jsonl", "best.pt", "last.pt")
+                        )
                         argv_ = argv_ + (["--resume"] if resume else ["--overwrite"] if fresh else [])
                     for d in needs:  # a kept pretraining is read as the archive keeps it (reproduce/weights.py)
                         round_in_place(args.out, d)
                     say(f"\n=== {r.name}: {command(r, argv_)}", flush=True)
                     t0 = time.time()
-                    code, returned, err = execute(mods[r.script], r, argv_,
-                                                  os.path.join(args.out, "logs", r.name + ".log"), args.quiet)
+                    code, returned, err = execute(
+                        mods[r.script], r, argv_, os.path.join(args.out, "logs", r.name + ".log"), args.quiet
+                    )
                     secs = time.time() - t0
                     rec = record(args, r, resolved, state, unavailable, code, returned, err, secs, t0, argv_)
                 ran, progressed = ran + 1, True
                 attempted.add(r.name)
                 if r.script == "train" and code == 0:
                     round_in_place(args.out, r.name)
-                    pending += [x for x in runs if x not in pending and x.name not in attempted
-                                and x.name not in unavailable
-                                and progress_of(x, resolved[x.name][0], fields, args.out, state, resolved)[0] < 1]
+                    pending += [
+                        x
+                        for x in runs
+                        if x not in pending
+                        and x.name not in attempted
+                        and x.name not in unavailable
+                        and progress_of(x, resolved[x.name][0], fields, args.out, state, resolved)[0] < 1
+                    ]
                 report.write(args, fields, state, resolved)
-                say(f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""),
-                    flush=True)
+                say(
+                    f"=== {r.name}: {rec['status']} in {report.fmt_secs(secs)}" + (f" ({err})" if err else ""),
+                    flush=True,
+                )
                 if code in STOPPED:
                     say("stopped; the same command continues where it left off")
                     return code

@@ -1,6 +1,7 @@
 """What reproduce/runner.py knows of its runs: OUT/state.json (each run's command, measured time and
 status, shared by runners under a lock), the per-run locks, and how far each run has got from
 its own files."""
+
 import contextlib
 import fcntl
 import glob
@@ -31,8 +32,13 @@ def what_it_ran(cmd):
     words, kept = shlex.split(cmd), []
     paths = [w for w in words[2:] if "/" in w and not w.startswith("-")]
     where = words[words.index("--out") + 1] if "--out" in words[:-1] else paths[0] if paths else None
-    base = os.path.dirname(os.path.dirname(os.path.abspath(where)) if "--out" not in words[:-1] else
-                           os.path.abspath(where)) if where else None
+    base = (
+        os.path.dirname(
+            os.path.dirname(os.path.abspath(where)) if "--out" not in words[:-1] else os.path.abspath(where)
+        )
+        if where
+        else None
+    )
     i = 0
     while i < len(words):
         if words[i] in VARYING + UNCHANGING:
@@ -80,6 +86,7 @@ def _ckpt(path):
     # to tell two quick writes of one size apart
     if key not in _LINEAGE or time.time() - st.st_mtime < 1.0:
         import torch
+
         try:
             ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception:  # noqa: BLE001  (a checkpoint being rewritten, or not one: no lineage to read)
@@ -136,8 +143,10 @@ def wrong_checkpoint(run, argv, out):
     if run.script == "train":
         want = dict(objective=flag_value(argv, "--objective", "pmlm"), model=flag_value(argv, "--model", "small"))
         if kind != f"pretrain/{want['objective']}" or got.get("model") != want["model"]:
-            return (f"{path} is a {kind} checkpoint of --model {got.get('model')}, not the plan's "
-                    f"pretrain/{want['objective']} of --model {want['model']}")
+            return (
+                f"{path} is a {kind} checkpoint of --model {got.get('model')}, not the plan's "
+                f"pretrain/{want['objective']} of --model {want['model']}"
+            )
     else:
         task = flag_value(argv, "--task", "summarize")
         if kind != f"finetune/{task}":
@@ -147,8 +156,20 @@ def wrong_checkpoint(run, argv, out):
 
 # finetune.py's flags that make its recipe and that it keeps as given: a run made under other
 # values (an earlier default) is not the plan's run now
-RECIPE = ("train_share", "lr", "lr_schedule", "warmup_epochs", "mask_epochs", "batch", "patience", "valid_every",
-          "valid_examples", "weight_decay", "clip", "seed")
+RECIPE = (
+    "train_share",
+    "lr",
+    "lr_schedule",
+    "warmup_epochs",
+    "mask_epochs",
+    "batch",
+    "patience",
+    "valid_every",
+    "valid_examples",
+    "weight_decay",
+    "clip",
+    "seed",
+)
 
 
 def recipe_change(run, argv, out):
@@ -162,13 +183,18 @@ def recipe_change(run, argv, out):
         return None  # no record (not started, or a run older than config.json): nothing to compare
     import finetune
     from core.checkpoint import upgrade_finetune_args
+
     saved = upgrade_finetune_args(saved)
     now = vars(finetune.get_args(argv))
     diffs = [(k, saved[k], now[k]) for k in RECIPE if k in saved and k in now and saved[k] != now[k]]
     if not diffs:
         return None
-    return ("fine-tuned with " + ", ".join(f"--{k.replace('_', '-')} {a}" for k, a, _ in diffs) + "; the plan now runs "
-            + ", ".join(f"{b}" for _, _, b in diffs))
+    return (
+        "fine-tuned with "
+        + ", ".join(f"--{k.replace('_', '-')} {a}" for k, a, _ in diffs)
+        + "; the plan now runs "
+        + ", ".join(f"{b}" for _, _, b in diffs)
+    )
 
 
 def stale_reason(run, resolved, out):
@@ -217,8 +243,10 @@ def load_state(out):
         with open(path) as f:
             state = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StateError(f"{path} is not readable JSON ({e}); move it aside (the runs' checkpoints and results "
-                         f"stay; the next sitting rebuilds it, losing only the measured times)") from None
+        raise StateError(
+            f"{path} is not readable JSON ({e}); move it aside (the runs' checkpoints and results "
+            f"stay; the next sitting rebuilds it, losing only the measured times)"
+        ) from None
     bad = None
     if not isinstance(state, dict) or not isinstance(state.get("runs", {}), dict):
         bad = "not an object with a 'runs' object"
@@ -227,14 +255,20 @@ def load_state(out):
         for name, rec in state["runs"].items():
             if not isinstance(rec, dict):
                 bad = f"run {name!r} is not an object"
-            elif not isinstance(rec.get("seconds", 0.0), (int, float)) or not isinstance(rec.get("files", []), list) \
-                    or not isinstance(rec.get("status", ""), str) or not isinstance(rec.get("command", ""), str):
+            elif (
+                not isinstance(rec.get("seconds", 0.0), (int, float))
+                or not isinstance(rec.get("files", []), list)
+                or not isinstance(rec.get("status", ""), str)
+                or not isinstance(rec.get("command", ""), str)
+            ):
                 bad = f"run {name!r} has a field of the wrong type"
             if bad:
                 break
     if bad:
-        raise StateError(f"{path}: {bad}; move it aside (the runs' checkpoints and results stay; the next "
-                         f"sitting rebuilds it, losing only the measured times)")
+        raise StateError(
+            f"{path}: {bad}; move it aside (the runs' checkpoints and results stay; the next "
+            f"sitting rebuilds it, losing only the measured times)"
+        )
     return state
 
 
@@ -323,14 +357,23 @@ def progress_of(run, argv, fields, out, state, resolved=None):
         if archived(state, run.name) and not os.path.exists(ckpt):  # restored without weights: its files are the result
             fresh = files and all(os.path.exists(f) for f in files)
         else:
-            fresh = files and os.path.exists(ckpt) and all(
-                os.path.exists(f) and os.path.getmtime(f) >= os.path.getmtime(ckpt) for f in files)
+            fresh = (
+                files
+                and os.path.exists(ckpt)
+                and all(os.path.exists(f) and os.path.getmtime(f) >= os.path.getmtime(ckpt) for f in files)
+            )
         same = rec.get("command") and what_it_ran(rec["command"]) == what_it_ran(command(run, argv))
         damaged = [f for f in files if not is_result(f)] if fresh and same else []
         if damaged:  # a file that is no result is no evaluation done: it runs again (and writes it anew)
-            print(f"note: {damaged[0]}, recorded as {run.name}'s result, is not a JSON result: {run.name} is not done"
-                  + (" (restore the file from its archive: its checkpoint is gone)" if not os.path.exists(ckpt)
-                     else ", and runs again"), file=sys.stderr)
+            print(
+                f"note: {damaged[0]}, recorded as {run.name}'s result, is not a JSON result: {run.name} is not done"
+                + (
+                    " (restore the file from its archive: its checkpoint is gone)"
+                    if not os.path.exists(ckpt)
+                    else ", and runs again"
+                ),
+                file=sys.stderr,
+            )
         return (1.0 if fresh and same and not damaged else 0.0), None
     last = os.path.join(out, run.name, "last.pt")
     if not os.path.exists(last):  # a fine-tuning restored from an archive is done; a pretraining needs its weights
@@ -338,6 +381,7 @@ def progress_of(run, argv, fields, out, state, resolved=None):
     ck = _ckpt(last)
     if ck is None:  # unreadable: torch's own error says why, and nothing is run over it
         import torch
+
         ck = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
     step, a = ck["step"], ck["args"]
     if run.script == "train":
@@ -381,19 +425,23 @@ def estimate(run, fields, state, here=None):
     budget's figure (per step for pretraining, per epoch for fine-tuning), each scaled from the
     dtype it was measured in to HERE, the dtype this machine computes in (reproduce/dtypes.py)."""
     key = kind_of(run)
-    same = [r["seconds"] / _multiple(BY_NAME[name], fields) * dtype_slowdown(r.get("dtype"), here)
-            for name, r in state["runs"].items()
-            if name in BY_NAME and kind_of(BY_NAME[name]) == key and r.get("status") == "done"]
+    same = [
+        r["seconds"] / _multiple(BY_NAME[name], fields) * dtype_slowdown(r.get("dtype"), here)
+        for name, r in state["runs"].items()
+        if name in BY_NAME and kind_of(BY_NAME[name]) == key and r.get("status") == "done"
+    ]
     if same:
         return sum(same) / len(same) * _multiple(run, fields)
     s = fields["seconds"].get(key, fields["seconds"].get(run.script, 60)) * dtype_slowdown(
-        fields.get("measured_in"), here)
+        fields.get("measured_in"), here
+    )
     if key.startswith("finetune") and "classify" not in key:  # an epoch of the budget's share of the pairs
         s *= fields.get("share", 1)
     if not fields.get("scale", True):  # the budget's figures are per run
         return s
-    return s * (steps_of(run, fields) if run.script == "train" else epochs_of(run, fields) if run.script == "finetune"
-                else 1)
+    return s * (
+        steps_of(run, fields) if run.script == "train" else epochs_of(run, fields) if run.script == "finetune" else 1
+    )
 
 
 # -----------------------------------------------------------------------------
@@ -409,20 +457,30 @@ def record(args, r, resolved, state, unavailable, code, returned, err, secs, t0,
         shared["budget"] = args.budget
         rec = shared["runs"].setdefault(r.name, {})
         rec.pop("archived", None)  # ran here: its own files now, not an archive's
-        rec.update(command=command(r, resolved[r.name][0]), key=kind_of(r), dtype=compute_dtype(args.dtype),
-                   seconds=rec.get("seconds", 0.0) * ("--resume" in argv_) + secs,  # over its sittings
-                   finished=time.strftime("%Y-%m-%d %H:%M"), status="done" if code == 0 else
-                   "stopped" if code in STOPPED else "failed", error=err)
+        rec.update(
+            command=command(r, resolved[r.name][0]),
+            key=kind_of(r),
+            dtype=compute_dtype(args.dtype),
+            seconds=rec.get("seconds", 0.0) * ("--resume" in argv_) + secs,  # over its sittings
+            finished=time.strftime("%Y-%m-%d %H:%M"),
+            status="done" if code == 0 else "stopped" if code in STOPPED else "failed",
+            error=err,
+        )
         if args.worker is not None:
             rec["runner"] = args.worker
         if r.script == "eval" and code == 0:
             ckdir = os.path.dirname(argv_[0])
-            rec["files"] = sorted(os.path.relpath(f, args.out) for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
-                                  if os.path.getmtime(f) >= t0 - 1)
-            shared["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] \
-                or shared.get("lead")
-            shared["majority"] = next((row for row in returned or [] if row.get("model") == "majority class"),
-                                      shared.get("majority"))
+            rec["files"] = sorted(
+                os.path.relpath(f, args.out)
+                for f in glob.glob(os.path.join(ckdir, "eval-*.json"))
+                if os.path.getmtime(f) >= t0 - 1
+            )
+            shared["lead"] = [row for row in returned or [] if row.get("model", "").startswith("LEAD")] or shared.get(
+                "lead"
+            )
+            shared["majority"] = next(
+                (row for row in returned or [] if row.get("model") == "majority class"), shared.get("majority")
+            )
     state.clear()
     state.update(shared)
     return rec

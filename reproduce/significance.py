@@ -38,6 +38,7 @@ of reproduce/runner.py reads every ordering of either through it (verdict): "hol
 interval lies above zero (or, for `>=` and `~`, inside the equivalence margin), "reversed" where it
 lies below, "not resolved" otherwise.
 """
+
 import argparse
 import json
 import math
@@ -69,11 +70,15 @@ def read_rows(path):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            raise ValueError(f"{path} line {i} is not a JSON record: give eval.py's outputs-*.jsonl file, not its "
-                             f"eval-*.json summary") from None
+            raise ValueError(
+                f"{path} line {i} is not a JSON record: give eval.py's outputs-*.jsonl file, not its "
+                f"eval-*.json summary"
+            ) from None
         if not isinstance(row, dict) or not {"source", "prediction", "reference"} <= set(row):
-            raise ValueError(f"{path} line {i} has no source / prediction / reference: not one of eval.py's outputs "
-                             f"files (outputs-*.jsonl)")
+            raise ValueError(
+                f"{path} line {i} has no source / prediction / reference: not one of eval.py's outputs "
+                f"files (outputs-*.jsonl)"
+            )
         bad = [k for k in ("source", "prediction", "reference") if not isinstance(row[k], str)]
         if bad:
             raise ValueError(f"{path} line {i}: {bad[0]} is {json.dumps(row[bad[0]])}, not a text")
@@ -95,8 +100,10 @@ def check_pair(path_a, path_b):
         raise ValueError(f"{path_a} holds {ka} outputs and {path_b} {kb} outputs: compare files of one task")
     ra, rb = read_rows(path_a), read_rows(path_b)
     if len(ra) != len(rb) or [r["source"] for r in ra] != [r["source"] for r in rb]:
-        raise ValueError(f"{path_a} ({len(ra)} examples) and {path_b} ({len(rb)}) were not scored on the same "
-                         f"examples (another --limit, split or data): compare runs evaluated on one sample")
+        raise ValueError(
+            f"{path_a} ({len(ra)} examples) and {path_b} ({len(rb)}) were not scored on the same "
+            f"examples (another --limit, split or data): compare runs evaluated on one sample"
+        )
 
 
 def metrics_of(path):
@@ -117,6 +124,7 @@ def per_example(path, metric="rougeL"):
             CACHE[key] = ([100.0 * (r["prediction"] == r["reference"]) for r in rows], sources)
         else:
             from rouge_score import rouge_scorer
+
             names = ("rouge1", "rouge2", "rougeL") if metric in ("rouge1", "rouge2", "rougeL") else (metric,)
             scorer = rouge_scorer.RougeScorer(list(names), use_stemmer=True)
             scored = [scorer.score(r["reference"], r["prediction"]) for r in rows]
@@ -173,7 +181,7 @@ def example_se(a, b, samples=2000, seed=0):
 def seed_interval(difference, se, sigma, k_a, k_b):
     """(low, high): the 95% normal interval of a difference whose standard error over the test
     examples is SE, between sides of k_a and k_b fine-tuning seeds whose seed spread is sigma."""
-    half = Z * math.sqrt(se ** 2 + sigma ** 2 * (1 / k_a + 1 / k_b))
+    half = Z * math.sqrt(se**2 + sigma**2 * (1 / k_a + 1 / k_b))
     return difference - half, difference + half
 
 
@@ -235,8 +243,13 @@ def verdict(op, low, high, margin=1.0):
     if op == ">=":
         return "holds" if low > -margin else "reversed" if high < -margin else "not resolved"
     if op == "~":
-        return ("holds" if -margin < low and high < margin else
-                "reversed" if low > margin or high < -margin else "not resolved")
+        return (
+            "holds"
+            if -margin < low and high < margin
+            else "reversed"
+            if low > margin or high < -margin
+            else "not resolved"
+        )
     raise ValueError(f"unknown operator {op!r}")
 
 
@@ -249,9 +262,11 @@ def detectable(low, high):
 def side_name(paths, files=False):
     """A side as its runs' directories (cls-mlae,cls-mlae-s2 for two seeds' outputs files), or with
     `files` as directory/file (x/outputs-best-test): what tells two files of one folder apart."""
+
     def one(p):
         d = os.path.basename(os.path.dirname(os.path.abspath(p)))
         return f"{d}/{os.path.basename(p).removesuffix('.jsonl')}" if files else d
+
     return ",".join(map(one, paths))
 
 
@@ -278,20 +293,40 @@ def pair_rows(files, sigma=None):
             if s is None:
                 s, where = 0.0, "none: one seed a side (give --sigma)"
             low, high = seed_interval(mean, se, s, len(side_a), len(side_b))
-            rows.append(dict(a=side_name(side_a, files_too), b=side_name(side_b, files_too),
-                             seeds=f"{len(side_a)}x{len(side_b)}", n=len(read_rows(side_a[0])), metric=m,
-                             difference=mean, se=se, sigma=s, sigma_from=where, low=low, high=high,
-                             interval=f"[{low:+.2f}, {high:+.2f}]", verdict=verdict(">", low, high),
-                             detectable=detectable(low, high)))
+            rows.append(
+                dict(
+                    a=side_name(side_a, files_too),
+                    b=side_name(side_b, files_too),
+                    seeds=f"{len(side_a)}x{len(side_b)}",
+                    n=len(read_rows(side_a[0])),
+                    metric=m,
+                    difference=mean,
+                    se=se,
+                    sigma=s,
+                    sigma_from=where,
+                    low=low,
+                    high=high,
+                    interval=f"[{low:+.2f}, {high:+.2f}]",
+                    verdict=verdict(">", low, high),
+                    detectable=detectable(low, high),
+                )
+            )
     return rows
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m reproduce.significance", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m reproduce.significance",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("files", nargs="+", help="outputs files in pairs, A B [C D ...]; a side's seeds joined by commas")
-    p.add_argument("--sigma", type=float, help="the seed spread of every metric compared (default: pooled from "
-                                               "the sides' own seeds, 0 with one seed a side)")
+    p.add_argument(
+        "--sigma",
+        type=float,
+        help="the seed spread of every metric compared (default: pooled from "
+        "the sides' own seeds, 0 with one seed a side)",
+    )
     try:
         a = p.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:  # --help: 0, with the docstring on stdout; a wrong call: 2
@@ -308,9 +343,11 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
     for r in rows:
-        print(f"{r['a']} - {r['b']}, {r['metric']}: {r['difference']:+.2f}, 95% interval {r['interval']} "
-              f"({r['seeds']} seeds; example SE {r['se']:.2f}, seed spread {r['sigma']:.2f} from {r['sigma_from']}): "
-              f"A > B {r['verdict']}, detectable {r['detectable']:.2f}")
+        print(
+            f"{r['a']} - {r['b']}, {r['metric']}: {r['difference']:+.2f}, 95% interval {r['interval']} "
+            f"({r['seeds']} seeds; example SE {r['se']:.2f}, seed spread {r['sigma']:.2f} from {r['sigma_from']}): "
+            f"A > B {r['verdict']}, detectable {r['detectable']:.2f}"
+        )
     return 0
 
 

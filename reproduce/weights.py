@@ -7,6 +7,7 @@ in a later one, starts from the same weights: the ones the archive keeps, packed
 xz-compressed, weights only: core/checkpoint.py) in DEST/weights/NAME.pt.xz. Restored into OUT,
 the packed copy is that pretraining's last.pt again, and the runner counts it as done.
 """
+
 import json
 import os
 
@@ -23,6 +24,7 @@ def packed_path(dest, name):
 
 def _state(path):
     import torch
+
     return torch.load(path, map_location="cpu", weights_only=True)
 
 

@@ -8,6 +8,7 @@ do and the same command continues. Small models leave a GPU mostly idle between 
 so several runs at once go faster than one after another; on a CPU, N 1-thread runners use N cores
 better than one N-thread runner.
 """
+
 import os
 import signal
 import subprocess

@@ -10,6 +10,7 @@ batch changes no AE prediction, since context attends to context only.
     OMP_NUM_THREADS=1 python -m studies.ae_probe checkpoints/reproduce-cpu/pre-pmlm/last.pt \\
         checkpoints/reproduce-cpu/pre-mlm/last.pt
 """
+
 import argparse
 import os
 
@@ -41,8 +42,9 @@ def probe(path, n, batch):
     args = state["args"]
     _, valid_texts = pretraining_texts(None, None, "text")
     # the held-out windows of train.py's evaluation (the same seed); PMLM and MLM share the window
-    stream = TokenStream(tok.encode(valid_texts), OBJECTIVES["pmlm"].window(int(args["seq_len"])),
-                         int(args["seed"]) + 1, sep=tok.eos_id)
+    stream = TokenStream(
+        tok.encode(valid_texts), OBJECTIVES["pmlm"].window(int(args["seq_len"])), int(args["seed"]) + 1, sep=tok.eos_id
+    )
     out = {}
     for name, keep in CORRUPTIONS.items():
         sums = {k: [0.0, 0] for k in ("all", "[MASK]", "random", "kept")}
@@ -52,8 +54,11 @@ def probe(path, n, batch):
             logits = model(b.tokens, b.pos, b.seg, b.kind, b.step, b.valid, predict=sel).float()
             ce = F.cross_entropy(logits, b.target[sel], reduction="none")
             shown, target = b.tokens[sel], b.target[sel]
-            parts = {"all": torch.ones_like(target, dtype=torch.bool), "[MASK]": shown == tok.mask_id,
-                     "kept": shown == target}
+            parts = {
+                "all": torch.ones_like(target, dtype=torch.bool),
+                "[MASK]": shown == tok.mask_id,
+                "kept": shown == target,
+            }
             parts["random"] = ~parts["[MASK]"] & ~parts["kept"]
             for k, m in parts.items():
                 sums[k][0] += ce[m].sum().item()
@@ -71,17 +76,21 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.windows < 1 or args.batch < 1:
         p.error("--windows and --batch must be at least 1")
-    print("| checkpoint | corruption | AE loss, every target | [MASK]ed | random | kept | targets ([MASK] / random / "
-          "kept) |")
+    print(
+        "| checkpoint | corruption | AE loss, every target | [MASK]ed | random | kept | targets ([MASK] / random / "
+        "kept) |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for path in args.checkpoints:
         label, res = probe(path, args.windows, args.batch)
         for name, sums in res.items():
             loss = lambda k: f"{sums[k][0] / sums[k][1]:.3f}" if sums[k][1] else "-"
             counts = " / ".join(str(sums[k][1]) for k in ("[MASK]", "random", "kept"))
-            print(f"| {label} | {name} | {loss('all')} | {loss('[MASK]')} | {loss('random')} | {loss('kept')} | "
-                  f"{counts} |",
-                  flush=True)
+            print(
+                f"| {label} | {name} | {loss('all')} | {loss('[MASK]')} | {loss('random')} | {loss('kept')} | "
+                f"{counts} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ pretraining checkpoint, on held-out windows of the embedded corpus:
 The README's T5-NAR notes quote it (a T5-NAR whose length loss reached its encoder: cosine 0.97
 and the same loss for any source).
 """
+
 import argparse
 import os
 
@@ -40,8 +41,12 @@ def probe(path, n):
     model.eval()
     tok = Tokenizer.from_tensor(state["tokenizer"])
     _, valid_texts = pretraining_texts(None, None, "text")
-    stream = TokenStream(tok.encode(valid_texts), OBJECTIVES["t5-nar"].window(int(state["args"]["seq_len"])),
-                         int(state["args"]["seed"]) + 1, sep=tok.eos_id)
+    stream = TokenStream(
+        tok.encode(valid_texts),
+        OBJECTIVES["t5-nar"].window(int(state["args"]["seq_len"])),
+        int(state["args"]["seed"]) + 1,
+        sep=tok.eos_id,
+    )
     b = t5_nar_batch(stream, list(range(n)), tok)  # T5's sources, T5-NAR's targets
     memory = model.encode(b.src, positions(b.src), b.src_valid)[b.src_valid]
     unit = F.normalize(memory.float(), dim=-1)

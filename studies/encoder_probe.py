@@ -14,6 +14,7 @@ each architecture is probed again with random weights of the same shape: the flo
 Fine-tuning moves every weight, so a probe does not predict its accuracy; it says how much of the
 task the pretraining alone put within a linear layer's reach.
 """
+
 import argparse
 import os
 import sys
@@ -37,14 +38,21 @@ L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1)
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoints", nargs="+", help="pretraining checkpoints (train.py's last.pt)")
-    p.add_argument("--train-examples", type=int, default=10000,
-                   help="training examples the probe fits on (a fixed shuffle of the split's)")
+    p.add_argument(
+        "--train-examples",
+        type=int,
+        default=10000,
+        help="training examples the probe fits on (a fixed shuffle of the split's)",
+    )
     p.add_argument("--scratch", action="store_true", help="also each architecture with random weights")
     p.add_argument("--batch", type=int, default=128, help="examples a forward pass")
     p.add_argument("--iterations", type=int, default=200, help="L-BFGS iterations of each fit")
-    p.add_argument("--vectors", default="own",
-                   help="comma-separated, each probed: own (the vector the classifier reads), first (the first "
-                        "token's output), last (the [EOS]'s)")
+    p.add_argument(
+        "--vectors",
+        default="own",
+        help="comma-separated, each probed: own (the vector the classifier reads), first (the first "
+        "token's output), last (the [EOS]'s)",
+    )
     p.add_argument("--json", default=None, help="write the table here (tools/records.py)")
     args = p.parse_args(argv)
     for name in ("train_examples", "batch", "iterations"):
@@ -58,6 +66,7 @@ def get_args(argv=None):
         p.error(f"no such checkpoint: {', '.join(missing)}")
     if args.json:
         from core.guards import unwritable
+
         if unwritable(args.json, "--json"):
             p.error(unwritable(args.json, "--json"))
     return args
@@ -70,7 +79,7 @@ def features(model, tok, texts, sos, max_len, batch, vectors=("own",)):
     stack, the [EOS] of an encoder-decoder's encoder), the first token's ("first"), [EOS]'s ("last")."""
     ids, out = tok.encode(texts), {v: [] for v in vectors}
     for i in range(0, len(ids), batch):
-        b = classify_batch(ids[i:i + batch], [0] * len(ids[i:i + batch]), tok, max_len, sos=sos)
+        b = classify_batch(ids[i : i + batch], [0] * len(ids[i : i + batch]), tok, max_len, sos=sos)
         h = model.states(b.tokens, b.valid)
         for v in vectors:
             out[v].append(token_vector(h, b.valid, model.reads if v == "own" else v).float())
@@ -89,6 +98,7 @@ def fit(x, y, n_labels, l2, iterations):
         loss = F.cross_entropy(x @ w + b, y) + l2 * (w * w).sum()
         loss.backward()
         return loss
+
     opt.step(closure)
     return w.detach(), b.detach()
 
@@ -132,20 +142,42 @@ def probe(path, scratch, args, splits, labels):
         best = max(valid, key=valid.get)
         hits = accuracy(x["test"], y["test"], fits[best])
         lo, hi = bootstrap(hits)
-        read = {"own": f"{own}, the classifier's", "first": "the first token's" + (" ([SOS])" if sos else ""),
-                "last": "[EOS]"}[vector]
-        rows.append(dict(run=name, arch=arch, step=None if scratch else source.get("step"), vector=read,
-                         train=len(splits["train"]), l2=best, valid=100 * valid[best], test=100 * hits.mean().item(),
-                         interval=f"[{100 * lo:.2f}, {100 * hi:.2f}]"))
-        print(f"  {name}, {read}: valid {rows[-1]['valid']:.2f}, test {rows[-1]['test']:.2f} "
-              f"{rows[-1]['interval']} (L2 {best:g})", flush=True)
+        read = {
+            "own": f"{own}, the classifier's",
+            "first": "the first token's" + (" ([SOS])" if sos else ""),
+            "last": "[EOS]",
+        }[vector]
+        rows.append(
+            dict(
+                run=name,
+                arch=arch,
+                step=None if scratch else source.get("step"),
+                vector=read,
+                train=len(splits["train"]),
+                l2=best,
+                valid=100 * valid[best],
+                test=100 * hits.mean().item(),
+                interval=f"[{100 * lo:.2f}, {100 * hi:.2f}]",
+            )
+        )
+        print(
+            f"  {name}, {read}: valid {rows[-1]['valid']:.2f}, test {rows[-1]['test']:.2f} "
+            f"{rows[-1]['interval']} (L2 {best:g})",
+            flush=True,
+        )
     return rows
 
 
-COLUMNS = [("encoder", "run", "{}"), ("pretraining step", "step", "{}"), ("vector", "vector", "{}"),
-           ("probe's training examples", "train", "{:,}"), ("L2 (on validation)", "l2", "{:g}"),
-           ("validation accuracy", "valid", "{:.2f}"), ("test accuracy", "test", "{:.2f}"),
-           ("95% interval", "interval", "{}")]
+COLUMNS = [
+    ("encoder", "run", "{}"),
+    ("pretraining step", "step", "{}"),
+    ("vector", "vector", "{}"),
+    ("probe's training examples", "train", "{:,}"),
+    ("L2 (on validation)", "l2", "{:g}"),
+    ("validation accuracy", "valid", "{:.2f}"),
+    ("test accuracy", "test", "{:.2f}"),
+    ("95% interval", "interval", "{}"),
+]
 
 
 @main_guard
@@ -154,10 +186,13 @@ def main(argv=None):
     train = load_split("classify", "train")
     labels = Labels.from_targets(train.targets)  # the whole split's, as fine-tuning's
     sample = train.shuffled(0)
-    sample.sources, sample.targets = sample.sources[:args.train_examples], sample.targets[:args.train_examples]
+    sample.sources, sample.targets = sample.sources[: args.train_examples], sample.targets[: args.train_examples]
     splits = {"train": sample, "valid": load_split("classify", "valid"), "test": load_split("classify", "test")}
-    print(f"probe: {len(splits['train'])} training, {len(splits['valid'])} validation, {len(splits['test'])} test "
-          f"examples, {len(labels)} labels", flush=True)
+    print(
+        f"probe: {len(splits['train'])} training, {len(splits['valid'])} validation, {len(splits['test'])} test "
+        f"examples, {len(labels)} labels",
+        flush=True,
+    )
     rows, seen = [], set()
     for path in args.checkpoints:
         rows += probe(path, False, args, splits, labels)
@@ -166,9 +201,16 @@ def main(argv=None):
             rows += probe(path, True, args, splits, labels)
     if args.json:
         from tools import records
+
         command = ["python", "-m", "studies.encoder_probe"] + (argv if argv is not None else sys.argv[1:])
-        records.write(args.json, command, COLUMNS, rows, dtype="float32",
-                      note="The interval is a bootstrap over the test examples of the probe's accuracy.")
+        records.write(
+            args.json,
+            command,
+            COLUMNS,
+            rows,
+            dtype="float32",
+            note="The interval is a bootstrap over the test examples of the probe's accuracy.",
+        )
     return rows
 
 

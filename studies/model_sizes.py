@@ -7,6 +7,7 @@ One class serves several rows of the papers' tables: `EncoderDecoder` is MLAE's 
 fine-tuning and T5; `NARModel` (a length predictor on the encoder) is MLAE NAR, T5-NAR and CMLM.
 The last two columns are what T5 and T5-NAR would weigh with the decoder as deep as the encoder.
 """
+
 import argparse
 import os
 import sys
@@ -19,11 +20,16 @@ from core.model import EncoderDecoder  # noqa: E402
 from tools import records  # noqa: E402
 
 M = "{:.2f}M"
-COLUMNS = [("preset", "preset", "{}"), ("depths", "depths", "{}"), ("MLAE (a)", "mlae_a", M),
-           ("MLAE (b), with its cross-attention bias", "mlae_b", M),
-           ("MLAE AR seq2seq, T5 (EncoderDecoder)", "seq2seq", M),
-           ("MLAE NAR, T5-NAR, CMLM (NARModel)", "nar", M),
-           ("T5, decoder as deep as the encoder", "t5_deep", M), ("T5-NAR, decoder as deep", "nar_deep", M)]
+COLUMNS = [
+    ("preset", "preset", "{}"),
+    ("depths", "depths", "{}"),
+    ("MLAE (a)", "mlae_a", M),
+    ("MLAE (b), with its cross-attention bias", "mlae_b", M),
+    ("MLAE AR seq2seq, T5 (EncoderDecoder)", "seq2seq", M),
+    ("MLAE NAR, T5-NAR, CMLM (NARModel)", "nar", M),
+    ("T5, decoder as deep as the encoder", "t5_deep", M),
+    ("T5-NAR, decoder as deep", "nar_deep", M),
+]
 
 
 def millions(model):
@@ -34,10 +40,16 @@ def sizes(name, vocab):
     enc, dec = DEPTHS[name]
     cfg = preset(name, vocab_size=vocab, n_layers=enc, n_dec_layers=dec)
     deep = preset(name, vocab_size=vocab, n_layers=enc, n_dec_layers=enc)
-    return {"preset": name, "depths": f"{enc}L-{dec}L", "mlae_a": millions(MLAE(cfg, "a")),
-            "mlae_b": millions(MLAE(cfg, "b")), "seq2seq": millions(EncoderDecoder(cfg)),
-            "nar": millions(nar.NARModel(cfg)), "t5_deep": millions(EncoderDecoder(deep)),
-            "nar_deep": millions(nar.NARModel(deep))}
+    return {
+        "preset": name,
+        "depths": f"{enc}L-{dec}L",
+        "mlae_a": millions(MLAE(cfg, "a")),
+        "mlae_b": millions(MLAE(cfg, "b")),
+        "seq2seq": millions(EncoderDecoder(cfg)),
+        "nar": millions(nar.NARModel(cfg)),
+        "t5_deep": millions(EncoderDecoder(deep)),
+        "nar_deep": millions(nar.NARModel(deep)),
+    }
 
 
 def main():
@@ -48,8 +60,13 @@ def main():
     rows = [sizes(name, args.vocab_size) for name in DEPTHS]
     print("\n".join(records.markdown(COLUMNS, rows)))
     if args.json:
-        records.write(args.json, ["python", "-m", "studies.model_sizes", *sys.argv[1:]], COLUMNS, rows,
-                      note=f"Vocabulary {args.vocab_size:,}.")
+        records.write(
+            args.json,
+            ["python", "-m", "studies.model_sizes", *sys.argv[1:]],
+            COLUMNS,
+            rows,
+            note=f"Vocabulary {args.vocab_size:,}.",
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ before repeat r + 1 of any), on the embedded corpus.
 The rate is train.py's own over the steps after the first --log-every (the first ones pay for
 warm-up). On a CPU shared with other jobs it moves with their load, which the file records.
 """
+
 import argparse
 import json
 import os
@@ -18,16 +19,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from core.config import PRESETS, depths  # noqa: E402
 from tools import records  # noqa: E402
 
-VARIANTS = {"pmlm": ("PMLM", ["--objective", "pmlm"]),
-            "mlm": ("MLM", ["--objective", "mlm"]),
-            "t5": ("T5", ["--objective", "t5"]),
-            "mlae-b": ("MLAE, decoder (b)", ["--objective", "mlae", "--decoder", "b"]),
-            "mlae-a": ("MLAE, decoder (a)", ["--objective", "mlae", "--decoder", "a"]),
-            "mlae-b-sym": ("MLAE, decoder (b), symmetric",
-                           ["--objective", "mlae", "--decoder", "b", "--enc-layers", "3",
-                                                           "--dec-layers", "3"])}
-COLUMNS = [("objective", "name", "{}"), ("layers", "depths", "{}"), ("parameters", "params", "{:.2f}M"),
-           ("tokens/s, best", "best", "{:,.0f}"), ("tokens/s, every repeat", "each", "{}")]
+VARIANTS = {
+    "pmlm": ("PMLM", ["--objective", "pmlm"]),
+    "mlm": ("MLM", ["--objective", "mlm"]),
+    "t5": ("T5", ["--objective", "t5"]),
+    "mlae-b": ("MLAE, decoder (b)", ["--objective", "mlae", "--decoder", "b"]),
+    "mlae-a": ("MLAE, decoder (a)", ["--objective", "mlae", "--decoder", "a"]),
+    "mlae-b-sym": (
+        "MLAE, decoder (b), symmetric",
+        ["--objective", "mlae", "--decoder", "b", "--enc-layers", "3", "--dec-layers", "3"],
+    ),
+}
+COLUMNS = [
+    ("objective", "name", "{}"),
+    ("layers", "depths", "{}"),
+    ("parameters", "params", "{:.2f}M"),
+    ("tokens/s, best", "best", "{:,.0f}"),
+    ("tokens/s, every repeat", "each", "{}"),
+]
 
 
 def layers(model, flags):
@@ -40,9 +49,26 @@ def layers(model, flags):
 
 
 def one(flags, args, out):
-    cmd = [sys.executable, "train.py", *flags, "--model", args.model, "--steps", str(2 * args.log_every),
-           "--log-every", str(args.log_every), "--eval-every", "100000", "--eval-examples", "32",
-           "--save-every", "100000", "--overwrite", "--out", out]
+    cmd = [
+        sys.executable,
+        "train.py",
+        *flags,
+        "--model",
+        args.model,
+        "--steps",
+        str(2 * args.log_every),
+        "--log-every",
+        str(args.log_every),
+        "--eval-every",
+        "100000",
+        "--eval-examples",
+        "32",
+        "--save-every",
+        "100000",
+        "--overwrite",
+        "--out",
+        out,
+    ]
     print("$ " + " ".join(cmd), flush=True)
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if r.returncode:
@@ -83,9 +109,14 @@ def main():
     rows = list(rows.values())
     print("\n".join(records.markdown(COLUMNS, rows)))
     if args.json:
-        records.write(args.json, ["python", "-m", "studies.pretrain_speed", *sys.argv[1:]], COLUMNS, rows,
-                      note=f"`{args.model}`, steps {args.log_every + 1}-{2 * args.log_every} of each run timed, "
-                           f"{args.repeats} runs per objective interleaved.")
+        records.write(
+            args.json,
+            ["python", "-m", "studies.pretrain_speed", *sys.argv[1:]],
+            COLUMNS,
+            rows,
+            note=f"`{args.model}`, steps {args.log_every + 1}-{2 * args.log_every} of each run timed, "
+            f"{args.repeats} runs per objective interleaved.",
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 # triton is first imported, which is why it lives here and not in the kernel tests
 try:
     import torch
+
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
 except ImportError:
@@ -39,9 +40,15 @@ def start_aot(folder):
     env.setdefault("TRITON_CACHE_DIR", os.path.join(folder, "triton-cache"))
     job = dict(rows=os.path.join(folder, "rows.json"), log=os.path.join(folder, "aot.log"), folder=folder)
     with open(job["log"], "w") as log:
-        job["process"] = subprocess.Popen([sys.executable, "-m", "tools.aot", "--loops", "--json", job["rows"]],
-                                          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                          preexec_fn=lambda: os.nice(10), start_new_session=True)
+        job["process"] = subprocess.Popen(
+            [sys.executable, "-m", "tools.aot", "--loops", "--json", job["rows"]],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: os.nice(10),
+            start_new_session=True,
+        )
     return job
 
 
@@ -89,6 +96,7 @@ def pytest_unconfigure(config):
 def text_file(tmp_path_factory):
     """A small pretraining file: 1500 documents of the embedded corpus's train split."""
     from core.data import embedded_records
+
     path = tmp_path_factory.mktemp("corpus") / "docs.txt"
     path.write_text("\n".join(r["document"] for r in embedded_records("train")[:1500]) + "\n")
     return str(path)
@@ -98,6 +106,7 @@ def text_file(tmp_path_factory):
 def tokenizer(text_file):
     from core.data import read_texts
     from core.tokenizer import Tokenizer
+
     return Tokenizer.train(read_texts(text_file), 600)
 
 
@@ -105,6 +114,7 @@ def write_task_files(root, sizes):
     """JSONL files cut from the embedded corpus (its field names), one per split: sizes maps a
     split to its example count. Returns {split: path}."""
     from core.data import embedded_records
+
     paths = {}
     for split, n in sizes.items():
         paths[split] = os.path.join(str(root), f"{split}.jsonl")
@@ -120,12 +130,34 @@ def read_log(out_dir):
 
 # flags of a training run that takes seconds on a CPU; float32 whatever the CPU, so that the
 # exactness tests (resume, 1 vs 2 processes) compare like with like (tests/test_dtype.py covers bf16)
-TINY = ["--dtype", "float32", "--model", "tiny", "--vocab-size", "600", "--seq-len", "48", "--batch-tokens", "384",
-        "--micro-batch", "4", "--warmup", "2", "--log-every", "1", "--eval-every", "3",
-        "--eval-examples", "8", "--save-every", "100"]
+TINY = [
+    "--dtype",
+    "float32",
+    "--model",
+    "tiny",
+    "--vocab-size",
+    "600",
+    "--seq-len",
+    "48",
+    "--batch-tokens",
+    "384",
+    "--micro-batch",
+    "4",
+    "--warmup",
+    "2",
+    "--log-every",
+    "1",
+    "--eval-every",
+    "3",
+    "--eval-examples",
+    "8",
+    "--save-every",
+    "100",
+]
 
 
 # the fine-tuning checkpoints of tests/test_finetune.py and tests/test_release.py: built once a session
+
 
 @pytest.fixture(scope="session")
 def task_files(tmp_path_factory):
@@ -137,6 +169,7 @@ def task_files(tmp_path_factory):
 def pretrained(text_file, tmp_path_factory):
     """Tiny PMLM, T5 and T5-NAR checkpoints after a few steps each."""
     import train
+
     out = {}
     for objective in ("pmlm", "t5", "t5-nar"):
         path = str(tmp_path_factory.mktemp(objective))
@@ -146,8 +179,26 @@ def pretrained(text_file, tmp_path_factory):
 
 
 # flags of a fine-tuning that takes seconds on a CPU
-FT = ["--epochs", "2", "--batch", "32", "--micro-batch", "16", "--max-src", "32", "--max-tgt", "12",
-      "--rouge-examples", "8", "--valid-examples", "16", "--log-every", "2", "--lr", "1e-3"]
+FT = [
+    "--epochs",
+    "2",
+    "--batch",
+    "32",
+    "--micro-batch",
+    "16",
+    "--max-src",
+    "32",
+    "--max-tgt",
+    "12",
+    "--rouge-examples",
+    "8",
+    "--valid-examples",
+    "16",
+    "--log-every",
+    "2",
+    "--lr",
+    "1e-3",
+]
 
 
 @pytest.fixture(scope="session")
@@ -156,14 +207,47 @@ def finetuned(pretrained, text_file, task_files, tmp_path_factory):
     ELMER's early exit) and of a classifier (T5's encoder)."""
     import finetune
     import train
+
     root = tmp_path_factory.mktemp("finetuned")
     elmer = str(root / "pre-elmer")
-    train.main(["--data", text_file, "--objective", "elmer", "--dec-len", "8", "--permutations", "2", "--steps", "1",
-                "--out", elmer] + TINY)
-    runs = dict(unilm=(pretrained["pmlm"], []), t5=(pretrained["t5"], []), nar=(pretrained["t5-nar"], ["--nar"]),
-                elmer=(os.path.join(elmer, "last.pt"), []),
-                classify=(pretrained["t5"], ["--task", "classify"]))  # a PMLM's [SOS] this short: one class
+    train.main(
+        [
+            "--data",
+            text_file,
+            "--objective",
+            "elmer",
+            "--dec-len",
+            "8",
+            "--permutations",
+            "2",
+            "--steps",
+            "1",
+            "--out",
+            elmer,
+        ]
+        + TINY
+    )
+    runs = dict(
+        unilm=(pretrained["pmlm"], []),
+        t5=(pretrained["t5"], []),
+        nar=(pretrained["t5-nar"], ["--nar"]),
+        elmer=(os.path.join(elmer, "last.pt"), []),
+        classify=(pretrained["t5"], ["--task", "classify"]),
+    )  # a PMLM's [SOS] this short: one class
     for name, (init, extra) in runs.items():
-        finetune.main(["--init", init, "--train-data", task_files["train"], "--valid-data", task_files["valid"],
-                       "--out", str(root / name)] + FT + ["--rouge-examples", "0"] + extra)
+        finetune.main(
+            [
+                "--init",
+                init,
+                "--train-data",
+                task_files["train"],
+                "--valid-data",
+                task_files["valid"],
+                "--out",
+                str(root / name),
+            ]
+            + FT
+            + ["--rouge-examples", "0"]
+            + extra
+        )
     return {name: str(root / name / "best.pt") for name in runs}

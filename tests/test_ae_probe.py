@@ -1,4 +1,5 @@
 """studies/ae_probe.py: the AE loss of a PMLM or MLM checkpoint, split by what each target's input shows."""
+
 import os
 import sys
 

@@ -2,6 +2,7 @@
 codes and tile map are built once per step for every layer, and one training step's attention makes
 the launches kernels/pseudo_attention.py states (the kernel against the reference, layout by layout:
 tests/test_attention_layouts.py)."""
+
 import pytest
 import torch
 
@@ -14,9 +15,11 @@ from test_attention_layouts import EMPTY, DEVICE, gen, pa, pmlm_layout, poison, 
 # -----------------------------------------------------------------------------
 # the model trains through it
 
+
 def test_model_trains_through_kernel():
     from core.config import preset
     from core.model import UnifiedLM
+
     B, n_ctx = 2, 30
     kind, step, *_ = pmlm_layout(B, n_ctx, gen(11))
     L = kind.shape[1]
@@ -29,7 +32,8 @@ def test_model_trains_through_kernel():
     predict = (kind == PSEUDO) & valid
     targets = torch.randint(6, 600, (int(predict.sum()),), generator=g)
     tokens, pos, seg, kind, step, valid, predict, targets = (
-        x.to(DEVICE) for x in (tokens, pos, seg, kind, step, valid, predict, targets))
+        x.to(DEVICE) for x in (tokens, pos, seg, kind, step, valid, predict, targets)
+    )
 
     def train(backend):
         torch.manual_seed(0)
@@ -57,11 +61,13 @@ def test_model_trains_through_kernel():
 def count_builds(monkeypatch):
     """Calls of the codes and map builders (one launch and two, kernels/tilemap.py)."""
     from kernels import attention_plan
+
     calls = []
     for name in ("build_map", "code_tensor"):
         real = getattr(attention_plan, name)
-        monkeypatch.setattr(attention_plan, name, lambda *a, real=real, name=name,
-                            **kw: calls.append(name) or real(*a, **kw))
+        monkeypatch.setattr(
+            attention_plan, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw)
+        )
     return calls
 
 
@@ -71,6 +77,7 @@ def test_tile_map_built_once_per_forward_and_backward(monkeypatch):
     (query, key) metadata pair and step."""
     from core.config import preset
     from core.model import EncoderDecoder, UnifiedLM
+
     B, L = 2, 40
     tokens = torch.randint(6, 600, (B, L)).to(DEVICE)
     pos = torch.arange(L).expand(B, L).to(DEVICE)
@@ -92,9 +99,30 @@ def test_tile_map_built_once_per_forward_and_backward(monkeypatch):
 # -----------------------------------------------------------------------------
 # launches: what one training step's attention costs besides its kernels
 
-VIEW_OPS = {"view", "_unsafe_view", "transpose", "t", "expand", "detach", "alias", "as_strided", "slice", "select",
-            "unsqueeze", "squeeze", "reshape", "permute", "empty", "empty_strided", "empty_like", "lift_fresh", "split",
-            "unbind", "_reshape_alias", "clone_if_needed"}
+VIEW_OPS = {
+    "view",
+    "_unsafe_view",
+    "transpose",
+    "t",
+    "expand",
+    "detach",
+    "alias",
+    "as_strided",
+    "slice",
+    "select",
+    "unsqueeze",
+    "squeeze",
+    "reshape",
+    "permute",
+    "empty",
+    "empty_strided",
+    "empty_like",
+    "lift_fresh",
+    "split",
+    "unbind",
+    "_reshape_alias",
+    "clone_if_needed",
+}
 
 
 def count_attention_launches(monkeypatch):
@@ -103,6 +131,7 @@ def count_attention_launches(monkeypatch):
     GPU. Ops the interpreter runs inside a kernel are not counted."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from kernels import tilemap
+
     launches, ops, state = [], [], dict(depth=0, in_kernel=False)
 
     class Count(TorchDispatchMode):
@@ -113,8 +142,15 @@ def count_attention_launches(monkeypatch):
             return func(*args, **(kwargs or {}))
 
     for module in (pa, tilemap):
-        for name in ("_fwd_kernel", "_delta_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_codes_kernel",
-                     "_class_kernel", "_list_kernel"):
+        for name in (
+            "_fwd_kernel",
+            "_delta_kernel",
+            "_bwd_kv_kernel",
+            "_bwd_q_kernel",
+            "_codes_kernel",
+            "_class_kernel",
+            "_list_kernel",
+        ):
             fn = getattr(module, name, None)
             if fn is None:
                 continue
@@ -127,6 +163,7 @@ def count_attention_launches(monkeypatch):
                     return real(*a, **kw)
                 finally:
                     state["in_kernel"] = False
+
             monkeypatch.setattr(fn, "run", run, raising=False)
 
     def counted(f):
@@ -137,7 +174,9 @@ def count_attention_launches(monkeypatch):
                     return f(*a, **kw)
             finally:
                 state["depth"] -= 1
+
         return inner
+
     monkeypatch.setattr(pa, "pseudo_attention", counted(pa.pseudo_attention))
     monkeypatch.setattr(pa._PseudoAttention, "backward", staticmethod(counted(pa._PseudoAttention.backward)))
     return launches, ops
@@ -154,6 +193,7 @@ def test_one_training_step_launches_what_the_docs_state(monkeypatch, fused):
     from core.config import preset
     from core.model import UnifiedLM, tune_attention
     from kernels.attention_plan import Tuning
+
     n = 3
     kind, step, *_ = pmlm_layout(2, 30, gen(31))
     L = kind.shape[1]
@@ -168,8 +208,14 @@ def test_one_training_step_launches_what_the_docs_state(monkeypatch, fused):
         launches, ops = count_attention_launches(monkeypatch)
         model(tokens, pos, None, kind, step, valid).float().pow(2).mean().backward()
     by_kernel = {k: launches.count(k) for k in set(launches)}
-    want = {"_codes_kernel": 1, "_class_kernel": 1, "_list_kernel": 1, "_fwd_kernel": n, "_delta_kernel": n,
-            "_bwd_kv_kernel": n}
+    want = {
+        "_codes_kernel": 1,
+        "_class_kernel": 1,
+        "_list_kernel": 1,
+        "_fwd_kernel": n,
+        "_delta_kernel": n,
+        "_bwd_kv_kernel": n,
+    }
     if not fused:
         want["_bwd_q_kernel"] = n
     assert by_kernel == want, by_kernel

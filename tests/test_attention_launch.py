@@ -3,14 +3,30 @@ launcher's checks of its inputs, tiles that are never loaded, the blocks CUDA us
 interpreter, and every choice of kernels/attention_plan.Tuning (dQ fused, the 16-bit table, the
 sweep's candidates). Layouts and run_case: tests/test_attention_layouts.py. Runs under
 TRITON_INTERPRET=1 on CPU (set in conftest.py)."""
+
 import pytest
 import torch
 
 import test_attention_layouts as layouts
 from kernels import MaskMeta, reference
-from test_attention_layouts import (DEVICE, blind_layout, causal_layout, cross_layout, decoding_layout, gen, key_tiles,
-                                    mlae_cross_layout, pa, packed_layout, pmlm_layout, pmlm_positions, random_layout,
-                                    report, run_case, tile_classes)
+from test_attention_layouts import (
+    DEVICE,
+    blind_layout,
+    causal_layout,
+    cross_layout,
+    decoding_layout,
+    gen,
+    key_tiles,
+    mlae_cross_layout,
+    pa,
+    packed_layout,
+    pmlm_layout,
+    pmlm_positions,
+    random_layout,
+    report,
+    run_case,
+    tile_classes,
+)
 from test_attention_layouts import poison  # noqa: F401  (autouse: outputs start as NaN)
 
 
@@ -20,6 +36,7 @@ def test_cross_attention_with_the_cuda_launch_configuration(D):
     layout, sorted positions with M = 8, where whole tiles are FAR, and PMLM with its position ids,
     whose key tiles sum the table's gradient both ways."""
     from kernels import attention_plan
+
     cfg = attention_plan.CUDA_CONFIGS[D]
     tuning = attention_plan.Tuning(interpret=cfg)
     layout, pos = mlae_cross_layout(2, 300, gen(23))
@@ -65,18 +82,22 @@ def test_launcher_rejects_bad_inputs():
 # -----------------------------------------------------------------------------
 # the fused backward: dQ added by atomics from the dK/dV kernel (attention_plan.Tuning.fused_dq)
 
-@pytest.mark.parametrize("case", ["random", "pmlm-rel", "dense-grad", "packed", "blind", "decoding", "frozen-table",
-                                  "cuda-config"])
+
+@pytest.mark.parametrize(
+    "case", ["random", "pmlm-rel", "dense-grad", "packed", "blind", "decoding", "frozen-table", "cuda-config"]
+)
 def test_the_fused_backward(case):
     """Every flag of the dK/dV kernel with dQ fused (no bias, the relative bias and its table's
     gradient, a dense bias with gradient, packed sequences, a row that sees nothing, a query tile
     at Lq's edge, a frozen table) and the blocks CUDA uses: the reference's output and gradients."""
     from kernels import attention_plan
+
     assert attention_plan.TUNING.fused_dq, "the default tuning fuses dQ"
     q128 = torch.zeros(1, 1, 4, 128, device=DEVICE)
     kind = torch.zeros(1, 4, dtype=torch.long, device=DEVICE)
-    assert not attention_plan.prepare(q128, q128, q128, MaskMeta(kind, kind, kind, kind))[0].fused, \
+    assert not attention_plan.prepare(q128, q128, q128, MaskMeta(kind, kind, kind, kind))[0].fused, (
         "D 128 keeps two kernels"
+    )
     if case == "random":
         run_case(random_layout(2, 45, 70, gen(40)), seed=40)
     elif case == "pmlm-rel":
@@ -101,6 +122,7 @@ def test_the_fused_backward(case):
 # -----------------------------------------------------------------------------
 # the relative bias table in 16 bits (attention_plan.Tuning.table_16bit)
 
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_a_16_bit_bias_table(fused):
     """With table_16bit the kernels read the extended table in q's dtype (fp16 here: the interpreter
@@ -108,14 +130,16 @@ def test_a_16_bit_bias_table(fused):
     in the forward and both backwards, within fp16's tolerance of the reference, the table's gradient
     included; float32 q keeps a float32 table."""
     from kernels import attention_plan
+
     tuning = attention_plan.Tuning(table_16bit=True, fused_dq=fused)
     q = torch.zeros(1, 1, 4, 16, device=DEVICE)
     kind = torch.zeros(1, 4, dtype=torch.long, device=DEVICE)
     pos = torch.arange(4, device=DEVICE)[None]
     bias = reference.RelPosBias(torch.zeros(1, 13, device=DEVICE), pos, pos, 6)
     for dt in (torch.float16, torch.float32):
-        meta = attention_plan.prepare(q.to(dt), q.to(dt), q.to(dt), MaskMeta(kind, kind, kind, kind), bias=bias,
-                                      tuning=tuning)[0]
+        meta = attention_plan.prepare(
+            q.to(dt), q.to(dt), q.to(dt), MaskMeta(kind, kind, kind, kind), bias=bias, tuning=tuning
+        )[0]
         assert meta.table.dtype == (torch.float16 if dt == torch.float16 else torch.float32)
     run_case(pmlm_layout(2, 60, gen(50)), D=32, dtype=torch.float16, bias="rel", sorted_pos=True, tuning=tuning)
     run_case(pmlm_layout(2, 60, gen(51)), D=32, dtype=torch.float16, bias="rel", tuning=tuning)
@@ -124,11 +148,13 @@ def test_a_16_bit_bias_table(fused):
 # -----------------------------------------------------------------------------
 # the block sweep's candidates (bench/attention_cases.candidates): blocks a GPU run may pick
 
+
 def _swept_shapes():
     """The candidates whose blocks or backward structure differ from CUDA_CONFIGS' (warps and
     stages do not change what the interpreter computes)."""
     from bench.attention_cases import candidates
     from kernels import attention_plan
+
     shape = lambda cfg, fused: (cfg.BM, cfg.BN, cfg.BMK, cfg.BNK, fused)  # noqa: E731
     out = []
     for D in (64, 128):
@@ -147,6 +173,7 @@ def test_every_swept_candidate_is_the_reference(D, cfg, fused):
     layout with the relative bias, long enough to cross the widest block, and sorted positions with
     M = 8, whose far tiles read one clamped distance."""
     from kernels import attention_plan
+
     tuning = attention_plan.Tuning(interpret=cfg, fused_dq=fused)
     run_case(pmlm_layout(1, 200, gen(60)), bias="rel", M=128, D=D, H=1, tuning=tuning)
     run_case(pmlm_layout(1, 200, gen(61)), bias="rel", M=8, sorted_pos=True, D=D, H=1, tuning=tuning)

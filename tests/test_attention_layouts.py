@@ -2,6 +2,7 @@
 dim and dtype: the output and every gradient. The layouts and the comparison (run_case) live here;
 tests/test_attention_launch.py and tests/test_attention_in_model.py use them. Runs under
 TRITON_INTERPRET=1 on CPU (set in conftest.py)."""
+
 import pytest
 import torch
 
@@ -21,12 +22,16 @@ EMPTY = pa._new  # the launchers' own allocation, uninitialised
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
     """Outputs and gradients start as NaN, so an element the kernels forget to write fails."""
-    monkeypatch.setattr(pa, "_new", lambda like, dtype=None: torch.full(like.shape, float("nan"),
-                                                                        dtype=dtype or like.dtype, device=like.device))
+    monkeypatch.setattr(
+        pa,
+        "_new",
+        lambda like, dtype=None: torch.full(like.shape, float("nan"), dtype=dtype or like.dtype, device=like.device),
+    )
 
 
 # -----------------------------------------------------------------------------
 # layouts: (q_kind, q_step, k_kind, k_step, k_valid, q_seq, k_seq), each (B, L)
+
 
 def random_layout(B, Lq, Lk, g, steps=4):
     qk, kk = torch.randint(0, 3, (B, Lq), generator=g), torch.randint(0, 3, (B, Lk), generator=g)
@@ -114,8 +119,8 @@ def key_tiles(pos, valid, BN):
     run = []
     for b in range(B):
         for t in range(0, L, BN):
-            live = valid[b, t:t + BN]
-            d = (pos[b, t:t + BN] - torch.arange(len(live)))[live]
+            live = valid[b, t : t + BN]
+            d = (pos[b, t : t + BN] - torch.arange(len(live)))[live]
             run.append(bool((d == d[0]).all()) if len(d) else True)
     return sum(run), len(run) - sum(run)
 
@@ -126,8 +131,8 @@ def packed_layout(B, L, g):
     seq = torch.zeros(B, L, dtype=torch.long)
     for b in range(B):
         cuts = sorted(torch.randperm(L - 2, generator=g)[:2].add(1).tolist())
-        seq[b, cuts[0]:] += 1
-        seq[b, cuts[1]:] += 1
+        seq[b, cuts[0] :] += 1
+        seq[b, cuts[1] :] += 1
         step[b] = torch.arange(L) - torch.tensor([0, cuts[0], cuts[1]])[seq[b]]
     valid = torch.ones(B, L, dtype=torch.bool)
     valid[0, -7:] = False
@@ -143,7 +148,7 @@ def decoding_layout(B, Lq, Lk):
     kk[:, -Lq:], ks[:, -Lq:] = PSEUDO, Lk - n_src
     qk, qs = kk[:, -Lq:].clone(), ks[:, -Lq:].clone()
     valid = torch.ones(B, Lk, dtype=torch.bool)
-    valid[-1, n_src - 5:n_src] = False
+    valid[-1, n_src - 5 : n_src] = False
     return qk, qs, kk, ks, valid, None, None
 
 
@@ -160,13 +165,15 @@ def blind_layout(B, L):
 # -----------------------------------------------------------------------------
 # the comparison
 
+
 def report(name, got, want):
     diff = (got.float() - want.float()).abs()
     return f"{name}: max abs diff {diff.max().item():.3g}, mean {diff.mean().item():.3g}"
 
 
-def run_case(layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed=0, M=6, sorted_pos=False, pos=None,
-             tuning=None):
+def run_case(
+    layout, H=2, D=16, bias=None, dtype=torch.float32, scale=None, seed=0, M=6, sorted_pos=False, pos=None, tuning=None
+):
     """The kernels (launched as `tuning` says, kernels/attention_plan.Tuning; None: the default) against
     the reference on one layout: the output and every gradient."""
     g = torch.Generator().manual_seed(seed)
@@ -247,9 +254,16 @@ def test_causal():
 def tile_classes(layout, pos, M, blocks=(16, 16)):
     """(B, n_qt, n_kt) classes of a layout's q-major map as the kernels get it (kernels/tilemap.py)."""
     from kernels.tilemap import build_map, codes
+
     qk, qs, kk, ks, valid, qseq, kseq = layout
-    tiles = build_map(codes(qk, qs, None, qseq, pos[0]).to(DEVICE), codes(kk, ks, valid, kseq, pos[1]).to(DEVICE),
-                      blocks, None, qseq is not None, M)
+    tiles = build_map(
+        codes(qk, qs, None, qseq, pos[0]).to(DEVICE),
+        codes(kk, ks, valid, kseq, pos[1]).to(DEVICE),
+        blocks,
+        None,
+        qseq is not None,
+        M,
+    )
     counts = tiles.q_count.cpu()
     return counts  # (B, n_qt, 3): PARTIAL, FULL, FAR tiles per query tile
 
@@ -334,8 +348,10 @@ def test_query_tile_that_sees_nothing():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision(dtype):
     if dtype == torch.bfloat16 and not CUDA:
-        pytest.skip("the Triton interpreter cannot run a bf16 tl.dot (it multiplies the uint16 bit "
-                    "patterns): bf16 is checked on CUDA only")
+        pytest.skip(
+            "the Triton interpreter cannot run a bf16 tl.dot (it multiplies the uint16 bit "
+            "patterns): bf16 is checked on CUDA only"
+        )
     D = 64 if CUDA else 32
     run_case(pmlm_layout(2, 200 if CUDA else 60, gen(8)), D=D, dtype=dtype, bias="rel")
     run_case(random_layout(2, 63, 100, gen(9)), D=D, dtype=dtype)

@@ -2,6 +2,7 @@
 same numbers as the autograd.Function of eager mode, the operators' registrations checked by
 torch.library.opcheck, and a model traced through them in one graph. Under the Triton interpreter
 on a CPU, on CUDA where there is one."""
+
 import pytest
 import torch
 
@@ -35,8 +36,12 @@ def run(fn, xs, meta, bias, leaf):
     for x in xs + (leaf,):
         x.grad = None
     kind, step, valid, seq = meta
-    o = fn(*xs, kernels.MaskMeta(kind, step, kind, step, valid, seq, seq), bias=bias() if callable(bias) else bias,
-           cache={})
+    o = fn(
+        *xs,
+        kernels.MaskMeta(kind, step, kind, step, valid, seq, seq),
+        bias=bias() if callable(bias) else bias,
+        cache={},
+    )
     (o.float() * torch.cos(o.float())).sum().backward()
     return [o.detach()] + [x.grad.clone() for x in xs + (leaf,)]
 
@@ -63,8 +68,9 @@ def test_the_operators_pass_opcheck():
     torch.library.opcheck(torch.ops.textgen.attention_plan.default, args, test_utils=("test_schema", "test_faketensor"))
     plan = torch.ops.textgen.attention_plan(*args)
     table = torch.randn(q.shape[1], 13, device=DEVICE, requires_grad=True)
-    torch.library.opcheck(torch.ops.textgen.attention.default, (q, k, v, *plan, table, None, 6, q.shape[-1] ** -0.5,
-                                                               False, launch))
+    torch.library.opcheck(
+        torch.ops.textgen.attention.default, (q, k, v, *plan, table, None, 6, q.shape[-1] ** -0.5, False, launch)
+    )
 
 
 def test_a_model_traces_through_the_operators_in_one_graph(tokenizer):
@@ -73,6 +79,7 @@ def test_a_model_traces_through_the_operators_in_one_graph(tokenizer):
     from core.config import preset
     from core.model import UnifiedLM
     from core.unilm.pmlm import collate, pmlm_loss_sums
+
     torch.manual_seed(0)
     cfg = preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, dropout=0.0)
     model = UnifiedLM(cfg).to(DEVICE)
@@ -80,10 +87,16 @@ def test_a_model_traces_through_the_operators_in_one_graph(tokenizer):
     examples = []
     for n in (9, 14):
         ids = torch.randint(tokenizer.n_special, tokenizer.vocab_size, (n,), generator=g)
-        examples.append(dict(tokens=ids.numpy(), pos=torch.arange(n).numpy(), seg=(torch.arange(n) > 4).long().numpy(),
-                             kind=torch.tensor([CONTEXT] * (n - 4) + [ORIGINAL, ORIGINAL, PSEUDO, PSEUDO]).numpy(),
-                             step=torch.tensor([0] * (n - 4) + [1, 2, 1, 2]).numpy(),
-                             target=torch.tensor([-100] * (n - 2) + ids[-2:].tolist()).numpy()))
+        examples.append(
+            dict(
+                tokens=ids.numpy(),
+                pos=torch.arange(n).numpy(),
+                seg=(torch.arange(n) > 4).long().numpy(),
+                kind=torch.tensor([CONTEXT] * (n - 4) + [ORIGINAL, ORIGINAL, PSEUDO, PSEUDO]).numpy(),
+                step=torch.tensor([0] * (n - 4) + [1, 2, 1, 2]).numpy(),
+                target=torch.tensor([-100] * (n - 2) + ids[-2:].tolist()).numpy(),
+            )
+        )
     batch = collate(examples, tokenizer.pad_id).to(DEVICE)
     torch._dynamo.reset()
     with kernels.use_backend("triton"):

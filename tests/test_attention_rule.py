@@ -1,5 +1,6 @@
 """The attention rule: the reference against a plainly written dense-mask softmax, and the rule
 checked by perturbation through the whole model (SPEC, PMLM "Must hold")."""
+
 import numpy as np
 import pytest
 import torch
@@ -62,8 +63,9 @@ def test_reference_matches_dense_mask(with_bias):
         table = torch.randn(H, 32, generator=g, dtype=torch.float64, requires_grad=True)
         pos_q, pos_k = torch.randint(0, 300, (B, Lq), generator=g), torch.randint(0, 300, (B, Lk), generator=g)
         bias = kernels.rel_pos_bias(table, pos_q, pos_k)
-    out = kernels.attention(q, k, v, kernels.MaskMeta(q_kind, q_step, k_kind, k_step, k_valid), bias=bias,
-                            backend="reference")
+    out = kernels.attention(
+        q, k, v, kernels.MaskMeta(q_kind, q_step, k_kind, k_step, k_valid), bias=bias, backend="reference"
+    )
     want = dense_mask_attention(q, k, v, mask, None if bias is None else reference.dense_bias(bias))
     assert torch.allclose(out, want, atol=1e-12), (out - want).abs().max()
     assert (out[1] == 0).all(), "a query with no visible key must give exactly 0"
@@ -83,8 +85,9 @@ def test_packed_sequences_do_not_mix():
     z = torch.zeros(B, L, dtype=torch.long)
     seq = torch.tensor([[0] * 5 + [1] * 7])
     out = kernels.attention(q, k, v, kernels.MaskMeta(z, z, z, z, q_seq=seq, k_seq=seq), backend="reference")
-    first = kernels.attention(q[:, :, :5], k[:, :, :5], v[:, :, :5], kernels.MaskMeta(*[z[:, :5]] * 4),
-                              backend="reference")
+    first = kernels.attention(
+        q[:, :, :5], k[:, :, :5], v[:, :, :5], kernels.MaskMeta(*[z[:, :5]] * 4), backend="reference"
+    )
     assert torch.allclose(out[:, :, :5], first, atol=1e-6)
 
 
@@ -100,6 +103,7 @@ def test_t5_buckets():
 
 # -----------------------------------------------------------------------------
 # perturbation through the whole model
+
 
 @pytest.fixture(scope="module")
 def model():
@@ -145,8 +149,13 @@ def test_pmlm_information_flow(model, tokenizer):
 def layout(kind, step, n=None):
     L = len(kind)
     rng = np.random.default_rng(2)
-    return dict(tokens=rng.integers(100, 600, L), pos=np.arange(L), seg=np.zeros(L, dtype=np.int64),
-                kind=np.asarray(kind), step=np.asarray(step))
+    return dict(
+        tokens=rng.integers(100, 600, L),
+        pos=np.arange(L),
+        seg=np.zeros(L, dtype=np.int64),
+        kind=np.asarray(kind),
+        step=np.asarray(step),
+    )
 
 
 def perturb(model, ex, j):
@@ -167,7 +176,7 @@ def test_prefix_lm(model):
     S, T = 12, 8
     ex = layout([CONTEXT] * S + [ORIGINAL] * T, [0] * S + list(range(1, T + 1)))
     diff = perturb(model, ex, S + 3)  # a target token
-    assert diff[:S + 3].max() == 0 and diff[S + 3:].min() > 0
+    assert diff[: S + 3].max() == 0 and diff[S + 3 :].min() > 0
     diff = perturb(model, ex, 4)  # a source token reaches everything
     assert diff.min() > 0
 

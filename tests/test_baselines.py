@@ -2,6 +2,7 @@
 dense mask gives the reference's output and every gradient, for every flag; its mask is built once
 per forward however many layers use it; FlexAttention's forward agrees (its backward runs on CUDA
 only: bench/gpu_check.py checks it there)."""
+
 import warnings
 
 import pytest
@@ -29,9 +30,13 @@ def case(seed, packed=False, blind=False, L=13, D=8):
 def run(name, qkv, meta, pos, bias_kind, grad=True):
     q, k, v = [t.clone().requires_grad_(grad) for t in qkv]
     table = torch.randn(2, 32, generator=torch.Generator().manual_seed(9)).to(q.device).requires_grad_(grad)
-    bias = (rel_pos_bias(table, pos, pos, 16) if bias_kind == "rel" else
-            torch.randn(1, 2, 13, 13, generator=torch.Generator().manual_seed(3)).to(q.device)
-            if bias_kind == "dense" else None)
+    bias = (
+        rel_pos_bias(table, pos, pos, 16)
+        if bias_kind == "rel"
+        else torch.randn(1, 2, 13, 13, generator=torch.Generator().manual_seed(3)).to(q.device)
+        if bias_kind == "dense"
+        else None
+    )
     with kernels.use_backend(name):
         o = kernels.attention(q, k, v, meta, bias=bias, cache={})
     if not grad:
@@ -70,6 +75,7 @@ def test_the_dense_mask_is_padded_once_and_never_copied_by_a_layer():
     mask at every call (PyTorch's aligned_tensor<8>: each stride but the last a multiple of 8, the
     last 1); the layers' calls then pad or copy nothing of it."""
     from torch.utils._python_dispatch import TorchDispatchMode
+
     qkv, meta, pos = case(4)
     bias, cache = rel_pos_bias(torch.randn(2, 32), pos, pos, 16), {}
     meta = meta._replace(q_seq=None, k_seq=None)
@@ -84,11 +90,14 @@ def test_the_dense_mask_is_padded_once_and_never_copied_by_a_layer():
         seen = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            reads_mask = any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() ==
-                             mask.untyped_storage().data_ptr() for a in args)
+            reads_mask = any(
+                isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == mask.untyped_storage().data_ptr()
+                for a in args
+            )
             if reads_mask and func.__name__.split(".")[0] in copies:
                 self.seen.append(str(func))
             return func(*args, **(kwargs or {}))
+
     with Copies() as c, kernels.use_backend("sdpa"):
         for _ in range(3):
             kernels.attention(*qkv, meta._replace(q_seq=None, k_seq=None), bias=bias, cache=cache)

@@ -1,5 +1,6 @@
 """bench/bench_step.py on the CPU (--smoke): every method timed in interleaved rounds, each method
 first in one round, and the JSON written with each round's time."""
+
 import argparse
 import json
 
@@ -17,12 +18,16 @@ def test_each_round_rotates_the_methods():
 def test_the_smoke_run_times_every_method_in_rounds(tmp_path, monkeypatch):
     path, written = tmp_path / "step.json", []
     real = bench_step.write_json
-    monkeypatch.setattr(bench_step, "write_json",
-                        lambda p, out: written.append(json.loads(json.dumps(out))) or real(p, out))
+    monkeypatch.setattr(
+        bench_step, "write_json", lambda p, out: written.append(json.loads(json.dumps(out))) or real(p, out)
+    )
     out = bench_step.main(["--smoke", "--json", str(path)])
     saved = json.loads(path.read_text())
-    assert [r["method"] for r in saved["rows"]] == [r["method"] for r in out["rows"]] == \
-        ["sdpa-mask", "sdpa-nomask", "reference"]
+    assert (
+        [r["method"] for r in saved["rows"]]
+        == [r["method"] for r in out["rows"]]
+        == ["sdpa-mask", "sdpa-nomask", "reference"]
+    )
     assert saved["complete"] and saved["rounds"] == 2
     assert saved["dense_flops_per_step"] > saved["flops_per_step"]  # padding and invisible pairs computed
     assert saved["ratio_base"] == "sdpa-mask"  # no ours on a CPU: the first method
@@ -52,8 +57,12 @@ def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
     from core.config import preset
     from core.model import Attention
     from kernels import attention_plan
-    for bad in (["--methods", "ours-swept"], ["--configs", str(tmp_path / "x.json")],
-                ["--methods", "ours-swept", "--configs", str(tmp_path / "none.json")]):
+
+    for bad in (
+        ["--methods", "ours-swept"],
+        ["--configs", str(tmp_path / "x.json")],
+        ["--methods", "ours-swept", "--configs", str(tmp_path / "none.json")],
+    ):
         with pytest.raises(SystemExit) as e:
             bench_step.get_args(bad + ["--smoke"])
         assert e.value.code == 2, bad
@@ -61,8 +70,12 @@ def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
     path.write_text(json.dumps({"64": list(attention_plan.CUDA_CONFIGS[64]._replace(kv_warps=8)), "fused_dq": False}))
     args = argparse.Namespace(configs=str(path), objective="pmlm")
     cfg = preset("tiny", vocab_size=50)
-    made = {name: bench_step.Method(name, args, [], lambda: torch.nn.Sequential(Attention(cfg)), torch.device("cpu"),
-                                    torch.float32) for name in ("ours", "ours-swept")}
+    made = {
+        name: bench_step.Method(
+            name, args, [], lambda: torch.nn.Sequential(Attention(cfg)), torch.device("cpu"), torch.float32
+        )
+        for name in ("ours", "ours-swept")
+    }
     tuning = made["ours-swept"].model[0].tuning
     assert tuning.config(torch.device("cuda"), 64).kv_warps == 8 and not tuning.fused_dq
     assert made["ours"].model[0].tuning is None  # the default: attention_plan.TUNING
@@ -72,8 +85,9 @@ def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
 def test_the_modes_run_in_one_interleaved_run(tmp_path):
     """METHOD:MODE rows beside the eager ones: compiled (the compiler's tracing only, in a smoke run)
     and graph (its batches padded to a few shapes), the same losses as eager."""
-    out = bench_step.main(["--smoke", "--methods", "reference,reference:compiled,reference:graph", "--json",
-                           str(tmp_path / "s.json")])
+    out = bench_step.main(
+        ["--smoke", "--methods", "reference,reference:compiled,reference:graph", "--json", str(tmp_path / "s.json")]
+    )
     rows = {r["method"]: r for r in out["rows"]}
     assert list(rows) == ["reference", "reference:compiled", "reference:graph"]
     assert [r["mode"] for r in rows.values()] == ["eager", "compiled", "graph"]
@@ -89,14 +103,44 @@ def test_every_step_table_says_ours_speed_over_the_others(tmp_path):
     """The rendered table (tools/render_bench.step): one column, ours' tokens/s over each method's, so
     a method slower than ours reads above 1, each round's ratio beside; and what ran each attention."""
     from tools.render_bench import step
-    rows = [dict(method=m, step_ms=ms, round_ms=[ms - 1, ms + 1], tokens_per_s=1e6 / ms, tflops=1.0, mfu=None,
-                 host_syncs="none", kernels=k, kernel_ms=[1.0], kernel_total_ms=ms / 2)
-            for m, ms, k in (("sdpa-mask", 150.0, ["fmha_cutlassB_bf16_aligned_64x64_k64_sm80"]),
-                             ("ours", 100.0, ["_bwd_kv_kernel"]))]
+
+    rows = [
+        dict(
+            method=m,
+            step_ms=ms,
+            round_ms=[ms - 1, ms + 1],
+            tokens_per_s=1e6 / ms,
+            tflops=1.0,
+            mfu=None,
+            host_syncs="none",
+            kernels=k,
+            kernel_ms=[1.0],
+            kernel_total_ms=ms / 2,
+        )
+        for m, ms, k in (
+            ("sdpa-mask", 150.0, ["fmha_cutlassB_bf16_aligned_64x64_k64_sm80"]),
+            ("ours", 100.0, ["_bwd_kv_kernel"]),
+        )
+    ]
     path = tmp_path / "step.json"
-    path.write_text(json.dumps(dict(device="GPU", torch="2", triton="3", commit="abc", date="d", model="base",
-                                    objective="pmlm", tokens_per_step=1, flops_per_step=1.0, flop_count="x",
-                                    command="c", rows=rows)))
+    path.write_text(
+        json.dumps(
+            dict(
+                device="GPU",
+                torch="2",
+                triton="3",
+                commit="abc",
+                date="d",
+                model="base",
+                objective="pmlm",
+                tokens_per_step=1,
+                flops_per_step=1.0,
+                flop_count="x",
+                command="c",
+                rows=rows,
+            )
+        )
+    )
     text = step(str(path))
     assert "| ours' speed over it |" in text
     line = next(l for l in text.splitlines() if l.startswith("| sdpa-mask"))
@@ -110,14 +154,18 @@ def test_the_compile_cost_table_counts_the_compile_against_a_default_run(tmp_pat
     default --steps, both ways round."""
     from tools.render_bench import compile_cost
     import train
+
     steps = train.get_args([]).steps
 
     def table(compiled_ms, compile_s):
-        rows = [dict(mode=mode, step_ms=5e3, step_cpu_ms=ms, round_cpu_ms=[ms], warmup_cpu_s=w)
-                for mode, ms, w in (("eager", 1000.0, 10.0), ("compiled", compiled_ms, 10.0 + compile_s))]
+        rows = [
+            dict(mode=mode, step_ms=5e3, step_cpu_ms=ms, round_cpu_ms=[ms], warmup_cpu_s=w)
+            for mode, ms, w in (("eager", 1000.0, 10.0), ("compiled", compiled_ms, 10.0 + compile_s))
+        ]
         path = tmp_path / "c.json"
-        path.write_text(json.dumps(dict(device="CPU", dtype="float32", torch="2", commit="abc", date="d", command="c",
-                                        rows=rows)))
+        path.write_text(
+            json.dumps(dict(device="CPU", dtype="float32", torch="2", commit="abc", date="d", command="c", rows=rows))
+        )
         return compile_cost(str(path))
 
     fast = table(900.0, 0.05 * steps)  # saves 0.1 s a step, costs half of that over the run

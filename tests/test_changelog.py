@@ -1,5 +1,6 @@
 """A default changed in code is a default named in CHANGELOG.md: every script flag's and budget
 field's default against results/defaults.json, the defaults as of its entry (tools/defaults.py)."""
+
 import json
 
 from tools import defaults  # noqa: E402
@@ -7,8 +8,10 @@ from tools import defaults  # noqa: E402
 
 def test_every_changed_default_is_in_the_changelog():
     missing, entry = defaults.unnamed_changes()
-    assert not missing, (f"defaults changed since the CHANGELOG entry of {entry} and not named in a newer one: "
-                         + "; ".join(f"{k}: {old!r} -> {now!r}" for k, old, now in missing))
+    assert not missing, (
+        f"defaults changed since the CHANGELOG entry of {entry} and not named in a newer one: "
+        + "; ".join(f"{k}: {old!r} -> {now!r}" for k, old, now in missing)
+    )
 
 
 def test_an_unnamed_change_is_caught(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """reproduce/claims.py: each claim read pair by pair (every pair its chain claims, the controls
 apart), the seed spread pooled and stated, and the verdicts an archive keeps when the outputs
 behind them are gone, read from the committed archive of the cpu budget."""
+
 import json
 import math
 import os
@@ -38,19 +39,31 @@ def test_every_pair_of_a_chain_and_the_controls():
     ending = {parse[-1] for parse in (plan.parse_chain(o[3])[0] for o in plan.ORDERINGS)}
     assert plan.CONTROLS <= ending
     assert [o[1] for o in plan.ORDERINGS if set(plan.parse_chain(o[3])[0]) & plan.CONTROLS] == [
-        "MLAE encoder > MLM > T5 encoder (> no pretraining)", "MLAE > T5 (AR) (> no pretraining)"]
+        "MLAE encoder > MLM > T5 encoder (> no pretraining)",
+        "MLAE > T5 (AR) (> no pretraining)",
+    ]
 
 
 def test_an_archived_pair_is_read_again_with_the_seed_term():
     """A recorded pair of one seed a side: its example SE is the recorded interval's; the seed term
     is added to it; a pair not recorded (a - c) is bounded by its links' SEs; what was recorded is
     kept beside it, with the commit and date."""
-    rec = dict(metric="accuracy", chain="x > y > z", values={"x": 70.0, "y": 66.0, "z": 64.0},
-               seeds={"x": ["x"], "y": ["y"], "z": ["z"]}, here="x 70.00 > y 66.00 > z 64.00", verdict="holds",
-               commit="abc1234", written="2026-11-28 19:46", source="results.json",
-               runs={"x": dict(accuracy=70.0), "y": dict(accuracy=66.0), "z": dict(accuracy=64.0)},
-               pairs=[dict(a="x", b="y", op=">", difference=4.0, low=2.04, high=5.96, verdict="holds"),
-                      dict(a="y", b="z", op=">", difference=2.0, low=1.02, high=2.98, verdict="holds")])
+    rec = dict(
+        metric="accuracy",
+        chain="x > y > z",
+        values={"x": 70.0, "y": 66.0, "z": 64.0},
+        seeds={"x": ["x"], "y": ["y"], "z": ["z"]},
+        here="x 70.00 > y 66.00 > z 64.00",
+        verdict="holds",
+        commit="abc1234",
+        written="2026-11-28 19:46",
+        source="results.json",
+        runs={"x": dict(accuracy=70.0), "y": dict(accuracy=66.0), "z": dict(accuracy=64.0)},
+        pairs=[
+            dict(a="x", b="y", op=">", difference=4.0, low=2.04, high=5.96, verdict="holds"),
+            dict(a="y", b="z", op=">", difference=2.0, low=1.02, high=2.98, verdict="holds"),
+        ],
+    )
     spread = {"accuracy": dict(sigma=1.0, dof=8, runs=[])}
     o = claims.archived_ordering(rec, spread)
     xy, yz, xz = o["pairs"]
@@ -59,8 +72,9 @@ def test_an_archived_pair_is_read_again_with_the_seed_term():
     assert xy["recorded"] == dict(low=2.04, high=5.96, verdict="holds") and xy["verdict"] == "holds"
     assert yz["verdict"] == "not resolved" and "detectable" in yz  # 2 +- 1.96 sqrt(0.25 + 2)
     assert xz["se_bound"] and math.isclose(xz["se"], 1.5) and "recorded" not in xz
-    assert o["verdict"] == "not resolved" and o["archived"] == dict(commit="abc1234", written="2026-11-28 19:46",
-                                                                      source="results.json", verdict="holds")
+    assert o["verdict"] == "not resolved" and o["archived"] == dict(
+        commit="abc1234", written="2026-11-28 19:46", source="results.json", verdict="holds"
+    )
     assert "recorded [+2.04, +5.96], holds" in claims.pair_text(xy) and "bounded" in claims.pair_text(xz)
 
 
@@ -72,6 +86,7 @@ def test_the_committed_archive_keeps_its_verdicts(tmp_path, capsys):
     is OUT's; the OUT archives its verdicts.json back as it came."""
     from reproduce import archive
     from reproduce import runner as reproduce
+
     src, out = os.path.join(ROOT, "results", "cpu-budget", "archive"), str(tmp_path / "out")
     assert archive.main(["restore", src, out]) == 0
     with open(os.path.join(out, claims.VERDICTS_FILE)) as f:
@@ -91,10 +106,12 @@ def test_the_committed_archive_keeps_its_verdicts(tmp_path, capsys):
         assert not o["verdict"].startswith("not measured"), o["claim"]
         assert "archived" not in o or (o["archived"]["commit"], o["archived"]["written"]) == (k["commit"], k["written"])
     two = read[2]
-    assert "archived" not in two and two["seeds"] == {"cls-pmlm": ["cls-pmlm"], "cls-mlm": ["cls-mlm", "cls-mlm-s2",
-                                                                                               "cls-mlm-s3"]}
+    assert "archived" not in two and two["seeds"] == {
+        "cls-pmlm": ["cls-pmlm"],
+        "cls-mlm": ["cls-mlm", "cls-mlm-s2", "cls-mlm-s3"],
+    }
     sigma = d["seed_spread"]["accuracy"]["sigma"]
-    p, = two["pairs"]
+    (p,) = two["pairs"]
     assert p["sigma"] == sigma and (p["low"], p["high"]) == seed_interval(p["difference"], p["se"], sigma, 1, 3)
     sources = {(r["run"], r["source"]) for r in d["seed_spread"]["accuracy"]["runs"]}
     assert ("cls-mlm", "here") in sources and any(s.startswith("archived ") for _, s in sources)
@@ -113,8 +130,10 @@ def test_the_committed_archive_keeps_its_verdicts(tmp_path, capsys):
     shutil.copytree(src, saved)
     os.remove(os.path.join(saved, claims.VERDICTS_FILE))
     assert archive.main(["save", out, saved]) == 0
-    with open(os.path.join(out, claims.VERDICTS_FILE), "rb") as a, open(os.path.join(saved, claims.VERDICTS_FILE),
-                                                                          "rb") as b:
+    with (
+        open(os.path.join(out, claims.VERDICTS_FILE), "rb") as a,
+        open(os.path.join(saved, claims.VERDICTS_FILE), "rb") as b,
+    ):
         assert a.read() == b.read()
 
 
@@ -124,6 +143,7 @@ def test_the_archived_verdicts_are_drawn_from_the_committed_report(tmp_path, mon
     measured, each with its commit, date and its runs' metrics per seed, and the claims it carried as
     archived, as the archive recorded them."""
     from reproduce import archive
+
     monkeypatch.chdir(ROOT)
     results = os.path.join("results", "cpu-budget", "results.json")
     with open(os.path.join(ROOT, "results", "cpu-budget", "archive", claims.VERDICTS_FILE), "rb") as f:
@@ -136,6 +156,7 @@ def test_the_archived_verdicts_are_drawn_from_the_committed_report(tmp_path, mon
     kept = json.loads(committed)["claims"]
     # an archived claim is kept with the verdict recorded when it was measured (the report reads its
     # pairs again with the seed term beside it)
-    assert [(k["chain"], k["verdict"]) for k in kept] == [(o["chain"], o.get("archived", o)["verdict"])
-                                                          for o in measured]
+    assert [(k["chain"], k["verdict"]) for k in kept] == [
+        (o["chain"], o.get("archived", o)["verdict"]) for o in measured
+    ]
     assert all(set(k["runs"]) == {s for names in k["seeds"].values() for s in names} for k in kept)

@@ -4,6 +4,7 @@ GPU compiler refuses. Also checks what the compiled code says about speed: the a
 matmuls are Hopper wgmma that ptxas did not serialise, the forward's loops stay within stated
 multiples of a plain FlashAttention loop, and no kernel spills registers. Prints the table (pytest -s shows it;
 `python -m tools.aot` prints it alone)."""
+
 import os
 
 import pytest
@@ -18,6 +19,7 @@ def rows(request):
     """tools.aot --loops --json's rows, compiled in the background from the start of the session
     (tests/conftest.py)."""
     from conftest import aot_rows
+
     return aot_rows(request.config)
 
 
@@ -33,8 +35,15 @@ def test_every_attention_variant_is_covered(rows):
             for D in (64, 128):
                 assert f"{variant}-{dtype}-d{D}" in cases, f"no compile case {variant}-{dtype}-d{D}"
     kernels = {r["kernel"] for r in rows if r["module"] in ("pseudo_attention", "tilemap")}
-    assert {"_fwd_kernel", "_bwd_kv_kernel", "_bwd_q_kernel", "_delta_kernel", "_codes_kernel", "_class_kernel",
-            "_list_kernel"} <= kernels
+    assert {
+        "_fwd_kernel",
+        "_bwd_kv_kernel",
+        "_bwd_q_kernel",
+        "_delta_kernel",
+        "_codes_kernel",
+        "_class_kernel",
+        "_list_kernel",
+    } <= kernels
 
 
 def test_attention_matmuls_use_wgmma(rows):
@@ -58,11 +67,15 @@ LOOP_BOUNDS = {False: dict(FULL=1.35, PARTIAL=2.0), True: dict(FAR=1.15, FULL=1.
 
 def test_forward_loops_against_plain_flash_attention(rows):
     import tools.aot as aot
+
     _, table = aot.loop_table(rows)
     seen = 0
     for r in table:
-        if (r["kernel"] != "_fwd_kernel" or r["case"].split("-")[0] not in ("rel", "norel")
-                or "bfloat16" not in r["case"]):
+        if (
+            r["kernel"] != "_fwd_kernel"
+            or r["case"].split("-")[0] not in ("rel", "norel")
+            or "bfloat16" not in r["case"]
+        ):
             continue
         rel = r["case"].startswith("rel")
         for name, bound in LOOP_BOUNDS[rel].items():
@@ -74,8 +87,12 @@ def test_forward_loops_against_plain_flash_attention(rows):
 
 
 def test_no_kernel_spills(rows):
-    spills = [f"{r['kernel']} [{r['cases'][0]}]: {r['registers']} registers, spill {r['spill_stores']}/"
-              f"{r['spill_loads']} bytes" for r in rows if r["compiles"] and (r["spill_stores"] or r["spill_loads"])]
+    spills = [
+        f"{r['kernel']} [{r['cases'][0]}]: {r['registers']} registers, spill {r['spill_stores']}/"
+        f"{r['spill_loads']} bytes"
+        for r in rows
+        if r["compiles"] and (r["spill_stores"] or r["spill_loads"])
+    ]
     assert not spills, "\n".join(spills)
 
 
@@ -85,6 +102,7 @@ def test_every_kernel_module_is_compiled(rows):
     inside the kernels that call them."""
     import glob
     import re
+
     compiled = {r["module"] for r in rows}
     for path in glob.glob(os.path.join(ROOT, "kernels", "*.py")):
         name = os.path.basename(path)[:-3]
@@ -99,10 +117,13 @@ def test_tile_loops_keep_copies_in_flight(rows):
     FAR loops wait for every outstanding copy (DEPBAR.LE SB0, 0x0) at the top of each iteration."""
     seen = 0
     for r in rows:
-        if r["compiles"] and (r["kernel"], r["cases"][0]) in (("_fwd_kernel", "rel-bfloat16-d64"),
-                                                              ("_bwd_kv_kernel", "rel_fused-bfloat16-d64")):
-            assert len(r["loop_waits"]) == 5 and all(w and w >= 1 for w in r["loop_waits"]), \
+        if r["compiles"] and (r["kernel"], r["cases"][0]) in (
+            ("_fwd_kernel", "rel-bfloat16-d64"),
+            ("_bwd_kv_kernel", "rel_fused-bfloat16-d64"),
+        ):
+            assert len(r["loop_waits"]) == 5 and all(w and w >= 1 for w in r["loop_waits"]), (
                 f"{r['kernel']} [{r['cases'][0]}]: fewest copy groups in flight per loop {r['loop_waits']}"
+            )
             seen += 1
     assert seen == 2
 
@@ -118,6 +139,7 @@ def test_backward_computes_each_product_once_and_leaves_room_for_two_programs(ro
     programs an SM. (At D 128 one warpgroup spills: kernels/attention_plan.CUDA_CONFIGS.)"""
     import tools.aot as aot
     from kernels.attention_plan import CUDA_CONFIGS, GRAD_WINDOWS_MAX_D, grad_blocks
+
     _, table = aot.backward_table(rows)
     seen = 0
     for r in table:
@@ -132,13 +154,16 @@ def test_backward_computes_each_product_once_and_leaves_room_for_two_programs(ro
         for name, loop in r["loops"].items():
             want = (5 if fused else 4) * tile + (grouping if name in ("FULL", "PARTIAL", "EDGE") else 0)
             got = aot.wgmma_macs(loop["wgmma_shapes"], r["num_warps"])
-            print(f"{r['case']} {name}: {loop['wgmma']} wgmma, {got} multiply-adds (want {want}), "
-                  f"{loop['atomics']} atomic elements")
+            print(
+                f"{r['case']} {name}: {loop['wgmma']} wgmma, {got} multiply-adds (want {want}), "
+                f"{loop['atomics']} atomic elements"
+            )
             assert got == want, f"{r['case']} {name}: wgmma do {got} multiply-adds, the products {want}"
             if windows and name in ("FAR", "FULL"):
                 assert loop["atomics"] == (cfg.BMK * D if fused else 0), f"{r['case']} {name}: {loop['atomics']}"
-        assert r["spill"] == 0 and r["programs_per_sm"] >= 2, \
+        assert r["spill"] == 0 and r["programs_per_sm"] >= 2, (
             f"{r['case']}: {r['registers']} registers at {r['num_warps']} warps, {r['shared']} B shared"
+        )
         seen += 1
     assert seen == 2
 
@@ -154,8 +179,9 @@ def test_tile_map_kernels_have_no_loop_and_leave_room_for_many_programs(rows):
         if r["compiles"] and r["kernel"] in ("_class_kernel", "_list_kernel"):
             assert r["loops"] == [], f"{r['kernel']} [{r['cases'][0]}]: a loop ({r['loops']} instructions)"
             if r["kernel"] == "_class_kernel":
-                assert r["num_warps"] == 4 and r["registers"] <= 128, \
+                assert r["num_warps"] == 4 and r["registers"] <= 128, (
                     f"_class_kernel [{r['cases'][0]}]: {r['registers']} registers at {r['num_warps']} warps"
+                )
             seen.add(r["kernel"])
     assert seen == {"_class_kernel", "_list_kernel"}
 
@@ -165,6 +191,7 @@ def test_a_configuration_given_on_the_command_line_is_put_in_force(monkeypatch):
     (read into the Tuning the compile cases launch with); a malformed one refused in one
     line. (The compile itself runs in the fixture's subprocess: this process has the interpreter.)"""
     import tools.aot as aot
+
     a = aot.get_args(["--config", "64=64,64,4,3,32,128,4,3,4,3"])
     cfg = a.tuning.config(torch.device("cuda"), 64)
     assert (cfg.BMK, cfg.BNK, cfg.kv_warps) == (32, 128, 4)

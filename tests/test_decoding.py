@@ -1,4 +1,5 @@
 """core/decoding.py against toy decoders whose log-probabilities are known tables."""
+
 import itertools
 import math
 
@@ -48,7 +49,7 @@ def random_decoder(B, V, seed, sharp=3.0):
 
 
 def has_repeat(seq, n):
-    grams = [tuple(seq[i:i + n]) for i in range(len(seq) - n + 1)]
+    grams = [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
     return len(grams) != len(set(grams))
 
 
@@ -58,10 +59,14 @@ def has_repeat(seq, n):
 # tokens 0, 1, 2 and EOS = 3. Greedy takes 0 (0.6) and then ends (0.4): 0.24. Starting with 1
 # (0.4) and ending at once (0.9) gives 0.36, the best sequence of all.
 FIRST = [[0.6, 0.4, 1e-3, 1e-3]]
-TABLE = [[[0.25, 0.2, 0.15, 0.4],    # after 0
-          [0.03, 0.03, 0.04, 0.9],   # after 1
-          [0.1, 0.1, 0.1, 0.7],      # after 2
-          [0.25, 0.25, 0.25, 0.25]]]  # after EOS (never asked)
+TABLE = [
+    [
+        [0.25, 0.2, 0.15, 0.4],  # after 0
+        [0.03, 0.03, 0.04, 0.9],  # after 1
+        [0.1, 0.1, 0.1, 0.7],  # after 2
+        [0.25, 0.25, 0.25, 0.25],
+    ]
+]  # after EOS (never asked)
 
 
 def lure():
@@ -79,7 +84,7 @@ def test_beam_finds_the_best_and_stops(alpha):
     dec = lure()
     out, score = beam_search(dec, beam=2, max_len=10, length_penalty=alpha, eos_id=EOS)
     assert out == [[1]]
-    assert score.item() == pytest.approx(math.log(0.4 * 0.9) / 2 ** alpha, abs=1e-6)
+    assert score.item() == pytest.approx(math.log(0.4 * 0.9) / 2**alpha, abs=1e-6)
     # step 2 fills the pool with [1 EOS] and [0 EOS]; the best live beam [0 0] (0.15) cannot beat them
     assert dec.calls == 2
 
@@ -106,16 +111,24 @@ def test_exhaustive_beam_is_exact():
 # -----------------------------------------------------------------------------
 # beam 1 is greedy; batches decode as their rows alone
 
+
 @pytest.mark.parametrize("alpha", [0.0, 1.0, 2.0])
 def test_beam_one_is_greedy(alpha):
     for seed in range(10):
         first, table = random_decoder(4, 12, seed, sharp=1.5)
         g_out, g_score = greedy(TableDecoder(first, table), max_len=15, min_len=2, eos_id=EOS, no_repeat_ngram=2)
-        b_out, b_score = beam_search(TableDecoder(first, table), beam=1, max_len=15, min_len=2,
-                                     length_penalty=alpha, eos_id=EOS, no_repeat_ngram=2)
+        b_out, b_score = beam_search(
+            TableDecoder(first, table),
+            beam=1,
+            max_len=15,
+            min_len=2,
+            length_penalty=alpha,
+            eos_id=EOS,
+            no_repeat_ngram=2,
+        )
         assert b_out == g_out
         lens = torch.tensor([len(o) + (len(o) < 15) for o in g_out], dtype=torch.float)
-        assert torch.allclose(b_score, g_score / lens ** alpha, atol=1e-5)
+        assert torch.allclose(b_score, g_score / lens**alpha, atol=1e-5)
         if alpha == 0.0:
             assert torch.equal(b_score, g_score)
 
@@ -129,13 +142,14 @@ def test_batch_equals_alone(beam):
     lengths = {len(o) for o in out}
     assert len(lengths) > 1, "the sources should end at different steps"
     for b in range(5):
-        o, s = search(TableDecoder(first[b:b + 1], table[b:b + 1]))
+        o, s = search(TableDecoder(first[b : b + 1], table[b : b + 1]))
         assert o == [out[b]]
         assert s.item() == pytest.approx(score[b].item(), abs=1e-6)
 
 
 # -----------------------------------------------------------------------------
 # lengths and stopping
+
 
 def eos_lover(V=8):
     """EOS is always the likeliest token."""
@@ -198,7 +212,7 @@ def test_early_stop_counts_steps(alpha):
         dec = countdown(starts)
         out, score = beam_search(dec, beam, max_len=30, length_penalty=alpha, eos_id=EOS)
         assert out == [[6, 5, 4]]
-        assert score.item() == pytest.approx(-0.1 / 4 ** alpha, abs=1e-6)
+        assert score.item() == pytest.approx(-0.1 / 4**alpha, abs=1e-6)
         assert dec.calls == calls, (beam, dec.calls)
 
 
@@ -219,6 +233,7 @@ def test_finished_sources_are_dropped():
 # -----------------------------------------------------------------------------
 # no-repeat-ngram
 
+
 def test_ban_matches_a_loop():
     g = torch.Generator().manual_seed(0)
     for n in (1, 2, 3):
@@ -228,9 +243,9 @@ def test_ban_matches_a_loop():
         want = logp.clone()
         for r in range(7):
             h = hyps[r].tolist()
-            prefix = tuple(h[len(h) - n + 1:]) if n > 1 else ()
+            prefix = tuple(h[len(h) - n + 1 :]) if n > 1 else ()
             for i in range(len(h) - n + 1):
-                if tuple(h[i:i + n - 1]) == prefix:
+                if tuple(h[i : i + n - 1]) == prefix:
                     want[r, h[i + n - 1]] = -math.inf
         assert torch.equal(got, want)
 

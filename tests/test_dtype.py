@@ -1,4 +1,5 @@
 """--dtype: what auto resolves to, and bf16 autocast training that follows float32's losses."""
+
 import torch
 
 import train
@@ -27,8 +28,9 @@ def test_bf16_losses_follow_float32(text_file, tmp_path):
     for dtype in ("float32", "bfloat16"):
         out = str(tmp_path / dtype)
         assert TINY[:2] == ["--dtype", "float32"]
-        train.main(["--data", text_file, "--steps", "8", "--dropout", "0", "--out", out] + TINY[2:]
-                   + ["--dtype", dtype])
+        train.main(
+            ["--data", text_file, "--steps", "8", "--dropout", "0", "--out", out] + TINY[2:] + ["--dtype", dtype]
+        )
         runs[dtype] = [r["loss"] for r in read_log(out) if "loss" in r]
     a, b = runs["float32"], runs["bfloat16"]
     assert len(a) == len(b) == 8
@@ -50,12 +52,14 @@ def test_the_weights_are_cast_to_bf16_once_a_step(tokenizer, text_file):
     from core.training import autocast
     from bench.step import train_step
     from test_step_syncs import pmlm_setup
+
     model, _, batches, args, _ = pmlm_setup(tokenizer, text_file)
     model.eval()  # no dropout: every pass sees the same network
     linear = {m.weight.data_ptr() for m in model.modules() if isinstance(m, torch.nn.Linear)}
 
     class Casts(TorchDispatchMode):
         """How many times each parameter is cast to bf16."""
+
         def __init__(self):
             super().__init__()
             self.n = collections.Counter()

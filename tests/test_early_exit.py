@@ -2,6 +2,7 @@
 of rows (output and every gradient, exact), the fused off-ramp (argmax with torch's tie rule,
 entropy, log-sum-exp) and that it never allocates the (N, V) logits. Runs under TRITON_INTERPRET=1
 on CPU (set in conftest.py)."""
+
 import pytest
 import weakref
 
@@ -15,6 +16,7 @@ ee = pytest.importorskip("kernels.early_exit")
 ol = pytest.importorskip("kernels.offramp_loss")
 
 from conftest import DEVICE  # noqa: E402
+
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # off-ramp (entropy, lse) absolute tolerances: both sides multiply the same low-precision inputs
 # exactly in float32 and differ only in summation order; fp32 runs IEEE dots on both sides
@@ -24,24 +26,29 @@ OFFRAMP_TOL = {torch.float32: 1e-4, torch.bfloat16: 5e-4, torch.float16: 5e-4}
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
     """Kernel outputs start as NaN, so an element the kernels forget to write fails."""
-    monkeypatch.setattr(ee, "_new", lambda shape, like: torch.full(shape, float("nan"), dtype=like.dtype,
-                                                                   device=like.device))
+    monkeypatch.setattr(
+        ee, "_new", lambda shape, like: torch.full(shape, float("nan"), dtype=like.dtype, device=like.device)
+    )
 
 
 def report(name, got, want):
     diff = (got.float() - want.float()).abs()
-    return f"{name}: max abs diff {diff.max().item() if diff.numel() else 0:.3g}, " \
-           f"mean {diff.mean().item() if diff.numel() else 0:.3g}"
+    return (
+        f"{name}: max abs diff {diff.max().item() if diff.numel() else 0:.3g}, "
+        f"mean {diff.mean().item() if diff.numel() else 0:.3g}"
+    )
 
 
 def assert_exact(name, got, want):
-    assert got.shape == want.shape and got.dtype == want.dtype, \
+    assert got.shape == want.shape and got.dtype == want.dtype, (
         f"{name}: {got.shape} {got.dtype} vs {want.shape} {want.dtype}"
+    )
     assert torch.equal(got, want), report(name, got, want)
 
 
 # -----------------------------------------------------------------------------
 # the compact index
+
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 37), (2, 64)])
 @pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
@@ -58,8 +65,15 @@ def test_active_index(shape, p):
 
 # (M, N, C, how): the index is active_index of a random mask ("mask") or a random subset in a
 # random order ("perm"), which the kernels must handle too
-COPY_CASES = [(1, 1, 48, "perm"), (1, 0, 48, "perm"), (37, 0, 48, "perm"), (37, 37, 48, "perm"),
-              (130, 0, 64, "mask"), (130, 53, 48, "mask"), (70, 29, 100, "perm")]
+COPY_CASES = [
+    (1, 1, 48, "perm"),
+    (1, 0, 48, "perm"),
+    (37, 0, 48, "perm"),
+    (37, 37, 48, "perm"),
+    (130, 0, 64, "mask"),
+    (130, 53, 48, "mask"),
+    (70, 29, 100, "perm"),
+]
 
 
 def make_index(M, N, how, g):
@@ -126,9 +140,13 @@ def test_dispatch(monkeypatch):
     for name in ("active_index", "gather_rows", "scatter_rows", "offramp", "offramp_cross_entropy"):
         monkeypatch.setattr(ol if name == "offramp_cross_entropy" else ee, name, lambda *a, **k: "kernel")
     x, index = torch.randn(4, 8), torch.tensor([1, 3])
-    calls = {"active_index": (x > 0,), "gather_rows": (x, index), "scatter_rows": (x, index, x[:2]),
-             "offramp": (x, torch.randn(5, 8)),
-             "offramp_cross_entropy": (x, torch.randn(5, 8), None, torch.zeros(4, dtype=torch.long))}
+    calls = {
+        "active_index": (x > 0,),
+        "gather_rows": (x, index),
+        "scatter_rows": (x, index, x[:2]),
+        "offramp": (x, torch.randn(5, 8)),
+        "offramp_cross_entropy": (x, torch.randn(5, 8), None, torch.zeros(4, dtype=torch.long)),
+    }
     for name, args in calls.items():
         with kernels.use_backend("triton"):
             assert getattr(kernels, name)(*args) == "kernel", name
@@ -138,6 +156,7 @@ def test_dispatch(monkeypatch):
 
 # -----------------------------------------------------------------------------
 # the fused off-ramp
+
 
 def check_offramp(h, w, b, tol):
     arg, ent, lse = ee.offramp(h, w, b)
@@ -215,13 +234,14 @@ def test_offramp_mixed_dtypes_cast_to_the_narrower():
 class AllocationTrace(TorchDispatchMode):
     """The largest tensor (in bytes) any torch op returns inside the block. The interpreter's own
     copies of the kernel's arguments show up too, as byte storages."""
+
     def __init__(self):
         super().__init__()
         self.largest = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+        for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor):
                 self.largest = max(self.largest, t.numel() * t.element_size())
         return out
@@ -243,12 +263,14 @@ def test_offramp_never_allocates_the_logits():
 # -----------------------------------------------------------------------------
 # ahead-of-time cases: the launchers alone, with CUDA configurations, on CPU tensors
 
+
 def test_aot_cases_launch_with_cuda_configs(monkeypatch):
     launches = []
     for name in ("_compact_kernel", "_gather_kernel", "_scatter_kernel", "_offramp_kernel", "_offramp_combine_kernel"):
         monkeypatch.setattr(getattr(ee, name), "run", lambda *a, _n=name, **k: launches.append((_n, k)))
     names = []
     from tools.aot_cases import early_exit
+
     for name, thunk in early_exit():
         before = len(launches)
         thunk()
@@ -256,16 +278,23 @@ def test_aot_cases_launch_with_cuda_configs(monkeypatch):
         names.append(name)
     assert len(set(names)) == len(names)
     kinds = {n for n, _ in launches}
-    assert kinds == {"_compact_kernel", "_gather_kernel", "_scatter_kernel", "_offramp_kernel",
-                     "_offramp_combine_kernel"}
+    assert kinds == {
+        "_compact_kernel",
+        "_gather_kernel",
+        "_scatter_kernel",
+        "_offramp_kernel",
+        "_offramp_combine_kernel",
+    }
     ramp = [k for n, k in launches if n == "_offramp_kernel"][0]
     assert ramp["UPCAST"] is False
-    assert (ramp["BN"], ramp["BV"], ramp["BK"], ramp["num_warps"]) == ee._offramp_config("cuda", 4096, 8000, 768,
-                                                                                         torch.bfloat16)[:3] + (4,)
+    assert (ramp["BN"], ramp["BV"], ramp["BK"], ramp["num_warps"]) == ee._offramp_config(
+        "cuda", 4096, 8000, 768, torch.bfloat16
+    )[:3] + (4,)
 
 
 # -----------------------------------------------------------------------------
 # the off-ramp loss: cross-entropy without the logits, forward and backward
+
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
 def test_offramp_cross_entropy(dtype, tol):
@@ -288,8 +317,9 @@ def test_offramp_cross_entropy(dtype, tol):
     for name, got, want in zip(("loss", "grad h", "grad weight", "grad bias"), *grads):
         assert got.dtype == want.dtype if name != "loss" else True
         # gradients relative to their scale: bf16 rounds h and the weight's gradient
-        assert (got.float() - want.float()).abs().max() <= tol * max(1.0, want.float().abs().max().item()), \
-            report(name, got, want)
+        assert (got.float() - want.float()).abs().max() <= tol * max(1.0, want.float().abs().max().item()), report(
+            name, got, want
+        )
 
 
 def test_offramp_cross_entropy_works_in_chunks_of_tokens():
@@ -302,12 +332,14 @@ def test_offramp_cross_entropy_works_in_chunks_of_tokens():
     with AllocationTrace() as trace:
         loss = ol.offramp_cross_entropy(h, w, None, torch.randint(0, V, (N,), generator=g).to(DEVICE), chunk=chunk)
         loss.backward()
-    assert trace.largest <= max(V * C, chunk * V) * 4 < N * V * 4, \
+    assert trace.largest <= max(V * C, chunk * V) * 4 < N * V * 4, (
         f"largest tensor {trace.largest} bytes, (N, V) logits {N * V * 4}"
+    )
 
 
 class LiveLogits(TorchDispatchMode):
     """The most (rows, V) products (the logits of a chunk) alive at once inside the block."""
+
     def __init__(self, V):
         super().__init__()
         self.V, self.live, self.most = V, 0, 0
@@ -317,9 +349,12 @@ class LiveLogits(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in (out if isinstance(out, (tuple, list)) else (out,)):
-            if func in (torch.ops.aten.mm.default,
-                        torch.ops.aten.addmm.default) and t.dim() == 2 and t.shape[1] == self.V:
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if (
+                func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+                and t.dim() == 2
+                and t.shape[1] == self.V
+            ):
                 self.live += 1
                 self.most = max(self.most, self.live)
                 weakref.finalize(t, self._gone)
@@ -354,6 +389,7 @@ def test_offramp_cross_entropy_backward_only_scales_its_saved_gradients():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             ops.append(func.__name__.split(".")[0])
             return func(*args, **(kwargs or {}))
+
     with Ops():
         loss.backward()
     assert "zeros" not in ops and ops.count("mul_") == 3 and ops.count("_to_copy") == 1, ops
@@ -396,8 +432,10 @@ def test_exit_benchmark_counts_the_output_tokens_as_eval_does():
     as eval.py (core/exit_measures.generate) counts them."""
     import os
     import sys
+
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
     import bench_early_exit as bench
+
     tokens = torch.tensor([[9, 3, 7, 3], [9, 8, 7, 6]])
     layers = torch.tensor([[1, 2, 3, 4], [4, 3, 2, 1]])
     assert bench.output_layers(tokens, layers, eos_id=3).tolist() == [1, 2, 4, 3, 2, 1]

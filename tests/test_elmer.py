@@ -1,6 +1,7 @@
 """ELMER: early exit that skips the work (gathered layout = plain layout, exited states frozen),
 the hard-exit thresholds, LPLM's loss and its encoder reuse, the infilling noise, no peeking at
 the reference length, and the pipeline end to end."""
+
 import math
 
 import numpy as np
@@ -9,8 +10,19 @@ import torch
 
 import kernels
 from core.config import preset
-from core.elmer.model import (ELMER, IGNORE, ExitTrace, assigned_loss_sums, decode_exit, elmer_seq2seq_batch,
-                        exit_statistics, generate, infilling_spans, lplm_corrupt, sentence_shuffle)
+from core.elmer.model import (
+    ELMER,
+    IGNORE,
+    ExitTrace,
+    assigned_loss_sums,
+    decode_exit,
+    elmer_seq2seq_batch,
+    exit_statistics,
+    generate,
+    infilling_spans,
+    lplm_corrupt,
+    sentence_shuffle,
+)
 
 V = 97
 
@@ -62,7 +74,7 @@ def test_gathered_equals_plain_and_exited_states_frozen(soft, separate):
     # a token that exited at layer l keeps h^l bit for bit in every upper layer
     for l in range(3):
         gone = exit_layer <= l + 1
-        for up in traces[True][l + 1:]:
+        for up in traces[True][l + 1 :]:
             assert torch.equal(up[gone], traces[True][l][gone])
     # and the layers do change the tokens still active
     still = exit_layer == 3
@@ -74,6 +86,7 @@ def test_exited_token_does_not_run_the_layer():
     the FFN). The layout by default: gathered on the Triton backend or for one sequence; plain for
     a batch on the reference backend, whose packed attention would score every key of the batch."""
     from core.elmer.model import gather_pays
+
     model = tiny()
     memory, valid = memory_of(model)
     seen = []
@@ -107,8 +120,9 @@ def test_hard_exit_thresholds():
     # exiting at layer 1 predicts with the first off-ramp
     with torch.no_grad():
         x = []
-        model.decoder_loop(memory, valid, 12, lambda l, idx, h, x_in: (torch.ones_like(idx, dtype=torch.bool), None),
-                           trace=x)
+        model.decoder_loop(
+            memory, valid, 12, lambda l, idx, h, x_in: (torch.ones_like(idx, dtype=torch.bool), None), trace=x
+        )
         assert torch.equal(model.ramp_logits(0, x[0]).argmax(-1).view(3, 12), toks_inf)
     sep = tiny(separate_offramps=True)
     assert sep.ramp_head(0) is not sep.ramp_head(1) and sep.ramp_head(0).embedding is sep.emb.tok
@@ -130,6 +144,7 @@ def test_lplm_all_last_layer_equals_plain_nar():
         x = model.emb(torch.full((3, 12), 4), torch.arange(12).expand(3, 12))
         pos = torch.arange(12).expand(3, 12)
         from core.model import Meta
+
         meta = Meta(torch.zeros_like(pos), torch.zeros_like(pos))
         bias = model.rel_bias(model.dec_rel_table, pos, pos)
         for layer in model.dec_layers:
@@ -148,8 +163,12 @@ def test_lplm_encoder_runs_once_whatever_k():
     src = torch.randint(6, V, (2, 8), generator=g)
     for k in (1, 4):
         calls.clear()
-        out = model(src, torch.ones(2, 8, dtype=torch.bool), torch.randint(6, V, (2, 12), generator=g),
-                    torch.randint(1, 4, (2, k, 12), generator=g))
+        out = model(
+            src,
+            torch.ones(2, 8, dtype=torch.bool),
+            torch.randint(6, V, (2, 12), generator=g),
+            torch.randint(1, 4, (2, k, 12), generator=g),
+        )
         out["loss"].backward()
         assert len(calls) == 1
         assert model.enc_layers[0].ffn.up.weight.grad is not None
@@ -164,8 +183,8 @@ def test_infilling_noise():
         spans = infilling_spans(n, rng)
         cover = np.zeros(n, bool)
         for s, m in spans:
-            assert not cover[max(0, s - 1):s + m + 1].any()  # no overlap, no touching
-            cover[s:s + m] = True
+            assert not cover[max(0, s - 1) : s + m + 1].any()  # no overlap, no touching
+            cover[s : s + m] = True
         masked += cover.sum()
         total += n
         lengths += [m for _, m in spans[:-1]]  # the last span is cut to the budget
@@ -176,6 +195,7 @@ def test_infilling_noise():
     class Tok:
         mask_id, eos_id, vocab_size = 4, 3, 50
         _full_stops = {9}
+
     ids = list(range(10, 40)) + [9] + list(range(40, 60)) + [9] + list(range(60, 80)) + [9]
     out = lplm_corrupt(ids, Tok, np.random.default_rng(1))
     rng = np.random.default_rng(1)  # the same draws as lplm_corrupt: shuffle, then the spans
@@ -194,7 +214,7 @@ def test_infilling_noise():
     for seed in range(30):
         shuffled = sentence_shuffle(docs, {9}, np.random.default_rng(seed), 3)
         assert shuffled.index(3) == docs.index(3) and shuffled[-1] == 3
-        assert sorted(shuffled[:docs.index(3)]) == sorted(docs[:docs.index(3)])
+        assert sorted(shuffled[: docs.index(3)]) == sorted(docs[: docs.index(3)])
         out = lplm_corrupt(docs, Tok, np.random.default_rng(seed))
         assert out.count(3) == 2 and all(4 not in (a, b) for a, b in zip(out, out[1:]) if 3 in (a, b))
 
@@ -206,6 +226,7 @@ def test_output_does_not_depend_on_reference_length():
 
     class Tok:
         pad_id, eos_id, n_special = 0, 3, 6
+
     a = elmer_seq2seq_batch(pairs_a, Tok, 16, 12, 12)
     b = elmer_seq2seq_batch(pairs_b, Tok, 16, 12, 12)
     assert a.tgt_out.shape == b.tgt_out.shape == (1, 12)  # the decoder length is dec_len either way
@@ -221,6 +242,7 @@ def test_soft_training_sees_what_decoding_sees():
     reference's [EOS] would tell the upper layers where the reference ends. So the fine-tuning
     loss of the positions a reference keeps is the decoder's own, wherever the reference ends."""
     from core.elmer.model import offramp_loss_sums
+
     model = tiny(soft=True)
     with torch.no_grad():
         model.soft.weight.normal_(0, 0.3)
@@ -242,6 +264,7 @@ def test_soft_training_sees_what_decoding_sees():
 # -----------------------------------------------------------------------------
 # end to end: LPLM pretraining -> hard / soft fine-tuning, and the no-pretraining run -> eval.py
 
+
 def test_pipeline(text_file, tmp_path, capsys):
     import os
 
@@ -252,22 +275,57 @@ def test_pipeline(text_file, tmp_path, capsys):
 
     files = write_task_files(tmp_path, dict(train=64, valid=16, test=6))
     pre = str(tmp_path / "pre")
-    train.main(["--data", text_file, "--objective", "elmer", "--permutations", "3", "--steps", "3", "--out", pre,
-                "--dec-len", "12"] + TINY)
+    train.main(
+        [
+            "--data",
+            text_file,
+            "--objective",
+            "elmer",
+            "--permutations",
+            "3",
+            "--steps",
+            "3",
+            "--out",
+            pre,
+            "--dec-len",
+            "12",
+        ]
+        + TINY
+    )
     log = read_log(pre)
     assert [r for r in log if "valid_loss" in r]
-    ft = ["--train-data", files["train"], "--valid-data", files["valid"], "--epochs", "1", "--batch", "32",
-          "--micro-batch", "16", "--max-src", "32", "--max-tgt", "12", "--rouge-examples", "4", "--valid-examples", "8"]
+    ft = [
+        "--train-data",
+        files["train"],
+        "--valid-data",
+        files["valid"],
+        "--epochs",
+        "1",
+        "--batch",
+        "32",
+        "--micro-batch",
+        "16",
+        "--max-src",
+        "32",
+        "--max-tgt",
+        "12",
+        "--rouge-examples",
+        "4",
+        "--valid-examples",
+        "8",
+    ]
     outs = []
-    for name, extra in (("hard", ["--init", os.path.join(pre, "last.pt"), "--exit", "hard"]),
-                        ("soft", ["--init", os.path.join(pre, "last.pt"), "--exit", "soft"]),
-                        ("scratch", ["--init", "none", "--arch", "elmer", "--model", "tiny", "--vocab-size", "600",
-                                     "--dec-len", "12"])):
+    for name, extra in (
+        ("hard", ["--init", os.path.join(pre, "last.pt"), "--exit", "hard"]),
+        ("soft", ["--init", os.path.join(pre, "last.pt"), "--exit", "soft"]),
+        ("scratch", ["--init", "none", "--arch", "elmer", "--model", "tiny", "--vocab-size", "600", "--dec-len", "12"]),
+    ):
         out = str(tmp_path / name)
         finetune.main(extra + ft + ["--out", out])
         outs.append(os.path.join(out, "best.pt"))
-    rows = evaluate_script.main(outs + ["--data", files["test"], "--batch-size", "4", "--latency-samples", "2",
-                                        "--exit-entropy", "inf"])
+    rows = evaluate_script.main(
+        outs + ["--data", files["test"], "--batch-size", "4", "--latency-samples", "2", "--exit-entropy", "inf"]
+    )
     text = capsys.readouterr().out
     assert "mean_exit" in text and "exit_frac" in text
     for r in rows[:3]:
@@ -278,6 +336,7 @@ def test_pipeline(text_file, tmp_path, capsys):
 
 # -----------------------------------------------------------------------------
 # exits that fire: a model that has learnt its task leaves early at the paper's delta
+
 
 class CopyTok:
     pad_id, eos_id, n_special = 0, 3, 6
@@ -322,18 +381,21 @@ def test_learnt_copy_task_exits_early_at_the_papers_delta(exit_train):
 # -----------------------------------------------------------------------------
 # the fused off-ramp cross-entropy in fine-tuning and LPLM
 
+
 def test_fused_offramp_loss_equals_the_logits_and_allocates_no_logits(monkeypatch):
     import functools
 
     import kernels
     import kernels.offramp_loss as ol
     from test_early_exit import AllocationTrace
+
     # chunks of 16 token rows, so that a whole (n, V) block would stand out
     monkeypatch.setattr(ol, "offramp_cross_entropy", functools.partial(ol.offramp_cross_entropy, chunk=16))
     torch.manual_seed(0)
     Vbig = 512
     cfg = preset("tiny", vocab_size=Vbig, n_dec_layers=2, dropout=0.0)
     from conftest import DEVICE as dev
+
     model = ELMER(cfg, dec_len=8, exit_train="all").to(dev)
     g = torch.Generator().manual_seed(5)
     src = torch.randint(6, Vbig, (12, 6), generator=g)
@@ -351,11 +413,17 @@ def test_fused_offramp_loss_equals_the_logits_and_allocates_no_logits(monkeypatc
             with kernels.use_backend(backend), AllocationTrace() as trace:
                 out = model(src, valid, tgt, exits)
                 out["loss"].backward()
-            res[backend] = (out["loss"].detach(), out["nll"], {k: p.grad.clone() for k, p in model.named_parameters()
-                                                               if p.grad is not None}, trace.largest)
+            res[backend] = (
+                out["loss"].detach(),
+                out["nll"],
+                {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None},
+                trace.largest,
+            )
         (l0, n0, g0, big0), (l1, n1, g1, big1) = res["reference"], res["triton"]
-        print(f"loss {l0.item():.5f} vs {l1.item():.5f}; largest tensor {big0} vs {big1} bytes, (n, V) "
-              f"{n_rows * Vbig * 4}")
+        print(
+            f"loss {l0.item():.5f} vs {l1.item():.5f}; largest tensor {big0} vs {big1} bytes, (n, V) "
+            f"{n_rows * Vbig * 4}"
+        )
         assert torch.allclose(l0, l1, rtol=1e-4) and torch.allclose(n0, n1, rtol=1e-4)
         for k in g0:
             assert torch.allclose(g0[k], g1[k], atol=1e-5, rtol=1e-3), report(k, g0[k], g1[k])

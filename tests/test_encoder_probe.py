@@ -1,4 +1,5 @@
 """studies/encoder_probe.py: a linear probe of the vector a pretrained encoder's classifier reads."""
+
 import json
 import os
 
@@ -16,9 +17,12 @@ def test_a_checkpoint_and_its_random_floor_are_probed_and_the_table_written(text
     train.main(["--data", text_file, "--objective", "mlm", "--steps", "2", "--out", out] + TINY)
     # a small task in place of the embedded corpus's splits: two labels, 40 examples each a split
     words = ["alpha beta gamma", "delta epsilon zeta"]
-    task = {s: Examples(s, [f"{w} {i}" for i in range(40) for w in words], [w.split()[0] for _ in range(40)
-                                                                              for w in words], "test")
-            for s in ("train", "valid", "test")}
+    task = {
+        s: Examples(
+            s, [f"{w} {i}" for i in range(40) for w in words], [w.split()[0] for _ in range(40) for w in words], "test"
+        )
+        for s in ("train", "valid", "test")
+    }
     monkeypatch.setattr(encoder_probe, "load_split", lambda t, split: task[split])
     path = tmp_path / "probe.json"
     rows = encoder_probe.main([os.path.join(out, "last.pt"), "--scratch", "--iterations", "30", "--json", str(path)])
@@ -32,11 +36,12 @@ def test_a_checkpoint_and_its_random_floor_are_probed_and_the_table_written(text
 
 @pytest.mark.parametrize("arch, own", [("unilm", "first"), ("mlae-a", "last")])
 def test_features_are_the_linear_layers_input(arch, own):
-    """"own" is what the classifier's linear layer reads: a unified stack's first token, an
+    """ "own" is what the classifier's linear layer reads: a unified stack's first token, an
     encoder-decoder's [EOS], the last token of each row."""
     from core.architectures import build_model
     from core.config import ModelConfig
     from core.tokenizer import Tokenizer
+
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_dec_layers=1, n_heads=2, d_ff=64)
     model = build_model(arch, cfg, 3).eval()
@@ -46,12 +51,14 @@ def test_features_are_the_linear_layers_input(arch, own):
         setattr(tok, k, v)
     got = encoder_probe.features(model, tok, ["a", "bb", "ccc"], True, 16, 2, ("own", "first", "last"))
     from core.classify import classify_batch
+
     b = classify_batch(tok.encode(["a", "bb", "ccc"]), [0, 0, 0], tok, 16)
     captured = {}
     model.out.register_forward_pre_hook(lambda mod, inp: captured.setdefault("x", inp[0]))
     logits = model(b.tokens, b.valid).float()
-    assert torch.allclose(got["own"], captured["x"].float()) and torch.allclose(model.out(got["own"]), logits,
-                                                                                 atol=1e-5)
+    assert torch.allclose(got["own"], captured["x"].float()) and torch.allclose(
+        model.out(got["own"]), logits, atol=1e-5
+    )
     other = "last" if own == "first" else "first"
     assert torch.equal(got[own], got["own"]) and not torch.equal(got[other], got["own"])
     h = model.states(b.tokens, b.valid)

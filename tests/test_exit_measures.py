@@ -1,6 +1,7 @@
 """ELMER's exit measures (entropy, state, classifier), the vocabulary projection a cheap measure
 saves, the exit classifier's training beside the LM, the FLOP count, the flags, and word-level
 duplicate merging."""
+
 import math
 
 import numpy as np
@@ -11,8 +12,15 @@ from core.config import preset
 from core.elmer.model import ELMER, elmer_seq2seq_batch
 from core.errors import UserError
 from core.elmer.exit_measures import check_threshold, exit_settings
-from core.elmer.exit_decode import (ExitTrace, decode_exit, decoder_macs, entropy_quantiles, finish, generate,
-                              merge_words)
+from core.elmer.exit_decode import (
+    ExitTrace,
+    decode_exit,
+    decoder_macs,
+    entropy_quantiles,
+    finish,
+    generate,
+    merge_words,
+)
 from core.finetuning import elmer_options
 
 from test_elmer import V, memory_of, tiny as elmer_tiny
@@ -26,8 +34,9 @@ def tiny(seed=0, **kw):
     return model
 
 
-@pytest.mark.parametrize("measure,everyone,nobody", [("state", -1.0, 1.0), ("classifier", 0.0, 1.0),
-                                                      ("entropy", math.inf, 0.0)])
+@pytest.mark.parametrize(
+    "measure,everyone,nobody", [("state", -1.0, 1.0), ("classifier", 0.0, 1.0), ("entropy", math.inf, 0.0)]
+)
 def test_measure_thresholds_and_one_projection_per_token(measure, everyone, nobody):
     model = tiny()
     memory, valid = memory_of(model)
@@ -81,6 +90,7 @@ def test_entropies_recorded_where_the_vocabulary_projection_ran(measure):
 
     class Tok:
         pad_id, eos_id, n_special = 0, 3, 6
+
     trace = ExitTrace(L)
     generate(model, [[7, 8, 9], [10, 11]], Tok, delta=1e-9, measure="entropy", trace=trace)
     assert len(trace.entropies) == 2 and all(r.shape[1] == L and 1 <= r.shape[0] <= 12 for r in trace.entropies)
@@ -99,8 +109,8 @@ def test_state_measure_is_the_cosine_of_consecutive_states():
     thr = float(cos.median())
     _, layers = decode_exit(model, memory, valid, 12, thr, measure="state")
     # layer 1 compares h^1 with the [MASK] embedding; layer 2 decides for the tokens still there
-    first = (layers.reshape(-1) == 1)
-    second = (layers.reshape(-1) == 2)
+    first = layers.reshape(-1) == 1
+    second = layers.reshape(-1) == 2
     assert torch.equal(second, ~first & (cos > thr))
 
 
@@ -110,6 +120,7 @@ def test_classifier_learns_beside_the_lm_without_disturbing_it():
 
     class Tok:
         pad_id, eos_id, n_special = 0, 3, 6
+
     b = elmer_seq2seq_batch([([7, 8, 9, 10], [11, 12, 13]), ([14, 15], [16])], Tok, 8, 8, 8)
     grads = []
     for w in (0.0, 1.0):
@@ -120,8 +131,13 @@ def test_classifier_learns_beside_the_lm_without_disturbing_it():
         out = model(b.src, b.src_valid, b.tgt_out)
         out["loss"].backward()
         assert model.exit_clf.weight.grad.abs().sum() > 0
-        grads.append({k: p.grad.clone() for k, p in model.named_parameters() if not k.startswith("exit_clf")
-                      and p.grad is not None})
+        grads.append(
+            {
+                k: p.grad.clone()
+                for k, p in model.named_parameters()
+                if not k.startswith("exit_clf") and p.grad is not None
+            }
+        )
     for k in grads[0]:
         assert torch.allclose(grads[0][k], grads[1][k], atol=1e-6), k
 
@@ -150,14 +166,19 @@ def test_flags_are_checked():
 
 def test_eval_flags_refused_with_an_error_line(capsys):
     import eval as evaluate_script
-    for argv in (["--exit-threshold", "0.5,x"], ["--exit-measure", "state", "--exit-threshold", "2"],
-                 ["--exit-entropy", "0.5", "--exit-measure", "state"]):
+
+    for argv in (
+        ["--exit-threshold", "0.5,x"],
+        ["--exit-measure", "state", "--exit-threshold", "2"],
+        ["--exit-entropy", "0.5", "--exit-measure", "state"],
+    ):
         args = evaluate_script.get_args(argv)
         with pytest.raises(UserError):
             exit_settings(args)
     # no elmer checkpoint: the values are still checked (check_decoding), the flags noted as unused, and
     # another checkpoint's rows decode with no exit rule
     from core.decodings import DECODINGS
+
     with pytest.raises(UserError):
         DECODINGS["elmer"].check_flags(evaluate_script.get_args(["--exit-threshold", "0.5,x"]))
     args = evaluate_script.get_args(["--exit-entropy", "0.5"])
@@ -180,6 +201,7 @@ def test_generate_counts_flops_against_exit_disabled():
 
     class Tok:
         pad_id, eos_id, n_special = 0, 3, 6
+
     trace = ExitTrace(len(model.dec_layers))
     generate(model, [[7, 8, 9], [10, 11]], Tok, delta=0.0, trace=trace)
     assert trace.work["macs"] == trace.work["macs_off"] > 0
@@ -197,6 +219,7 @@ def test_the_trace_holds_the_exits_and_the_model_no_statistics():
 
     class Tok:
         pad_id, eos_id, n_special = 0, 3, 6
+
     model, sources = tiny(), [[7, 8, 9], [10, 11], [12, 13, 14, 15]]
     L, T = len(model.dec_layers), model.dec_len
     src, valid = pad_stack([np.array(s + [Tok.eos_id]) for s in sources], Tok.pad_id)
@@ -232,4 +255,5 @@ def test_the_trace_holds_the_exits_and_the_model_no_statistics():
 
 def test_base_elmer_is_the_papers_6l_6l():
     from core.elmer.model import elmer_depth
+
     assert elmer_depth("base", 12) == 6 and elmer_depth("small", 4) == 4 and elmer_depth("tiny", 2) == 2

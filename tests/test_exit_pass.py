@@ -2,6 +2,7 @@
 entropies as decoder_loop's gathered layout for every measure and soft exit, no host sync inside a
 layer, and a layer's launches with exits at most 1.3x those with exit disabled. On the CPU the pass
 runs eagerly; on CUDA the same steps are captured as CUDA graphs (bench/bench_early_exit.py)."""
+
 import math
 
 import pytest
@@ -19,9 +20,10 @@ def same(a, b):
     return torch.equal(torch.nan_to_num(a, nan=-7.0), torch.nan_to_num(b, nan=-7.0))
 
 
-@pytest.mark.parametrize("measure,thresholds", [("entropy", [0.0, 1e-9, 5.0, math.inf]),
-                                                 ("state", [1.0, 0.9, 0.5, -1.0]),
-                                                 ("classifier", [1.0, 0.8, 0.5, 0.0])])
+@pytest.mark.parametrize(
+    "measure,thresholds",
+    [("entropy", [0.0, 1e-9, 5.0, math.inf]), ("state", [1.0, 0.9, 0.5, -1.0]), ("classifier", [1.0, 0.8, 0.5, 0.0])],
+)
 def test_masked_pass_equals_the_gathered_layout(measure, thresholds):
     model = tiny()
     memory, valid = memory_of(model)
@@ -30,8 +32,9 @@ def test_masked_pass_equals_the_gathered_layout(measure, thresholds):
         want = decode_exit(model, memory, valid, 12, thr, measure=measure, work=want_w, layout="gather")
         got = decode_exit(model, memory, valid, 12, thr, measure=measure, work=got_w, layout="masked")
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (measure, thr)
-        assert torch.allclose(torch.nan_to_num(got_w["entropy"], nan=-7.0),
-                              torch.nan_to_num(want_w["entropy"], nan=-7.0), atol=1e-4), (measure, thr)
+        assert torch.allclose(
+            torch.nan_to_num(got_w["entropy"], nan=-7.0), torch.nan_to_num(want_w["entropy"], nan=-7.0), atol=1e-4
+        ), (measure, thr)
         # the masked layout runs every row of a layer while anybody is left: its work, not the gathered one's
         run = sum(1 for q in got_w["queries"] if q)
         assert got_w["queries"][:run] == [want_w["queries"][0]] * run
@@ -65,9 +68,30 @@ def test_masked_pass_stops_once_everybody_left_and_reads_the_new_source():
 
 class Count(TorchDispatchMode):
     """Device ops (aten ops that are not views or allocations) and host syncs."""
-    VIEWS = {"view", "_unsafe_view", "transpose", "t", "expand", "detach", "alias", "as_strided", "slice", "select",
-             "unsqueeze", "squeeze", "reshape", "permute", "empty", "empty_strided", "empty_like", "lift_fresh",
-             "split", "unbind", "_reshape_alias"}
+
+    VIEWS = {
+        "view",
+        "_unsafe_view",
+        "transpose",
+        "t",
+        "expand",
+        "detach",
+        "alias",
+        "as_strided",
+        "slice",
+        "select",
+        "unsqueeze",
+        "squeeze",
+        "reshape",
+        "permute",
+        "empty",
+        "empty_strided",
+        "empty_like",
+        "lift_fresh",
+        "split",
+        "unbind",
+        "_reshape_alias",
+    }
 
     def __init__(self):
         super().__init__()
@@ -149,6 +173,7 @@ def test_the_weights_version_follows_in_place_writes_and_new_storage():
     """What tells a captured pass (or Mask-Predict's step) that its graphs are stale, read from a
     parameter list made once per model."""
     from core.graphs import weights_version
+
     model = tiny()
     v0 = weights_version(model)
     assert weights_version(model) == v0
@@ -169,16 +194,19 @@ def test_linear_layers_holding_their_casts_compute_what_autocast_computes():
     a weight again): the pass gives the same tokens, exit layers and entropies as under plain
     autocast, and every parameter is back to its float32 storage afterwards."""
     from core.graphs import cast_linears
+
     model = tiny()
     memory, valid = memory_of(model)
     memory = memory.detach()
     before = [(p.dtype, p.data_ptr()) for p in model.parameters()]
     with torch.autocast("cpu", torch.bfloat16):
-        want = masked_pass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5,
-                           graphs=False).run(memory, valid)
+        want = masked_pass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5, graphs=False).run(
+            memory, valid
+        )
         with cast_linears(model, "cpu") as casts:
             assert casts and all(c.dtype == torch.bfloat16 for c in casts)
             got = MaskedExitPass(model, memory.shape[0], memory.shape[1], 12, "classifier", 0.5, graphs=False).run(
-                memory, valid)
+                memory, valid
+            )
     assert [(p.dtype, p.data_ptr()) for p in model.parameters()] == before
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and same(got[2], want[2])

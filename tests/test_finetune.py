@@ -1,4 +1,5 @@
 """finetune.py and eval.py end to end on the tiny preset, and their bad-input errors."""
+
 import json
 import os
 import sys
@@ -17,22 +18,35 @@ from conftest import FT, ROOT, read_log
 @pytest.mark.parametrize("objective", ["pmlm", "t5"])
 def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     out = str(tmp_path / "ft")
-    best = finetune.main(["--init", pretrained[objective], "--train-data", task_files["train"],
-                          "--valid-data", task_files["valid"], "--out", out] + FT)
+    best = finetune.main(
+        [
+            "--init",
+            pretrained[objective],
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            task_files["valid"],
+            "--out",
+            out,
+        ]
+        + FT
+    )
     log = read_log(out)
     assert [r for r in log if "valid_rougeL" in r], log
     assert best == min(r["valid_loss"] for r in log if "valid_loss" in r)  # best.pt: the lowest validation loss
     ckpt = os.path.join(out, "best.pt")
-    rows = evaluate_script.main([ckpt, "--data", task_files["test"], "--beam", "2", "--batch-size", "4",
-                                 "--latency-samples", "2"])
+    rows = evaluate_script.main(
+        [ckpt, "--data", task_files["test"], "--beam", "2", "--batch-size", "4", "--latency-samples", "2"]
+    )
     text = capsys.readouterr().out
     assert "rougeL" in text
     assert "LEAD-8" in text and "latency_ms" in text
     row = rows[0]
     assert row["arch"] == ("t5" if objective == "t5" else "unilm")
     assert 0 <= row["rougeL"] <= 100 and row["latency_ms"] > 0 and row["samples_per_s"] > 0
-    eval_json, outputs_jsonl = result_names(ckpt, evaluate_script.get_args(
-        [ckpt, "--data", task_files["test"], "--beam", "2"]))
+    eval_json, outputs_jsonl = result_names(
+        ckpt, evaluate_script.get_args([ckpt, "--data", task_files["test"], "--beam", "2"])
+    )
     assert os.path.basename(eval_json).startswith("eval-best-test-")  # named for the checkpoint, the file, the beam
     saved = json.load(open(eval_json))
     assert saved["rougeL"] == row["rougeL"]
@@ -40,8 +54,22 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     assert saved["generation"]["dtype"] in ("float32", "bfloat16") and saved["generation"]["split"] is None
     assert saved["skipped"] == 0
     assert row["search"] == "beam_search"  # auto on the CPU: the eager search
-    static = evaluate_script.main([ckpt, "--data", task_files["test"], "--beam", "2", "--batch-size", "4",
-                                   "--latency-samples", "2", "--search", "static", "--no-lead"])[0]
+    static = evaluate_script.main(
+        [
+            ckpt,
+            "--data",
+            task_files["test"],
+            "--beam",
+            "2",
+            "--batch-size",
+            "4",
+            "--latency-samples",
+            "2",
+            "--search",
+            "static",
+            "--no-lead",
+        ]
+    )[0]
     assert static["search"] == f"static_beam_{'t5' if objective == 't5' else 'pmlm'}"
     assert static["rougeL"] == row["rougeL"]  # the same tokens (and the same result file: the same name)
     # the fine-tuning names the pretraining step it started from (reproduce/runner.py's staleness)
@@ -52,9 +80,11 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
     if objective == "t5":  # the latency benchmark: the same work counts the same FLOPs, a wider beam more
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         import bench_latency
+
         flags = [ckpt, ckpt, "--data", task_files["test"], "--n", "3", "--repeats", "2"]
-        narrow, wide = (bench_latency.main(flags + ["--beam", b, "--dtype", d]) for b,
-                        d in (("1", "float32"), ("3", "bfloat16")))
+        narrow, wide = (
+            bench_latency.main(flags + ["--beam", b, "--dtype", d]) for b, d in (("1", "float32"), ("3", "bfloat16"))
+        )
         printed = capsys.readouterr().out
         assert "| time ratio |" in printed and "(float32, --dtype float32)" in printed
         assert "(bfloat16, --dtype bfloat16)" in printed
@@ -77,8 +107,9 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         assert len(open(outputs_jsonl).readlines()) == 12  # the full evaluation's files are untouched
         swept = result_names(ckpt, evaluate_script.get_args([ckpt, "--exit-entropy", "0"]))[0]
         assert swept.endswith("-exit-entropy0.json")  # an exit-threshold sweep keeps a file per threshold
-        swept = result_names(ckpt, evaluate_script.get_args(
-            [ckpt, "--exit-measure", "state", "--exit-threshold", "0.99"]))[0]
+        swept = result_names(
+            ckpt, evaluate_script.get_args([ckpt, "--exit-measure", "state", "--exit-threshold", "0.99"])
+        )[0]
         assert swept.endswith("-exit-state0.99.json")
         # a decoding setting away from its default keeps its own files; the defaults' names stay as they were
         named = lambda *flags: result_names(ckpt, evaluate_script.get_args([ckpt, *flags]))[0]  # noqa: E731
@@ -94,20 +125,36 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     encoder + task layer", Table 1), or with --cls-vector its first token; eval.py reads the same."""
     out = str(tmp_path / "cls")
     chosen = ["--cls-vector", "first"] if objective == "t5" else []
-    finetune.main(["--init", pretrained[objective], "--task", "classify", "--train-data", task_files["train"],
-                   "--valid-data", task_files["valid"], "--out", out] + FT + chosen)
+    finetune.main(
+        [
+            "--init",
+            pretrained[objective],
+            "--task",
+            "classify",
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            task_files["valid"],
+            "--out",
+            out,
+        ]
+        + FT
+        + chosen
+    )
     reads = "first" if objective in ("pmlm", "t5") else "last"
     saved = torch.load(os.path.join(out, "best.pt"), weights_only=True)
     assert saved["args"]["cls_vector"] == reads
     model = load_decoder(read_finetuned(os.path.join(out, "best.pt")), torch.device("cpu"), 1, {})[0]
     assert model.reads == reads
-    rows = evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--batch-size", "4",
-                                 "--latency-samples", "2"])
+    rows = evaluate_script.main(
+        [os.path.join(out, "best.pt"), "--data", task_files["test"], "--batch-size", "4", "--latency-samples", "2"]
+    )
     assert 0 <= rows[0]["accuracy"] <= 100 and 0 <= rows[0]["macro_f1"] <= 100
     assert rows[0]["arch"] == ("unilm" if objective == "pmlm" else objective)
     assert "accuracy" in capsys.readouterr().out
     # per-example outputs beside the row, from which the bootstrap reads the same accuracy
     from reproduce import significance
+
     ckpt = os.path.join(out, "best.pt")
     outputs = result_names(ckpt, evaluate_script.get_args([ckpt, "--data", task_files["test"]]))[1]
     assert significance.metrics_of(outputs) == ("accuracy",)
@@ -123,7 +170,7 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
         pre = torch.load(pretrained[objective], weights_only=True)["model"]
         state = torch.load(os.path.join(out, "best.pt"), weights_only=True)["model"]
         pre = set(pre) - {"cross_rel_table"}  # T5-NAR's pretraining-only cross-attention bias (core/mlae/nar.py)
-        assert pre == {k[len("encoder."):] for k in state if k.startswith("encoder.")}
+        assert pre == {k[len("encoder.") :] for k in state if k.startswith("encoder.")}
 
 
 def test_t5_classifier_reads_the_encoders_eos():
@@ -135,6 +182,7 @@ def test_t5_classifier_reads_the_encoders_eos():
 
     class Tok:
         sos_id, eos_id, pad_id = 2, 3, 0
+
     b = classify_batch([[10, 11, 12], [13, 14, 15, 16, 17]], [0, 1], Tok, 6, sos=False)
     assert b.tokens[0].tolist() == [10, 11, 12, 3, 0, 0] and b.tokens[1].tolist() == [13, 14, 15, 16, 17, 3]
     assert classify_batch([[10, 11, 12]], [0], Tok, 6).tokens[0].tolist() == [2, 10, 11, 12, 3]
@@ -150,8 +198,20 @@ def test_t5_classifier_reads_the_encoders_eos():
 
 
 def test_finetune_resume_is_exact(pretrained, task_files, tmp_path):
-    flags = ["--init", pretrained["pmlm"], "--train-data", task_files["train"], "--valid-data",
-             task_files["valid"], "--rouge-examples", "0"] + FT[:-4] + ["--log-every", "1", "--dropout", "0.1"]
+    flags = (
+        [
+            "--init",
+            pretrained["pmlm"],
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            task_files["valid"],
+            "--rouge-examples",
+            "0",
+        ]
+        + FT[:-4]
+        + ["--log-every", "1", "--dropout", "0.1"]
+    )
     flags += ["--device", "cpu"]  # bit for bit on the CPU (tests/test_train.py: CUDA's tolerance)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     finetune.main(flags + ["--out", a])
@@ -170,9 +230,31 @@ def test_more_epochs_by_resume_is_the_same_run(pretrained, task_files, tmp_path)
     step, the run given two from the start (the runner extends a fine-tuning this way); a checkpoint
     written with --warmup-frac reads as the same warmup in epochs."""
     from core.checkpoint import upgrade_finetune_args
-    flags = ["--init", pretrained["t5"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
-             "--rouge-examples", "0", "--mask-schedule", "linear", "--mask-epochs", "1", "--warmup-epochs", "0.4",
-             "--patience", "0", "--device", "cpu"] + FT[2:] + ["--log-every", "1"]
+
+    flags = (
+        [
+            "--init",
+            pretrained["t5"],
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            task_files["valid"],
+            "--rouge-examples",
+            "0",
+            "--mask-schedule",
+            "linear",
+            "--mask-epochs",
+            "1",
+            "--warmup-epochs",
+            "0.4",
+            "--patience",
+            "0",
+            "--device",
+            "cpu",
+        ]
+        + FT[2:]
+        + ["--log-every", "1"]
+    )
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     finetune.main(flags + ["--epochs", "2", "--out", a])
     finetune.main(flags + ["--epochs", "1", "--out", b])
@@ -187,6 +269,7 @@ def test_lr_schedules():
     """Warmup, then linear decay to 0 at the last step, or the inverse square root (which does not
     depend on the run's length)."""
     from core.optim import lr_at
+
     assert lr_at(0, 1.0, 4, 100) == 0.25 and lr_at(3, 1.0, 4, 100) == 1.0
     assert lr_at(99, 1.0, 4, 100) < 0.02 and lr_at(52, 1.0, 4, 100) == 0.5
     for total in (100, 1000):
@@ -195,6 +278,7 @@ def test_lr_schedules():
 
 def test_early_stop_counts_validations_without_a_new_lowest():
     from core.training import EarlyStop
+
     e = EarlyStop(2)
     assert e.update(3.0) and not e.update(3.0) and not e.stop and e.update(2.5) and not e.stop
     assert not e.update(2.6) and not e.update(2.7) and e.stop and e.best == 2.5
@@ -208,16 +292,32 @@ def test_finetune_stops_on_validation(pretrained, task_files, tmp_path, monkeypa
     and the runner counts it done."""
     import finetune as ft_script
     from reproduce import runstate
+
     losses = iter([2.0, 1.0, 1.5, 1.2, 0.5, 0.4])  # the third and fourth validations: no new lowest
     real = ft_script.evaluate
 
     def fake(model, batches, loss_fn, d):
         ev = real(model, batches, loss_fn, d)
         return dict(ev, nll=next(losses) * ev["n"])
+
     monkeypatch.setattr(ft_script, "evaluate", fake)
     out = str(tmp_path / "ft")
-    flags = ["--init", pretrained["pmlm"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
-             "--out", out, "--rouge-examples", "0", "--valid-every", "0.25", "--patience", "2"] + FT[:-4]
+    flags = [
+        "--init",
+        pretrained["pmlm"],
+        "--train-data",
+        task_files["train"],
+        "--valid-data",
+        task_files["valid"],
+        "--out",
+        out,
+        "--rouge-examples",
+        "0",
+        "--valid-every",
+        "0.25",
+        "--patience",
+        "2",
+    ] + FT[:-4]
     assert finetune.main(flags + ["--epochs", "3"]) == 1.0
     valid = [r for r in read_log(out) if "valid_loss" in r]
     assert [round(r["valid_loss"], 6) for r in valid] == [2.0, 1.0, 1.5, 1.2]
@@ -226,20 +326,23 @@ def test_finetune_stops_on_validation(pretrained, task_files, tmp_path, monkeypa
     assert last["stopped_early"] and last["step"] == valid[-1]["step"] < last["args"]["steps"]
     assert best["step"] == valid[1]["step"] and best["best_valid_loss"] == 1.0
     assert "early stop at step" in capsys.readouterr().out
-    fails_with(capsys, finetune.main, ["--out", out, "--resume", "--epochs", "4"], "stopped early",
-               "nothing to continue")
+    fails_with(
+        capsys, finetune.main, ["--out", out, "--resume", "--epochs", "4"], "stopped early", "nothing to continue"
+    )
     run = runstate.BY_NAME["sum-pmlm"]
     assert runstate.progress_of(run, [], dict(epochs=3), str(tmp_path), dict(runs={}))[0] == 0.0
     os.rename(out, str(tmp_path / "sum-pmlm"))
     assert runstate.progress_of(run, [], dict(epochs=3), str(tmp_path), dict(runs={})) == (1.0, None)
 
 
-def test_a_run_resumed_past_its_patience_stops_where_a_longer_run_stops(pretrained, task_files, tmp_path, monkeypatch,
-                                                                        capsys):
+def test_a_run_resumed_past_its_patience_stops_where_a_longer_run_stops(
+    pretrained, task_files, tmp_path, monkeypatch, capsys
+):
     """A run whose patience ran out at its last validation, at --epochs, and is then given more
     epochs (how the runner extends it) stops at that step, as the run given them from the start
     did: no step more, no validation more."""
     import finetune as ft_script
+
     real = ft_script.evaluate
     runs = {}
     for name, epochs in (("long", ["2"]), ("short", ["0.8", "2"])):  # 0.8: four steps, four validations
@@ -248,10 +351,25 @@ def test_a_run_resumed_past_its_patience_stops_where_a_longer_run_stops(pretrain
         def fake(model, batches, loss_fn, d, losses=losses):
             ev = real(model, batches, loss_fn, d)
             return dict(ev, nll=next(losses) * ev["n"])
+
         monkeypatch.setattr(ft_script, "evaluate", fake)
         out = str(tmp_path / name)
-        flags = ["--init", pretrained["pmlm"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
-                 "--out", out, "--rouge-examples", "0", "--valid-every", "0.25", "--patience", "2"] + FT[2:-4]
+        flags = [
+            "--init",
+            pretrained["pmlm"],
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            task_files["valid"],
+            "--out",
+            out,
+            "--rouge-examples",
+            "0",
+            "--valid-every",
+            "0.25",
+            "--patience",
+            "2",
+        ] + FT[2:-4]
         for k, e in enumerate(epochs):
             finetune.main(flags + ["--epochs", e] + (["--resume"] if k else []))
         runs[name] = torch.load(os.path.join(out, "last.pt"), weights_only=True)
@@ -266,16 +384,32 @@ def test_a_resumed_run_never_writes_a_worse_model_over_best_pt(pretrained, task_
     better run's best.pt copied in stays; a worse one is replaced by the next lower validation), a NaN
     validation is never the lowest, and a best.pt that cannot be read is refused and left as it is."""
     import finetune as ft_script
+
     real, losses = ft_script.evaluate, iter([])
 
     def fake(model, batches, loss_fn, d):
         ev = real(model, batches, loss_fn, d)
         return dict(ev, nll=next(losses) * ev["n"])
+
     monkeypatch.setattr(ft_script, "evaluate", fake)
     out = str(tmp_path / "ft")
     best_pt = os.path.join(out, "best.pt")
-    flags = ["--init", pretrained["pmlm"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
-             "--out", out, "--rouge-examples", "0", "--valid-every", "0.25", "--patience", "0"] + FT[2:-4]
+    flags = [
+        "--init",
+        pretrained["pmlm"],
+        "--train-data",
+        task_files["train"],
+        "--valid-data",
+        task_files["valid"],
+        "--out",
+        out,
+        "--rouge-examples",
+        "0",
+        "--valid-every",
+        "0.25",
+        "--patience",
+        "0",
+    ] + FT[2:-4]
 
     def run(epochs, values, resume=True):
         nonlocal losses
@@ -305,8 +439,13 @@ def test_a_resumed_run_never_writes_a_worse_model_over_best_pt(pretrained, task_
 # --text: a typed document's output, the evaluation's for the same document
 
 # the decoding flags each kind is asked with: away from their defaults, so that they must reach it
-TEXT_FLAGS = dict(unilm=["--beam", "2"], t5=["--beam", "1", "--no-repeat-ngram", "0"],
-                  nar=["--iterations", "2", "--length-beam", "2"], elmer=["--exit-entropy", "inf"], classify=[])
+TEXT_FLAGS = dict(
+    unilm=["--beam", "2"],
+    t5=["--beam", "1", "--no-repeat-ngram", "0"],
+    nar=["--iterations", "2", "--length-beam", "2"],
+    elmer=["--exit-entropy", "inf"],
+    classify=[],
+)
 
 
 @pytest.mark.parametrize("kind", list(TEXT_FLAGS))
@@ -314,6 +453,7 @@ def test_text_prints_what_the_evaluation_predicts(kind, finetuned, task_files, m
     """One document given, or one per line of stdin: each output alone on its line, the evaluation's
     output for that document under the same decoding flags."""
     import io
+
     ckpt, flags = finetuned[kind], TEXT_FLAGS[kind] + ["--batch-size", "1"]
     data = ["--data", task_files["test"], "--limit", "6"]
     evaluate_script.main([ckpt, "--latency-samples", "1", "--no-lead"] + data + flags)
@@ -333,11 +473,13 @@ def test_text_prints_what_the_evaluation_predicts(kind, finetuned, task_files, m
 
 def test_text_refuses_what_it_cannot_answer(finetuned, pretrained, task_files, monkeypatch, capsys):
     import io
+
     unilm, elmer = finetuned["unilm"], finetuned["elmer"]
     fails_with(capsys, evaluate_script.main, [pretrained["pmlm"], "--text", "a document"], "pretrain/pmlm")
     fails_with(capsys, evaluate_script.main, [unilm, "--text", " "], "--text is empty")
-    fails_with(capsys, evaluate_script.main, [unilm, "--text", "a", "--data", task_files["test"]], "--data",
-               "without --text")
+    fails_with(
+        capsys, evaluate_script.main, [unilm, "--text", "a", "--data", task_files["test"]], "--data", "without --text"
+    )
     fails_with(capsys, evaluate_script.main, [unilm, elmer, "--text", "a"], "one checkpoint, not 2")
     fails_with(capsys, evaluate_script.main, [elmer, "--text", "a", "--exit-entropy", "0.5,1"], "a sweep of 2 settings")
     monkeypatch.setattr(sys, "stdin", io.StringIO("a document\n\nanother\n"))
@@ -348,6 +490,7 @@ def test_text_refuses_what_it_cannot_answer(finetuned, pretrained, task_files, m
 
 # -----------------------------------------------------------------------------
 # bad input: one clear line, exit status 2, no traceback
+
 
 def fails_with(capsys, main, argv, *needles):
     with pytest.raises(SystemExit) as e:
@@ -362,17 +505,24 @@ def fails_with(capsys, main, argv, *needles):
 def test_nar_flags_where_they_do_nothing(capsys, pretrained, task_files, tmp_path):
     base = ["--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", str(tmp_path / "o")]
     fails_with(capsys, finetune.main, base + ["--init", pretrained["t5-nar"]], "--nar")
-    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--adaptive-stop"], "--adaptive-stop",
-               "--nar")
-    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--dec-layers", "2"], "--dec-layers",
-               "from scratch")
+    fails_with(
+        capsys, finetune.main, base + ["--init", pretrained["t5"], "--adaptive-stop"], "--adaptive-stop", "--nar"
+    )
+    fails_with(
+        capsys, finetune.main, base + ["--init", pretrained["t5"], "--dec-layers", "2"], "--dec-layers", "from scratch"
+    )
     fails_with(capsys, finetune.main, base + ["--init", "none", "--arch", "t5", "--enc-layers", "0"], "--enc-layers 0")
 
 
 def test_cls_vector_is_refused_outside_classification(capsys, pretrained, task_files, tmp_path):
     base = ["--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", str(tmp_path / "o")]
-    fails_with(capsys, finetune.main, base + ["--init", pretrained["t5"], "--cls-vector", "first"], "--cls-vector",
-               "--task classify")
+    fails_with(
+        capsys,
+        finetune.main,
+        base + ["--init", pretrained["t5"], "--cls-vector", "first"],
+        "--cls-vector",
+        "--task classify",
+    )
 
 
 def test_eval_needs_a_finetuned_checkpoint(capsys, pretrained):
@@ -381,24 +531,65 @@ def test_eval_needs_a_finetuned_checkpoint(capsys, pretrained):
 
 def test_eval_adaptive_stop_needs_a_nar_checkpoint(capsys, pretrained, task_files, tmp_path):
     out = str(tmp_path / "ft")
-    finetune.main(["--init", pretrained["t5"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
-                   "--out", out] + FT + ["--epochs", "0.2", "--rouge-examples", "0"])
-    fails_with(capsys, evaluate_script.main, [os.path.join(out, "best.pt"), "--adaptive-stop"], "--adaptive-stop",
-               "NAR")
+    finetune.main(
+        [
+            "--init",
+            pretrained["t5"],
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            task_files["valid"],
+            "--out",
+            out,
+        ]
+        + FT
+        + ["--epochs", "0.2", "--rouge-examples", "0"]
+    )
+    fails_with(
+        capsys, evaluate_script.main, [os.path.join(out, "best.pt"), "--adaptive-stop"], "--adaptive-stop", "NAR"
+    )
 
 
 def test_jsonl_without_the_named_fields(capsys, pretrained, task_files, tmp_path):
-    fails_with(capsys, finetune.main, ["--init", pretrained["pmlm"], "--train-data", task_files["train"],
-                                       "--valid-data", task_files["valid"], "--src-field", "article",
-                                       "--out", str(tmp_path / "o")], "'article'", task_files["train"])
+    fails_with(
+        capsys,
+        finetune.main,
+        [
+            "--init",
+            pretrained["pmlm"],
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            task_files["valid"],
+            "--src-field",
+            "article",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        "'article'",
+        task_files["train"],
+    )
 
 
 def test_empty_split(capsys, pretrained, task_files, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"document": "", "summary": ""}\n')
-    fails_with(capsys, finetune.main, ["--init", pretrained["pmlm"], "--train-data", task_files["train"],
-                                       "--valid-data", str(empty), "--out", str(tmp_path / "o")],
-               str(empty), "no example")
+    fails_with(
+        capsys,
+        finetune.main,
+        [
+            "--init",
+            pretrained["pmlm"],
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            str(empty),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        str(empty),
+        "no example",
+    )
 
 
 def test_missing_init_checkpoint(capsys, tmp_path):
@@ -410,8 +601,25 @@ def test_missing_init_checkpoint(capsys, tmp_path):
 def test_no_pretraining(arch, task_files, tmp_path):
     """--init none: the ablation starts from random weights, with a tokenizer of the training file."""
     out = str(tmp_path / "ft")
-    finetune.main(["--init", "none", "--arch", arch, "--model", "tiny", "--vocab-size", "600",
-                   "--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", out] + FT)
+    finetune.main(
+        [
+            "--init",
+            "none",
+            "--arch",
+            arch,
+            "--model",
+            "tiny",
+            "--vocab-size",
+            "600",
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            task_files["valid"],
+            "--out",
+            out,
+        ]
+        + FT
+    )
     state = torch.load(os.path.join(out, "best.pt"), weights_only=True)
     assert state["arch"] == arch and state["model_config"]["d_model"] == 64
     assert state["model_config"]["vocab_size"] == 600
@@ -426,6 +634,7 @@ def test_a_packed_checkpoint_starts_a_finetuning_on_a_share_of_the_pairs(capsys,
     as its checkpoint would; --train-share keeps a fixed, evenly spread share of the training pairs;
     a packed fine-tuned checkpoint is evaluated as any other."""
     from core import checkpoint
+
     packed = str(tmp_path / "pmlm.pt.xz")
     checkpoint.save_packed(packed, torch.load(pretrained["pmlm"], weights_only=True))
     out = str(tmp_path / "ft")
@@ -445,8 +654,16 @@ def test_a_nar_fine_tuning_keeps_the_cross_table_when_asked(capsys, pretrained, 
     """--cross-anchor proportional keeps T5-NAR's cross-attention table through fine-tuning, the
     checkpoint records it, and eval.py decodes with it; the flag needs --nar."""
     out = str(tmp_path / "ft")
-    base = ["--init", pretrained["t5-nar"], "--train-data", task_files["train"], "--valid-data", task_files["valid"],
-            "--out", out]
+    base = [
+        "--init",
+        pretrained["t5-nar"],
+        "--train-data",
+        task_files["train"],
+        "--valid-data",
+        task_files["valid"],
+        "--out",
+        out,
+    ]
     fails_with(capsys, finetune.main, base + ["--cross-anchor", "proportional"], "--cross-anchor", "--nar")
     finetune.main(base + FT + ["--nar", "--cross-anchor", "proportional", "--epochs", "0.2", "--rouge-examples", "2"])
     state = torch.load(os.path.join(out, "best.pt"), weights_only=True)

@@ -1,5 +1,6 @@
 """A fine-tuned encoder reads its source as its pretraining showed it text: [SOS] first for MLAE and
 for a PMLM/MLM stack used as an encoder (with that stack's first segment), "SRC [EOS]" for T5."""
+
 import dataclasses
 
 import torch
@@ -51,6 +52,7 @@ def test_mlae_sources_start_with_sos_as_in_pretraining(tokenizer):
     """MLAE pretrains on "[SOS] TEXT [EOS]"; its seq2seq, UniLM-style and NAR fine-tunings, and
     their decoders, feed "[SOS] SRC [EOS]". T5's encoder never saw [SOS], and gets none."""
     import numpy as np
+
     cfg = tiny_cfg(tokenizer)
     ex = mlae_example(np.arange(10, 30), np.random.default_rng(0), tokenizer)
     assert ex["enc_tok"][0] == SOS and ex["enc_pos"][0] == 0  # what pretraining's encoder reads first
@@ -60,7 +62,7 @@ def test_mlae_sources_start_with_sos_as_in_pretraining(tokenizer):
         arch, cfg2, model = fine_tuned("mlae-a", cfg, mlae.state_dict(), style=style, nar=nar)
         assert cfg2.enc_sos, arch
         src = seq2seq_ops(arch, sos=cfg2.enc_sos).batch([(ids, ids)], tokenizer, 40, 8).src
-        assert src[0, 0].item() == SOS and src[0, 1:len(ids) + 1].tolist() == list(ids), arch
+        assert src[0, 0].item() == SOS and src[0, 1 : len(ids) + 1].tolist() == list(ids), arch
         assert encoder_input(model, [ids], tokenizer)[0][0, 0].item() == SOS, arch
     t5_arch, t5_cfg = seq2seq_arch("t5", cfg, False, None)
     assert not t5_cfg.enc_sos

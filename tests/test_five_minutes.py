@@ -1,5 +1,6 @@
 """tools/five_minutes.py, the README's five-minute path: each command run and timed in the
 repository root, its last lines kept; the README's block rendered from that record."""
+
 import json
 import os
 
@@ -7,9 +8,12 @@ from tools import five_minutes, render_release
 
 
 def test_each_step_is_run_timed_and_its_last_lines_of_stdout_kept(tmp_path):
-    steps = [five_minutes.Step("a first line", ["-c", "print('a'); print(); print('b')"], keep=1),
-             five_minutes.Step("both lines", ["-c", "import sys; print('c'); print('d'); print('e', file=sys.stderr)"],
-                               keep=2)]
+    steps = [
+        five_minutes.Step("a first line", ["-c", "print('a'); print(); print('b')"], keep=1),
+        five_minutes.Step(
+            "both lines", ["-c", "import sys; print('c'); print('d'); print('e', file=sys.stderr)"], keep=2
+        ),
+    ]
     record = five_minutes.run(steps, "a test machine", root=str(tmp_path))
     assert [s["output"] for s in record["steps"]] == [["b"], ["c", "d"]]  # stdout's, not the progress on stderr
     assert all(s["seconds"] >= 0 for s in record["steps"]) and record["machine"] == "a test machine"

@@ -1,6 +1,7 @@
 """One place per flag, and one frozen config per run: every flag of train.py, finetune.py and
 eval.py is declared by exactly one record or shared set (each script's DECLARED_BY), with its rule
 beside it; the config a run reads refuses assignment once resolved."""
+
 import argparse
 
 import pytest
@@ -27,6 +28,7 @@ def test_a_flag_declared_twice_is_caught():
     """What the walk catches: a record declaring a flag a shared set declares."""
     import train
     from core.objectives import OBJECTIVES
+
     record = next(o for o in OBJECTIVES.values() if o.add_flags)
     sets = dict(train.DECLARED_BY, again=lambda p: (record.add_flags(p), p.add_argument("--steps")))
     owners = {}
@@ -36,13 +38,18 @@ def test_a_flag_declared_twice_is_caught():
     assert owners["steps"] == ["train.py", "again"]
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["--steps", "0"], "--steps 0 must be at least 1"),
-    (["--objective", "elmer", "--dec-len", "1"], "--dec-len 1 must be at least 2"),
-    (["--keep", "0.95"], "--keep 0.95 must be a share of the masked tokens in [0, 0.9]"),
-    (["--seq-len", "4"], "--seq-len 4 must be at least 8")])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--steps", "0"], "--steps 0 must be at least 1"),
+        (["--objective", "elmer", "--dec-len", "1"], "--dec-len 1 must be at least 2"),
+        (["--keep", "0.95"], "--keep 0.95 must be a share of the masked tokens in [0, 0.9]"),
+        (["--seq-len", "4"], "--seq-len 4 must be at least 8"),
+    ],
+)
 def test_each_rule_is_checked_where_its_flag_is_declared(argv, words):
     import train
+
     with pytest.raises(UserError, match=words.replace("[", r"\[").replace("]", r"\]")):
         train.get_args(argv)
 
@@ -63,6 +70,7 @@ def test_the_config_refuses_assignment(script, argv):
 
 def test_the_config_is_what_the_objective_makes_of_the_flags():
     import train
+
     args = train.get_args(["--objective", "mlm"])
     assert args.losses == "ae" and args.given == {"objective"}  # mlm is pmlm --losses ae
     assert args.line().startswith("config: objective=mlm ")
@@ -71,6 +79,7 @@ def test_the_config_is_what_the_objective_makes_of_the_flags():
 
 def test_a_rule_lives_on_the_declaration():
     from core.flags import AT_LEAST_1, flag, rules_of
+
     p = argparse.ArgumentParser()
     flag(p, "--n", rule=AT_LEAST_1, type=int, default=1)
     flag(p, "--free", default=None)

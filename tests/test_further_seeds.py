@@ -1,6 +1,7 @@
 """reproduce/further_seeds.py: a further seed runs only where a pair it enters is not resolved now and
 would be with one more seed a side; a first seed that only archived verdicts read is not run again;
 the runner's --dry-run says which and why."""
+
 import json
 import os
 
@@ -25,8 +26,17 @@ def evaluated(out, accuracies):
         right = round(acc / 100 * N)
         with open(os.path.join(out, name, "outputs-best-test.jsonl"), "w") as f:
             for i in range(N):
-                f.write(json.dumps(dict(source=f"doc {i}", reference="libs", prediction="libs" if i < right else "x",
-                                        task="classify")) + "\n")
+                f.write(
+                    json.dumps(
+                        dict(
+                            source=f"doc {i}",
+                            reference="libs",
+                            prediction="libs" if i < right else "x",
+                            task="classify",
+                        )
+                    )
+                    + "\n"
+                )
         runs["eval-" + name] = dict(status="done", seconds=1.0, files=[f"{name}/eval-best-test.json"])
     return dict(runs=runs)
 
@@ -94,6 +104,7 @@ def test_a_first_seed_only_archived_verdicts_read_is_not_run_again(tmp_path, cap
     """With the archive's verdicts in OUT, the runs only claims 1, 6, 7, 8 read are not run again,
     nor the pretrainings only they need; a run another claim reads is (sum-pmlm: claim 4)."""
     from reproduce import archive
+
     out = str(tmp_path / "r")
     assert archive.main(["restore", os.path.join(ROOT, "results", "cpu-budget", "archive"), out]) == 0
     assert reproduce.main(["--budget", "cpu", "--out", out, "--dry-run"]) == 0
@@ -149,6 +160,7 @@ def test_a_seed_spared_during_a_sitting_is_not_run_nor_requeued(tmp_path, capsys
     def later(name, state, out):  # needed when the sitting lists its runs, spared when it reaches them
         looks.append(name)
         return not_needed(name, state, out) if looks.count(name) > 1 else None
+
     monkeypatch.setattr(reproduce, "not_needed", later)
     ran = []
     monkeypatch.setattr(reproduce, "execute", lambda *a, **k: ran.append(a) or (0, None, None))

@@ -1,4 +1,5 @@
 """bench/gpu_check.py's CPU side: its arguments, the wheels it names, its one-line refusal, its caches."""
+
 import os
 import subprocess
 import sys
@@ -13,11 +14,13 @@ from conftest import ROOT
 def test_every_module_it_imports_is_found_as_it_is_run():
     """`python -m bench.gpu_check` from the root has no bench/ on its path: each module the script
     imports, at its top or inside a part, must be found from there."""
-    code = ("import ast, importlib.util; t = ast.parse(open('bench/gpu_check.py').read() + "
-            "open('bench/gpu_lease.py').read()); "
-            "mods = {a.name for n in ast.walk(t) if isinstance(n, ast.Import) for a in n.names} | "
-            "{n.module for n in ast.walk(t) if isinstance(n, ast.ImportFrom) and n.level == 0}; "
-            "print(sorted(m for m in mods if importlib.util.find_spec(m) is None))")
+    code = (
+        "import ast, importlib.util; t = ast.parse(open('bench/gpu_check.py').read() + "
+        "open('bench/gpu_lease.py').read()); "
+        "mods = {a.name for n in ast.walk(t) if isinstance(n, ast.Import) for a in n.names} | "
+        "{n.module for n in ast.walk(t) if isinstance(n, ast.ImportFrom) and n.level == 0}; "
+        "print(sorted(m for m in mods if importlib.util.find_spec(m) is None))"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
@@ -26,13 +29,26 @@ def test_arguments():
     args = gpu_check.get_args(["--part", "pmlm", "--out", "x", "--steps", "20"])
     assert (args.part, args.out, args.steps, args.wheels) == ("pmlm", "x", 20, False)
     assert gpu_check.get_args(["--wheels"]).part is None
-    for bad in ([], ["--part", "everything"], ["--part", "pmlm", "--steps", "0"],
-                ["--part", "pmlm", "--loss-tolerance", "nan"]):
+    for bad in (
+        [],
+        ["--part", "everything"],
+        ["--part", "pmlm", "--steps", "0"],
+        ["--part", "pmlm", "--loss-tolerance", "nan"],
+    ):
         with pytest.raises(SystemExit) as e:
             gpu_check.get_args(bad)
         assert e.value.code == 2, bad
-    assert set(gpu_check.PARTS) == {"tests-kernels", "tests-rest", "bench", "profile", "pmlm", "speed", "decode",
-                                    "step", "tune"}
+    assert set(gpu_check.PARTS) == {
+        "tests-kernels",
+        "tests-rest",
+        "bench",
+        "profile",
+        "pmlm",
+        "speed",
+        "decode",
+        "step",
+        "tune",
+    }
     assert set(gpu_check.RUNS) == set(gpu_check.PARTS)
     for bad in (["--part", "speed", "--budget", "0"],):
         with pytest.raises(SystemExit):
@@ -40,8 +56,11 @@ def test_arguments():
 
 
 def test_every_benchmark_is_run_with_a_target():
-    scripts = sorted(f"bench.{f[:-3]}" for f in os.listdir(os.path.join(ROOT, "bench"))
-                     if f.startswith("bench_") and f.endswith(".py"))
+    scripts = sorted(
+        f"bench.{f[:-3]}"
+        for f in os.listdir(os.path.join(ROOT, "bench"))
+        if f.startswith("bench_") and f.endswith(".py")
+    )
     assert sorted(s for s, _, _ in gpu_check.BENCHES) == scripts
     assert all(target for _, _, target in gpu_check.BENCHES)
     assert all(os.path.exists(os.path.join(ROOT, f)) for f in gpu_check.KERNEL_TESTS)
@@ -72,8 +91,14 @@ def test_wheel_list(monkeypatch, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is what a machine without CUDA says")
 def test_refuses_on_a_cpu_in_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--part", "bench", "--out", str(tmp_path / "g")],
-                       cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_check", "--part", "bench", "--out", str(tmp_path / "g")],
+        cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "CUDA" in lines[0], r.stderr
     assert not os.path.exists(tmp_path / "g")
@@ -81,6 +106,7 @@ def test_refuses_on_a_cpu_in_one_line(tmp_path):
 
 def test_the_compilation_caches_go_to_one_folder_and_come_back_packed(monkeypatch, tmp_path):
     import tarfile
+
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.setenv(var, "unset")  # restored after the test
     folder = gpu_lease.use_cache(str(tmp_path / "cache"))
@@ -107,6 +133,7 @@ def test_tune_sweeps_then_times_the_steps_with_what_the_sweep_saved(monkeypatch,
         if "bench.bench_attention" in cmd and saves:
             swept.write_text('{"64": [64, 64, 4, 3, 64, 64, 4, 3, 4, 3], "fused_dq": false}')
         return 0, "done", 1.0
+
     monkeypatch.setattr(gpu_check.Report, "run", run)
     args = gpu_check.get_args(["--part", "tune", "--out", str(tmp_path / "out")])
     for saves in (False, True):
@@ -129,9 +156,11 @@ def test_the_prepared_call_fits_its_eight_minutes_and_runs_every_step_and_method
     within the 480 s budget, and the output folder named after the device and the day."""
     import argparse
     import time
+
     ran = []
-    monkeypatch.setattr(gpu_check.Report, "run", lambda self, cmd, env=None, timeout=560: ran.append(
-        (cmd, timeout)) or (0, "done", 1.0))
+    monkeypatch.setattr(
+        gpu_check.Report, "run", lambda self, cmd, env=None, timeout=560: ran.append((cmd, timeout)) or (0, "done", 1.0)
+    )
     monkeypatch.setattr(gpu_check, "part_profile", lambda rep, objectives, tiny=False: ran.append((["profile"], 0)))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     args = gpu_check.get_args(["--part", "all", "--out", str(tmp_path)])
@@ -151,24 +180,35 @@ def test_the_prepared_call_fits_its_eight_minutes_and_runs_every_step_and_method
     assert gpu_check.default_out(argparse.Namespace(out=None, part="pmlm"), "NVIDIA H200") == "gpu_check"
 
 
-@pytest.mark.skipif(torch.cuda.is_available() or not os.environ.get("TEXTGEN_REHEARSAL"),
-                    reason="the CPU's rehearsal of the GPU call, minutes long: run it before a GPU call with "
-                           "TEXTGEN_REHEARSAL=1 python -m pytest tests/test_gpu_check.py")
+@pytest.mark.skipif(
+    torch.cuda.is_available() or not os.environ.get("TEXTGEN_REHEARSAL"),
+    reason="the CPU's rehearsal of the GPU call, minutes long: run it before a GPU call with "
+    "TEXTGEN_REHEARSAL=1 python -m pytest tests/test_gpu_check.py",
+)
 def test_the_prepared_call_runs_end_to_end_at_tiny_shapes(tmp_path):
     """python -m bench.gpu_check --part all --tiny on a CPU: every step runs to its end (the steps with
     the CPU's methods, compiled and graph modes at the compiler's tracing, the harness under the
     interpreter, the profile), and OUT holds the environment, the rows and each JSON."""
     import json
+
     out = tmp_path / "g"
-    r = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--part", "all", "--tiny", "--out", str(out),
-                        "--budget", "3000"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
-                       text=True, timeout=3600)
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_check", "--part", "all", "--tiny", "--out", str(out), "--budget", "3000"],
+        cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     env = json.loads((out / "environment.json").read_text())
     assert {"device", "torch", "triton", "commit", "date", "command"} <= set(env) and "--part all" in env["command"]
     rows = (out / "results.md").read_text()
-    steps = [l for l in rows.split("### all: steps")[1].split("###")[0].splitlines() if l.startswith("| ") and
-             not l.startswith("| step")]
+    steps = [
+        l
+        for l in rows.split("### all: steps")[1].split("###")[0].splitlines()
+        if l.startswith("| ") and not l.startswith("| step")
+    ]
     assert len(steps) == 4 and all(l.split("|")[2].strip() == "0" for l in steps), steps
     assert "kernels / wall" in rows
     pmlm = json.loads((out / "step-pmlm.json").read_text())

@@ -2,6 +2,7 @@
 rouge-score, a failed Triton import is said once, a process per GPU that does not exist is refused,
 a suite started with SIGINT ignored still gives its child the default handler, and a torchrun
 worker's own error reaches the user as its `error:` line."""
+
 import os
 import signal
 import subprocess
@@ -22,22 +23,26 @@ def python(code):
 
 
 def test_scripts_import_without_rouge_score():
-    r = python("import sys; sys.modules['rouge_score'] = None\n"
-               "import train, finetune, eval\n"
-               "from core.generation import rouge\n"
-               "from core.errors import UserError\n"
-               "try:\n    rouge(['a'], ['a'])\nexcept UserError as e:\n    print('refused:', e)\n")
+    r = python(
+        "import sys; sys.modules['rouge_score'] = None\n"
+        "import train, finetune, eval\n"
+        "from core.generation import rouge\n"
+        "from core.errors import UserError\n"
+        "try:\n    rouge(['a'], ['a'])\nexcept UserError as e:\n    print('refused:', e)\n"
+    )
     assert r.returncode == 0, r.stderr
     assert "refused: ROUGE needs the rouge-score package" in r.stdout, r.stdout
 
 
 def test_failed_triton_import_is_said_once_on_cuda():
     """No GPU is needed: the backend is resolved from the device type alone."""
-    r = python("import sys; sys.modules['triton'] = None\n"
-               "import torch, kernels\n"
-               "cuda = torch.device('cuda')\n"
-               "print(kernels.resolve_backend('auto', cuda), kernels.resolve_backend('auto', cuda))\n"
-               "print(kernels.resolve_backend('auto', torch.device('cpu')))\n")
+    r = python(
+        "import sys; sys.modules['triton'] = None\n"
+        "import torch, kernels\n"
+        "cuda = torch.device('cuda')\n"
+        "print(kernels.resolve_backend('auto', cuda), kernels.resolve_backend('auto', cuda))\n"
+        "print(kernels.resolve_backend('auto', torch.device('cpu')))\n"
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["reference", "reference", "reference"]
     warnings = [l for l in r.stderr.splitlines() if l.startswith("warning: ")]
@@ -46,6 +51,7 @@ def test_failed_triton_import_is_said_once_on_cuda():
 
 def test_local_rank_past_the_gpus_is_refused(monkeypatch):
     from core import distributed
+
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(UserError, match="local rank 1.*1 GPU"):
@@ -87,14 +93,35 @@ def test_torchrun_one_rank_error_reaches_the_user(text_file, tmp_path):
     before any report of process 0 losing contact."""
     script = tmp_path / "one_rank_fails.py"
     script.write_text(ONE_RANK_FAILS)
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        str(script),
-                        "--data", text_file, "--device", "cpu", "--out", str(tmp_path / "o"), "--steps", "2"] + TINY,
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(script),
+            "--data",
+            text_file,
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "o"),
+            "--steps",
+            "2",
+        ]
+        + TINY,
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode != 0
     lines = r.stderr.splitlines()
     errors = [i for i, l in enumerate(lines) if l.startswith("error: ")]
-    assert [lines[i] for i in errors] == ["error: data file unreadable on process 1 only (process 1 of 2: this stopped "
-                                          "the run)"], r.stderr[-3000:]
+    assert [lines[i] for i in errors] == [
+        "error: data file unreadable on process 1 only (process 1 of 2: this stopped the run)"
+    ], r.stderr[-3000:]
     lost = [i for i, l in enumerate(lines) if "Connection closed by peer" in l or l.startswith("stopped: ")]
     assert all(i > errors[0] for i in lost), r.stderr[-3000:]

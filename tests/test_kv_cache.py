@@ -2,6 +2,7 @@
 decoder that keeps one (T5's, UniLMv2's, MLAE's UniLM-style) gives at every step the logits of a
 full forward over everything fed so far, across the reorders of a beam search; the fixed-slot cache
 of core/static_beam.py gives the logits of the growing one."""
+
 import pytest
 import torch
 
@@ -45,13 +46,22 @@ def test_keys_append_and_reorder():
     """keys: the cache's keys then the step's own; append keeps them; reorder moves every row's
     keys, metadata and memory together."""
     N, H, D = 3, 2, 4
-    kv = lambda L, base: [(torch.full((N, H, L, D), base) + torch.arange(N)[:, None, None, None],  # noqa: E731
-                           torch.full((N, H, L, D), -base) - torch.arange(N)[:, None, None, None])]
+    kv = lambda L, base: [
+        (
+            torch.full((N, H, L, D), base) + torch.arange(N)[:, None, None, None],  # noqa: E731
+            torch.full((N, H, L, D), -base) - torch.arange(N)[:, None, None, None],
+        )
+    ]
     kind = torch.zeros(N, 2, dtype=torch.long)
     valid = torch.tensor([[True, True], [True, False], [True, True]])
     cross = kv(5, 100.0)
-    cache = KVCache(kv(2, 0.0), Meta(kind, kind, valid), torch.arange(2).expand(N, 2), cross,
-                    Meta(kind[:, :1], kind[:, :1], valid[:, :1]))
+    cache = KVCache(
+        kv(2, 0.0),
+        Meta(kind, kind, valid),
+        torch.arange(2).expand(N, 2),
+        cross,
+        Meta(kind[:, :1], kind[:, :1], valid[:, :1]),
+    )
     assert (cache.rows, cache.length, cache.past(0)[0].shape) == (3, 2, (N, H, 2, D))
     q = torch.full((N, 1), kernels.ORIGINAL)
     meta, pos = cache.keys(q, q + 4, q + 1)
@@ -107,9 +117,14 @@ def test_fixed_slots_give_the_growing_caches_logits():
         H, D = model.cfg.n_heads, model.cfg.head_dim
         slots = torch.arange(M).expand(N, M)
         at = torch.zeros(1, dtype=torch.long)
-        fixed = KVCache([(torch.zeros(N, H, M, D), torch.zeros(N, H, M, D)) for _ in model.dec_layers],
-                        Meta(torch.full((N, M), kernels.ORIGINAL), slots), slots, model.cross_kv(memory),
-                        model.memory_meta(valid), at)
+        fixed = KVCache(
+            [(torch.zeros(N, H, M, D), torch.zeros(N, H, M, D)) for _ in model.dec_layers],
+            Meta(torch.full((N, M), kernels.ORIGINAL), slots),
+            slots,
+            model.cross_kv(memory),
+            model.memory_meta(valid),
+            at,
+        )
         tokens = torch.full((N,), Tok.sos_id)
         g = torch.Generator().manual_seed(4)
         for t in range(M):
@@ -117,6 +132,6 @@ def test_fixed_slots_give_the_growing_caches_logits():
             a = model.decode_step(tokens, growing)
             b = model.decode_step_into(tokens, pos, Meta(torch.full((N, 1), kernels.ORIGINAL), pos), fixed)
             assert torch.allclose(a, b, atol=1e-5, rtol=0), report(f"step {t}", a, b)
-            assert torch.equal(fixed.kv[0][0][:, :, :t + 1], growing.kv[0][0])
+            assert torch.equal(fixed.kv[0][0][:, :, : t + 1], growing.kv[0][0])
             at += 1
             tokens = torch.randint(Tok.n_special, V, (N,), generator=g)

@@ -4,6 +4,7 @@ timing: those live in docs/ and docs/LOG.md), no file or function past its size 
 statements so that the formatter's layout never decides it (FILE_CAP, FUNCTION_CAP, LOOP_CAP below: what
 450, 80 and 150 lines held), and no test of a paper's or a way of decoding's name in product code,
 where the records dispatch."""
+
 import ast
 import glob
 import os
@@ -11,8 +12,11 @@ import re
 
 from conftest import ROOT
 
-SOURCES = sorted(p for p in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True)
-                 if not os.path.relpath(p, ROOT).startswith(("tests" + os.sep, "wheels" + os.sep, "checkpoints")))
+SOURCES = sorted(
+    p
+    for p in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True)
+    if not os.path.relpath(p, ROOT).startswith(("tests" + os.sep, "wheels" + os.sep, "checkpoints"))
+)
 
 
 def rel(p):
@@ -34,7 +38,7 @@ def test_no_import_circle():
                 base = node.module or ""
                 if node.level:
                     parts = pkg.split(".")
-                    base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
                 names = [base] + [f"{base}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -46,11 +50,12 @@ def test_no_import_circle():
         stack.append(m)
         for n in graph[m]:
             if seen.get(n) == "open":
-                cycles.append(stack[stack.index(n):] + [n])
+                cycles.append(stack[stack.index(n) :] + [n])
             elif n not in seen:
                 visit(n)
         stack.pop()
         seen[m] = "done"
+
     for m in sorted(graph):
         if m not in seen:
             visit(m)
@@ -65,7 +70,8 @@ def test_no_lab_notes_in_code():
         for i, line in enumerate(open(p), 1):
             line = re.sub(r"results/[\w./-]+", "results/PATH", line)
             if re.search(r"\b20\d\d-\d\d-\d\d\b", line) or re.search(
-                    r"\b(H100|H200|A100)\b[^\n]*\b\d+(\.\d+)?\s*(ms|us|x|%|TFLOP)", line):
+                r"\b(H100|H200|A100)\b[^\n]*\b\d+(\.\d+)?\s*(ms|us|x|%|TFLOP)", line
+            ):
                 bad.append(f"{rel(p)}:{i}: {line.strip()[:100]}")
     assert not bad, "\n".join(bad)
 
@@ -82,14 +88,19 @@ def test_a_bench_file_run_as_a_file_says_how_to_run_it():
     `error:` line naming `python -m bench...`, never a ModuleNotFoundError."""
     import subprocess
     import sys
+
     bad = []
     for p in sorted(glob.glob(os.path.join(ROOT, "bench", "*.py"))):
         if p.endswith("__init__.py"):
             continue
         r = subprocess.run([sys.executable, rel(p), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
         lines = r.stderr.strip().splitlines()
-        if r.returncode == 0 or len(lines) != 1 or not lines[0].startswith("error: ") \
-                or "python -m bench." not in lines[0]:
+        if (
+            r.returncode == 0
+            or len(lines) != 1
+            or not lines[0].startswith("error: ")
+            or "python -m bench." not in lines[0]
+        ):
             bad.append(f"{rel(p)}: status {r.returncode}, {r.stderr.strip()[-300:]!r}")
     assert not bad, "\n".join(bad)
 
@@ -131,8 +142,12 @@ def test_files_and_functions_stay_small():
 def test_the_size_caps_can_fail_and_ignore_layout():
     def function(name, n, nested=False):
         pad = "        " if nested else "    "
-        return f"def {name}():\n" + ("    def inner():\n" if nested else "") + "".join(
-            f"{pad}x{i} = {i}\n" for i in range(n))
+        return (
+            f"def {name}():\n"
+            + ("    def inner():\n" if nested else "")
+            + "".join(f"{pad}x{i} = {i}\n" for i in range(n))
+        )
+
     assert not oversized("m.py", function("f", FUNCTION_CAP))
     assert oversized("m.py", function("f", FUNCTION_CAP + 1)) == [f"m.py:f ({FUNCTION_CAP + 1} statements)"]
     assert oversized("m.py", function("f", FUNCTION_CAP, nested=True)) == [f"m.py:f ({FUNCTION_CAP + 1} statements)"]
@@ -150,7 +165,8 @@ def test_the_size_caps_can_fail_and_ignore_layout():
 # (core/objectives.py, core/architectures.py, core/decodings.py), never on a paper's or a way of
 # decoding's name
 PRODUCT = ["train.py", "finetune.py", "eval.py", "bench/bench_latency.py"] + sorted(
-    rel(p) for p in SOURCES if rel(p).startswith(("core" + os.sep, "kernels" + os.sep)))
+    rel(p) for p in SOURCES if rel(p).startswith(("core" + os.sep, "kernels" + os.sep))
+)
 KINDS = ("ar", "nar", "elmer", "mlae", "pmlm", "mlm", "t5", "t5-nar")
 
 
@@ -179,8 +195,13 @@ def kind_tests(tree):
             found.append((node.lineno, "looks a kind up by its name"))
         elif isinstance(node, ast.Call) and sum(k.arg in KINDS for k in node.keywords) > 1:
             found.append((node.lineno, "keys a dict by the kinds"))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
-                "startswith", "endswith") and node.args and has_kind(node.args[0]):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "endswith")
+            and node.args
+            and has_kind(node.args[0])
+        ):
             found.append((node.lineno, "tests a prefix by a kind's name"))
         elif isinstance(node, ast.Attribute) and node.attr == "name" and getattr(node.value, "id", None) == "obj":
             found.append((node.lineno, "obj.name"))
@@ -188,22 +209,28 @@ def kind_tests(tree):
 
 
 def test_no_paper_or_decoding_kind_by_name_outside_the_records():
-    bad = [f"{path}:{line}: {what}" for path in PRODUCT
-           for line, what in kind_tests(ast.parse(open(os.path.join(ROOT, path)).read()))]
+    bad = [
+        f"{path}:{line}: {what}"
+        for path in PRODUCT
+        for line, what in kind_tests(ast.parse(open(os.path.join(ROOT, path)).read()))
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_the_name_test_catches_what_the_records_replaced():
-    before = ('if ARCHS[arch].decode == "elmer":\n    x = dict(nar=1, elmer=2).get(how, "beam")\n'
-              'if "dec_len" in obj.flags or obj.name == "mlae": y\n'
-              'if self.name == "t5-nar" or objective in ("mlae", "t5-nar") or arch.startswith("mlae"): z\n'
-              'w = OBJECTIVES["mlae"]')
+    before = (
+        'if ARCHS[arch].decode == "elmer":\n    x = dict(nar=1, elmer=2).get(how, "beam")\n'
+        'if "dec_len" in obj.flags or obj.name == "mlae": y\n'
+        'if self.name == "t5-nar" or objective in ("mlae", "t5-nar") or arch.startswith("mlae"): z\n'
+        'w = OBJECTIVES["mlae"]'
+    )
     assert {line for line, _ in kind_tests(ast.parse(before))} == {1, 2, 3, 4, 5}
     # and put back into the product code, where the records stand for it
-    for path, record_field, name_test in (("core/objectives.py", "if self.framed:", 'if self.name == "mlae":'),
-                                          ("train.py", "if opts is not None:", 'if "dec_len" in obj.flags:'),
-                                          ("core/finetuning.py", "if not ARCHS[arch].exits:",
-                                           'if ARCHS[arch].decode != "elmer":')):
+    for path, record_field, name_test in (
+        ("core/objectives.py", "if self.framed:", 'if self.name == "mlae":'),
+        ("train.py", "if opts is not None:", 'if "dec_len" in obj.flags:'),
+        ("core/finetuning.py", "if not ARCHS[arch].exits:", 'if ARCHS[arch].decode != "elmer":'),
+    ):
         text = open(os.path.join(ROOT, path)).read()
         assert record_field in text
         assert kind_tests(ast.parse(text.replace(record_field, name_test))), path

@@ -1,6 +1,7 @@
 """The layout figures (tools/layouts.py) draw what the code builds: each drawn cell is the rule of
 kernels/reference.py on the layout of the module's example, a change to the rule changes the figure,
 the committed figures are what the code draws now, and the reading path names real code."""
+
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -16,8 +17,11 @@ from tools import figures, layouts
 def filled(svg, panel=0):
     """The (row, column) of every filled cell of a panel of the SVG."""
     cells = ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}rect")
-    return {(int(r.get("data-q")), int(r.get("data-k"))) for r in cells
-            if r.get("class") == "filled" and r.get("data-panel") == str(panel)}
+    return {
+        (int(r.get("data-q")), int(r.get("data-k")))
+        for r in cells
+        if r.get("class") == "filled" and r.get("data-panel") == str(panel)
+    }
 
 
 def true_cells(mask):
@@ -32,8 +36,10 @@ def test_the_pmlm_figure_draws_the_reference_rule_on_pmlm_layout():
     # the docstring's example as UniLMv2 Figure 5 draws it: 8 AE tokens, x4 x5 [P] [P], x2 [P]
     labels = [layouts.name(t) for t in ex["tokens"]]
     assert labels == ["[SOS]", "x1", "[M]", "x3", "[M]", "[M]", "x6", "[EOS]", "x4", "x5", "[P]", "[P]", "x2", "[P]"]
-    assert ex["pos"].tolist()[8:] == [4, 5, 4, 5, 2, 2] and ex["kind"].tolist()[8:] == [ORIGINAL] * 2 + [PSEUDO] * 2 + \
-        [ORIGINAL, PSEUDO]
+    assert ex["pos"].tolist()[8:] == [4, 5, 4, 5, 2, 2] and ex["kind"].tolist()[8:] == [ORIGINAL] * 2 + [PSEUDO] * 2 + [
+        ORIGINAL,
+        PSEUDO,
+    ]
     ae, p2 = range(8), 13  # the AE part sees itself only; step 2's [P] sees step 1's originals and itself
     assert {(i, j) for i, j in filled(svg) if i in ae} == {(i, j) for i in ae for j in ae}
     assert {j for i, j in filled(svg) if i == p2} == set(ae) | {8, 9, 13}
@@ -71,8 +77,9 @@ def test_the_elmer_figure_draws_who_runs_each_layer_and_what_its_queries_see():
     T, L = len(layouts.EXITS), len(model.dec_layers)
     assert [set(r) for r in ran] == [{t for t in range(T) if layouts.EXITS[t] > l} for l in range(L)]
     # left panel: row i is layer L - i; a token runs layers 1 .. its exit layer
-    assert filled(svg, 0) == {(L - 1 - l, t) for l in range(L) for t in ran[l]} | \
-        {(L - 1 - l, t) for l in range(L) for t in range(T) if l >= layouts.EXITS[t]}  # blue, or grey above
+    assert filled(svg, 0) == {(L - 1 - l, t) for l in range(L) for t in ran[l]} | {
+        (L - 1 - l, t) for l in range(L) for t in range(T) if l >= layouts.EXITS[t]
+    }  # blue, or grey above
     queries = ran[layouts.SHOWN - 1]
     assert self_.shape == (len(queries), T) and self_.all() and cross.all()  # every token, exited too
     assert filled(svg, 1) == {(i, j) for i in range(len(queries)) for j in range(T + cross.shape[1])}

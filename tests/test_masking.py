@@ -1,4 +1,5 @@
 """Blockwise masking (UniLMv2 Algorithm 1) and the PMLM input layout."""
+
 import numpy as np
 
 from core.masking import blockwise_mask, corrupt
@@ -66,4 +67,4 @@ def test_ablations_layout(tokenizer):
     ae = pmlm_example(ids, seg, special, rng(), tokenizer, losses="ae")
     par = pmlm_example(ids, seg, special, rng(), tokenizer, losses="par")
     assert len(ae["tokens"]) == len(ids) and (ae["kind"] == CONTEXT).all()
-    assert (par["target"][:len(ids)] == IGNORE).all() and (par["target"] != IGNORE).sum() > 0
+    assert (par["target"][: len(ids)] == IGNORE).all() and (par["target"] != IGNORE).sum() > 0

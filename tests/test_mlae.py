@@ -1,5 +1,6 @@
 """MLAE (core/mlae/model.py): the encoder sees only the unmasked tokens, the decoder variants see what
 they should, and the pipelines run end to end on the tiny preset."""
+
 import os
 
 import numpy as np
@@ -45,11 +46,10 @@ def test_encoder_input_is_the_unmasked_tokens():
         assert masked == round(0.15 * len(w))  # 15% of the maskable tokens
         assert batch.enc_valid[b].sum().item() == n - masked  # the encoder's input length
         assert batch.msk_valid[b].sum().item() == masked
-        pos = batch.enc_pos[b, :n - masked]
-        assert torch.equal(batch.full_tok[b, pos], batch.enc_tok[b, :n - masked])  # original positions
+        pos = batch.enc_pos[b, : n - masked]
+        assert torch.equal(batch.full_tok[b, pos], batch.enc_tok[b, : n - masked])  # original positions
         assert MASK not in batch.enc_tok[b].tolist()
         assert batch.full_tok[b, 0] == Tok.sos_id and batch.full_tok[b, n - 1] == Tok.eos_id
-
 
 
 def test_document_separators_are_never_masked():
@@ -71,7 +71,7 @@ def test_masked_ids_change_nothing(variant):
     changed = []
     for b, w in enumerate(ws):
         w = w.copy()
-        hidden = (batch.full_target[b, 1:len(w) + 1] != IGNORE).numpy()
+        hidden = (batch.full_target[b, 1 : len(w) + 1] != IGNORE).numpy()
         w[hidden] = 7 + (w[hidden] - 7 + 5) % (V - 7)
         changed.append(w)
     other, _ = batch_of(changed)
@@ -97,7 +97,7 @@ def test_every_mask_output_depends_on_every_latent(variant):
     rows = [divmod(i, h.shape[1]) for i in predict.tolist()]  # flat positions -> (example, position)
     for b in range(B):
         for j in [j for row, j in rows if row == b][:3]:
-            g, = torch.autograd.grad(h[b, j] @ r, latents, retain_graph=True)
+            (g,) = torch.autograd.grad(h[b, j] @ r, latents, retain_graph=True)
             seen = g[b].abs().sum(-1) > 0  # (U,)
             assert torch.equal(seen, batch.enc_valid[b]), (variant, b, j)  # every latent, no padding
             assert g[[i for i in range(B) if i != b]].abs().sum() == 0  # and no other example's
@@ -118,6 +118,7 @@ def test_b_cross_attention_sees_the_latents_positions(backend):
     [MASK] queries whose T5 bucket of the distance to it changed; without the cross-attention bias
     (or with a zero table, an older checkpoint's) it moves nothing."""
     import kernels
+
     if backend == "triton":
         pytest.importorskip("kernels.pseudo_attention")
     batch = batch_of(windows())[0].to(DEVICE)
@@ -131,15 +132,19 @@ def test_b_cross_attention_sees_the_latents_positions(backend):
         torch.manual_seed(0)
         model = MLAE(cfg, "b", cross_rel_pos=bias).to(DEVICE).eval()
         with kernels.use_backend(backend), torch.no_grad():
-            h0, h1 = (model.decode_masked(latents, p, batch.enc_valid, dec_tok, dec_pos, dec_valid)
-                      for p in (batch.enc_pos, moved_pos))
+            h0, h1 = (
+                model.decode_masked(latents, p, batch.enc_valid, dec_tok, dec_pos, dec_valid)
+                for p in (batch.enc_pos, moved_pos)
+            )
         moved = (h0 - h1).abs().amax(-1) > 1e-6  # (B, Ld)
         if not bias:
             assert not moved.any(), "without the bias a latent's position id must change nothing"
             continue
         assert not moved[[i for i in range(len(h0)) if i != b]].any()  # other texts untouched
-        old, new = (kernels.t5_bucket(p - dec_pos[b], cfg.rel_buckets, cfg.rel_max_distance)
-                    for p in (batch.enc_pos[b, j], moved_pos[b, j]))
+        old, new = (
+            kernels.t5_bucket(p - dec_pos[b], cfg.rel_buckets, cfg.rel_max_distance)
+            for p in (batch.enc_pos[b, j], moved_pos[b, j])
+        )
         want = (old != new) & dec_valid[b]
         assert want.any() and torch.equal(moved[b] & dec_valid[b], want), (moved[b], want)
     # an older (b) checkpoint, without the table, loads with a zero one: the same function
@@ -149,8 +154,10 @@ def test_b_cross_attention_sees_the_latents_positions(backend):
     model.load_state_dict(plain.state_dict())
     assert torch.equal(model.cross_rel_table, torch.zeros_like(model.cross_rel_table))
     with torch.no_grad():
-        a, c = (m.decode_masked(latents, batch.enc_pos, batch.enc_valid, dec_tok, dec_pos, dec_valid)
-                for m in (plain, model))
+        a, c = (
+            m.decode_masked(latents, batch.enc_pos, batch.enc_valid, dec_tok, dec_pos, dec_valid)
+            for m in (plain, model)
+        )
     assert torch.equal(a, c)
 
 
@@ -158,8 +165,10 @@ def test_b_cross_bias_trains_the_same_through_the_kernel():
     """Decoder (b)'s loss and every gradient, the cross-attention table's included, agree between
     the reference attention and the Triton kernel."""
     import kernels
+
     pytest.importorskip("kernels.pseudo_attention")
     from core.mlae.model import mlae_loss_sums
+
     batch = batch_of(windows(n=2, length=(70, 53)))[0].to(DEVICE)
     grads = {}
     for backend in ("reference", "triton"):
@@ -206,9 +215,11 @@ def test_pretraining_runs(mlae_checkpoint):
 # -----------------------------------------------------------------------------
 # fine-tuning: cross-attention init, scheduled masking, and the pipelines end to end
 
+
 def test_cross_attention_init():
     from core.mlae.model import init_from_pretrained
     from core.model import EncoderDecoder
+
     pre = tiny_model("a").state_dict()
     cfg = preset("tiny", vocab_size=V, n_dec_layers=1, dropout=0.0)
     for how in ("self", "partial", "random"):
@@ -230,6 +241,7 @@ def test_cross_attention_init():
 
 def test_mask_schedules():
     from core.mlae.model import mask_ratio
+
     T = 100
     lin = [mask_ratio("linear", 0.6, t, T) for t in range(T + 1)]
     assert lin[0] == 0.6 and lin[T] == 0.0 and lin[50] == pytest.approx(0.3)
@@ -241,6 +253,7 @@ def test_mask_schedules():
 def test_scheduled_masking_masks_decoder_inputs_at_the_ratio():
     from core.batch import Batch
     from core.mlae.model import ScheduledMasking
+
     seen = []
     sched = ScheduledMasking(lambda model, b: seen.append(b.tgt_in) or {}, "linear", 0.6, 10)
     tgt = torch.randint(10, V, (64, 40))
@@ -264,22 +277,55 @@ def task_files(tmp_path_factory):
     return write_task_files(tmp_path_factory.mktemp("mlae_tasks"), dict(train=96, valid=16, test=6))
 
 
-FT = ["--epochs", "1", "--batch", "32", "--micro-batch", "16", "--max-src", "32", "--max-tgt", "12",
-      "--rouge-examples", "4", "--valid-examples", "16", "--log-every", "1"]
+FT = [
+    "--epochs",
+    "1",
+    "--batch",
+    "32",
+    "--micro-batch",
+    "16",
+    "--max-src",
+    "32",
+    "--max-tgt",
+    "12",
+    "--rouge-examples",
+    "4",
+    "--valid-examples",
+    "16",
+    "--log-every",
+    "1",
+]
 
 
 def finetune_and_eval(init, task_files, out, *flags):
     import eval as evaluate_script
     import finetune
-    finetune.main(["--init", init, "--train-data", task_files["train"], "--valid-data", task_files["valid"],
-                   "--out", out] + FT + list(flags))
-    return evaluate_script.main([os.path.join(out, "best.pt"), "--data", task_files["test"], "--beam", "2",
-                                 "--batch-size", "3", "--latency-samples", "1", "--no-lead"])[0]
+
+    finetune.main(
+        ["--init", init, "--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", out]
+        + FT
+        + list(flags)
+    )
+    return evaluate_script.main(
+        [
+            os.path.join(out, "best.pt"),
+            "--data",
+            task_files["test"],
+            "--beam",
+            "2",
+            "--batch-size",
+            "3",
+            "--latency-samples",
+            "1",
+            "--no-lead",
+        ]
+    )[0]
 
 
 def test_pretrain_then_classify(mlae_checkpoint, task_files, tmp_path):
-    row = finetune_and_eval(os.path.join(mlae_checkpoint, "last.pt"), task_files, str(tmp_path / "c"),
-                            "--task", "classify")
+    row = finetune_and_eval(
+        os.path.join(mlae_checkpoint, "last.pt"), task_files, str(tmp_path / "c"), "--task", "classify"
+    )
     assert row["arch"] == "mlae-b" and 0 <= row["accuracy"] <= 100 and 0 <= row["macro_f1"] <= 100
 
 
@@ -289,12 +335,35 @@ def test_classify_under_two_processes(mlae_checkpoint, task_files, tmp_path):
     import subprocess
     import sys
     from conftest import ROOT
+
     out = str(tmp_path / "c2")
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        "finetune.py", "--init", os.path.join(mlae_checkpoint, "last.pt"), "--task", "classify",
-                        "--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", out,
-                        "--device", "cpu"] + FT,  # gloo: also on a machine with one GPU
-                       cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "finetune.py",
+            "--init",
+            os.path.join(mlae_checkpoint, "last.pt"),
+            "--task",
+            "classify",
+            "--train-data",
+            task_files["train"],
+            "--valid-data",
+            task_files["valid"],
+            "--out",
+            out,
+            "--device",
+            "cpu",
+        ]
+        + FT,  # gloo: also on a machine with one GPU
+        cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert os.path.exists(os.path.join(out, "best.pt"))
 
@@ -326,12 +395,24 @@ def test_nar_pipelines(init, mlae_checkpoint, text_file, task_files, tmp_path):
     assert 0 <= row["rougeL"] <= 100 and row["latency_ms"] > 0
     if init == "t5-nar":  # the pretrained length predictor is loaded, not fresh
         import eval as evaluate_script
+
         pre_sd = torch.load(ckpt, weights_only=True)["model"]
         ft = torch.load(os.path.join(tmp_path / "nar", "last.pt"), weights_only=True)
         assert ft["args"]["adaptive_stop"] is False and set(ft["model"]) == set(pre_sd) - {"cross_rel_table"}
         best = os.path.join(tmp_path / "nar", "best.pt")
-        row = evaluate_script.main([best, "--data", task_files["test"], "--adaptive-stop", "--batch-size", "3",
-                                    "--latency-samples", "1", "--no-lead"])[0]
+        row = evaluate_script.main(
+            [
+                best,
+                "--data",
+                task_files["test"],
+                "--adaptive-stop",
+                "--batch-size",
+                "3",
+                "--latency-samples",
+                "1",
+                "--no-lead",
+            ]
+        )[0]
         used, budget = row["iterations"].split(" / ")
         assert budget == "4" and 1 <= float(used) <= 4
 
@@ -339,6 +420,7 @@ def test_nar_pipelines(init, mlae_checkpoint, text_file, task_files, tmp_path):
 def test_unilm_style_prefix_rule_and_cache():
     from core.generation import generate
     from core.mlae.model import MLAEUniLM
+
     torch.manual_seed(0)
     cfg = preset("tiny", vocab_size=V, n_dec_layers=2, dropout=0.0)
     model = MLAEUniLM(cfg).eval()
@@ -359,6 +441,7 @@ def test_unilm_style_prefix_rule_and_cache():
 
     class Tok:
         sos_id, eos_id, pad_id = 2, 3, 0
+
     sources = [src[0].tolist(), src[1, :6].tolist()]
     for beam in (1, 3):
         fast = generate(model, "mlae-unilm", sources, Tok, beam=beam, max_len=7, return_scores=True)
@@ -367,8 +450,15 @@ def test_unilm_style_prefix_rule_and_cache():
 
 
 def test_pretrain_then_ar_unilm(mlae_checkpoint, task_files, tmp_path):
-    row = finetune_and_eval(os.path.join(mlae_checkpoint, "last.pt"), task_files, str(tmp_path / "u"),
-                            "--style", "unilm", "--mask-schedule", "constant")
+    row = finetune_and_eval(
+        os.path.join(mlae_checkpoint, "last.pt"),
+        task_files,
+        str(tmp_path / "u"),
+        "--style",
+        "unilm",
+        "--mask-schedule",
+        "constant",
+    )
     assert row["arch"] == "mlae-unilm" and 0 <= row["rougeL"] <= 100
 
 
@@ -387,6 +477,7 @@ def test_roberta_baseline_for_generation(text_file, task_files, tmp_path):
 
 def test_bad_flag_combinations(mlae_checkpoint, task_files, tmp_path, capsys):
     import finetune
+
     base = ["--train-data", task_files["train"], "--valid-data", task_files["valid"], "--out", str(tmp_path / "x")]
     with pytest.raises(SystemExit) as e:
         finetune.main(base + ["--init", "none", "--arch", "unilm", "--model", "tiny", "--vocab-size", "600", "--nar"])

@@ -1,5 +1,6 @@
 """Mask-Predict (core/mlae/mask_predict.py) against toy models whose confidences are known, CMLM batches, and
 batched == one by one on a real tiny NARModel."""
+
 import dataclasses
 
 import numpy as np
@@ -73,8 +74,9 @@ def test_runs_every_iteration_on_a_model_that_stops_changing():
     # adaptive: n = 4, 4 at t = 1, 2 with the same 4 least confident positions -> pass 2 would
     # see pass 1's input again; the candidate stops after 2 passes, with the same output
     toy = make()
-    out, det = mask_predict(toy, MASK, length_beam=1, iterations=10, max_len=10, return_details=True,
-                            adaptive_stop=True)
+    out, det = mask_predict(
+        toy, MASK, length_beam=1, iterations=10, max_len=10, return_details=True, adaptive_stop=True
+    )
     assert len(toy.calls) == 2 and det["iterations"].tolist() == [2, 2]
     assert out == [[10, 11, 12, 13, 14]] * 2
     # n = 4, 3, 2, 1 (L = I = 5): the masked state never repeats, every pass runs
@@ -105,8 +107,9 @@ def test_merges_consecutive_duplicates():
 def test_length_beam_picks_the_best_mean_log_probability():
     # the predictor ranks 4 > 2 > 6; the candidate of length 6 is the most confident on average
     mean = {4: -1.0, 2: -0.7, 6: -0.2}
-    make = lambda: Toy(lengths_table(1, [4, 2, 6]), token=lambda call, r, i: 10 + i, conf=lambda r, i,
-                       L: mean.get(L, -5.0))
+    make = lambda: Toy(
+        lengths_table(1, [4, 2, 6]), token=lambda call, r, i: 10 + i, conf=lambda r, i, L: mean.get(L, -5.0)
+    )
     out, det = mask_predict(make(), MASK, length_beam=3, iterations=4, max_len=10, return_details=True)
     assert det["length"].tolist() == [6] and det["score"].item() == pytest.approx(-0.2)
     assert out == [[10, 11, 12, 13, 14, 15]]
@@ -144,6 +147,7 @@ def test_static_and_graphed_decoding_equal_the_eager_one_with_no_sync_per_iterat
     graphs=True (on the CPU: the same static calls, eagerly) gives the same tokens; a decoding
     without adaptive stop syncs with the host as often at 2 iterations as at 6."""
     from test_exit_pass import Count
+
     model = tiny_nar(1)
     with torch.no_grad():
         model.length.bias.copy_(torch.randn(64) * 3)
@@ -160,13 +164,14 @@ def test_static_and_graphed_decoding_equal_the_eager_one_with_no_sync_per_iterat
         with Count() as c:
             mask_predict(dec, MASK, 3, iterations, max_len=12)
         return c.syncs
-    assert syncs(2) == syncs(6)
 
+    assert syncs(2) == syncs(6)
 
 
 def test_the_remask_takes_the_least_confident_ties_to_the_earlier_position():
     """_remask's ranks by comparison are the inverse of a stable argsort, ties and +inf padding included."""
     from core.mlae.mask_predict import _remask
+
     g = torch.Generator().manual_seed(0)
     conf = torch.randint(0, 4, (64, 9), generator=g).float().neg()  # many ties
     conf[:, 7:] = float("inf")
@@ -176,11 +181,13 @@ def test_the_remask_takes_the_least_confident_ties_to_the_earlier_position():
         n = ((lengths * (5 - t)) // 5).clamp_min(1)
         assert torch.equal(_remask(conf, lengths, t, 5), rank < n[:, None])
 
+
 def test_a_static_decoding_is_one_call_whatever_the_iterations(monkeypatch):
     """A static decoder runs the whole decoding (every iteration and the re-masking between them)
     as one StaticDecode.run (on a GPU with graphs, one replay), kept per shape and iteration count
     and reused across sources, with the tokens of the eager decoding each time."""
     from core.mlae import mask_predict as mp
+
     model = tiny_nar(2)
     rng = np.random.default_rng(2)
     calls = []
@@ -194,6 +201,7 @@ def test_a_static_decoding_is_one_call_whatever_the_iterations(monkeypatch):
             assert calls == [(iterations, MASK, 0)]
             assert out == mask_predict(NARDecoder(model, src, Tok), MASK, 2, iterations, max_len=10)
     assert len(mp._STEPS[model]) == 2  # one per iteration count: same shapes (sources padded to 64)
+
 
 def test_cmlm_batch_and_loss():
     pairs = [(list(range(10, 20)), [11, 12, 13, 14, 15]), (list(range(10, 15)), [16, 17])]
@@ -227,9 +235,11 @@ def test_the_decoder_is_bidirectional():
 # -----------------------------------------------------------------------------
 # T5-NAR pretraining (train.py --objective t5-nar)
 
+
 def t5_nar_examples(tokenizer, n=4, window=40):
     from core.data import TokenStream
     from core.mlae.nar import t5_nar_batch
+
     ids = [list(range(100, 100 + 50))] * 3  # text ids (over the sentinels')
     stream = TokenStream([np.asarray(i) for i in ids], window, 0, sep=tokenizer.eos_id)
     return stream, t5_nar_batch(stream, list(range(n)), tokenizer)
@@ -237,12 +247,13 @@ def t5_nar_examples(tokenizer, n=4, window=40):
 
 def test_t5_nar_batch_masks_and_predicts_every_masked_token(tokenizer):
     from core.t5 import span_corruption
+
     stream, b = t5_nar_examples(tokenizer)
     for r in range(4):
         window, rng = stream.window_at(r)
         src, tgt = span_corruption(window, rng, tokenizer)
         L = int(b.tgt_valid[r].sum())
-        assert b.src[r, :len(src)].tolist() == src.tolist()
+        assert b.src[r, : len(src)].tolist() == src.tolist()
         assert b.tgt[r, :L].tolist() == tgt[:-1].tolist() and b.length[r] == L  # T5's target, no [EOS]
         text = torch.tensor([t >= tokenizer.n_special for t in tgt[:-1].tolist()])
         assert 0 < int(text.sum()) < L and b.tgt[r, 0] == tokenizer.sentinel(0)
@@ -254,6 +265,7 @@ def test_t5_nar_batch_masks_and_predicts_every_masked_token(tokenizer):
     n_text = int((b.tgt[b.tgt_valid] >= tokenizer.n_special).sum())
     assert b.norm == n_text < int(b.tgt_valid.sum())
     from core.mlae.nar import t5_nar_loss_sums
+
     model = NARModel(preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0))
     sums = t5_nar_loss_sums(model, b)
     assert sums["n"].item() == b.norm and sums["len_n"].item() == 4  # every masked token is predicted
@@ -262,6 +274,7 @@ def test_t5_nar_batch_masks_and_predicts_every_masked_token(tokenizer):
 
 def test_sentinel_anchors_point_at_each_spans_sentinel(tokenizer):
     from core.mlae.nar import sentinel_anchors
+
     s0, s1, s2 = (tokenizer.sentinel(i) for i in range(3))
     src = [100, s0, 104, 105, s1, 109, s2]  # x1 <s0> x4 x5 <s1> x9 <s2>
     tgt = [s0, 101, 102, s1, 106, 107, 108, s2, 110]
@@ -305,6 +318,7 @@ def test_t5_nar_length_loss_stays_out_of_the_encoder(tokenizer):
     """In T5-NAR pretraining the length predictor's loss trains the predictor alone (with
     length_grad it reaches the encoder, as in CMLM fine-tuning)."""
     from core.mlae import nar
+
     _, b = t5_nar_examples(tokenizer, n=2)
     cfg = preset("tiny", vocab_size=tokenizer.vocab_size, n_dec_layers=1, dropout=0.0)
     for length_grad in (False, True):
@@ -315,8 +329,11 @@ def test_t5_nar_length_loss_stays_out_of_the_encoder(tokenizer):
         model.head.forward = lambda h: head(h.detach())
         model.dec_layers.requires_grad_(False)
         nar.t5_nar_loss_sums(model, b, length_grad=length_grad)["loss"].backward()
-        enc = sum(p.grad.abs().sum() for n,
-                  p in model.named_parameters() if n.startswith("enc_layers.") and p.grad is not None)
+        enc = sum(
+            p.grad.abs().sum()
+            for n, p in model.named_parameters()
+            if n.startswith("enc_layers.") and p.grad is not None
+        )
         assert model.length.weight.grad.abs().sum() > 0
         assert (enc > 0) == length_grad
 
@@ -342,9 +359,22 @@ def test_t5_nar_pretraining_learns_and_resumes(text_file, tmp_path):
     import train
     from conftest import TINY, read_log
     from core.objectives import OBJECTIVES
+
     # the CPU, where a resumed run is bit for bit the straight one (tests/test_train.py: CUDA's tolerance)
-    flags = ["--data", text_file, "--objective", "t5-nar", "--steps", "12", "--lr", "3e-3", "--dropout", "0.1",
-             "--device", "cpu"] + TINY
+    flags = [
+        "--data",
+        text_file,
+        "--objective",
+        "t5-nar",
+        "--steps",
+        "12",
+        "--lr",
+        "3e-3",
+        "--dropout",
+        "0.1",
+        "--device",
+        "cpu",
+    ] + TINY
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     train.main(flags + ["--out", straight])
     train.main(flags + ["--out", resumed, "--stop-after", "6"])
@@ -373,6 +403,7 @@ def test_baselines_have_mlaes_depths_and_parameters(name):
     from core.config import DEPTHS, depths
     from core.mlae.model import MLAE
     from core.model import EncoderDecoder, count_parameters
+
     enc, dec = depths(name)
     assert (enc, dec) == DEPTHS[name] and depths(name, dec_layers=3) == (enc, 3)
     cfg = preset(name, vocab_size=8000, n_layers=enc, n_dec_layers=dec)
@@ -388,6 +419,7 @@ def test_t5_nar_checkpoint_without_the_cross_bias_resumes_without_it(text_file, 
     import os
     import train
     from conftest import TINY
+
     out = str(tmp_path / "old")
     flags = ["--data", text_file, "--objective", "t5-nar", "--steps", "4", "--out", out] + TINY
     train.main(flags + ["--no-cross-rel-pos", "--stop-after", "2"])
@@ -408,13 +440,32 @@ def test_t5_nar_takes_the_depth_flags(text_file, tmp_path, capsys):
     import train
     from conftest import TINY
     from test_train import fails_with
+
     out = str(tmp_path / "deep")
-    train.main(["--data", text_file, "--objective", "t5-nar", "--steps", "1", "--enc-layers", "3",
-                "--dec-layers", "2", "--out", out] + TINY)
+    train.main(
+        [
+            "--data",
+            text_file,
+            "--objective",
+            "t5-nar",
+            "--steps",
+            "1",
+            "--enc-layers",
+            "3",
+            "--dec-layers",
+            "2",
+            "--out",
+            out,
+        ]
+        + TINY
+    )
     cfg = torch.load(os.path.join(out, "last.pt"), weights_only=True)["model_config"]
     assert (cfg["n_layers"], cfg["n_dec_layers"]) == (3, 2)
-    fails_with(capsys, ["--data", text_file, "--dec-layers", "2", "--out", str(tmp_path / "p")] + TINY,
-               "--dec-layers applies only")
+    fails_with(
+        capsys,
+        ["--data", text_file, "--dec-layers", "2", "--out", str(tmp_path / "p")] + TINY,
+        "--dec-layers applies only",
+    )
 
 
 def test_proportional_anchors_lay_the_target_evenly_over_its_source():

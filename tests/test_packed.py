@@ -1,5 +1,6 @@
 """Packed checkpoints (core/checkpoint.py): the weights the repository keeps, bf16 and
 xz-compressed, read back by every script as a checkpoint whose weights bf16 rounded."""
+
 import os
 
 import pytest
@@ -12,9 +13,17 @@ from core.errors import UserError
 def a_state():
     g = torch.Generator().manual_seed(0)
     model = {"w": torch.randn(64, 48, generator=g), "ids": torch.arange(5)}
-    return dict(kind="pretrain/pmlm", model=model, model_config={}, args={"steps": 3}, step=3,
-                tokenizer=torch.zeros(4, dtype=torch.uint8), optimizer={"state": {}}, rng={"torch": torch.zeros(2)},
-                data={"pos": 7})
+    return dict(
+        kind="pretrain/pmlm",
+        model=model,
+        model_config={},
+        args={"steps": 3},
+        step=3,
+        tokenizer=torch.zeros(4, dtype=torch.uint8),
+        optimizer={"state": {}},
+        rng={"torch": torch.zeros(2)},
+        data={"pos": 7},
+    )
 
 
 def test_packed_weights_are_the_rounded_weights(tmp_path):

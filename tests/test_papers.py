@@ -1,6 +1,7 @@
 """A folder per paper under core/, and docs/design.md's "Adding a paper" list held to the code: each
 paper's `__init__.py` docstring is its map (its files, then every other place the list names), and
 each place it gives exists and names the paper."""
+
 import importlib
 import os
 import re
@@ -21,7 +22,7 @@ def design_places():
     """The places of design.md's "Adding a paper" paragraph: its list's bold words, in order."""
     text = read("docs/design.md")
     start = text.index("**Adding a paper.**")
-    block = text[start:text.index("\n## ", start)]
+    block = text[start : text.index("\n## ", start)]
     return re.findall(r"^\* \*\*(\w+)\*\*", block, re.M)
 
 
@@ -78,11 +79,15 @@ def test_each_place_exists_and_names_the_paper(folder):
     bad += [f"{k} does not name {name}" for k in kernels if name not in read(k)]
     # claims: each paper label it gives is one of reproduce/plan.py's orderings
     from reproduce.plan import ORDERINGS
+
     labels = {o[0] for o in ORDERINGS}
     claims = re.findall(r'"([^"]+)"', places["claims"])
     assert claims, places["claims"]
-    bad += [f"no ordering of {c!r} in reproduce/plan.py" for c in claims
-            if not any(label == c or label.startswith(c + " ") for label in labels)]
+    bad += [
+        f"no ordering of {c!r} in reproduce/plan.py"
+        for c in claims
+        if not any(label == c or label.startswith(c + " ") for label in labels)
+    ]
     # docs: the page is titled by the paper's name and points at the folder
     (page,) = re.findall(r"docs/\w+\.md", places["docs"])
     text = read(page)
@@ -100,5 +105,6 @@ def test_each_place_exists_and_names_the_paper(folder):
 def test_every_paper_of_the_plan_has_its_folder():
     """Each paper whose claims reproduce/plan.py holds has a folder under core/ whose map names it."""
     from reproduce.plan import ORDERINGS
+
     papers = {o[0].split()[0] for o in ORDERINGS}
     assert papers == {paper_map(f)[0] for f in FOLDERS}

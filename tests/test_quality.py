@@ -1,5 +1,6 @@
 """The defaults that would silently cost quality: what [P] may see, positions, document
 boundaries, validation samples, the length penalty, the tokenizer."""
+
 import numpy as np
 import pytest
 
@@ -41,8 +42,9 @@ def test_hidden_loss_leaves_the_kept_targets_out(tokenizer):
     rng = np.random.default_rng(1)
     examples = []
     for _ in range(8):
-        ids, seg, special = pretraining_sentence_pair(rng.integers(tokenizer.n_special, tokenizer.vocab_size, 60),
-                                                      rng, tokenizer.sos_id, tokenizer.eos_id)
+        ids, seg, special = pretraining_sentence_pair(
+            rng.integers(tokenizer.n_special, tokenizer.vocab_size, 60), rng, tokenizer.sos_id, tokenizer.eos_id
+        )
         examples.append(pmlm_example(ids, seg, special, rng, tokenizer))
     batch = collate(examples, tokenizer.pad_id)
     V = tokenizer.vocab_size
@@ -50,6 +52,7 @@ def test_hidden_loss_leaves_the_kept_targets_out(tokenizer):
     class Oracle(torch.nn.Module):  # puts all its mass on the token at the target's position of the AE part
         def forward(self, tokens, pos, seg, kind, step, valid, predict):
             from core.model import select
+
             shown = select(tokens.gather(1, pos)[..., None], predict)[:, 0]
             return torch.nn.functional.one_hot(shown, V).float() * 50.0
 
@@ -71,11 +74,12 @@ def test_length_penalty_wu_is_the_default():
     from core.decoding import beam_search
     from core.decodings import ar_generate
     from test_decoding import lure
+
     out, score = beam_search(lure(), beam=2, max_len=10, length_penalty=0.6, eos_id=3, length_norm="wu")
     assert out == [[1]]
     assert score.item() == pytest.approx(math.log(0.4 * 0.9) / (7 / 6) ** 0.6, abs=1e-6)
     _, pow_score = beam_search(lure(), beam=2, max_len=10, length_penalty=0.6, eos_id=3, length_norm="pow")
-    assert pow_score.item() == pytest.approx(math.log(0.4 * 0.9) / 2 ** 0.6, abs=1e-6)
+    assert pow_score.item() == pytest.approx(math.log(0.4 * 0.9) / 2**0.6, abs=1e-6)
     args = eval_script.get_args([])
     assert (args.beam, args.length_penalty, args.length_norm) == (5, 0.6, "wu")
     assert eval_script.get_args(["--length-norm", "pow"]).length_norm == "pow"
@@ -87,6 +91,7 @@ def test_validation_slices_sample_the_whole_split():
     """finetune.py's valid[:512] and [:200] come from one fixed-seed order over the whole split,
     not the alphabetical head of the package-sorted corpus."""
     from core.tasks import load_split
+
     valid = load_split("summarize", "valid")
     a, b = valid.shuffled(), valid.shuffled()
     assert a.sources == b.sources and sorted(a.sources) == sorted(valid.sources)  # fixed, a permutation
@@ -116,6 +121,7 @@ def test_tokenizer_cache_ignores_the_old_format(tmp_path):
 
     from core.tokenizer import N_SENTINELS, cached_tokenizer
     from core.data import embedded_records
+
     texts = [r["document"] for r in embedded_records("valid")[:1000]]
     h = hashlib.sha1(f"600|{N_SENTINELS}".encode())  # the old key
     for t in texts:
@@ -135,6 +141,7 @@ def test_pretraining_records_its_positions_and_finetuning_fits_them(text_file, t
     from conftest import TINY
     from core.errors import UserError
     from core.positions import fit_lengths, positions_of
+
     out = str(tmp_path / "pmlm")
     train.main(["--data", text_file, "--steps", "1", "--out", out] + TINY)  # --seq-len 48
     state = torch.load(f"{out}/last.pt", weights_only=True)
@@ -154,6 +161,7 @@ def test_t5_windows_train_every_encoder_position(tokenizer):
     from core.data import TokenStream
     from core.objectives import OBJECTIVES
     from core.t5 import t5_batch, window_for
+
     for seq_len in (16, 48, 128, 512):
         pos = OBJECTIVES["t5"].positions(seq_len)
         assert pos["encoder"] == seq_len and pos["decoder"] <= seq_len // 3, (seq_len, pos)
@@ -170,6 +178,7 @@ def test_windows_respect_documents(tokenizer):
     documents after it stay separated by [EOS], and no [EOS] is ever masked."""
     from core.data import TokenStream
     from core.unilm.pmlm import pmlm_batch
+
     rng = np.random.default_rng(0)
     eos = tokenizer.eos_id
     # document d is the run d*1000+100, d*1000+101, ...: every token names its document and place
@@ -183,7 +192,7 @@ def test_windows_respect_documents(tokenizer):
         assert text[0] % 1000 == 100 or text[0] >= 300_000, "a window starts inside a short document"
         long_seen += int(text[0] >= 300_000)
         ids, seg, special = pretraining_sentence_pair(w, r, tokenizer.sos_id, eos)
-        s1, s2 = ids[1:np.flatnonzero(ids == eos)[0]], ids[np.flatnonzero(ids == eos)[0] + 1:]
+        s1, s2 = ids[1 : np.flatnonzero(ids == eos)[0]], ids[np.flatnonzero(ids == eos)[0] + 1 :]
         assert s2[0] == s1[-1] + 1, "S2 does not continue S1's document"
         assert special[ids == eos].all() and special.sum() == (ids == eos).sum() + 1
         # between documents, an [EOS]; inside one, consecutive tokens
@@ -211,6 +220,7 @@ def test_mlae_records_only_positions_it_trains(tokenizer, variant):
     from core.objectives import OBJECTIVES
     from core.positions import positions_of
     from core.mlae.model import MLAE, mlae_batch, mlae_loss_sums
+
     seq_len = 48
     total = OBJECTIVES["mlae"].positions(seq_len)["total"]
     assert total == seq_len - 1

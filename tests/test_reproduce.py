@@ -1,6 +1,7 @@
 """reproduce/runner.py: the plan's invariants, the whole tiny budget end to end, and a sitting
 that stops and one that continues with only what is left (a half-trained run resumed, finished
 runs untouched)."""
+
 import json
 import os
 import re
@@ -35,13 +36,15 @@ def test_plan(tmp_path, capsys):
     def steps(name):
         argv = resolved[name][0]
         return int(argv[argv.index("--steps") + 1])
+
     for name, (argv, needs) in resolved.items():
         assert all(n in plan.BY_NAME for n in needs), name
         if name.startswith("pre-"):
             for flag in ("--batch-tokens", "--seq-len", "--data", "--model"):
                 assert argv[argv.index(flag) + 1] == budget[budget.index(flag) + 1], (name, flag)
-            assert steps(name) == max(1, round(int(budget[budget.index("--steps")
-                                                          + 1]) * plan.BY_NAME[name].steps_x)), name
+            assert steps(name) == max(
+                1, round(int(budget[budget.index("--steps") + 1]) * plan.BY_NAME[name].steps_x)
+            ), name
     assert steps("pre-pmlm-norel") == steps("pre-pmlm") == 2 * steps("pre-elmer")
     for paper, _, metric, chain, theirs in plan.ORDERINGS:
         names = plan.parse_chain(chain)[0]
@@ -75,16 +78,19 @@ def test_run_order():
     assert stages == sorted(stages)
     tuned = [n for n in order if plan.BY_NAME[n].script == "finetune"]
     central = [n for n in tuned if n in plan.CENTRAL or n in plan.BEFORE]  # a check goes before what it checks
-    assert tuned[:len(central)] == central and len(central) == len(plan.CENTRAL) + len(plan.BEFORE)
+    assert tuned[: len(central)] == central and len(central) == len(plan.CENTRAL) + len(plan.BEFORE)
     assert all(at[n] == at[target] - 1 for n, target in plan.BEFORE.items())
-    rest = tuned[len(central):]
+    rest = tuned[len(central) :]
     assert [plan.seed_number(n) > 1 for n in rest] == sorted(plan.seed_number(n) > 1 for n in rest)
     assert all(plan.stage_of(n) == 2 for n in tuned if plan.seed_number(n) > 1)
-    assert order[:order.index("eval-sum-pmlm")] == ["pre-pmlm", "pre-mlm", "sum-pmlm", "sum-mlm", "sum-unilm-scratch"]
+    assert order[: order.index("eval-sum-pmlm")] == ["pre-pmlm", "pre-mlm", "sum-pmlm", "sum-mlm", "sum-unilm-scratch"]
     for n in tuned:
         group = [m for m in tuned if plan.ORDER[m][:3] == plan.ORDER[n][:3]]
-        assert at[max(group, key=at.get)] < at["eval-" + n] < min(
-            (at[m] for m in tuned if plan.ORDER[m][:3] > plan.ORDER[n][:3]), default=len(order)), n
+        assert (
+            at[max(group, key=at.get)]
+            < at["eval-" + n]
+            < min((at[m] for m in tuned if plan.ORDER[m][:3] > plan.ORDER[n][:3]), default=len(order))
+        ), n
     state = {"runs": {"sum-pmlm": {"seconds": 100.0, "status": "done"}}}
     fields = plan.BUDGETS["cpu"]
     assert reproduce.estimate(plan.BY_NAME["nar-t5"], fields, state) == 100.0 * fields["nar_epochs_x"]
@@ -95,8 +101,12 @@ def test_run_order():
     assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, {"runs": {}}) == per_epoch * fields["share"] * 6
     assert reproduce.estimate(plan.BY_NAME["cls-t5"], fields, {"runs": {}}) == per_epoch * 6
     # the budget's share of the summarization pairs, for every summarization run and no classifier
-    resolved = {n: reproduce.resolve(plan.BY_NAME[n], reproduce.budget_fields(reproduce.get_args(["--budget", "cpu"])),
-                                     "OUT")[0] for n in ("sum-t5", "nar-cmlm", "elmer-hard", "cls-t5")}
+    resolved = {
+        n: reproduce.resolve(plan.BY_NAME[n], reproduce.budget_fields(reproduce.get_args(["--budget", "cpu"])), "OUT")[
+            0
+        ]
+        for n in ("sum-t5", "nar-cmlm", "elmer-hard", "cls-t5")
+    }
     assert all(" --train-share 0.5 " in " ".join(v) + " " for n, v in resolved.items() if n != "cls-t5")
     assert "--train-share" not in resolved["cls-t5"]
 
@@ -143,20 +153,33 @@ def check_tiny_report(out, unavailable):
     # 'here' lists the runs in the order measured, whatever the claim's; every pair of the chain, the
     # links first, each with the effect it could detect
     pair = r"[-+][\d.]+ \(1x1\) \[[-+][\d.]+, [-+][\d.]+\], (holds|reversed|not resolved), detectable [\d.]+"
-    assert re.search(r"\| 1 \| UniLMv2 \| PMLM > MLM > no pretraining \| XSum RG-L 36.08 [^|]+ \| rougeL \| "
-                     r"(sum-(pmlm|mlm|unilm-scratch) [\d.]+( > )?){3} \| "
-                     rf"sum-pmlm - sum-mlm: {pair}; sum-mlm - sum-unilm-scratch: {pair}; "
-                     rf"sum-pmlm - sum-unilm-scratch: {pair} \| (holds|reversed|not resolved) \|  \|", md)
+    assert re.search(
+        r"\| 1 \| UniLMv2 \| PMLM > MLM > no pretraining \| XSum RG-L 36.08 [^|]+ \| rougeL \| "
+        r"(sum-(pmlm|mlm|unilm-scratch) [\d.]+( > )?){3} \| "
+        rf"sum-pmlm - sum-mlm: {pair}; sum-mlm - sum-unilm-scratch: {pair}; "
+        rf"sum-pmlm - sum-unilm-scratch: {pair} \| (holds|reversed|not resolved) \|  \|",
+        md,
+    )
     # the project's checks, read as claims are and reported apart
-    assert re.search(r"^\| NAR fine-tuning \| decoder \(b\)'s cross-attention table kept > dropped \| rougeL \| "
-                     rf"[^|]+ \| nar-mlae-b-anchored - nar-mlae-b: {pair} \| (holds|reversed|not resolved) \|$",
-                     md, re.M)
+    assert re.search(
+        r"^\| NAR fine-tuning \| decoder \(b\)'s cross-attention table kept > dropped \| rougeL \| "
+        rf"[^|]+ \| nar-mlae-b-anchored - nar-mlae-b: {pair} \| (holds|reversed|not resolved) \|$",
+        md,
+        re.M,
+    )
     # classification orderings are read from the bootstrap too, over eval.py's per-example labels
-    assert re.search(r"\| AE\+PAR > AE only \| MNLI-m [^|]+ \| accuracy \| (cls-(pmlm|mlm) [\d.]+( > )?){2} \| "
-                     rf"cls-pmlm - cls-mlm: {pair} \| (holds|reversed|not resolved) \|", md)
+    assert re.search(
+        r"\| AE\+PAR > AE only \| MNLI-m [^|]+ \| accuracy \| (cls-(pmlm|mlm) [\d.]+( > )?){2} \| "
+        rf"cls-pmlm - cls-mlm: {pair} \| (holds|reversed|not resolved) \|",
+        md,
+    )
     # a control's pairs stand apart from the paper's; one seed a run measures no seed spread, and says so
-    assert re.search(rf"\| cls-t5 - cls-scratch: {pair}; cls-mlm - cls-scratch: {pair}; cls-mlae - cls-scratch: "
-                     rf"{pair} \|$", md, re.M)
+    assert re.search(
+        rf"\| cls-t5 - cls-scratch: {pair}; cls-mlm - cls-scratch: {pair}; cls-mlae - cls-scratch: "
+        rf"{pair} \|$",
+        md,
+        re.M,
+    )
     assert "accuracy: none measured (its intervals cover the test examples only)" in md
     assert "python finetune.py --init" in md and "Hardware and versions: CPU" in md and "LEAD-8" in md
     assert re.search(r"Majority class on the same test examples .*: accuracy [\d.]+, macro-F1 [\d.]+", md)
@@ -169,8 +192,9 @@ def check_tiny_report(out, unavailable):
         runs = json.load(f)["runs"]
     assert {"sum-mlae", "cls-pmlm"} <= set(runs)
     for name, r in runs.items():
-        assert set(r["intervals"]) == ({"accuracy"} if "accuracy" in r["metrics"]
-                                       else {"rouge1", "rouge2", "rougeL"}), name
+        assert set(r["intervals"]) == (
+            {"accuracy"} if "accuracy" in r["metrics"] else {"rouge1", "rouge2", "rougeL"}
+        ), name
         for m, (low, high) in r["intervals"].items():
             assert low - 1e-9 <= r["metrics"][m] <= high + 1e-9, (name, m)
 
@@ -185,22 +209,30 @@ def check_an_edited_plan_keeps_its_results(out, capsys):
     stamp = os.path.getmtime(os.path.join(out, "sum-mlae-unilm", "last.pt"))
     assert reproduce.main(["--budget", "tiny", "--out", out, "--quiet"]) == 0
     text = capsys.readouterr().out
-    assert re.search(r"^  sum-mlae-unilm +ran with other flags than the plan's \(`python finetune.py .*--style unilm "
-                     r"--train-data .*`\): move \S+sum-mlae-unilm aside", text, re.M)
+    assert re.search(
+        r"^  sum-mlae-unilm +ran with other flags than the plan's \(`python finetune.py .*--style unilm "
+        r"--train-data .*`\): move \S+sum-mlae-unilm aside",
+        text,
+        re.M,
+    )
     assert re.search(r"^  eval-sum-mlae-unilm +needs sum-mlae-unilm", text, re.M) and "left: 0 runs" in text
     assert os.path.getmtime(os.path.join(out, "sum-mlae-unilm", "last.pt")) == stamp
     with open(os.path.join(out, "RESULTS.md")) as f:
         md = f.read()
     assert re.search(r"^\| sum-mlae-unilm \| [^|]+ \| ran with other flags", md, re.M)
     # an ordering with a run missing still reads the pairs it has (and a reversed one decides it)
-    assert re.search(r"\| sum-pmlm - sum-mlm: [-+][\d.]+ \(1x1\) \[[-+][\d.]+, [-+][\d.]+\], [a-z ]+, detectable "
-                     r"[\d.]+ \| (reversed \(not measured: sum-unilm-scratch\)|not measured \(sum-unilm-scratch\))", md)
+    assert re.search(
+        r"\| sum-pmlm - sum-mlm: [-+][\d.]+ \(1x1\) \[[-+][\d.]+, [-+][\d.]+\], [a-z ]+, detectable "
+        r"[\d.]+ \| (reversed \(not measured: sum-unilm-scratch\)|not measured \(sum-unilm-scratch\))",
+        md,
+    )
 
 
 def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     """A snapshot's archive of OUT, restored into an empty OUT on another machine, gives the same
     report with no run left; a run the archive lacks runs again with the pretraining it needs."""
     from reproduce import archive
+
     kept = str(tmp_path / "archive")
     assert archive.main(["save", out, kept]) == 0
     assert re.search(r"archived \d+ runs in ", capsys.readouterr().out)
@@ -208,6 +240,7 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     assert not [f for f in files if f.endswith(".pt")]
     # the kept pretrainings' weights, packed; the runs built on them read the same rounded weights
     from reproduce.weights import is_rounded
+
     assert sorted(f for f in files if f.endswith(".pt.xz")) == [f"weights/{n}.pt.xz" for n in sorted(plan.KEEP_WEIGHTS)]
     assert all(is_rounded(os.path.join(out, n, "last.pt")) for n in plan.KEEP_WEIGHTS)
     assert [f for f in files if re.fullmatch(r"sum-pmlm/outputs-best-test\S*\.jsonl\.gz", f)], files
@@ -235,9 +268,12 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
         assert results[0][key] == results[1][key], key
     # a pretraining run again to another step makes the archived fine-tunings built on it stale
     from reproduce.runstate import stale_reason
+
     torch.save(dict(step=99), os.path.join(elsewhere, "pre-pmlm", "last.pt"))
-    assert stale_reason(plan.BY_NAME["sum-pmlm"], commands(elsewhere), elsewhere) == \
-        "fine-tuned from pre-pmlm at step 4, which is now at step 99"
+    assert (
+        stale_reason(plan.BY_NAME["sum-pmlm"], commands(elsewhere), elsewhere)
+        == "fine-tuned from pre-pmlm at step 4, which is now at step 99"
+    )
 
     # the archive without sum-pmlm's evaluation: the fine-tuning, its evaluation and its pretraining run again
     with open(os.path.join(kept, "state.json")) as f:
@@ -260,6 +296,7 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     pretrainings and its first fine-tuning), a sitting that runs only
     what is left, and one that finds nothing to do."""
     import train
+
     out = str(tmp_path / "r")
     resolved = commands(out)
     os.makedirs(os.path.join(out, "data"))
@@ -292,6 +329,7 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert all(len(log_commands(out, n)) == 1 for n in ran)
     assert status == 0, [(n, r.get("error")) for n, r in state["runs"].items() if r["status"] != "done"]
     from core.distributed import native_bf16_cpu
+
     machine = "bfloat16" if torch.cuda.is_available() or native_bf16_cpu() else "float32"
     assert {r["dtype"] for r in state["runs"].values()} == {machine}  # what each run computed in, recorded
 
@@ -308,9 +346,11 @@ def test_flags_a_run_may_change_between_sittings():
     """More --steps or --epochs extend a run, --dtype may differ per sitting, --resume and --overwrite
     are the runner's: none of them makes a recorded run another run; any other flag does."""
     from reproduce import runstate
+
     base = "python finetune.py --init x/last.pt --epochs 2 --out o/sum"
     assert runstate.what_it_ran(base) == runstate.what_it_ran(
-        "python finetune.py --init x/last.pt --epochs 4 --out o/sum --dtype bfloat16 --resume")
+        "python finetune.py --init x/last.pt --epochs 4 --out o/sum --dtype bfloat16 --resume"
+    )
     assert runstate.what_it_ran(base) != runstate.what_it_ran(base + " --mask-schedule none")
 
 
@@ -336,8 +376,10 @@ def test_two_runners_share_out(tmp_path, capsys):
     with reproduce.locked_state(out) as state:
         state["runs"]["pre-pmlm"] = dict(status="stopped", seconds=3.0)
     assert "pre-mlm" not in stale["runs"]
-    assert {n: r["status"] for n, r in reproduce.load_state(out)["runs"].items()} == {"pre-mlm": "done",
-                                                                                      "pre-pmlm": "stopped"}
+    assert {n: r["status"] for n, r in reproduce.load_state(out)["runs"].items()} == {
+        "pre-mlm": "done",
+        "pre-pmlm": "stopped",
+    }
 
 
 def test_a_run_recorded_by_another_runner_meanwhile_is_not_run_again(tmp_path, monkeypatch):
@@ -354,10 +396,12 @@ def test_a_run_recorded_by_another_runner_meanwhile_is_not_run_again(tmp_path, m
         with reproduce.locked_state(out_) as state:
             state["runs"][name] = dict(status="done", seconds=1.0)
         return real_claim(out_, name)
+
     monkeypatch.setattr(reproduce, "progress_of", progress)
     monkeypatch.setattr(reproduce, "claim", claim)
-    monkeypatch.setattr(reproduce, "execute", lambda module, run, argv, log,
-                        quiet: ran.append(run.name) or (0, None, None))
+    monkeypatch.setattr(
+        reproduce, "execute", lambda module, run, argv, log, quiet: ran.append(run.name) or (0, None, None)
+    )
     assert reproduce.main(["--budget", "tiny", "--out", out, "--only", "^eval-sum-pmlm$", "--worker", "1"]) == 0
     assert ran == []
 
@@ -365,9 +409,14 @@ def test_a_run_recorded_by_another_runner_meanwhile_is_not_run_again(tmp_path, m
 def runner(out, *flags):
     """reproduce/runner.py at the tiny budget as its own process (a worker or a --jobs supervisor)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "reproduce", "--budget", "tiny",
-                             "--out", out, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "reproduce", "--budget", "tiny", "--out", out, *flags],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def read_until(proc, needle):
@@ -383,6 +432,7 @@ def test_worker_waits_for_a_run_another_runner_holds(tmp_path):
     """A worker of --jobs waits for the pretraining another runner is running, then fine-tunes
     from it (a lone runner skips it); a run another runner let go of unfinished ends the wait."""
     import train
+
     out = str(tmp_path / "r")
     os.makedirs(os.path.join(out, "data"))
     reproduce.write_subset(os.path.join(out, "data"))
@@ -437,7 +487,8 @@ def test_jobs_stop_and_continue(tmp_path):
     assert "left: 5 runs" in text and "pre-pmlm                 resume (" in text
     runs = reproduce.load_state(out)["runs"]
     assert {n: r["status"] for n, r in runs.items()} == dict.fromkeys(
-        ["pre-pmlm", "sum-pmlm", "cls-pmlm", "eval-sum-pmlm", "eval-cls-pmlm"], "done")
+        ["pre-pmlm", "sum-pmlm", "cls-pmlm", "eval-sum-pmlm", "eval-cls-pmlm"], "done"
+    )
     assert [("--resume" in c) for c in log_commands(out, "pre-pmlm")] == [False, True]
     commands_of = {n: log_commands(out, n) for n in runs if n != "pre-pmlm"}
     assert all(len(c) == 1 for c in commands_of.values()), (commands_of, text)
@@ -449,8 +500,9 @@ def test_estimates_scale_a_time_measured_in_another_dtype_to_this_machines():
     step's measured rates (results/studies/dtype.json), and the budget's own figures, measured in
     bf16, the same; a time measured in the dtype this machine computes in is taken as it is."""
     fields = plan.BUDGETS["cpu"]
-    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "studies",
-                           "dtype.json")) as f:
+    with open(
+        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "studies", "dtype.json")
+    ) as f:
         rate = {row["dtype"]: row["rate"] for row in json.load(f)["rows"]}
     slower = rate["bfloat16"] / rate["float32"]
     assert slower > 1.5
@@ -461,5 +513,6 @@ def test_estimates_scale_a_time_measured_in_another_dtype_to_this_machines():
     assert reproduce.estimate(plan.BY_NAME["sum-t5"], fields, fp32, "float32") == 100.0
     empty = {"runs": {}}
     assert reproduce.estimate(plan.BY_NAME["cls-t5"], fields, empty, "float32") == pytest.approx(
-        reproduce.estimate(plan.BY_NAME["cls-t5"], fields, empty, "bfloat16") * slower)
+        reproduce.estimate(plan.BY_NAME["cls-t5"], fields, empty, "bfloat16") * slower
+    )
     assert reproduce.estimate(plan.BY_NAME["cls-t5"], fields, empty) == fields["seconds"]["finetune"] * 6

@@ -1,6 +1,7 @@
 """Nothing lost, every bad input a clear error: a case table per script (one `error:` line, exit
 status 2, every file saved before byte-identical afterwards), the last good checkpoint surviving a
 NaN loss, and a checkpoint at the current step after SIGINT."""
+
 import os
 import signal
 import subprocess
@@ -16,8 +17,22 @@ import train
 from conftest import ROOT, TINY
 from core.data import read_texts
 
-FT = ["--epochs", "1", "--batch", "32", "--micro-batch", "16", "--max-src", "32", "--max-tgt", "16",
-      "--rouge-examples", "0", "--valid-examples", "16"]
+FT = [
+    "--epochs",
+    "1",
+    "--batch",
+    "32",
+    "--micro-batch",
+    "16",
+    "--max-src",
+    "32",
+    "--max-tgt",
+    "16",
+    "--rouge-examples",
+    "0",
+    "--valid-examples",
+    "16",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +43,9 @@ def world(text_file, tmp_path_factory):
     w["run"] = str(root / "run")
     train.main(["--data", text_file, "--steps", "2", "--out", w["run"]] + TINY)
     lines = {
-        "train": ['{"document": "a b c %d", "summary": "s %d", "section": "%s"}' % (i, i, "xy"[i % 2])
-                  for i in range(40)],
+        "train": [
+            '{"document": "a b c %d", "summary": "s %d", "section": "%s"}' % (i, i, "xy"[i % 2]) for i in range(40)
+        ],
         "valid": ['{"document": "d e %d", "summary": "t %d", "section": "%s"}' % (i, i, "xy"[i % 2]) for i in range(8)],
         "oneclass": ['{"document": "a b %d", "summary": "s", "section": "x"}' % i for i in range(8)],
         "unseen": ['{"document": "d %d", "summary": "t", "section": "zz"}' % i for i in range(8)],
@@ -43,14 +59,24 @@ def world(text_file, tmp_path_factory):
     (root / "garbage.model").write_bytes(b"this is not a sentencepiece model")
     (root / "afile").write_text("x")
     w["ft"] = str(root / "ft")
-    finetune.main(["--init", os.path.join(w["run"], "last.pt"), "--train-data", w["train"], "--valid-data",
-                   w["valid"], "--out", w["ft"]] + FT)
+    finetune.main(
+        [
+            "--init",
+            os.path.join(w["run"], "last.pt"),
+            "--train-data",
+            w["train"],
+            "--valid-data",
+            w["valid"],
+            "--out",
+            w["ft"],
+        ]
+        + FT
+    )
     return w
 
 
 def snapshot(root):
-    return {os.path.join(d, f): open(os.path.join(d, f), "rb").read()
-            for d, _, fs in os.walk(root) for f in fs}
+    return {os.path.join(d, f): open(os.path.join(d, f), "rb").read() for d, _, fs in os.walk(root) for f in fs}
 
 
 def fails(capsys, main, argv, needles, root):
@@ -79,16 +105,28 @@ CASES = [
     ("save-every-0", "train", "--save-every 0 --out {root}/new", ["--save-every 0"]),
     ("eval-every-0", "train", "--eval-every 0 --out {root}/new", ["--eval-every 0"]),
     ("log-every-negative", "train", "--log-every -1 --out {root}/new", ["--log-every -1"]),
-    ("tokenizer-garbage", "train", "--data {text} --tokenizer {root}/garbage.model --out {root}/new",
-     ["garbage.model", "not a SentencePiece model"]),
+    (
+        "tokenizer-garbage",
+        "train",
+        "--data {text} --tokenizer {root}/garbage.model --out {root}/new",
+        ["garbage.model", "not a SentencePiece model"],
+    ),
     ("tokenizer-missing", "train", "--data {text} --tokenizer {root}/nope.model --out {root}/new", ["not found"]),
     ("null-text", "train", "--data {null} --out {root}/new", ["record 2", "'text'", "null"]),
     ("number-text", "train", "--data {number} --out {root}/new", ["record 2", "12", "not a string"]),
     ("out-is-a-file", "train", "--data {text} --out {root}/afile", ["afile", "is a file"]),
-    ("rerun-existing-out", "train", "--data {text} --steps 2 --out {run}",
-     ["already holds a run", "--resume", "--overwrite"]),
-    ("resume-changed-model", "train", "--data {text} --steps 4 --out {run} --resume --model small --seq-len 64",
-     ["--model small", "--seq-len 64", "tiny"]),
+    (
+        "rerun-existing-out",
+        "train",
+        "--data {text} --steps 2 --out {run}",
+        ["already holds a run", "--resume", "--overwrite"],
+    ),
+    (
+        "resume-changed-model",
+        "train",
+        "--data {text} --steps 4 --out {run} --resume --model small --seq-len 64",
+        ["--model small", "--seq-len 64", "tiny"],
+    ),
     ("resume-no-more-steps", "train", "--data {text} --steps 2 --out {run} --resume", ["already at step 2", "--steps"]),
     ("resume-stop-after-behind", "train", "--steps 9 --stop-after 1 --out {run} --resume", ["--stop-after 1", "(2)"]),
     ("ft-label-smoothing-1", "finetune", "--label-smoothing 1 --out {root}/new", ["--label-smoothing 1"]),
@@ -96,14 +134,30 @@ CASES = [
     ("ft-batch-0", "finetune", "--batch 0 --out {root}/new", ["--batch 0"]),
     ("ft-warmup-epochs-neg", "finetune", "--warmup-epochs -1 --out {root}/new", ["--warmup-epochs -1"]),
     ("ft-mask-epochs-0", "finetune", "--mask-epochs 0 --out {root}/new", ["--mask-epochs 0"]),
-    ("ft-one-class", "finetune", "--init {run}/last.pt --task classify --train-data {oneclass} --valid-data {oneclass} "
-     "--out {root}/new", ["only one label", "'x'"]),
-    ("ft-null-source", "finetune", "--init {run}/last.pt --train-data {nullsrc} --valid-data {valid} --out {root}/new",
-     ["'document'", "null"]),
-    ("ft-rerun-existing-out", "finetune", "--init {run}/last.pt --train-data {train} --valid-data {valid} --out {ft}",
-     ["already holds a run"]),
-    ("ft-resume-changed-data", "finetune", "--train-data {valid} --valid-data {valid} --out {ft} --resume",
-     ["--train-data", "the run has"]),
+    (
+        "ft-one-class",
+        "finetune",
+        "--init {run}/last.pt --task classify --train-data {oneclass} --valid-data {oneclass} --out {root}/new",
+        ["only one label", "'x'"],
+    ),
+    (
+        "ft-null-source",
+        "finetune",
+        "--init {run}/last.pt --train-data {nullsrc} --valid-data {valid} --out {root}/new",
+        ["'document'", "null"],
+    ),
+    (
+        "ft-rerun-existing-out",
+        "finetune",
+        "--init {run}/last.pt --train-data {train} --valid-data {valid} --out {ft}",
+        ["already holds a run"],
+    ),
+    (
+        "ft-resume-changed-data",
+        "finetune",
+        "--train-data {valid} --valid-data {valid} --out {ft} --resume",
+        ["--train-data", "the run has"],
+    ),
     ("eval-limit-0", "eval", "{ft}/best.pt --limit 0", ["--limit 0"]),
     ("eval-beam-0", "eval", "{ft}/best.pt --beam 0", ["--beam 0"]),
     ("eval-min-above-max", "eval", "{ft}/best.pt --min-len 9 --max-len 4", ["--min-len 9", "--max-len 4"]),
@@ -141,8 +195,10 @@ def test_overwrite_replaces_the_run(world, tmp_path):
 # -----------------------------------------------------------------------------
 # NaN: the step is not applied (on the device), the run stops at the next logging point and saves
 
+
 def test_nan_keeps_the_last_good_checkpoint(world, tmp_path, monkeypatch, capsys):
     from core.objectives import OBJECTIVES
+
     steps, real_lr, pmlm = [], train.lr_at, OBJECTIVES["pmlm"]
 
     def lr_at(step, *a):  # the loop asks for each step's learning rate first: which step runs
@@ -151,8 +207,9 @@ def test_nan_keeps_the_last_good_checkpoint(world, tmp_path, monkeypatch, capsys
 
     def loss(args):  # step 4's training losses (not the held-out ones) are NaN
         real = pmlm.loss(args)
-        return lambda m, b: {k: (v * float("nan") if k == "loss" and m.training and steps[-1] == 4 else v)
-                             for k, v in real(m, b).items()}
+        return lambda m, b: {
+            k: (v * float("nan") if k == "loss" and m.training and steps[-1] == 4 else v) for k, v in real(m, b).items()
+        }
 
     monkeypatch.setattr(train, "lr_at", lr_at)
     monkeypatch.setitem(OBJECTIVES, "pmlm", pmlm._replace(loss=loss))
@@ -170,6 +227,7 @@ def test_nan_keeps_the_last_good_checkpoint(world, tmp_path, monkeypatch, capsys
 # -----------------------------------------------------------------------------
 # SIGINT: a checkpoint at the current step, one line, a non-zero status
 
+
 def default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -180,8 +238,15 @@ def test_sigint_saves_the_current_step(world, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     # the child gets the default SIGINT handler: a suite started from a background shell (or nohup)
     # runs with SIGINT ignored, which the child would inherit and rightly keep (guards.StopSignals)
-    p = subprocess.Popen([sys.executable, "train.py"] + flags, cwd=ROOT, env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint)
+    p = subprocess.Popen(
+        [sys.executable, "train.py"] + flags,
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=default_sigint,
+    )
     seen = []
     for line in p.stdout:  # wait until a few steps are done
         seen.append(line)
@@ -200,14 +265,27 @@ def test_sigint_saves_the_current_step(world, tmp_path):
 # -----------------------------------------------------------------------------
 # eval.py: results named per checkpoint and data set; a directory stands for its runs
 
+
 def test_eval_names_results_and_reads_directories(world, tmp_path, capsys):
     import shutil
+
     run = tmp_path / "runs" / "a"
     run.mkdir(parents=True)
     shutil.copy(os.path.join(world["ft"], "best.pt"), run / "best.pt")
     shutil.copy(os.path.join(world["ft"], "best.pt"), run / "other.pt")
-    common = ["--data", world["valid"], "--limit", "3", "--beam", "1", "--batch-size", "4", "--latency-samples", "1",
-              "--no-lead"]
+    common = [
+        "--data",
+        world["valid"],
+        "--limit",
+        "3",
+        "--beam",
+        "1",
+        "--batch-size",
+        "4",
+        "--latency-samples",
+        "1",
+        "--no-lead",
+    ]
     evaluate_script.main([str(run / "best.pt"), str(run / "other.pt")] + common)
     rows = evaluate_script.main([str(tmp_path / "runs")] + common)  # the directory: a/best.pt only
     assert [r["model"] for r in rows] == [str(run / "best.pt")]
@@ -221,6 +299,7 @@ def test_eval_names_results_and_reads_directories(world, tmp_path, capsys):
 
 def test_unseen_validation_labels_are_said(capsys):
     from core.tasks import Labels
+
     labels = Labels.from_targets(["a", "b", "a"], ["a", "zz", "zz"], "train.jsonl")
     assert labels.names == ["a", "b"] and labels.ids(["zz"]) == [-1]
     out = capsys.readouterr().out
@@ -231,6 +310,7 @@ def test_long_line_reaches_the_tokenizer_trainer():
     """SentencePiece drops sentences past 65536 bytes without a word: a 100k-character line is fed
     to it in pieces (and stays one document for pretraining)."""
     from core.tokenizer import training_sentences
+
     words = [f"w{i}" for i in range(30000)]
     pieces = list(training_sentences([" ".join(words), "short one"]))
     assert max(len(p) for p in pieces) <= 4096 and len(pieces) > 20
@@ -239,6 +319,7 @@ def test_long_line_reaches_the_tokenizer_trainer():
 
 def test_finetune_extends_with_more_epochs(world, tmp_path):
     import shutil
+
     out = str(tmp_path / "ft")
     shutil.copytree(world["ft"], out)
     first = torch.load(os.path.join(out, "last.pt"), weights_only=True)
@@ -257,9 +338,26 @@ def test_torchrun_bad_data_says_the_error_first(tmp_path):
     which meet the same error, are stopped by torchrun before they repeat it). Each worker exits
     with status 2; torchrun itself reports any failed worker with status 1 and its own summary."""
     missing = str(tmp_path / "nope.txt")
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        "train.py", "--data", missing, "--out", str(tmp_path / "o")] + TINY, cwd=ROOT,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "train.py",
+            "--data",
+            missing,
+            "--out",
+            str(tmp_path / "o"),
+        ]
+        + TINY,
+        cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert r.returncode != 0 and lines[0] == f"error: data file not found: {missing}", r.stderr[:2000]
     assert sum(l.startswith("error: ") for l in lines) == 1 and "exitcode  : 2" in r.stderr
@@ -268,6 +366,7 @@ def test_torchrun_bad_data_says_the_error_first(tmp_path):
 # -----------------------------------------------------------------------------
 # eval.py's records say what was evaluated, where, and how
 
+
 def test_eval_records_what_it_evaluated(world, capsys):
     """--limit at or past the data's size evaluates all of it, the report's head gives the n evaluated
     and says the limit was past it, and neither the file names nor the report call that a sample;
@@ -275,9 +374,11 @@ def test_eval_records_what_it_evaluated(world, capsys):
     decoding settings."""
     import glob
     import json
+
     ck = os.path.join(world["ft"], "best.pt")
-    evaluate_script.main([ck, "--data", world["valid"], "--limit", "100", "--beam", "2", "--latency-samples", "1",
-                          "--no-lead"])
+    evaluate_script.main(
+        [ck, "--data", world["valid"], "--limit", "100", "--beam", "2", "--latency-samples", "1", "--no-lead"]
+    )
     out = capsys.readouterr().out
     assert "all of them are evaluated" in out and "a sample of" not in out
     assert "8 examples (all of them; --limit 100 is past them)" in out  # the n evaluated, in the report's head
@@ -288,6 +389,7 @@ def test_eval_records_what_it_evaluated(world, capsys):
     # the LEAD baselines' outputs beside the summarizer's, so that "beats LEAD" is a paired interval
     evaluate_script.main([ck, "--data", world["valid"], "--beam", "2", "--latency-samples", "1"])
     from reproduce import significance
+
     lead = glob.glob(os.path.join(world["ft"], "outputs-LEAD-8-valid-*.jsonl"))
     model = [p for p in glob.glob(os.path.join(world["ft"], "outputs-best-valid-*beam2.jsonl"))]
     assert lead and model, os.listdir(world["ft"])
@@ -303,6 +405,7 @@ def test_elmer_exit_uses_the_checkpoints_measure_and_its_classifier():
     weights the checkpoint lacks is refused."""
     from core.errors import UserError
     from core.elmer.exit_measures import resolve_exit
+
     state = dict(elmer=dict(exit_measure="state", exit_threshold=0.99), model={"exit_clf.weight": torch.zeros(1)})
     assert resolve_exit((None, 0.95), state, "ck") == ("state", 0.95)
     assert resolve_exit((None, None), state, "ck") == ("state", 0.99)

@@ -2,6 +2,7 @@
 line, exit status 2, every file saved before unchanged. Also: eval.py keeps each checkpoint's
 results when a later one fails, log.jsonl never repeats a step after a resume, and every
 checkpoint key is read through core/checkpoint.py's checks."""
+
 import dataclasses
 import json
 import os
@@ -28,12 +29,24 @@ def runs(text_file, tmp_path_factory):
     w = {"root": root, "text": text_file}
     for objective, extra in (("pmlm", []), ("elmer", ["--dec-len", "8", "--permutations", "2"])):
         w[objective] = str(root / objective)
-        train.main(["--data", text_file, "--steps", "1", "--out", w[objective], "--objective", objective] + extra
-                   + TINY)
+        train.main(
+            ["--data", text_file, "--steps", "1", "--out", w[objective], "--objective", objective] + extra + TINY
+        )
     w.update(write_task_files(root, {"train": 32, "valid": 8}))
     w["ft"] = str(root / "ft")
-    finetune.main(["--init", os.path.join(w["pmlm"], "last.pt"), "--train-data", w["train"], "--valid-data", w["valid"],
-                   "--out", w["ft"]] + FT)
+    finetune.main(
+        [
+            "--init",
+            os.path.join(w["pmlm"], "last.pt"),
+            "--train-data",
+            w["train"],
+            "--valid-data",
+            w["valid"],
+            "--out",
+            w["ft"],
+        ]
+        + FT
+    )
     pre = torch.load(os.path.join(w["pmlm"], "last.pt"), weights_only=True)
     ft = torch.load(os.path.join(w["ft"], "best.pt"), weights_only=True)
     doctored = {
@@ -54,15 +67,23 @@ E = "--init {elmer}/last.pt --train-data {train} --valid-data {valid} --out {roo
 # (name, script, argv with {placeholders}, words the error must contain)
 CASES = [
     ("elmer-permutations-0", "train", "--objective elmer --permutations 0 --out {root}/new", ["--permutations 0"]),
-    ("elmer-permutations-negative", "train", "--objective elmer --permutations -2 --out {root}/new",
-     ["--permutations -2"]),
+    (
+        "elmer-permutations-negative",
+        "train",
+        "--objective elmer --permutations -2 --out {root}/new",
+        ["--permutations -2"],
+    ),
     ("elmer-dec-len-0", "train", "--objective elmer --dec-len 0 --out {root}/new", ["--dec-len 0"]),
-    ("elmer-dec-len-huge", "train", "--data {text} --objective elmer --dec-len 100000 --out {root}/new",
-     ["--dec-len 100000", "256"]),
+    (
+        "elmer-dec-len-huge",
+        "train",
+        "--data {text} --objective elmer --dec-len 100000 --out {root}/new",
+        ["--dec-len 100000", "256"],
+    ),
     ("mlae-enc-layers-0", "train", "--objective mlae --enc-layers 0 --out {root}/new", ["--enc-layers 0"]),
     ("mlae-enc-layers-negative", "train", "--objective mlae --enc-layers -1 --out {root}/new", ["--enc-layers -1"]),
     ("seed-negative", "train", "--seed -1 --out {root}/new", ["--seed -1"]),
-    ("seed-huge", "train", f"--seed {2 ** 70} --out {{root}}/new", ["--seed", "2**32"]),
+    ("seed-huge", "train", f"--seed {2**70} --out {{root}}/new", ["--seed", "2**32"]),
     ("vocab-size-huge", "train", "--vocab-size 1099511627776 --out {root}/new", ["--vocab-size 1099511627776"]),
     ("pmlm-enc-layers", "train", "--enc-layers 3 --out {root}/new", ["--enc-layers", "elmer or mlae or t5 or t5-nar"]),
     ("pmlm-permutations", "train", "--permutations 3 --out {root}/new", ["--permutations", "elmer"]),
@@ -77,7 +98,7 @@ CASES = [
     ("ft-exit-entropy-negative", "finetune", "--exit-entropy -1 --out {root}/new", ["--exit-entropy -1"]),
     ("ft-exit-entropy-nan", "finetune", "--exit-entropy nan --out {root}/new", ["--exit-entropy nan"]),
     ("ft-seed-negative", "finetune", "--seed -1 --out {root}/new", ["--seed -1"]),
-    ("ft-seed-huge", "finetune", f"--seed {2 ** 70} --out {{root}}/new", ["--seed"]),
+    ("ft-seed-huge", "finetune", f"--seed {2**70} --out {{root}}/new", ["--seed"]),
     ("ft-vocab-size-huge", "finetune", "--vocab-size 1099511627776 --out {root}/new", ["--vocab-size"]),
     ("ft-arch-with-init", "finetune", P + " --arch t5", ["--arch", "--init none"]),
     ("ft-exit-on-pmlm", "finetune", P + " --exit soft", ["--exit", "elmer"]),
@@ -85,10 +106,18 @@ CASES = [
     ("ft-iterations-without-nar", "finetune", P + " --iterations 4", ["--iterations", "--nar"]),
     ("ft-nar-classify", "finetune", P + " --task classify --nar", ["--nar", "summarize"]),
     ("ft-mask-init-without-schedule", "finetune", P + " --mask-init 0.5", ["--mask-init", "--mask-schedule"]),
-    ("ft-config-mismatch", "finetune", "--init {mismatch} --train-data {train} --valid-data {valid} --out {root}/new",
-     ["mismatch.pt", "do not fit", "model_config"]),
-    ("ft-no-tokenizer", "finetune", "--init {notok} --train-data {train} --valid-data {valid} --out {root}/new",
-     ["notok.pt", "'tokenizer'"]),
+    (
+        "ft-config-mismatch",
+        "finetune",
+        "--init {mismatch} --train-data {train} --valid-data {valid} --out {root}/new",
+        ["mismatch.pt", "do not fit", "model_config"],
+    ),
+    (
+        "ft-no-tokenizer",
+        "finetune",
+        "--init {notok} --train-data {train} --valid-data {valid} --out {root}/new",
+        ["notok.pt", "'tokenizer'"],
+    ),
     ("eval-iterations-negative", "eval", "{ft}/best.pt --iterations -1", ["--iterations -1"]),
     ("eval-iterations-0", "eval", "{ft}/best.pt --iterations 0", ["--iterations 0"]),
     ("eval-length-beam-0", "eval", "{ft}/best.pt --length-beam 0", ["--length-beam 0"]),
@@ -112,10 +141,18 @@ def test_bad_flag(name, script, argv, needles, runs, capsys):
 # before the tokenizer is trained or the data read (under torchrun, rank 0 printed those first)
 S = "--init none --arch unilm --vocab-size 600 --train-data {train} --valid-data {valid} --out {root}/new"
 FIRST_LINE = [
-    ("train-seq-len-past-positions", "train", "--data {text} --seq-len 4096 --batch-tokens 8192 --out {root}/new",
-     ["--seq-len 4096", "256"]),
-    ("train-dec-len-past-positions", "train", "--data {text} --objective elmer --dec-len 100000 --out {root}/new",
-     ["--dec-len 100000"]),
+    (
+        "train-seq-len-past-positions",
+        "train",
+        "--data {text} --seq-len 4096 --batch-tokens 8192 --out {root}/new",
+        ["--seq-len 4096", "256"],
+    ),
+    (
+        "train-dec-len-past-positions",
+        "train",
+        "--data {text} --objective elmer --dec-len 100000 --out {root}/new",
+        ["--dec-len 100000"],
+    ),
     ("ft-scratch-max-src-past-positions", "finetune", S + " --max-src 1000", ["--max-src 1000"]),
     ("ft-scratch-exit-on-unilm", "finetune", S + " --exit soft", ["--exit"]),
 ]
@@ -134,8 +171,21 @@ def test_a_flag_error_comes_before_any_work(name, script, argv, needles, runs, c
 
 def test_harmless_unused_flag_is_a_note(runs, tmp_path, capsys):
     """--max-tgt means nothing to classification: said in a note, and the run goes on."""
-    finetune.main(["--init", os.path.join(runs["pmlm"], "last.pt"), "--task", "classify", "--train-data", runs["train"],
-                   "--valid-data", runs["valid"], "--out", str(tmp_path / "c")] + FT)
+    finetune.main(
+        [
+            "--init",
+            os.path.join(runs["pmlm"], "last.pt"),
+            "--task",
+            "classify",
+            "--train-data",
+            runs["train"],
+            "--valid-data",
+            runs["valid"],
+            "--out",
+            str(tmp_path / "c"),
+        ]
+        + FT
+    )
     out = capsys.readouterr().out
     assert "note: --max-tgt is not used by this run" in out, out
     assert os.path.exists(tmp_path / "c" / "best.pt")
@@ -144,9 +194,28 @@ def test_harmless_unused_flag_is_a_note(runs, tmp_path, capsys):
 def test_eval_names_flags_that_apply_to_no_checkpoint(runs, capsys):
     """eval.py changes no model and its rows record the decoding used: a flag that applies to none
     of the checkpoints is a note, and the evaluation goes on."""
-    evaluate_script.main([os.path.join(runs["ft"], "best.pt"), "--data", runs["valid"], "--limit", "2", "--beam", "1",
-                          "--batch-size", "2", "--latency-samples", "1", "--no-lead", "--exit-entropy", "0.3",
-                          "--iterations", "3", "--split", "valid"])
+    evaluate_script.main(
+        [
+            os.path.join(runs["ft"], "best.pt"),
+            "--data",
+            runs["valid"],
+            "--limit",
+            "2",
+            "--beam",
+            "1",
+            "--batch-size",
+            "2",
+            "--latency-samples",
+            "1",
+            "--no-lead",
+            "--exit-entropy",
+            "0.3",
+            "--iterations",
+            "3",
+            "--split",
+            "valid",
+        ]
+    )
     err = capsys.readouterr().err
     for flag in ("--exit-entropy", "--iterations", "--split"):
         assert f"note: {flag} is not used by this run" in err, err
@@ -155,13 +224,25 @@ def test_eval_names_flags_that_apply_to_no_checkpoint(runs, capsys):
 def test_elmer_checkpoint_keeps_its_dec_len(runs, tmp_path):
     """The pretrained --dec-len travels with the checkpoint: fine-tuning needs no --dec-len."""
     out = str(tmp_path / "e")
-    finetune.main(["--init", os.path.join(runs["elmer"], "last.pt"), "--train-data", runs["train"], "--valid-data",
-                   runs["valid"], "--out", out] + FT)
+    finetune.main(
+        [
+            "--init",
+            os.path.join(runs["elmer"], "last.pt"),
+            "--train-data",
+            runs["train"],
+            "--valid-data",
+            runs["valid"],
+            "--out",
+            out,
+        ]
+        + FT
+    )
     assert torch.load(os.path.join(out, "last.pt"), weights_only=True)["elmer"]["dec_len"] == 8
 
 
 def test_eval_keeps_earlier_results_when_a_later_checkpoint_fails(runs, tmp_path, monkeypatch, capsys):
     import shutil
+
     a, b = tmp_path / "a", tmp_path / "b"
     for d in (a, b):
         d.mkdir()
@@ -172,10 +253,26 @@ def test_eval_keeps_earlier_results_when_a_later_checkpoint_fails(runs, tmp_path
         if ck.path.startswith(str(b)):
             raise RuntimeError("out of memory in the second checkpoint")
         return real(ck, *rest)
+
     monkeypatch.setattr(evaluate_script, "evaluate_checkpoint", second_fails)
     with pytest.raises(RuntimeError):
-        evaluate_script.main([str(a / "best.pt"), str(b / "best.pt"), "--data", runs["valid"], "--limit", "2", "--beam",
-                              "1", "--batch-size", "2", "--latency-samples", "1", "--no-lead"])
+        evaluate_script.main(
+            [
+                str(a / "best.pt"),
+                str(b / "best.pt"),
+                "--data",
+                runs["valid"],
+                "--limit",
+                "2",
+                "--beam",
+                "1",
+                "--batch-size",
+                "2",
+                "--latency-samples",
+                "1",
+                "--no-lead",
+            ]
+        )
     assert [n for n in os.listdir(a) if n.startswith("eval-")], os.listdir(a)
     assert not [n for n in os.listdir(b) if n.startswith("eval-")]
 
@@ -209,6 +306,7 @@ def test_unified_checkpoint_initialises_every_layer_of_unilm_finetuning():
     from core.config import preset
     from core.mlae.model import init_from_pretrained
     from core.model import EncoderDecoder, UnifiedLM
+
     torch.manual_seed(0)
     cfg = preset("tiny", vocab_size=600)
     pretrained = UnifiedLM(cfg).state_dict()

@@ -1,5 +1,6 @@
 """UniLMv2 seq2seq fine-tuning (core/unilm/seq2seq.py): the layout, the attention rule by perturbation
 through a tiny model, key/value-cache decoding against full recomputation, and a loss that falls."""
+
 import numpy as np
 import pytest
 import torch
@@ -28,6 +29,7 @@ def ids(rng, n):
 
 # -----------------------------------------------------------------------------
 # layout
+
 
 def test_layout(tokenizer):
     tok = tokenizer
@@ -65,6 +67,7 @@ def test_batch(tokenizer):
 # -----------------------------------------------------------------------------
 # the rule, by perturbation through the model
 
+
 def forward(model, ex):
     t = {k: torch.from_numpy(v)[None] for k, v in ex.items() if k != "target"}
     with torch.no_grad():
@@ -83,7 +86,7 @@ def test_pseudo_masks_see_only_the_past(tokenizer):
     base = forward(model, ex)
     for i in range(1, T + 1):
         changed = dict(ex, tokens=ex["tokens"].copy())  # change y_i, y_{i+1}, ..., y_T
-        changed["tokens"][y_at[i - 1:]] = 100 + (changed["tokens"][y_at[i - 1:]] - 99) % 500
+        changed["tokens"][y_at[i - 1 :]] = 100 + (changed["tokens"][y_at[i - 1 :]] - 99) % 500
         diff = (forward(model, changed) - base).abs().amax(-1)
         assert diff[:S].max() == 0, f"the source saw y_{i}"
         assert diff[p_at[:i]].max() == 0, f"one of [P]_1..[P]_{i} saw y_{i} or later"
@@ -111,6 +114,7 @@ def test_sources_of_different_length_pad_cleanly(tokenizer):
 
 # -----------------------------------------------------------------------------
 # decoding with the key/value cache = recomputing everything
+
 
 def test_decoder_step_matches_full_forward(tokenizer):
     """Step by step, the cached decoder's log-probabilities equal those of the full recomputation,
@@ -162,6 +166,7 @@ def test_generate_restores_training_mode(tokenizer):
 
 # -----------------------------------------------------------------------------
 # training
+
 
 def test_loss_falls_and_smoothing(tokenizer):
     model = tiny(tokenizer, seed=1).train()

@@ -1,5 +1,6 @@
 """reproduce/significance.py: the interval over the test examples and the fine-tuning seed, the
 verdicts read from it, and the command that compares evaluated runs."""
+
 import os
 
 
@@ -7,6 +8,7 @@ def test_paired_bootstrap():
     """An ordering holds only beyond the noise of the sample: identical scores are not resolved, a
     margin on every example holds, a wide spread around a small margin does not."""
     from reproduce import significance
+
     a = [float(i % 7) for i in range(300)]
     mean, low, high = significance.paired_bootstrap(a, a)
     assert (mean, low, high) == (0.0, 0.0, 0.0) and significance.verdict(">", low, high) == "not resolved"
@@ -27,10 +29,18 @@ def test_verdicts_with_a_margin():
     """`>=` is non-inferiority within the margin, `~` equivalence within it; a straddling interval
     is not resolved."""
     from reproduce.significance import verdict
-    assert [verdict(">=", lo, hi, 1.0) for lo, hi in ((-0.8, 0.5), (-1.5, 0.2), (-3.0, -1.2))] == \
-        ["holds", "not resolved", "reversed"]
-    assert [verdict("~", lo, hi, 1.0) for lo, hi in ((-0.8, 0.5), (-0.5, 1.5), (1.2, 2.0), (-2.0, -1.1))] == \
-        ["holds", "not resolved", "reversed", "reversed"]
+
+    assert [verdict(">=", lo, hi, 1.0) for lo, hi in ((-0.8, 0.5), (-1.5, 0.2), (-3.0, -1.2))] == [
+        "holds",
+        "not resolved",
+        "reversed",
+    ]
+    assert [verdict("~", lo, hi, 1.0) for lo, hi in ((-0.8, 0.5), (-0.5, 1.5), (1.2, 2.0), (-2.0, -1.1))] == [
+        "holds",
+        "not resolved",
+        "reversed",
+        "reversed",
+    ]
 
 
 def test_the_seed_term_widens_one_seed_sides_by_the_right_amount():
@@ -40,19 +50,22 @@ def test_the_seed_term_widens_one_seed_sides_by_the_right_amount():
     import math
 
     from reproduce.significance import detectable, seed_interval
+
     low, high = seed_interval(1.0, 0.4, 0.6, 1, 1)
-    assert math.isclose(high - 1.0, 1.96 * math.sqrt(0.4 ** 2 + 2 * 0.6 ** 2)) and math.isclose(1.0 - low, high - 1.0)
+    assert math.isclose(high - 1.0, 1.96 * math.sqrt(0.4**2 + 2 * 0.6**2)) and math.isclose(1.0 - low, high - 1.0)
     assert math.isclose(seed_interval(1.0, 0.4, 0.0, 1, 1)[1] - 1.0, 1.96 * 0.4)
     three = seed_interval(1.0, 0.4, 0.6, 3, 3)
-    assert math.isclose(three[1] - 1.0, 1.96 * math.sqrt(0.4 ** 2 + 2 * 0.6 ** 2 / 3)) and three[1] < high
-    assert math.isclose(detectable(low, high), 2.8 * math.sqrt(0.4 ** 2 + 2 * 0.6 ** 2))
+    assert math.isclose(three[1] - 1.0, 1.96 * math.sqrt(0.4**2 + 2 * 0.6**2 / 3)) and three[1] < high
+    assert math.isclose(detectable(low, high), 2.8 * math.sqrt(0.4**2 + 2 * 0.6**2))
 
 
 def outputs(path, right, n=400):
     """A classification outputs file whose first `right` examples are right."""
     import json as js
-    rows = [dict(task="classify", source=f"s{i}", prediction="p" if i < right else "q", reference="p")
-            for i in range(n)]
+
+    rows = [
+        dict(task="classify", source=f"s{i}", prediction="p" if i < right else "q", reference="p") for i in range(n)
+    ]
     path.write_text("\n".join(js.dumps(r) for r in rows))
     return str(path)
 
@@ -64,13 +77,14 @@ def test_a_one_seed_pair_is_not_resolved_by_the_test_sample_alone(tmp_path):
     import math
 
     from reproduce import significance
+
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     a, b = outputs(tmp_path / "a" / "o.jsonl", 220), outputs(tmp_path / "b" / "o.jsonl", 200)
-    alone, = significance.pair_rows([a, b], sigma=0.0)
+    (alone,) = significance.pair_rows([a, b], sigma=0.0)
     assert alone["difference"] == 5.0 and alone["verdict"] == "holds" and alone["low"] > 0
-    row, = significance.pair_rows([a, b], sigma=3.0)
-    half = 1.96 * math.sqrt(row["se"] ** 2 + 2 * 3.0 ** 2)
+    (row,) = significance.pair_rows([a, b], sigma=3.0)
+    half = 1.96 * math.sqrt(row["se"] ** 2 + 2 * 3.0**2)
     assert math.isclose(row["high"] - row["low"], 2 * half) and row["verdict"] == "not resolved"
     assert row["sigma"] == 3.0 and row["sigma_from"] == "--sigma" and math.isclose(row["detectable"], half / 1.96 * 2.8)
     # without --sigma, one seed a side has no spread of its own: 0, and the row says so
@@ -85,6 +99,7 @@ def test_the_example_se_and_the_pooled_seed_spread():
 
     import numpy as np
     from reproduce import significance
+
     rng = np.random.default_rng(0)
     a, b = rng.normal(30, 10, (2, 500)), rng.normal(29, 10, (1, 500))
     assert significance.example_se(a, b) == significance.example_se(a.mean(0, keepdims=True), b)
@@ -111,6 +126,7 @@ def test_an_archived_interval_gives_back_its_example_se():
             sa, sb = rng.integers(0, len(a), len(a)), rng.integers(0, len(b), len(b))
             diffs.append(a[sa][:, idx].mean() - b[sb][:, idx].mean())
         return np.quantile(diffs, [0.025, 0.975])
+
     rng = np.random.default_rng(1)
     common = rng.normal(30, 10, 800)
     # (seeds a side, how far apart a side's seeds are, per-example noise of a seed): the spreads of
@@ -135,6 +151,7 @@ def test_the_command_line(tmp_path, capsys):
     """--help prints the docstring and exits 0; one file on both sides is refused; two outputs files
     of one folder are named by file, not 'x - x'."""
     from reproduce import significance
+
     assert significance.main(["--help"]) == 0
     assert "paired bootstrap over the examples" in capsys.readouterr().out
     (tmp_path / "x").mkdir()
@@ -155,11 +172,14 @@ def test_a_comparison_is_kept_until_its_files_change(tmp_path):
     from reproduce import significance
 
     def write(path, right, mtime):
-        rows = [dict(task="classify", source=f"s{i}", prediction="x" if i < right else "y", reference="x")
-                for i in range(20)]
+        rows = [
+            dict(task="classify", source=f"s{i}", prediction="x" if i < right else "y", reference="x")
+            for i in range(20)
+        ]
         path.write_text("\n".join(js.dumps(r) for r in rows))
         os.utime(path, (mtime, mtime))
         return str(path)
+
     a, b = write(tmp_path / "a.jsonl", 15, 1000), write(tmp_path / "b.jsonl", 10, 1000)
     first = significance.compare_seeds([a], [b], "accuracy")
     assert first[0] == 25.0 and significance.compare_seeds([a], [b], "accuracy") is first
@@ -177,11 +197,14 @@ def test_pairs_are_written_as_a_table(tmp_path, capsys):
 
     from reproduce import significance
     from tools import pairs, records
+
     paths = {}
     for run, right in (("x", 16), ("x-s2", 14), ("y", 10), ("z", 12)):
         (tmp_path / run).mkdir()
-        rows = [dict(task="classify", source=f"s{i}", prediction="p" if i < right else "q", reference="p")
-                for i in range(20)]
+        rows = [
+            dict(task="classify", source=f"s{i}", prediction="p" if i < right else "q", reference="p")
+            for i in range(20)
+        ]
         paths[run] = str(tmp_path / run / "outputs-best-test.jsonl")
         with open(paths[run], "w") as f:
             f.write("\n".join(js.dumps(r) for r in rows))
@@ -193,7 +216,9 @@ def test_pairs_are_written_as_a_table(tmp_path, capsys):
     with open(out) as f:
         d = js.load(f)
     assert [(r["a"], r["b"], r["seeds"], r["n"], r["difference"]) for r in d["rows"]] == [
-        ("x,x-s2", "y", "2x1", 20, 25.0), ("x", "z", "1x1", 20, 20.0)]
+        ("x,x-s2", "y", "2x1", 20, 25.0),
+        ("x", "z", "1x1", 20, 20.0),
+    ]
     text = records.table(d)
     assert "| x,x-s2 | y | 2x1 | 20 | accuracy | +25.00 |" in text and "python -m tools.pairs" in text
     assert significance.main(files[:3]) == 2

@@ -3,6 +3,7 @@ below) against core/decoding.beam_search over its step decoder: the same tokens 
 CPU, where its steps run eagerly, for every setting the search has (beam sizes, min_len, length
 penalties of both kinds, the n-gram ban, a max_len that cuts hypotheses), with sources of different
 lengths in one batch; and the n-gram ban alone."""
+
 import pytest
 import torch
 
@@ -24,17 +25,26 @@ def search_model(tok, eos):
     return model
 
 
-@pytest.mark.parametrize("beam,max_len,min_len,lp,norm,ngram,eos", [
-    (4, 12, 1, 0.6, "wu", 3, 0.6), (4, 12, 1, 0.6, "wu", 3, 0.9), (4, 12, 1, 0.6, "wu", 3, 0.0),
-    (2, 8, 3, 1.0, "pow", 0, 0.6), (5, 9, 0, 0.0, "wu", 2, 0.75), (3, 10, 1, 0.6, "wu", 0, 0.9),
-    (1, 10, 1, 0.6, "wu", 0, 0.6)])
+@pytest.mark.parametrize(
+    "beam,max_len,min_len,lp,norm,ngram,eos",
+    [
+        (4, 12, 1, 0.6, "wu", 3, 0.6),
+        (4, 12, 1, 0.6, "wu", 3, 0.9),
+        (4, 12, 1, 0.6, "wu", 3, 0.0),
+        (2, 8, 3, 1.0, "pow", 0, 0.6),
+        (5, 9, 0, 0.0, "wu", 2, 0.75),
+        (3, 10, 1, 0.6, "wu", 0, 0.9),
+        (1, 10, 1, 0.6, "wu", 0, 0.6),
+    ],
+)
 def test_static_beam_search_equals_beam_search(tokenizer, beam, max_len, min_len, lp, norm, ngram, eos):
     tok = tokenizer
     g = torch.Generator().manual_seed(5)
     model = search_model(tok, eos)
     sources = [random_ids(g, tok, n).tolist() for n in (3, 11, 7)]
-    want, want_scores = decoding.beam_search(T5Decoder(model, sources, tok), beam, max_len, min_len, lp, tok.eos_id,
-                                             ngram, norm)
+    want, want_scores = decoding.beam_search(
+        T5Decoder(model, sources, tok), beam, max_len, min_len, lp, tok.eos_id, ngram, norm
+    )
     got, got_scores = static_beam_t5(model, sources, tok, beam, max_len, min_len, lp, norm, ngram)
     assert got == want
     assert torch.allclose(got_scores, want_scores, atol=1e-5), (got_scores, want_scores)
@@ -67,22 +77,25 @@ def test_the_graphed_static_beam_search_equals_beam_search_on_cuda(tokenizer):
         assert got == want
 
 
-@pytest.mark.parametrize("beam,max_len,min_len,lp,ngram,eos", [(4, 10, 1, 0.6, 3, 0.0), (3, 8, 2, 1.0, 0, 3.0),
-                                                               (4, 10, 1, 0.6, 3, 4.0)])
+@pytest.mark.parametrize(
+    "beam,max_len,min_len,lp,ngram,eos", [(4, 10, 1, 0.6, 3, 0.0), (3, 8, 2, 1.0, 0, 3.0), (4, 10, 1, 0.6, 3, 4.0)]
+)
 def test_static_pmlm_beam_search_equals_beam_search(tokenizer, beam, max_len, min_len, lp, ngram, eos):
     """UniLMv2's decoder ([P] queries against a static cache of source, target and [P] slots)."""
     from core.unilm.seq2seq import PMLMDecoder
     from core.unilm.static_beam import static_beam_pmlm
     from test_seq2seq import ids, tiny
     import numpy as np
+
     tok = tokenizer
     model = tiny(tok, std=0.3)
     with torch.no_grad():
         model.head.bias[tok.eos_id] += eos
     rng = np.random.default_rng(3)
     sources = [ids(rng, n) for n in (4, 12, 7)]
-    want, want_scores = decoding.beam_search(PMLMDecoder(model, sources, tok), beam, max_len, min_len, lp, tok.eos_id,
-                                             ngram, "wu")
+    want, want_scores = decoding.beam_search(
+        PMLMDecoder(model, sources, tok), beam, max_len, min_len, lp, tok.eos_id, ngram, "wu"
+    )
     got, got_scores = static_beam_pmlm(model, sources, tok, beam, max_len, min_len, lp, "wu", ngram)
     assert got == want
     assert torch.allclose(got_scores, want_scores, atol=1e-5), (got_scores, want_scores)
@@ -95,6 +108,7 @@ def test_the_graphed_static_pmlm_beam_search_equals_beam_search_on_cuda(tokenize
     from core.unilm.static_beam import static_beam_pmlm
     from test_seq2seq import ids, tiny
     import numpy as np
+
     tok = tokenizer
     model = tiny(tok, std=0.3).cuda()
     sources = [ids(np.random.default_rng(3), n) for n in (4, 12, 7)]

@@ -3,6 +3,7 @@ tell the host a value (a loss, a count, a flag). On a CPU there is no device to 
 test counts the operations that would wait on a GPU, under a dispatch mode: reading a scalar
 (.item(), float(), .tolist()), a boolean index or nonzero (its count), and the like. The GPU check
 (bench/gpu_check.py) runs the same step under torch.cuda.set_sync_debug_mode("error")."""
+
 import argparse
 
 import pytest
@@ -20,9 +21,17 @@ from bench.step import train_step
 
 aten = torch.ops.aten
 # ops whose result's size or value the host must read from the device before it can go on
-SYNCING = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default,
-           aten.is_nonzero.default, aten.equal.default, aten._unique2.default, aten.unique_consecutive.default,
-           aten.unique_dim.default, aten.repeat_interleave.Tensor}
+SYNCING = {
+    aten._local_scalar_dense.default,
+    aten.nonzero.default,
+    aten.masked_select.default,
+    aten.is_nonzero.default,
+    aten.equal.default,
+    aten._unique2.default,
+    aten.unique_consecutive.default,
+    aten.unique_dim.default,
+    aten.repeat_interleave.Tensor,
+}
 
 
 READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")  # bypass the dispatcher
@@ -43,6 +52,7 @@ class SyncCounter(TorchDispatchMode):
             def read(t, *a, _real=real, _name=name, **k):
                 self.seen.append(_name)
                 return _real(t, *a, **k)
+
             setattr(torch.Tensor, name, read)
         return super().__enter__()
 
@@ -54,7 +64,8 @@ class SyncCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         boolean_index = func in (aten.index.Tensor, aten.index_put_.default, aten.index_put.default) and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else []) or [])
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else []) or []
+        )
         if func in SYNCING or boolean_index:
             self.seen.append(str(func))
         return func(*args, **kwargs)
@@ -62,8 +73,18 @@ class SyncCounter(TorchDispatchMode):
 
 def step(model, optimizer, batches, loss_sums, d, args, k):
     """Training step k as train.py's loop takes it (bench/step.py), at its learning rate."""
-    return train_step(model, model, optimizer, batches, loss_sums, d, step=k, seed=args.seed, clip=args.clip,
-                      lr=lr_at(k, args.lr, args.warmup, args.steps))
+    return train_step(
+        model,
+        model,
+        optimizer,
+        batches,
+        loss_sums,
+        d,
+        step=k,
+        seed=args.seed,
+        clip=args.clip,
+        lr=lr_at(k, args.lr, args.warmup, args.steps),
+    )
 
 
 def syncs_of_a_step(model, batches, loss_sums):
@@ -84,6 +105,7 @@ def random_ids(tokenizer):
 
 def pmlm_setup(tokenizer, text_file):
     from core.data import TokenStream, read_texts
+
     torch.manual_seed(0)
     cfg = preset("tiny", vocab_size=tokenizer.vocab_size)
     model = UnifiedLM(cfg)
@@ -136,6 +158,7 @@ def test_a_seq2seq_step_makes_no_host_sync(tokenizer):
     host), and its losses are those of the boolean selection it replaced."""
     import torch.nn.functional as F
     from core.unilm.seq2seq import seq2seq_batch, seq2seq_loss_sums
+
     torch.manual_seed(0)
     model = UnifiedLM(preset("tiny", vocab_size=tokenizer.vocab_size))
     ids = random_ids(tokenizer)
@@ -156,6 +179,7 @@ def test_an_encoder_decoders_fine_tuning_step_makes_no_host_sync(tokenizer, arch
     """T5's, MLAE's and the CMLM's fine-tuning steps read their targets' positions from the batch,
     which its builder made on the host. (ELMER's step still syncs: its exit losses index by layer.)"""
     from core.architectures import build_model, seq2seq_ops
+
     torch.manual_seed(0)
     model = build_model(arch, preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id))
     ops = seq2seq_ops(arch)
@@ -171,6 +195,7 @@ def test_every_pretraining_step_makes_no_host_sync(tokenizer, text_file, objecti
     import train
     from core.data import TokenStream, read_texts
     from core.objectives import OBJECTIVES
+
     o, a = OBJECTIVES[objective], train.get_args(["--objective", objective, "--model", "tiny"])
     torch.manual_seed(0)
     model = o.model(o.shape(preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id), a), a)
@@ -183,6 +208,7 @@ def test_every_pretraining_step_makes_no_host_sync(tokenizer, text_file, objecti
 # -----------------------------------------------------------------------------
 # the compiled step (train.py / finetune.py --compile): one graph per forward, no syncing operation in it
 
+
 def compiled_graphs(model, loss_sums, batch, monkeypatch):
     """Compile `model` as --compile does (core/training.compiled), with a backend that keeps the
     forward and backward graphs AOTAutograd makes of every graph Dynamo captured; run one forward and
@@ -190,6 +216,7 @@ def compiled_graphs(model, loss_sums, batch, monkeypatch):
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from core import training
+
     graphs, ops = [], []
 
     def keep(gm, example_inputs):
@@ -199,6 +226,7 @@ def compiled_graphs(model, loss_sums, batch, monkeypatch):
     def backend(gm, example_inputs):
         graphs.append(gm)
         return aot_autograd(fw_compiler=keep, bw_compiler=keep)(gm, example_inputs)
+
     monkeypatch.setattr(torch, "compile", lambda m, **k: torch._dynamo.optimize(backend)(m))
     torch._dynamo.reset()
     d = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"), dtype=torch.float32)
@@ -220,6 +248,7 @@ def test_the_compiled_pmlm_and_seq2seq_steps_are_one_graph_without_a_sync(tokeni
     model, another layout) compile to one graph each (no graph break: Dynamo captured one), whose
     forward and backward hold no operation that would wait for a GPU."""
     from core.unilm.seq2seq import seq2seq_batch, seq2seq_loss_sums
+
     model, _, batches, _, _ = pmlm_setup(tokenizer, text_file)
     graphs, ops = compiled_graphs(model, pmlm_loss_sums, batches[0], monkeypatch)
     assert len(graphs) == 1 and ops and syncing(ops) == [], (len(graphs), syncing(ops))
@@ -236,6 +265,7 @@ def test_the_compiled_elmer_step_is_one_graph(tokenizer, text_file, monkeypatch)
     import train
     from core.data import TokenStream, read_texts
     from core.objectives import OBJECTIVES
+
     o, a = OBJECTIVES["elmer"], train.get_args(["--objective", "elmer", "--model", "tiny", "--permutations", "2"])
     torch.manual_seed(0)
     model = o.model(o.shape(preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id), a), a)
@@ -250,6 +280,7 @@ def test_static_shapes_keep_the_sums(tokenizer, text_file):
     64, the predicted positions to a multiple of 256): the same loss sums and counts."""
     from core.unilm.pmlm import static_shapes
     from core.unilm.seq2seq import seq2seq_batch, seq2seq_loss_sums
+
     model, _, batches, _, _ = pmlm_setup(tokenizer, text_file)
     model.eval()
     ids = random_ids(tokenizer)
@@ -257,8 +288,10 @@ def test_static_shapes_keep_the_sums(tokenizer, text_file):
     for batch, loss_sums in ((batches[0], pmlm_loss_sums), (s2s, seq2seq_loss_sums)):
         padded = static_shapes(batch, tokenizer.pad_id)
         assert padded.tokens.shape[1] % 64 == 0 and padded.predict.numel() % 256 == 0
-        assert padded.tokens.shape[1] > batch.tokens.shape[1] and (padded.norm, padded.n_tokens) == (batch.norm,
-                                                                                                     batch.n_tokens)
+        assert padded.tokens.shape[1] > batch.tokens.shape[1] and (padded.norm, padded.n_tokens) == (
+            batch.norm,
+            batch.n_tokens,
+        )
         want, got = loss_sums(model, batch), loss_sums(model, padded)
         assert want.keys() == got.keys()
         for k in want:
@@ -268,18 +301,24 @@ def test_static_shapes_keep_the_sums(tokenizer, text_file):
 # -----------------------------------------------------------------------------
 # the step these tests (and bench/bench_step.py) take is the one the scripts' loops write out
 
+
 def step_lines(path):
     """The statements of the optimizer step in `path`, from set_lr to zero_grad, each as ast.unparse
     writes it: the code, whatever its comments and however the formatter lays it out."""
     import ast
     import os
+
     tree = ast.parse(open(os.path.join(os.path.dirname(__file__), "..", path)).read())
-    blocks = [b for node in ast.walk(tree) for _, b in ast.iter_fields(node)
-              if isinstance(b, list) and b and isinstance(b[0], ast.stmt)]
+    blocks = [
+        b
+        for node in ast.walk(tree)
+        for _, b in ast.iter_fields(node)
+        if isinstance(b, list) and b and isinstance(b[0], ast.stmt)
+    ]
     for code in ([ast.unparse(s) for s in block] for block in blocks):
         if "set_lr(optimizer, lr)" in code:
             first = code.index("set_lr(optimizer, lr)")
-            return code[first:code.index("optimizer.zero_grad(set_to_none=True)", first) + 1]
+            return code[first : code.index("optimizer.zero_grad(set_to_none=True)", first) + 1]
     raise AssertionError(f"{path} has no set_lr(optimizer, lr)")
 
 

@@ -1,5 +1,6 @@
 """The T5 baseline: span corruption, the encoder-decoder's masks by perturbation, the key/value
 cache against re-decoding the whole prefix, and a tiny model learning to copy."""
+
 import os
 
 import numpy as np
@@ -9,8 +10,16 @@ import torch
 from core.config import preset
 from core.data import TokenStream
 from core.model import EncoderDecoder
-from core.t5 import (IGNORE, T5Decoder, corrupted_lengths, span_corruption, t5_batch, t5_loss_sums, t5_seq2seq_batch,
-                     t5_seq2seq_loss_sums)
+from core.t5 import (
+    IGNORE,
+    T5Decoder,
+    corrupted_lengths,
+    span_corruption,
+    t5_batch,
+    t5_loss_sums,
+    t5_seq2seq_batch,
+    t5_seq2seq_loss_sums,
+)
 
 
 def tiny_model(vocab_size, seed=0, **overrides):
@@ -35,6 +44,7 @@ def report(name, a, b):
 
 # -----------------------------------------------------------------------------
 # span corruption
+
 
 def reconstruct(src, tgt, tok):
     """Undo span corruption: each sentinel of the source replaced by its span from the target."""
@@ -136,6 +146,7 @@ def test_t5_batch(tokenizer):
 # -----------------------------------------------------------------------------
 # the masks, by perturbation
 
+
 def test_decoder_causal_and_encoder_blind_to_target(tokenizer):
     tok = tokenizer
     g = torch.Generator().manual_seed(0)
@@ -183,6 +194,7 @@ def test_padding_invisible(tokenizer):
 # -----------------------------------------------------------------------------
 # decoding
 
+
 @pytest.mark.parametrize("rel_pos", [True, False])
 def test_kv_cache_matches_full_decoding(tokenizer, rel_pos):
     tok = tokenizer
@@ -207,8 +219,13 @@ def test_kv_cache_matches_full_decoding(tokenizer, rel_pos):
     with torch.no_grad():
         src = torch.tensor([sources[0] + [tok.eos_id]])
         fed = cached.prefix[1:2]
-        logits = model(src, torch.ones_like(src, dtype=torch.bool), fed, torch.ones_like(fed, dtype=torch.bool),
-                       predict=torch.ones_like(fed, dtype=torch.bool))
+        logits = model(
+            src,
+            torch.ones_like(src, dtype=torch.bool),
+            fed,
+            torch.ones_like(fed, dtype=torch.bool),
+            predict=torch.ones_like(fed, dtype=torch.bool),
+        )
     assert torch.allclose(a[1], logits[-1].log_softmax(-1), atol=1e-5, rtol=0)
 
 
@@ -264,6 +281,7 @@ def test_resume_across_a_corruption_change_is_said(text_file, tmp_path, capsys):
     import train
     from conftest import TINY
     from core import checkpoint
+
     out = str(tmp_path / "t5")
     flags = ["--data", text_file, "--objective", "t5", "--out", out] + TINY
     train.main(flags + ["--steps", "1"])

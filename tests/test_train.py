@@ -1,4 +1,5 @@
 """train.py end to end on the tiny preset: 1 vs 2 processes, exact resume, bad input."""
+
 import os
 import subprocess
 import sys
@@ -24,12 +25,22 @@ def test_two_processes_match_one(text_file, tmp_path):
     # a rank that aborts prints its Python stack (faulthandler); the message shows what the ranks
     # printed before torchrun's own report, and how far rank 0's log got
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
-    subprocess.run([sys.executable, "train.py", "--out", one] + flags, cwd=ROOT, env=env, check=True,
-                   capture_output=True)
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        "train.py", "--out", two] + flags, cwd=ROOT, env=env, capture_output=True, text=True)
-    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[:4000], read_log(two) if os.path.exists(
-        os.path.join(two, "log.jsonl")) else "no log")
+    subprocess.run(
+        [sys.executable, "train.py", "--out", one] + flags, cwd=ROOT, env=env, check=True, capture_output=True
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", "--out", two]
+        + flags,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, (
+        r.stdout[-2000:],
+        r.stderr[:4000],
+        read_log(two) if os.path.exists(os.path.join(two, "log.jsonl")) else "no log",
+    )
     a, b = losses(one), losses(two)
     assert len(a) == len(b) == 3
     assert a == pytest.approx(b, rel=1e-5, abs=1e-5), (a, b)
@@ -47,11 +58,27 @@ def test_two_processes_match_one(text_file, tmp_path):
 RESUME_TOLERANCE = {"cpu": None, "cuda": dict(loss=2e-3, weights=1e-3)}
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="CUDA's variant of the exact-resume test"))])
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's variant of the exact-resume test"),
+        ),
+    ],
+)
 def test_resume_is_exact(text_file, tmp_path, device):
-    flags = ["--data", text_file, "--steps", "6", "--dropout", "0.1", "--device",
-             device] + TINY  # dropout's replay is part of the test
+    flags = [
+        "--data",
+        text_file,
+        "--steps",
+        "6",
+        "--dropout",
+        "0.1",
+        "--device",
+        device,
+    ] + TINY  # dropout's replay is part of the test
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     train.main(flags + ["--out", straight])
     train.main(flags + ["--out", resumed, "--stop-after", "3"])
@@ -77,8 +104,10 @@ def test_loss_falls(text_file, tmp_path):
     (a fixed cycle of words, each document starting anywhere in it) the masked tokens become
     predictable, and the training and held-out losses fall far below the unigram level the
     output bias starts at."""
-    words = ("package library python module server client network driver kernel video audio "
-             "font game editor tool data file system shell terminal").split()
+    words = (
+        "package library python module server client network driver kernel video audio "
+        "font game editor tool data file system shell terminal"
+    ).split()
     rng = np.random.default_rng(0)
     docs = [" ".join(words[(o + i) % len(words)] for i in range(40)) for o in rng.integers(0, len(words), 300)]
     small, spm = tmp_path / "cycle.txt", tmp_path / "spm.model"
@@ -87,8 +116,24 @@ def test_loss_falls(text_file, tmp_path):
     # the cycle's words stay whole pieces (the held-out margin needed 500 steps with this tokenizer)
     spm.write_bytes(Tokenizer.train(read_texts(text_file), 856).proto)
     out = str(tmp_path / "run")
-    train.main(["--data", str(small), "--tokenizer", str(spm), "--steps", "500", "--lr", "3e-3", "--dropout", "0",
-                "--out", out] + TINY + ["--eval-every", "125"])  # TINY's every 3 steps would be 166 evaluations
+    train.main(
+        [
+            "--data",
+            str(small),
+            "--tokenizer",
+            str(spm),
+            "--steps",
+            "500",
+            "--lr",
+            "3e-3",
+            "--dropout",
+            "0",
+            "--out",
+            out,
+        ]
+        + TINY
+        + ["--eval-every", "125"]
+    )  # TINY's every 3 steps would be 166 evaluations
     log = losses(out)
     first, last = sum(log[:10]) / 10, sum(log[-10:]) / 10
     assert last < first / 2, (first, last)
@@ -104,6 +149,7 @@ def test_compile_trains_the_same_steps(text_file, tmp_path, monkeypatch):
     auto is on on CUDA and off on a CPU."""
     from core import training
     from core.distributed import Dist
+
     made = []
     real = torch.compile
     monkeypatch.setattr(torch, "compile", lambda m, **k: made.append(m) or real(m, backend="aot_eager"))
@@ -124,6 +170,7 @@ def test_compile_trains_the_same_steps(text_file, tmp_path, monkeypatch):
 
 # -----------------------------------------------------------------------------
 # bad input: one clear line naming the file, exit status 2, no traceback
+
 
 def fails_with(capsys, argv, *needles):
     with pytest.raises(SystemExit) as e:
@@ -174,6 +221,7 @@ def test_corrupt_or_foreign_checkpoint(capsys, tmp_path, text_file, content):
 
 def test_checkpoint_of_another_kind(capsys, tmp_path, text_file):
     from core import checkpoint
+
     out = tmp_path / "o"
     checkpoint.save(str(out / "last.pt"), dict(kind="finetune/summarize"))
     fails_with(capsys, ["--data", text_file, "--out", str(out), "--resume"] + TINY, "finetune/summarize")
@@ -186,6 +234,7 @@ def test_output_bias_starts_at_the_unigram_prior(text_file, tokenizer):
     from core.data import TokenStream, read_texts, token_counts, unigram_entropy
     from core.model import UnifiedLM
     from core.unilm.pmlm import pmlm_batch, pmlm_loss_sums
+
     stream = TokenStream(tokenizer.encode(read_texts(text_file)), 61, 0)
     batch = pmlm_batch(stream, list(range(64)), tokenizer, "ae")
     torch.manual_seed(0)

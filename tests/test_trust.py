@@ -1,6 +1,7 @@
 """Trust, round 4: the reproduction runner never shows a stale result as current, compares what
 changes a result, refuses bad input in one line (no traceback), and significance.py refuses files
 it cannot pair."""
+
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ def fake_ckpt(path, **fields):
 # -----------------------------------------------------------------------------
 # 1. a result names the checkpoint it came from, and one whose input changed is stale
 
+
 def test_an_extended_pretraining_makes_its_fine_tuning_and_evaluation_stale(tmp_path):
     out = str(tmp_path / "r")
     args, fields, resolved = resolved_for(out)
@@ -42,8 +44,13 @@ def test_an_extended_pretraining_makes_its_fine_tuning_and_evaluation_stale(tmp_
     with open(res, "w") as f:
         json.dump(dict(rouge1=30.0, rouge2=10.0, rougeL=28.0), f)
     ev_argv = resolved["eval-sum-pmlm"][0]
-    state = dict(runs={"eval-sum-pmlm": dict(command=runstate.command(plan.BY_NAME["eval-sum-pmlm"], ev_argv),
-                                            files=[res], status="done")})
+    state = dict(
+        runs={
+            "eval-sum-pmlm": dict(
+                command=runstate.command(plan.BY_NAME["eval-sum-pmlm"], ev_argv), files=[res], status="done"
+            )
+        }
+    )
     ft, ev = plan.BY_NAME["sum-pmlm"], plan.BY_NAME["eval-sum-pmlm"]
     assert runstate.progress_of(ft, resolved["sum-pmlm"][0], fields, out, state, resolved)[0] == 1.0
     assert runstate.stale_reason(ft, resolved, out) is None
@@ -82,8 +89,13 @@ def test_the_listing_says_what_is_stale(tmp_path, capsys):
     out = str(tmp_path / "r")
     _, _, resolved = resolved_for(out)
     fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=8, args=dict(model="tiny"), kind="pretrain/pmlm")
-    fake_ckpt(os.path.join(out, "sum-pmlm", "last.pt"), step=10, args=dict(epochs=1, steps=10), init_step=4,
-              kind="finetune/summarize")
+    fake_ckpt(
+        os.path.join(out, "sum-pmlm", "last.pt"),
+        step=10,
+        args=dict(epochs=1, steps=10),
+        init_step=4,
+        kind="finetune/summarize",
+    )
     assert reproduce.main(["--budget", "tiny", "--out", out, "--dry-run", "--only", "^sum-pmlm$"]) == 0
     text = capsys.readouterr().out
     assert "sum-pmlm" in text and "stale (fine-tuned from pre-pmlm at step 4, which is now at step 8)" in text
@@ -92,10 +104,13 @@ def test_the_listing_says_what_is_stale(tmp_path, capsys):
 # -----------------------------------------------------------------------------
 # 2. what changes a result is compared, normalised
 
+
 def test_paths_spelled_otherwise_and_step_tied_intervals_change_nothing(tmp_path):
     a = "python train.py --objective pmlm --steps 4 --eval-every 4 --data x/../x/data/pretrain.txt --out ./r/pre-pmlm"
-    b = ("python train.py --objective pmlm --steps 10 --eval-every 10 --data x/data/pretrain.txt "
-         f"--out {os.path.abspath('r/pre-pmlm')}")
+    b = (
+        "python train.py --objective pmlm --steps 10 --eval-every 10 --data x/data/pretrain.txt "
+        f"--out {os.path.abspath('r/pre-pmlm')}"
+    )
     assert runstate.what_it_ran(a) == runstate.what_it_ran(b)
     assert runstate.what_it_ran(a) != runstate.what_it_ran(a.replace("pmlm --steps", "mlm --steps"))
 
@@ -103,10 +118,20 @@ def test_paths_spelled_otherwise_and_step_tied_intervals_change_nothing(tmp_path
 # -----------------------------------------------------------------------------
 # 3 and 4. bad input: one line, exit 2, nothing created or overwritten
 
-@pytest.mark.parametrize("argv,words", [
-    (["--only", "(unclosed"], "not a regular expression"), (["--skip", "*x"], "not a regular expression"),
-    (["--dtype", "fp8"], "--dtype"), (["--steps", "0"], "--steps 0"), (["--permutations", "0"], "--permutations"),
-    (["--epochs", "-1"], "--epochs"), (["--limit", "0"], "--limit"), (["--jobs", "1000"], "--jobs 1000")])
+
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--only", "(unclosed"], "not a regular expression"),
+        (["--skip", "*x"], "not a regular expression"),
+        (["--dtype", "fp8"], "--dtype"),
+        (["--steps", "0"], "--steps 0"),
+        (["--permutations", "0"], "--permutations"),
+        (["--epochs", "-1"], "--epochs"),
+        (["--limit", "0"], "--limit"),
+        (["--jobs", "1000"], "--jobs 1000"),
+    ],
+)
 def test_arguments_refused(argv, words, capsys):
     with pytest.raises(SystemExit) as e:
         reproduce.get_args(["--budget", "tiny"] + argv)
@@ -143,9 +168,15 @@ def test_ctrl_c_while_workers_start_leaves_no_traceback(tmp_path):
     """SIGINT right after --jobs 2 started: every process ends quietly."""
     import signal
     import time
-    p = subprocess.Popen([sys.executable, "-m", "reproduce", "--budget", "tiny", "--out", str(tmp_path / "r"),
-                          "--jobs", "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "reproduce", "--budget", "tiny", "--out", str(tmp_path / "r"), "--jobs", "2"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     time.sleep(1.0)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
@@ -154,6 +185,7 @@ def test_ctrl_c_while_workers_start_leaves_no_traceback(tmp_path):
 
 # -----------------------------------------------------------------------------
 # 5. significance.py pairs only files it can pair
+
 
 def outputs(path, task, sources):
     with open(path, "w") as f:
@@ -170,8 +202,13 @@ def test_significance_refuses_files_it_cannot_pair(tmp_path, capsys):
     empty.write_text("")
     summary = tmp_path / "eval-best.json"
     summary.write_text(json.dumps(dict(rouge1=1.0), indent=1))
-    for pair, words in (((a, b), "same examples"), ((a, c), "one task"), ((a, str(empty)), "no outputs"),
-                        ((str(summary), a), "eval-*.json"), ((a, str(tmp_path / "missing.jsonl")), "cannot read")):
+    for pair, words in (
+        ((a, b), "same examples"),
+        ((a, c), "one task"),
+        ((a, str(empty)), "no outputs"),
+        ((str(summary), a), "eval-*.json"),
+        ((a, str(tmp_path / "missing.jsonl")), "cannot read"),
+    ):
         assert significance.main(list(pair)) == 2, pair
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
@@ -180,8 +217,10 @@ def test_significance_refuses_files_it_cannot_pair(tmp_path, capsys):
 # -----------------------------------------------------------------------------
 # 7, 8, 9: data left out is said; small ones; what a long run tells its user
 
+
 def test_empty_examples_are_counted_and_said(tmp_path, capsys):
     from core.tasks import load_split
+
     path = tmp_path / "d.jsonl"
     rows = [dict(document=f"text {i}" if i % 4 else " ", summary="s") for i in range(40)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -193,6 +232,7 @@ def test_empty_examples_are_counted_and_said(tmp_path, capsys):
 
 def test_a_save_cleans_what_a_killed_save_left(tmp_path):
     from core import checkpoint
+
     path = str(tmp_path / "last.pt")
     (tmp_path / "last.pt.tmp999999").write_bytes(b"half")
     checkpoint.save(path, dict(step=1))
@@ -203,8 +243,9 @@ def test_ae_probe_bad_input_is_one_line(tmp_path):
     bad = tmp_path / "x.pt"
     bad.write_text("not a checkpoint")
     for argv in ([str(bad)], [str(bad), "--windows", "0"]):
-        r = subprocess.run([sys.executable, "-m", "studies.ae_probe"] + argv, cwd=ROOT, capture_output=True, text=True,
-                           timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "studies.ae_probe"] + argv, cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert lines[-1].split(":")[0] in ("error", "ae_probe.py"), r.stderr
@@ -213,6 +254,7 @@ def test_ae_probe_bad_input_is_one_line(tmp_path):
 def test_the_tokenizer_says_it_is_training(tmp_path, text_file):
     from core.data import read_texts
     from core.tokenizer import cached_tokenizer
+
     said = []
     texts = read_texts(text_file)[:300]
     cached_tokenizer(texts, 600, str(tmp_path), say=said.append)
@@ -223,6 +265,7 @@ def test_the_tokenizer_says_it_is_training(tmp_path, text_file):
 def test_progress_in_a_log_file_is_lines_not_one_carriage_returned_line(tmp_path):
     import io
     from core.progress import progress_line
+
     buf = io.StringIO()  # not a terminal
     show = progress_line("generating", buf)
     for i in range(1, 101):
@@ -234,6 +277,7 @@ def test_progress_in_a_log_file_is_lines_not_one_carriage_returned_line(tmp_path
 def test_train_says_held_out_with_its_step_and_the_distance_under_the_entropy(text_file, tmp_path, capsys):
     import train
     from conftest import TINY
+
     train.main(TINY + ["--steps", "3", "--data", text_file, "--out", str(tmp_path / "p")])
     out = capsys.readouterr().out
     assert "held-out, step 3 |" in out and "this batch: " in out
@@ -247,6 +291,7 @@ def test_train_says_held_out_with_its_step_and_the_distance_under_the_entropy(te
 # -----------------------------------------------------------------------------
 # 6. one table of which runs a flag applies to, walked
 
+
 def parser_and_table(module, argv, table):
     captured = {}
     real = module.parse_args
@@ -254,6 +299,7 @@ def parser_and_table(module, argv, table):
     def capture(p, a=None):
         captured["p"] = p
         return real(p, a)
+
     module.parse_args = capture
     try:
         args = module.get_args(argv)
@@ -269,32 +315,40 @@ def test_every_flag_is_in_the_table_or_applies_always(script, monkeypatch):
     declares it)."""
     import finetune
     import train
+
     if script == "train":
         tables = {}
         monkeypatch.setattr(train, "refuse_unused", lambda args, applies, notes_to=None: tables.update(applies))
         p, table = parser_and_table(train, [], lambda args: tables)
         known = set(table) | set(train.ALWAYS_APPLIES)
     else:
-        p, table = parser_and_table(finetune, [], lambda args: finetune_flags.unused_flags(finetune.parser(), args,
-                                                                                           "unilm"))
+        p, table = parser_and_table(
+            finetune, [], lambda args: finetune_flags.unused_flags(finetune.parser(), args, "unilm")
+        )
         known = set(table) | set(finetune.ALWAYS_APPLIES)
     missing = sorted(a.dest for a in p._actions if a.dest not in known)
     assert not missing, f"{script}.py flags in no table: {missing}"
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["--objective", "pmlm", "--no-cross-rel-pos"], "--cross-rel-pos applies only to --objective mlae --decoder b"),
-    (["--objective", "mlae", "--decoder", "a", "--no-cross-rel-pos"], "--cross-rel-pos applies only"),
-    (["--objective", "mlae", "--length-grad"], "--length-grad applies only to --objective t5-nar")])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--objective", "pmlm", "--no-cross-rel-pos"], "--cross-rel-pos applies only to --objective mlae --decoder b"),
+        (["--objective", "mlae", "--decoder", "a", "--no-cross-rel-pos"], "--cross-rel-pos applies only"),
+        (["--objective", "mlae", "--length-grad"], "--length-grad applies only to --objective t5-nar"),
+    ],
+)
 def test_train_refuses_flags_of_another_objective(argv, words):
     import train
     from core.errors import UserError
+
     with pytest.raises(UserError, match=words):
         train.get_args(argv)
 
 
 def test_finetune_table_refuses_exit_flags_where_they_do_nothing():
     import finetune
+
     args = finetune.get_args(["--exit", "soft", "--exit-threshold", "0.5", "--exit-train", "all"])
     table = finetune_flags.unused_flags(finetune.parser(), args, "elmer")
     assert not table["exit_threshold"][0] and not table["exit_train"][0]
@@ -317,6 +371,7 @@ def test_the_report_writes_its_results_as_data(tmp_path):
 
 def test_an_error_of_another_process_says_it_stopped_the_run(monkeypatch, capsys):
     from core import errors
+
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(errors.time, "sleep", lambda s: None)
@@ -324,6 +379,7 @@ def test_an_error_of_another_process_says_it_stopped_the_run(monkeypatch, capsys
     @errors.main_guard
     def main():
         raise errors.UserError("bad.jsonl line 3 is not JSON")
+
     with pytest.raises(SystemExit) as e:
         main()
     err = capsys.readouterr().err.strip().splitlines()

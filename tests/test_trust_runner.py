@@ -1,6 +1,7 @@
 """Trust, round 5, the runner and its reports: what a run's files are is checked, not taken at their
 word; a report names the steps its rows come from; an OUT can move; one sitting leaves nothing stale;
 damaged files are refused or left out in one line, never a traceback."""
+
 import json
 import os
 import shutil
@@ -27,14 +28,16 @@ def fake_ckpt(path, **fields):
 
 
 def fake_pretraining(out, name="pre-pmlm", step=4, kind="pretrain/pmlm", model="tiny"):
-    fake_ckpt(os.path.join(out, name, "last.pt"), step=step, args=dict(model=model, objective=kind.split("/")[1]),
-              kind=kind)
+    fake_ckpt(
+        os.path.join(out, name, "last.pt"), step=step, args=dict(model=model, objective=kind.split("/")[1]), kind=kind
+    )
     with open(os.path.join(out, name, "log.jsonl"), "w") as f:
         f.write(json.dumps(dict(step=step, valid_ae_hidden_loss=5.0, unigram_entropy=6.0)) + "\n")
 
 
 # -----------------------------------------------------------------------------
 # the runner checks what a run's files are
+
 
 def test_a_checkpoint_of_another_objective_or_preset_is_not_the_plans(tmp_path, capsys):
     out = str(tmp_path / "r")
@@ -81,9 +84,14 @@ def test_the_report_names_the_steps_its_rows_come_from(tmp_path):
     assert data["steps"] == 2 and data["steps_elsewhere"]["pre-pmlm"] == 4
 
 
-@pytest.mark.parametrize("flags,words", [(["--epochs", "inf"], "--epochs inf: must be a finite number"),
-                                         (["--steps", "0"], "--steps 0"),
-                                         (["--report-only", "--dry-run"], "give one of them")])
+@pytest.mark.parametrize(
+    "flags,words",
+    [
+        (["--epochs", "inf"], "--epochs inf: must be a finite number"),
+        (["--steps", "0"], "--steps 0"),
+        (["--report-only", "--dry-run"], "give one of them"),
+    ],
+)
 def test_runner_flags_refused(flags, words, capsys):
     with pytest.raises(SystemExit) as e:
         reproduce.get_args(["--budget", "tiny", *flags])
@@ -93,14 +101,17 @@ def test_runner_flags_refused(flags, words, capsys):
 # -----------------------------------------------------------------------------
 # an OUT moved, or named from another folder, is the same OUT
 
+
 def test_commands_and_files_of_a_moved_out_are_the_same(tmp_path):
     a, b = str(tmp_path / "here" / "r"), "elsewhere/r"
     ev = plan.BY_NAME["eval-sum-pmlm"]
-    assert runstate.what_it_ran(runstate.command(ev, resolved_for(a)[2]["eval-sum-pmlm"][0])) == \
-        runstate.what_it_ran(runstate.command(ev, resolved_for(b)[2]["eval-sum-pmlm"][0]))
+    assert runstate.what_it_ran(runstate.command(ev, resolved_for(a)[2]["eval-sum-pmlm"][0])) == runstate.what_it_ran(
+        runstate.command(ev, resolved_for(b)[2]["eval-sum-pmlm"][0])
+    )
     pre = plan.BY_NAME["pre-pmlm"]
-    assert runstate.what_it_ran(runstate.command(pre, resolved_for(a)[2]["pre-pmlm"][0])) == \
-        runstate.what_it_ran(runstate.command(pre, resolved_for(b)[2]["pre-pmlm"][0]))
+    assert runstate.what_it_ran(runstate.command(pre, resolved_for(a)[2]["pre-pmlm"][0])) == runstate.what_it_ran(
+        runstate.command(pre, resolved_for(b)[2]["pre-pmlm"][0])
+    )
     # result files are recorded relative to OUT, and found from wherever OUT now is
     os.makedirs(os.path.join(a, "sum-pmlm"))
     open(os.path.join(a, "sum-pmlm", "eval-best-test.json"), "w").write("{}")
@@ -111,6 +122,7 @@ def test_commands_and_files_of_a_moved_out_are_the_same(tmp_path):
 def test_a_run_resumes_from_a_moved_folder(tmp_path, text_file):
     """train.py --resume accepts its data file named at its new place when the bytes are the same."""
     import train
+
     a = tmp_path / "a"
     a.mkdir()
     shutil.copy(text_file, a / "docs.txt")
@@ -127,12 +139,18 @@ def test_a_run_resumes_from_a_moved_folder(tmp_path, text_file):
 # -----------------------------------------------------------------------------
 # one sitting leaves nothing stale
 
+
 def test_a_sitting_that_extends_a_pretraining_runs_what_it_made_stale(tmp_path, monkeypatch):
     out = str(tmp_path / "r")
     args, fields, resolved = resolved_for(out, "tiny", "--steps", "6")
     fake_pretraining(out, step=4)
-    fake_ckpt(os.path.join(out, "sum-pmlm", "last.pt"), step=3, args=dict(epochs=1, steps=3), init_step=4,
-              kind="finetune/summarize")
+    fake_ckpt(
+        os.path.join(out, "sum-pmlm", "last.pt"),
+        step=3,
+        args=dict(epochs=1, steps=3),
+        init_step=4,
+        kind="finetune/summarize",
+    )
     fake_ckpt(os.path.join(out, "sum-pmlm", "best.pt"), step=3)
     ran = []
 
@@ -141,9 +159,15 @@ def test_a_sitting_that_extends_a_pretraining_runs_what_it_made_stale(tmp_path, 
         if run.name == "pre-pmlm":  # the pretraining goes on to step 6
             fake_pretraining(out, step=6)
         else:
-            fake_ckpt(os.path.join(out, run.name, "last.pt"), step=3, args=dict(epochs=1, steps=3), init_step=6,
-                      kind="finetune/summarize")
+            fake_ckpt(
+                os.path.join(out, run.name, "last.pt"),
+                step=3,
+                args=dict(epochs=1, steps=3),
+                init_step=6,
+                kind="finetune/summarize",
+            )
         return 0, None, None
+
     monkeypatch.setattr(reproduce, "execute", execute)
     monkeypatch.setattr(reproduce.report, "write", lambda *a, **k: "RESULTS.md")
     runs = [plan.BY_NAME["pre-pmlm"], plan.BY_NAME["sum-pmlm"]]
@@ -158,6 +182,7 @@ def test_a_fine_tuning_made_under_another_recipe_is_stale(tmp_path):
     """A fine-tuning whose config.json records another learning rate (an earlier default) is not the
     plan's run now: it is stale, by the flag and both values; the same recipe is not."""
     import finetune
+
     out = str(tmp_path / "r")
     _, _, resolved = resolved_for(out)
     run = plan.BY_NAME["sum-pmlm"]
@@ -173,6 +198,7 @@ def test_a_fine_tuning_made_under_another_recipe_is_stale(tmp_path):
 
 # -----------------------------------------------------------------------------
 # damaged files: left out or refused in one line
+
 
 def test_reports_leave_out_damaged_files(tmp_path, capsys):
     out = str(tmp_path / "r")
@@ -225,30 +251,35 @@ def test_significance_refuses_what_it_cannot_score(tmp_path, capsys):
 
 def test_render_docs_refuses_damaged_and_unmatched_input(tmp_path, monkeypatch):
     from tools import figures, records, render_docs
+
     monkeypatch.setattr(figures, "ROOT", str(tmp_path))
     monkeypatch.setattr(render_docs, "ROOT", str(tmp_path))
     (tmp_path / "cut.json").write_text('{"orderings": [')
     (tmp_path / "study.json").write_text('{"rows": []}')
     (tmp_path / "log.jsonl").write_text('{"step": 1, "loss": 3.0}\n')
-    ordering = dict(paper="MLAE", claim="x", metric="rougeL", chain="sum-mlae > sum-t5", values={}, pairs=[],
-                    verdict="not measured")
+    ordering = dict(
+        paper="MLAE", claim="x", metric="rougeL", chain="sum-mlae > sum-t5", values={}, pairs=[], verdict="not measured"
+    )
     results = dict(budget="cpu", steps=1, written="-", environment="-", pretraining={}, runs={}, orderings=[ordering])
     (tmp_path / "r.json").write_text(json.dumps(results))
     # an ordering naming a run the plan does not have, and one measuring a run the file has no row of
     for name, change in (("typo", dict(chain="sum-mlae > sum-t6")), ("rowless", dict(values={"sum-t5": 1.0}))):
         (tmp_path / f"{name}.json").write_text(json.dumps(dict(results, orderings=[dict(ordering, **change)])))
     (tmp_path / "t.log").write_text("marker\n| a |\n")
-    cases = [(lambda: figures._load("cut.json"), "not a readable JSON result file"),
-             (lambda: render_docs.render_text("<!-- render: study study.json -->\nx\n<!-- /render -->", "d.md"),
-              "cannot be drawn"),
-             (lambda: figures.held_out("log.jsonl"), "no held-out record"),
-             (lambda: render_docs.scorecard("r.json::ELMER"), "no claim of ELMER"),
-             (lambda: render_docs.scorecard("typo.json"), "names 'sum-t6', which is no run of the plan"),
-             (lambda: render_docs.scorecard("rowless.json"), "names 'sum-t5' as measured, but the file has no row"),
-             (lambda: figures._draw_scorecard(None, "typo.json"), "which is no run of the plan"),
-             (lambda: render_docs.table("t.log::marker#0"), "#0 names no occurrence"),
-             (lambda: render_docs.render_text("<!-- render: study study.json -->\nx\n", "d.md"), "without"),
-             ]
+    cases = [
+        (lambda: figures._load("cut.json"), "not a readable JSON result file"),
+        (
+            lambda: render_docs.render_text("<!-- render: study study.json -->\nx\n<!-- /render -->", "d.md"),
+            "cannot be drawn",
+        ),
+        (lambda: figures.held_out("log.jsonl"), "no held-out record"),
+        (lambda: render_docs.scorecard("r.json::ELMER"), "no claim of ELMER"),
+        (lambda: render_docs.scorecard("typo.json"), "names 'sum-t6', which is no run of the plan"),
+        (lambda: render_docs.scorecard("rowless.json"), "names 'sum-t5' as measured, but the file has no row"),
+        (lambda: figures._draw_scorecard(None, "typo.json"), "which is no run of the plan"),
+        (lambda: render_docs.table("t.log::marker#0"), "#0 names no occurrence"),
+        (lambda: render_docs.render_text("<!-- render: study study.json -->\nx\n", "d.md"), "without"),
+    ]
     for call, words in cases:
         with pytest.raises(SystemExit) as e:
             call()
@@ -258,6 +289,8 @@ def test_render_docs_refuses_damaged_and_unmatched_input(tmp_path, monkeypatch):
 
 def test_render_docs_run_as_a_file_says_how_to_run_it():
     import subprocess
-    r = subprocess.run([sys.executable, "tools/render_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60)
+
+    r = subprocess.run(
+        [sys.executable, "tools/render_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 1 and "python -m tools.render_docs" in r.stderr and "Traceback" not in r.stderr

@@ -2,6 +2,7 @@
 line before their long work (exit 2, no traceback), and say so when nothing matched. Each script's
 main runs in this process with its command line in sys.argv, as `python -m` would run it (an
 exception escaping it fails the test); tests/test_layout.py runs the bench files themselves."""
+
 import importlib
 import subprocess
 import sys
@@ -27,32 +28,39 @@ def run_main(module, argv, monkeypatch, capsys):
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["--cases", "("], "not a regular expression"),
-    (["--only", "reference"], "no compile cases in reference"),
-    (["--json", "/proc/nope/x.json"], "cannot be written"),
-    (["--only", "yardstick", "--cases", "nothing-matches"], "no compile case matched"),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--cases", "("], "not a regular expression"),
+        (["--only", "reference"], "no compile cases in reference"),
+        (["--json", "/proc/nope/x.json"], "cannot be written"),
+        (["--only", "yardstick", "--cases", "nothing-matches"], "no compile case matched"),
+    ],
+)
 def test_aot_refuses_before_compiling(argv, words, monkeypatch, capsys):
     code, err = run_main("tools.aot", argv, monkeypatch, capsys)
     assert code == 2 and words in err and "Traceback" not in err, err[-2000:]
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["-m", "bench.bench_gather", "--reps", "0"], "--reps 0: must be at least 1"),
-    (["-m", "bench.bench_offramp", "--vocab", "0"], "--vocab 0: must be at least 2"),
-    (["-m", "bench.bench_early_exit", "--forced", "--measures", "bogus"], "invalid choice: 'bogus'"),
-    (["-m", "bench.bench_early_exit", "--forced", "--thresholds", "state=2"], "must be in [-1, 1]"),
-    (["-m", "bench.bench_early_exit", "--forced", "--json", "README.md/x.json"], "is a file, not a folder"),
-    (["-m", "bench.bench_attention", "--smoke", "--configs", "no-such.json"], "no-such.json: no such file"),
-    (["-m", "bench.bench_attention", "--smoke", "--deadline", "-5"], "--deadline -5"),
-    (["-m", "bench.bench_decoders", "--device", "cuda"], "no CUDA device"),
-    (["-m", "bench.bench_step", "--steps", "0"], "--steps must be at least 1"),
-    (["-m", "bench.bench_step", "--steps", "2", "--rounds", "3"], "--steps 2 is fewer than --rounds 3"),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["-m", "bench.bench_gather", "--reps", "0"], "--reps 0: must be at least 1"),
+        (["-m", "bench.bench_offramp", "--vocab", "0"], "--vocab 0: must be at least 2"),
+        (["-m", "bench.bench_early_exit", "--forced", "--measures", "bogus"], "invalid choice: 'bogus'"),
+        (["-m", "bench.bench_early_exit", "--forced", "--thresholds", "state=2"], "must be in [-1, 1]"),
+        (["-m", "bench.bench_early_exit", "--forced", "--json", "README.md/x.json"], "is a file, not a folder"),
+        (["-m", "bench.bench_attention", "--smoke", "--configs", "no-such.json"], "no-such.json: no such file"),
+        (["-m", "bench.bench_attention", "--smoke", "--deadline", "-5"], "--deadline -5"),
+        (["-m", "bench.bench_decoders", "--device", "cuda"], "no CUDA device"),
+        (["-m", "bench.bench_step", "--steps", "0"], "--steps must be at least 1"),
+        (["-m", "bench.bench_step", "--steps", "2", "--rounds", "3"], "--steps 2 is fewer than --rounds 3"),
+    ],
+)
 def test_bench_scripts_refuse_before_measuring(argv, words, monkeypatch, capsys):
     if "cuda" in argv:
         import torch
+
         if torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
     code, err = run_main(argv[1], argv[2:], monkeypatch, capsys)

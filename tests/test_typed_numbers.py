@@ -2,6 +2,7 @@
 place it comes from (tools/typed_numbers.py, tools/typed_sources.py), and the check fails a number
 that is not: an edited number, an integer included, fails even where another file of the same folder
 holds it."""
+
 import json
 import math
 import os
@@ -14,8 +15,10 @@ from tools import typed_numbers as tn
 
 def test_every_typed_number_agrees_with_its_source():
     bad = tn.problems()
-    assert not bad, "\n".join(f"{d}:{line}: {n}: {why}" for d, line, n, why in bad) + \
-        "\n(render the number from its result file, or pin it in tools/typed_sources.py)"
+    assert not bad, (
+        "\n".join(f"{d}:{line}: {n}: {why}" for d, line, n, why in bad)
+        + "\n(render the number from its result file, or pin it in tools/typed_sources.py)"
+    )
 
 
 def read(doc):
@@ -23,14 +26,17 @@ def read(doc):
         return f.read()
 
 
-@pytest.mark.parametrize("doc,typed,edited", [
-    ("README.md", "5.4M parameters", "6.4M parameters"),
-    ("README.md", "5.4M parameters", "8.4M parameters"),
-    ("README.md", "5.4M parameters", "4.1M parameters"),
-    ("README.md", "62,588 packages", "72,588 packages"),
-    ("docs/design.md", "(62,588 after cleaning)", "(72,588 after cleaning)"),
-    ("bench/RESULTS.md", "take 0.62x the chain's", "take 0.72x the chain's"),
-])
+@pytest.mark.parametrize(
+    "doc,typed,edited",
+    [
+        ("README.md", "5.4M parameters", "6.4M parameters"),
+        ("README.md", "5.4M parameters", "8.4M parameters"),
+        ("README.md", "5.4M parameters", "4.1M parameters"),
+        ("README.md", "62,588 packages", "72,588 packages"),
+        ("docs/design.md", "(62,588 after cleaning)", "(72,588 after cleaning)"),
+        ("bench/RESULTS.md", "take 0.62x the chain's", "take 0.72x the chain's"),
+    ],
+)
 def test_an_edited_number_fails(doc, typed, edited):
     """The edits issue 71 found passing: each number as typed is pinned in its document, so the new
     one has no pin (and the old pin, where it was typed once, is no longer used)."""
@@ -52,14 +58,29 @@ def test_a_changed_source_fails(monkeypatch):
 
 
 def test_what_counts_as_typed():
-    text = ("Held out 6.89 at step 800, 15% masked, 1.94x the decoder, 5.4M and 64k, section 4.1 and 4.6, Table 10,\n"
-            "`--lr 1.5e-4` in code, [a link](results/x-0.5.json), <!-- a comment 0.7 -->\n"
-            "<!-- render: table results/x.json -->\n| 0.123 |\n<!-- /render -->\n"
-            "```bash\n0.9\n```\n−0.26 and 1,600.5, lr 1e-3, torch 2.13.0, 3.5-3.8\n"
-            "call 2, 36fa0ad, 2026-11-25 to 27, bf16 on an H200, 6L-6L, OMP_NUM_THREADS=1\n"
-            "1. a list item\n```\na diagram's 62,588\n```\n")
-    assert [n for _, n, _ in tn.typed(text)] == ["6.89", "800", "15%", "1.94x", "5.4M", "64k", "−0.26", "1,600.5",
-                                                 "1e-3", "2.13.0", "3.5", "3.8", "62,588"]
+    text = (
+        "Held out 6.89 at step 800, 15% masked, 1.94x the decoder, 5.4M and 64k, section 4.1 and 4.6, Table 10,\n"
+        "`--lr 1.5e-4` in code, [a link](results/x-0.5.json), <!-- a comment 0.7 -->\n"
+        "<!-- render: table results/x.json -->\n| 0.123 |\n<!-- /render -->\n"
+        "```bash\n0.9\n```\n−0.26 and 1,600.5, lr 1e-3, torch 2.13.0, 3.5-3.8\n"
+        "call 2, 36fa0ad, 2026-11-25 to 27, bf16 on an H200, 6L-6L, OMP_NUM_THREADS=1\n"
+        "1. a list item\n```\na diagram's 62,588\n```\n"
+    )
+    assert [n for _, n, _ in tn.typed(text)] == [
+        "6.89",
+        "800",
+        "15%",
+        "1.94x",
+        "5.4M",
+        "64k",
+        "−0.26",
+        "1,600.5",
+        "1e-3",
+        "2.13.0",
+        "3.5",
+        "3.8",
+        "62,588",
+    ]
     assert [line for line, _, _ in tn.typed(text)] == [1, 1, 1, 1, 1, 1, 9, 9, 9, 9, 9, 9, 13]
 
 
@@ -77,8 +98,9 @@ def test_agreement_is_by_rounding_as_printed():
 
 
 def test_a_field_is_a_named_value_of_a_named_file(tmp_path, monkeypatch):
-    (tmp_path / "r.json").write_text(json.dumps(dict(rows=[dict(batch=1, what="a b", ms=2.5),
-                                                           dict(batch=64, what="a b", ms=7.25)], secs=710.1)))
+    (tmp_path / "r.json").write_text(
+        json.dumps(dict(rows=[dict(batch=1, what="a b", ms=2.5), dict(batch=64, what="a b", ms=7.25)], secs=710.1))
+    )
     (tmp_path / "run.log").write_text("step 1 | loss 5.4321\nprofile, N 4096: its kernels 0.421 ms, 33 launches\n")
     monkeypatch.setattr(sk, "ROOT", str(tmp_path))
     sk._text.cache_clear()
@@ -96,10 +118,13 @@ def test_a_field_is_a_named_value_of_a_named_file(tmp_path, monkeypatch):
         sk._text.cache_clear()
 
 
-@pytest.mark.parametrize("code", [
-    'BIG = 2 ** 30\nB = dict(model="small", steps=1600, epochs=6)  # the cpu budget\n',
-    'BIG = 2**30\nB = dict(\n    model="small",\n    steps=1600,\n    epochs=6,\n)  # the cpu budget\n',
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        'BIG = 2 ** 30\nB = dict(model="small", steps=1600, epochs=6)  # the cpu budget\n',
+        'BIG = 2**30\nB = dict(\n    model="small",\n    steps=1600,\n    epochs=6,\n)  # the cpu budget\n',
+    ],
+)
 def test_a_pin_in_code_holds_however_the_code_is_laid_out(code, tmp_path, monkeypatch):
     """ruff format's spacing and wrapping leave a .py file's pins their values: blanks do not count,
     and a call wrapped over lines is read as its statement (code pins take one number, after=)."""
@@ -112,6 +137,7 @@ def test_a_pin_in_code_holds_however_the_code_is_laid_out(code, tmp_path, monkey
         assert "no line holding" in sk.field_values(sk.Field("plan.py", 'model="tiny", steps='))[1]
     finally:
         sk._text.cache_clear()
+
 
 def test_one_number_two_meanings_is_pinned_by_its_words():
     pins = {"64": "a", "64 @ batch 64 and": "b", "64 @ D 64": "c"}

@@ -21,6 +21,7 @@ then waits for the one before) come from `ptxas -v` on the PTX; wgmma from the P
 Runs with TRITON_INTERPRET unset (run as a script, this module unsets it before importing triton;
 imported, it leaves the environment alone, so that `loop_table` can be read in a test process).
 """
+
 import argparse
 import importlib
 import json
@@ -43,12 +44,18 @@ from triton.runtime.jit import JITFunction, create_function_from_signature  # no
 
 
 TARGET = GPUTarget("cuda", 90, 32)
-MODULES = ("pseudo_attention", "tilemap", "early_exit", "offramp_loss",
-           "yardstick")  # the yardstick: tools/aot_cases.py
+MODULES = (
+    "pseudo_attention",
+    "tilemap",
+    "early_exit",
+    "offramp_loss",
+    "yardstick",
+)  # the yardstick: tools/aot_cases.py
 
 
 def _ptxas():
     from triton.backends.nvidia import compiler
+
     try:
         return compiler.get_ptxas(TARGET.arch).path
     except TypeError:  # older Triton: get_ptxas() without the architecture
@@ -58,11 +65,13 @@ def _ptxas():
 # -----------------------------------------------------------------------------
 # capture: run a module's thunks with every kernel's launch recorded instead of executed
 
+
 def capture(name, cases=None, tuning=None):
     """[(case, kernel name, args, kwargs)] for every launch of the compile cases of module `name`
     (tools/aot_cases.py) whose case name matches the regular expression `cases` (all by default), the
     attention's launched as `tuning` says (kernels/attention_plan.Tuning; None: the default)."""
     from tools import aot_cases
+
     module = importlib.import_module(aot_cases.HOME[name])
     kernels = {n: f for n, f in vars(module).items() if isinstance(f, JITFunction)}
     launches, current = [], [None]
@@ -70,7 +79,9 @@ def capture(name, cases=None, tuning=None):
     def recorder(kernel):
         def run(*args, grid, warmup, **kwargs):
             launches.append((current[0], kernel, args, kwargs))
+
         return run
+
     for kernel, f in kernels.items():
         f.run = recorder(kernel)
     try:
@@ -98,24 +109,35 @@ def _key(fn, args, kwargs):
         if isinstance(a, torch.Tensor):
             return ("t", str(a.dtype))
         if isinstance(a, int):
-            return ("i", a == 1, a % 16 == 0, a >= 2 ** 31)
+            return ("i", a == 1, a % 16 == 0, a >= 2**31)
         return ("v", repr(a))
-    return (fn.__name__, tuple(one(i, a) for i, a in enumerate(args)),
-            tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+
+    return (
+        fn.__name__,
+        tuple(one(i, a) for i, a in enumerate(args)),
+        tuple(sorted((k, repr(v)) for k, v in kwargs.items())),
+    )
 
 
 # -----------------------------------------------------------------------------
 # compile one launch
 
+
 def compile_launch(module_name, kernel, args, kwargs):
     """Compile one recorded launch; returns its row of the table (no exception escapes)."""
     from tools.aot_cases import HOME
+
     fn = getattr(importlib.import_module(HOME[module_name]), kernel)
     backend = make_backend(TARGET)
     flags = kwargs.get("F")  # the attention kernels' constexprs (kernels/attention_plan.Flags)
     blocks = (flags.BM, flags.BN) if flags is not None else (kwargs.get("BM"), kwargs.get("BN"))
-    row = dict(module=module_name, kernel=kernel, num_warps=kwargs.get("num_warps", 4),
-               num_stages=kwargs.get("num_stages", 3), blocks=blocks if None not in blocks else None)
+    row = dict(
+        module=module_name,
+        kernel=kernel,
+        num_warps=kwargs.get("num_warps", 4),
+        num_stages=kwargs.get("num_stages", 3),
+        blocks=blocks if None not in blocks else None,
+    )
     try:
         binder = create_function_from_signature(fn.signature, fn.params, backend)
         kw = dict(kwargs, debug=False)
@@ -130,24 +152,37 @@ def compile_launch(module_name, kernel, args, kwargs):
         path = os.path.join(d, "k.ptx")
         with open(path, "w") as f:
             f.write(ptx)
-        r = subprocess.run([_ptxas(), "-v", f"--gpu-name=sm_{TARGET.arch}a", path, "-o", os.path.join(d, "k.o")],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [_ptxas(), "-v", f"--gpu-name=sm_{TARGET.arch}a", path, "-o", os.path.join(d, "k.o")],
+            capture_output=True,
+            text=True,
+        )
     log = r.stdout + r.stderr
     serialized = "C7515" in log or "wgmma.mma_async instructions are serialized" in log
     regs = re.search(r"Used (\d+) registers", log)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    row.update(compiles=True, registers=int(regs.group(1)) if regs else None,
-               spill_stores=int(spill.group(1)) if spill else None, spill_loads=int(spill.group(2)) if spill else None,
-               shared=ck.metadata.shared, wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
-               mma_sync=len(re.findall(r"\bmma\.sync", ptx)), wgmma_serialized=serialized,
-               **_loops(ck.asm["cubin"]))
+    row.update(
+        compiles=True,
+        registers=int(regs.group(1)) if regs else None,
+        spill_stores=int(spill.group(1)) if spill else None,
+        spill_loads=int(spill.group(2)) if spill else None,
+        shared=ck.metadata.shared,
+        wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
+        mma_sync=len(re.findall(r"\bmma\.sync", ptx)),
+        wgmma_serialized=serialized,
+        **_loops(ck.asm["cubin"]),
+    )
     return row
 
 
 def _loops(cubin):
     found = sass_loops(cubin)
-    return dict(loops=[l["instructions"] for l in found], loop_waits=[l["min_wait"] for l in found],
-                loop_wgmma=[l["wgmma"] for l in found], loop_atomics=[l["atomics"] for l in found])
+    return dict(
+        loops=[l["instructions"] for l in found],
+        loop_waits=[l["min_wait"] for l in found],
+        loop_wgmma=[l["wgmma"] for l in found],
+        loop_atomics=[l["atomics"] for l in found],
+    )
 
 
 def sass_loops(cubin):
@@ -183,10 +218,20 @@ def sass_loops(cubin):
                 g = re.search(r"\bHGMMA\.(\d+x\d+x\d+)", t)
                 if g:
                     shapes[g.group(1)] = shapes.get(g.group(1), 0) + 1
-            atomics = sum(int(a.group(1) or 1) for a in (re.search(r"\b(?:REDG|ATOMG)\.[\w.]*?F32(?:x(\d))?\b", t)
-                                                         for t in body) if a)
-            loops.append(dict(start=start, instructions=(here - start) // 16 + 1, min_wait=min(waits, default=None),
-                              wgmma=shapes, atomics=atomics))
+            atomics = sum(
+                int(a.group(1) or 1)
+                for a in (re.search(r"\b(?:REDG|ATOMG)\.[\w.]*?F32(?:x(\d))?\b", t) for t in body)
+                if a
+            )
+            loops.append(
+                dict(
+                    start=start,
+                    instructions=(here - start) // 16 + 1,
+                    min_wait=min(waits, default=None),
+                    wgmma=shapes,
+                    atomics=atomics,
+                )
+            )
     return sorted(loops, key=lambda l: l["start"])
 
 
@@ -201,6 +246,7 @@ def compile_all(modules=MODULES, workers=2, cases=None, kernels=None, tuning=Non
     """Rows of the table for every distinct launch of every module that exists (of the kernels whose
     name matches the regular expression `kernels`, all by default), the attention's as `tuning` says."""
     from tools.aot_cases import HOME
+
     jobs = {}
     for name in modules:
         module = importlib.import_module(HOME[name])
@@ -216,25 +262,32 @@ def compile_all(modules=MODULES, workers=2, cases=None, kernels=None, tuning=Non
         return [_compile_job(j) for j in jobs]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         return list(pool.map(_compile_job, jobs))
 
 
 def table(rows):
-    head = ("| kernel | cases | warps | stages | registers | spill st/ld | shared B | wgmma / mma.sync | "
-            "SASS per loop iteration | compiles |")
+    head = (
+        "| kernel | cases | warps | stages | registers | spill st/ld | shared B | wgmma / mma.sync | "
+        "SASS per loop iteration | compiles |"
+    )
     lines = [head, "|" + "---|" * 10]
     for r in rows:
         cases = r["cases"][0] + (f" (+{len(r['cases']) - 1} same binary)" if len(r["cases"]) > 1 else "")
         if not r["compiles"]:
-            lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} |  |  |  |  "
-                         "| "
-                         f" | NO: {[l for l in r['error'].splitlines() if l.strip()][-1][:160]} |")
+            lines.append(
+                f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} |  |  |  |  "
+                "| "
+                f" | NO: {[l for l in r['error'].splitlines() if l.strip()][-1][:160]} |"
+            )
             continue
-        lines.append(f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} | "
-                     f"{r['registers']} | "
-                     f"{r['spill_stores']}/{r['spill_loads']} | {r['shared']} | {r['wgmma']} / {r['mma_sync']} | "
-                     f"{', '.join(map(str, r['loops']))} | yes |")
+        lines.append(
+            f"| {r['module']}.{r['kernel']} | {cases} | {r['num_warps']} | {r['num_stages']} | "
+            f"{r['registers']} | "
+            f"{r['spill_stores']}/{r['spill_loads']} | {r['shared']} | {r['wgmma']} / {r['mma_sync']} | "
+            f"{', '.join(map(str, r['loops']))} | yes |"
+        )
     return "\n".join(lines)
 
 
@@ -246,10 +299,18 @@ def loop_table(rows):
     """Per attention kernel and case, the SASS instructions per iteration of each class's loop
     (kernels/tilemap.py) against the plain FlashAttention loop compiled with the forward's blocks,
     warps and stages: what the tile lists, the rule and the bias cost per tile."""
-    plain = {c[-3:]: r["loops"][0] for r in rows if r["kernel"] == "_plain_flash_fwd" and r["compiles"] and r["loops"]
-             for c in r["cases"]}
-    lines = ["| kernel | case | registers | wgmma serialised | "
-             + " | ".join(f"{n} (x plain)" for n in LOOP_NAMES[True]) + " |", "|" + "---|" * 9]
+    plain = {
+        c[-3:]: r["loops"][0]
+        for r in rows
+        if r["kernel"] == "_plain_flash_fwd" and r["compiles"] and r["loops"]
+        for c in r["cases"]
+    }
+    lines = [
+        "| kernel | case | registers | wgmma serialised | "
+        + " | ".join(f"{n} (x plain)" for n in LOOP_NAMES[True])
+        + " |",
+        "|" + "---|" * 9,
+    ]
     out = []
     for r in rows:
         if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
@@ -261,13 +322,25 @@ def loop_table(rows):
             continue
         base = plain.get(case[-3:])
         cells = dict(zip(names, r["loops"]))
-        row = dict(kernel=r["kernel"], case=case, registers=r["registers"], serialized=r.get("wgmma_serialized"),
-                   loops=cells, plain=base)
+        row = dict(
+            kernel=r["kernel"],
+            case=case,
+            registers=r["registers"],
+            serialized=r.get("wgmma_serialized"),
+            loops=cells,
+            plain=base,
+        )
         out.append(row)
-        ratio = lambda n: "-" if n not in cells else (f"{cells[n]} ({cells[n] / base:.2f})" if base
-                                                      and r["kernel"] == "_fwd_kernel" else str(cells[n]))  # noqa: E731
-        lines.append(f"| {r['kernel']} | {case} | {r['registers']} | {'YES' if row['serialized'] else 'no'} | "
-                     + " | ".join(ratio(n) for n in LOOP_NAMES[True]) + " |")
+        ratio = lambda n: (
+            "-"
+            if n not in cells
+            else (f"{cells[n]} ({cells[n] / base:.2f})" if base and r["kernel"] == "_fwd_kernel" else str(cells[n]))
+        )  # noqa: E731
+        lines.append(
+            f"| {r['kernel']} | {case} | {r['registers']} | {'YES' if row['serialized'] else 'no'} | "
+            + " | ".join(ratio(n) for n in LOOP_NAMES[True])
+            + " |"
+        )
     lines.append("plain FlashAttention loop: " + ", ".join(f"{d}: {n}" for d, n in sorted(plain.items())))
     return "\n".join(lines), out
 
@@ -298,29 +371,44 @@ def backward_table(rows):
     registers, spills, shared memory, programs an SM, and per loop iteration (one tile) of each class
     the SASS instructions, the wgmma, and the atomic adds to global memory in elements per tile
     (elements a thread x threads; both branches of an if counted)."""
-    lines = ["| kernel | case | warps | registers | spill B | shared B | programs / SM | loop: instructions, "
-             "wgmma, atomic elements per tile |", "|" + "---|" * 8]
+    lines = [
+        "| kernel | case | warps | registers | spill B | shared B | programs / SM | loop: instructions, "
+        "wgmma, atomic elements per tile |",
+        "|" + "---|" * 8,
+    ]
     out = []
     for r in rows:
         if not r["compiles"] or r["kernel"] not in ("_bwd_kv_kernel", "_plain_flash_bwd"):
             continue
         case = r["cases"][0]
-        names = ("plain",) if r["kernel"] == "_plain_flash_bwd" else \
-            LOOP_NAMES[case.split("-")[0] in REL_CASES]
+        names = ("plain",) if r["kernel"] == "_plain_flash_bwd" else LOOP_NAMES[case.split("-")[0] in REL_CASES]
         if len(r["loops"]) != len(names):
             continue
         threads = 32 * r["num_warps"]
-        loops = {n: dict(instructions=i, wgmma=sum(w.values()), wgmma_shapes=w, atomics=a * threads)
-                 for n, i, w, a in zip(names, r["loops"], r["loop_wgmma"], r["loop_atomics"])}
-        row = dict(kernel=r["kernel"], case=case, blocks=r.get("blocks"), num_warps=r["num_warps"],
-                   registers=r["registers"], spill=r["spill_stores"], shared=r["shared"],
-                   programs_per_sm=programs_per_sm(r), loops=loops)
+        loops = {
+            n: dict(instructions=i, wgmma=sum(w.values()), wgmma_shapes=w, atomics=a * threads)
+            for n, i, w, a in zip(names, r["loops"], r["loop_wgmma"], r["loop_atomics"])
+        }
+        row = dict(
+            kernel=r["kernel"],
+            case=case,
+            blocks=r.get("blocks"),
+            num_warps=r["num_warps"],
+            registers=r["registers"],
+            spill=r["spill_stores"],
+            shared=r["shared"],
+            programs_per_sm=programs_per_sm(r),
+            loops=loops,
+        )
         out.append(row)
         shapes = lambda l: "+".join(f"{c}x{s}" for s, c in l["wgmma_shapes"].items())  # noqa: E731
-        cells = "; ".join(f"{n} {l['instructions']}, {l['wgmma']} ({shapes(l)}), {l['atomics']}"
-                          for n, l in loops.items())
-        lines.append(f"| {r['kernel']} | {case} | {r['num_warps']} | {r['registers']} | {r['spill_stores']} | "
-                     f"{r['shared']} | {row['programs_per_sm']} | {cells} |")
+        cells = "; ".join(
+            f"{n} {l['instructions']}, {l['wgmma']} ({shapes(l)}), {l['atomics']}" for n, l in loops.items()
+        )
+        lines.append(
+            f"| {r['kernel']} | {case} | {r['num_warps']} | {r['registers']} | {r['spill_stores']} | "
+            f"{r['shared']} | {row['programs_per_sm']} | {cells} |"
+        )
     return "\n".join(lines), out
 
 
@@ -328,8 +416,12 @@ def record_side(path, side, rows, command, commit=None):
     """Keep `rows` under `side` in the before/after record at `path`, with the command, the commit
     (of the working tree, `git describe --dirty`, unless given) and the Triton version."""
     if commit is None:
-        r = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
-                           cwd=os.path.dirname(os.path.abspath(__file__)))
+        r = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        )
         commit = r.stdout.strip() or "unknown"
     record = {}
     if os.path.exists(path):
@@ -345,31 +437,45 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default=",".join(MODULES), help="comma-separated kernel modules of kernels/")
     p.add_argument("--json", default=None, help="also write the rows to this file")
-    p.add_argument("--side", default=None,
-                   help="with --json: keep the rows under this name in the file, beside the other sides it holds "
-                        "(a before/after record: {side: {command, commit, triton, rows}})")
+    p.add_argument(
+        "--side",
+        default=None,
+        help="with --json: keep the rows under this name in the file, beside the other sides it holds "
+        "(a before/after record: {side: {command, commit, triton, rows}})",
+    )
     p.add_argument("--workers", type=int, default=2, help="compiles in parallel")
     p.add_argument("--cases", default=None, help="only the cases whose name matches this regular expression")
     p.add_argument("--kernels", default=None, help="only the kernels whose name matches this regular expression")
-    p.add_argument("--loops", action="store_true",
-                   help="also print the SASS per loop iteration of each tile class against plain FlashAttention")
-    p.add_argument("--config", action="append", default=[], metavar="D=BM,BN,...",
-                   help="compile the attention kernels of head dim D with this launch configuration "
-                        "(kernels/attention_plan.Config's ten fields) instead of CUDA_CONFIGS': a sweep's candidate")
+    p.add_argument(
+        "--loops",
+        action="store_true",
+        help="also print the SASS per loop iteration of each tile class against plain FlashAttention",
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="D=BM,BN,...",
+        help="compile the attention kernels of head dim D with this launch configuration "
+        "(kernels/attention_plan.Config's ten fields) instead of CUDA_CONFIGS': a sweep's candidate",
+    )
     a = p.parse_args(argv)
     from kernels import attention_plan
+
     a.tuning = attention_plan.TUNING
     for text in a.config:
         try:
             D, fields = text.split("=")
             a.tuning = a.tuning.with_config(int(D), attention_plan.Config(*(int(x) for x in fields.split(","))))
         except (ValueError, TypeError) as e:
-            p.error(f"--config {text}: not D=BM,BN,fwd_warps,fwd_stages,BMK,BNK,kv_warps,kv_stages,dq_warps,dq_stages "
-                    f"({e})")
+            p.error(
+                f"--config {text}: not D=BM,BN,fwd_warps,fwd_stages,BMK,BNK,kv_warps,kv_stages,dq_warps,dq_stages ({e})"
+            )
     unknown = [m for m in a.only.split(",") if m not in MODULES]
     if unknown:
-        p.error(f"--only {a.only}: no compile cases in {', '.join(unknown)} (the modules with cases: "
-                f"{', '.join(MODULES)})")
+        p.error(
+            f"--only {a.only}: no compile cases in {', '.join(unknown)} (the modules with cases: {', '.join(MODULES)})"
+        )
     for flag, value in (("--cases", a.cases), ("--kernels", a.kernels)):
         try:
             re.compile(value or "")
@@ -381,6 +487,7 @@ def get_args(argv=None):
         p.error("--workers must be at least 1")
     if a.json:  # checked before the compile, which takes minutes
         from core.guards import unwritable
+
         if unwritable(a.json, "--json"):
             p.error(unwritable(a.json, "--json"))
     return a
@@ -391,8 +498,10 @@ def main(argv=None):
     t0 = time.time()
     rows = compile_all(tuple(a.only.split(",")), a.workers, a.cases, a.kernels, a.tuning)
     if not rows:
-        print(f"error: no compile case matched (--only {a.only}" + (f", --cases {a.cases!r}" if a.cases else "") + ")",
-              file=sys.stderr)
+        print(
+            f"error: no compile case matched (--only {a.only}" + (f", --cases {a.cases!r}" if a.cases else "") + ")",
+            file=sys.stderr,
+        )
         return 2
     print(table(rows))
     if a.loops:
@@ -401,10 +510,12 @@ def main(argv=None):
         print()
         print(backward_table(rows)[0])
     bad = [r for r in rows if not r["compiles"] or r["spill_stores"]]
-    print(f"{len(rows)} distinct kernels compiled for sm_{TARGET.arch}a in {time.time() - t0:.0f}s with triton "
-          f"{triton.__version__}; {sum(not r['compiles'] for r in rows)} failed, "
-          f"{sum(bool(r.get('spill_stores')) for r in rows)} spill, "
-          f"{sum(bool(r.get('wgmma_serialized')) for r in rows)} with wgmma serialised by ptxas")
+    print(
+        f"{len(rows)} distinct kernels compiled for sm_{TARGET.arch}a in {time.time() - t0:.0f}s with triton "
+        f"{triton.__version__}; {sum(not r['compiles'] for r in rows)} failed, "
+        f"{sum(bool(r.get('spill_stores')) for r in rows)} spill, "
+        f"{sum(bool(r.get('wgmma_serialized')) for r in rows)} with wgmma serialised by ptxas"
+    )
     if a.json and a.side:
         record_side(a.json, a.side, rows, "python -m tools.aot " + " ".join(sys.argv[1:] if argv is None else argv))
     elif a.json:

@@ -4,6 +4,7 @@ shaped like a real launch, with the configuration the launcher picks for a CUDA 
 records the launches instead of running them. The yardstick, a plain FlashAttention forward, lives
 here too: it is an instrument, not a kernel of the model.
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -17,6 +18,7 @@ from kernels.reference import RelPosBias, rel_pos_bias
 
 # -----------------------------------------------------------------------------
 # the attention kernels (kernels/pseudo_attention.py): the launchers on CPU tensors shaped like the model's
+
 
 def attention(tuning=TUNING):
     """[(case name, thunk)]: each thunk runs the forward and backward launchers with the CUDA
@@ -33,14 +35,19 @@ def attention(tuning=TUNING):
     for variant in ("norel", "rel", "rel_frozen", "rel_fused", "seq", "dense", "dense_grad", "decode", "cross"):
         for dtype in (torch.bfloat16,):
             for D in (64, 128):
-                cases.append((f"{variant}-{str(dtype)[6:]}-d{D}",
-                              lambda variant=variant, dtype=dtype, D=D: _attention_launch(variant, dtype, D, tuning)))
+                cases.append(
+                    (
+                        f"{variant}-{str(dtype)[6:]}-d{D}",
+                        lambda variant=variant, dtype=dtype, D=D: _attention_launch(variant, dtype, D, tuning),
+                    )
+                )
     return cases
 
 
 def _attention_meta(q, kind_q, step_q, kind_k, step_k, valid, seq_q, seq_k, bias, dense, D, tuning):
     from kernels.attention_plan import table_width
     from kernels.tilemap import TileMap, codes
+
     cfg = tuning.config(torch.device("cuda"), D)
     B, H, Lq, _ = q.shape
     Lk = kind_k.shape[1]
@@ -49,14 +56,31 @@ def _attention_meta(q, kind_q, step_q, kind_k, step_k, valid, seq_q, seq_k, bias
     qc = pad(codes(kind_q, step_q, None, seq_q, bias.q_pos if rel else None))
     kc = pad(codes(kind_k, step_k, valid, seq_k, bias.k_pos if rel else None))
     n_qt, n_kt, n_qs, n_ks = (-(-L // blk) for L, blk in ((Lq, cfg.BM), (Lk, cfg.BN), (Lq, cfg.BMK), (Lk, cfg.BNK)))
-    tiles = TileMap((cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK), torch.empty(B, n_qt, 4, n_kt, dtype=torch.int32),
-                    torch.empty(B, n_qt, 4, dtype=torch.int32), torch.empty(B, n_ks, 4, n_qs, dtype=torch.int32),
-                    torch.empty(B, n_ks, 4, dtype=torch.int32))
+    tiles = TileMap(
+        (cfg.BM, cfg.BN),
+        (cfg.BMK, cfg.BNK),
+        torch.empty(B, n_qt, 4, n_kt, dtype=torch.int32),
+        torch.empty(B, n_qt, 4, dtype=torch.int32),
+        torch.empty(B, n_ks, 4, n_qs, dtype=torch.int32),
+        torch.empty(B, n_ks, 4, dtype=torch.int32),
+    )
     M = bias.max_distance if rel else 0
-    return Launch(cfg=cfg, tiles=tiles, qc=qc, kc=kc, table=torch.empty(H, 4, table_width(M)) if rel else qc,
-                  max_dist=M, dense=None if dense is None else dense.expand(B, H, Lq, Lk), scale=D ** -0.5,
-                  has_seq=seq_q is not None, rel=rel, fused=False, precision="tf32", table_dtype=None,
-                  dense_dtype=None)
+    return Launch(
+        cfg=cfg,
+        tiles=tiles,
+        qc=qc,
+        kc=kc,
+        table=torch.empty(H, 4, table_width(M)) if rel else qc,
+        max_dist=M,
+        dense=None if dense is None else dense.expand(B, H, Lq, Lk),
+        scale=D**-0.5,
+        has_seq=seq_q is not None,
+        rel=rel,
+        fused=False,
+        precision="tf32",
+        table_dtype=None,
+        dense_dtype=None,
+    )
 
 
 def _attention_launch(variant, dtype, D, tuning, B=2, H=12, L=768):
@@ -79,12 +103,22 @@ def _attention_launch(variant, dtype, D, tuning, B=2, H=12, L=768):
         bias = None
     elif variant.startswith("dense"):
         bias = dense = torch.randn(1, H, Lq, L, generator=g).to(dtype)
-    meta = _attention_meta(q, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias, dense,
-                           D, tuning)
+    meta = _attention_meta(
+        q, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias, dense, D, tuning
+    )
     meta = meta._replace(fused=variant == "rel_fused" and D <= FUSED_DQ_MAX_D)  # as attention_plan.Tuning.fused does
     pa._forward(q, k, v, meta)
-    pa._backward(q, k, v, torch.zeros_like(q), torch.zeros(B, H, Lq), torch.randn_like(q), meta,
-                 dense_grad=variant == "dense_grad", table_grad=variant != "rel_frozen")
+    pa._backward(
+        q,
+        k,
+        v,
+        torch.zeros_like(q),
+        torch.zeros(B, H, Lq),
+        torch.randn_like(q),
+        meta,
+        dense_grad=variant == "dense_grad",
+        table_grad=variant != "rel_frozen",
+    )
 
 
 def _attention_cross(dtype, D, B, H, L, g, tuning):
@@ -108,13 +142,15 @@ def _attention_cross(dtype, D, B, H, L, g, tuning):
 # the early-exit kernels (kernels/early_exit.py): shaped like an H100 launch of the base model (C = 768,
 # the 8000-token vocabulary, 4096 active tokens)
 
+
 def early_exit():
     M, N, C, V = 8192, 4096, 768, 8000
 
     def compact():
         flat = torch.zeros(M, dtype=torch.uint8)
-        ee._compact_launch(flat, torch.empty(M, dtype=torch.long), torch.zeros(1, dtype=torch.int32),
-                        ee._compact_config("cuda"))
+        ee._compact_launch(
+            flat, torch.empty(M, dtype=torch.long), torch.zeros(1, dtype=torch.int32), ee._compact_config("cuda")
+        )
 
     def copy(dtype, kind):
         def thunk():
@@ -124,26 +160,37 @@ def early_exit():
                 ee._gather_launch(x, index, rows, cfg)
             else:
                 ee._scatter_launch(None if kind == "zero" else rows, index, x, cfg)
+
         return thunk
 
     def ramp(dtype, with_bias):
         def thunk():
             bias = torch.empty(V, dtype=torch.float32) if with_bias else None
-            ee._offramp_launch(torch.empty((N, C), dtype=dtype), torch.empty((V, C), dtype=dtype), bias,
-                            ee._offramp_config("cuda", N, V, C, dtype))
+            ee._offramp_launch(
+                torch.empty((N, C), dtype=dtype),
+                torch.empty((V, C), dtype=dtype),
+                bias,
+                ee._offramp_config("cuda", N, V, C, dtype),
+            )
+
         return thunk
 
     cases = [("compact_index", compact)]
     for dtype in (torch.bfloat16, torch.float16):
         name = str(dtype).split(".")[1]
-        cases += [(f"gather_rows_{name}", copy(dtype, "gather")), (f"scatter_rows_{name}", copy(dtype, "scatter")),
-                  (f"scatter_zero_{name}", copy(dtype, "zero")),
-                  (f"offramp_{name}", ramp(dtype, False)), (f"offramp_bias_{name}", ramp(dtype, True))]
+        cases += [
+            (f"gather_rows_{name}", copy(dtype, "gather")),
+            (f"scatter_rows_{name}", copy(dtype, "scatter")),
+            (f"scatter_zero_{name}", copy(dtype, "zero")),
+            (f"offramp_{name}", ramp(dtype, False)),
+            (f"offramp_bias_{name}", ramp(dtype, True)),
+        ]
     return cases
 
 
 # -----------------------------------------------------------------------------
 # the tile map's kernels (kernels/tilemap.py)
+
 
 def tilemap():
     """The codes and the two map kernels with their CUDA launches on a base-size PMLM batch (B=2,
@@ -158,14 +205,30 @@ def tilemap():
         qc = torch.empty(6, B, -(-Lq // 16) * 16, dtype=torch.int32)
         tm._codes_launch(kind, step, None, kind if seq else None, pos, "cuda")
         kc = torch.empty(6, B, L, dtype=torch.int32)
-        tm.build_map(qc, kc, (cfg.BM, cfg.BN), (cfg.BMK, cfg.BNK) if backward else None, seq, 128, warps=MAP_WARPS,
-                  device_type="cuda", Lq=Lq, Lk=L)
-    return [("map-pmlm", lambda: thunk(768, True, False)), ("map-packed", lambda: thunk(768, True, True)),
-            ("map-pmlm-d128", lambda: thunk(768, True, False, 128)), ("map-decode", lambda: thunk(1, False, False))]
+        tm.build_map(
+            qc,
+            kc,
+            (cfg.BM, cfg.BN),
+            (cfg.BMK, cfg.BNK) if backward else None,
+            seq,
+            128,
+            warps=MAP_WARPS,
+            device_type="cuda",
+            Lq=Lq,
+            Lk=L,
+        )
+
+    return [
+        ("map-pmlm", lambda: thunk(768, True, False)),
+        ("map-packed", lambda: thunk(768, True, True)),
+        ("map-pmlm-d128", lambda: thunk(768, True, False, 128)),
+        ("map-decode", lambda: thunk(1, False, False)),
+    ]
 
 
 # -----------------------------------------------------------------------------
 # the off-ramp's training loss (kernels/offramp_loss.py)
+
 
 def offramp_loss():
     """The row kernel as a 4,096-row chunk at V 8,000 launches it on a GPU, bf16 and fp16 logits,
@@ -175,18 +238,33 @@ def offramp_loss():
     def thunk(dtype, with_bias):
         def run():
             bias = torch.empty(V, dtype=torch.float32) if with_bias else None
-            ol._rows_launch(torch.empty((N, V), dtype=dtype), bias, torch.zeros(N, dtype=torch.long),
-                         torch.ones((), dtype=torch.long), torch.empty(N, dtype=torch.long), torch.empty(N),
-                         torch.empty(N), 0, -100, ol._rows_config("cuda", V))
+            ol._rows_launch(
+                torch.empty((N, V), dtype=dtype),
+                bias,
+                torch.zeros(N, dtype=torch.long),
+                torch.ones((), dtype=torch.long),
+                torch.empty(N, dtype=torch.long),
+                torch.empty(N),
+                torch.empty(N),
+                0,
+                -100,
+                ol._rows_config("cuda", V),
+            )
+
         return run
-    return [(f"ce_rows{'_bias' if b else ''}_{str(d)[6:]}", thunk(d, b))
-            for d in (torch.bfloat16, torch.float16) for b in (False, True)]
+
+    return [
+        (f"ce_rows{'_bias' if b else ''}_{str(d)[6:]}", thunk(d, b))
+        for d in (torch.bfloat16, torch.float16)
+        for b in (False, True)
+    ]
 
 
 # -----------------------------------------------------------------------------
 # the yardstick: a plain FlashAttention-2 forward (no mask, no bias, every key tile in order),
 # compiled with the pseudo-mask forward's blocks, so that the SASS of one loop iteration can be
 # compared: how much the metadata, the tile list and the bias cost per tile
+
 
 @triton.jit(do_not_specialize=["L"])
 def _plain_flash_fwd(Q, K, V, O, sb, sh, sm, H, L, qk_scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
@@ -209,13 +287,36 @@ def _plain_flash_fwd(Q, K, V, O, sb, sh, sm, H, L, qk_scale, D: tl.constexpr, BM
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
-    tl.store(O + base + rows[:, None] * sm + offs_d[None, :], (acc / l_i[:, None]).to(O.dtype.element_ty),
-             mask=rows[:, None] < L)
+    tl.store(
+        O + base + rows[:, None] * sm + offs_d[None, :],
+        (acc / l_i[:, None]).to(O.dtype.element_ty),
+        mask=rows[:, None] < L,
+    )
 
 
 @triton.jit(do_not_specialize=["L"])
-def _plain_flash_bwd(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, sb, sh, sm, H, L, qk_scale, scale, D: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr, FUSED_DQ: tl.constexpr):
+def _plain_flash_bwd(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    DQ,
+    sb,
+    sh,
+    sm,
+    H,
+    L,
+    qk_scale,
+    scale,
+    D: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    FUSED_DQ: tl.constexpr,
+):
     """A plain FlashAttention-2 dK/dV kernel (no mask, no bias, every query tile in order; the same
     contiguous (B, H, L, D) strides for every tensor), with dQ added by atomics where FUSED_DQ: what
     the pseudo-mask dK/dV kernel's loops are read against."""
@@ -239,10 +340,10 @@ def _plain_flash_bwd(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, sb, sh, sm, H, L, qk_s
         dk += tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t))
         if FUSED_DQ:
             dq_t = tl.dot(tl.trans(k), ds_t.to(k.dtype)) * scale  # (D, BM)
-            tl.atomic_add(DQ + base + rows[None, :] * sm + offs_d[:, None], dq_t, mask=rows[None, :] < L,
-                          sem="relaxed")
-    tl.store(DK + base + cols[:, None] * sm + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=cols[:, None] < L)
+            tl.atomic_add(DQ + base + rows[None, :] * sm + offs_d[:, None], dq_t, mask=rows[None, :] < L, sem="relaxed")
+    tl.store(
+        DK + base + cols[:, None] * sm + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty), mask=cols[:, None] < L
+    )
     tl.store(DV + base + cols[:, None] * sm + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=cols[:, None] < L)
 
 
@@ -254,23 +355,61 @@ def yardstick(tuning=TUNING):
         cfg = tuning.config(torch.device("cuda"), D)
         BM, BN, warps, stages = cfg.BM, cfg.BN, cfg.fwd_warps, cfg.fwd_stages
         q, k, v, o = (torch.empty(B, H, L, D, dtype=dtype) for _ in range(4))
-        _plain_flash_fwd[(triton.cdiv(L, BM), B * H)](q, k, v, o, *q.stride()[:3], H, L, D ** -0.5 * 1.4426950408889634,
-                                                      D=D, BM=BM, BN=BN, num_warps=warps, num_stages=stages)
+        _plain_flash_fwd[(triton.cdiv(L, BM), B * H)](
+            q,
+            k,
+            v,
+            o,
+            *q.stride()[:3],
+            H,
+            L,
+            D**-0.5 * 1.4426950408889634,
+            D=D,
+            BM=BM,
+            BN=BN,
+            num_warps=warps,
+            num_stages=stages,
+        )
 
     def launch_bwd(dtype, D, B=2, H=12, L=768):
         cfg = tuning.config(torch.device("cuda"), D)
         q, k, v, do, dk, dv = (torch.empty(B, H, L, D, dtype=dtype) for _ in range(6))
         lse, delta, dq = torch.empty(B, H, L), torch.empty(B, H, L), torch.empty(B, H, L, D)
         _plain_flash_bwd[(triton.cdiv(L, cfg.BNK), B * H)](
-            q, k, v, do, lse, delta, dk, dv, dq, *q.stride()[:3], H, L, D ** -0.5 * 1.4426950408889634, D ** -0.5,
-            D=D, BM=cfg.BMK, BN=cfg.BNK, FUSED_DQ=tuning.fused(D), num_warps=cfg.kv_warps,
-            num_stages=cfg.kv_stages)
-    return [(f"plain-flash-bfloat16-d{D}", lambda D=D: launch(torch.bfloat16, D)) for D in (64, 128)] + \
-        [(f"plain-flash-bwd-bfloat16-d{D}", lambda D=D: launch_bwd(torch.bfloat16, D)) for D in (64, 128)]
+            q,
+            k,
+            v,
+            do,
+            lse,
+            delta,
+            dk,
+            dv,
+            dq,
+            *q.stride()[:3],
+            H,
+            L,
+            D**-0.5 * 1.4426950408889634,
+            D**-0.5,
+            D=D,
+            BM=cfg.BMK,
+            BN=cfg.BNK,
+            FUSED_DQ=tuning.fused(D),
+            num_warps=cfg.kv_warps,
+            num_stages=cfg.kv_stages,
+        )
+
+    return [(f"plain-flash-bfloat16-d{D}", lambda D=D: launch(torch.bfloat16, D)) for D in (64, 128)] + [
+        (f"plain-flash-bwd-bfloat16-d{D}", lambda D=D: launch_bwd(torch.bfloat16, D)) for D in (64, 128)
+    ]
 
 
-CASES = {"pseudo_attention": attention, "tilemap": tilemap, "early_exit": early_exit, "offramp_loss": offramp_loss,
-         "yardstick": yardstick}
+CASES = {
+    "pseudo_attention": attention,
+    "tilemap": tilemap,
+    "early_exit": early_exit,
+    "offramp_loss": offramp_loss,
+    "yardstick": yardstick,
+}
 TUNED = ("pseudo_attention", "yardstick")  # the cases launched as a Tuning says (tools.aot --config)
 
 

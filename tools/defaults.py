@@ -9,6 +9,7 @@ results/defaults.json holds the defaults as they were when its CHANGELOG entry w
 default that differs from it must be named in a newer entry: a script's flag as `--flag`, a budget's
 field as "the NAME budget".
 """
+
 import argparse
 import json
 import os
@@ -24,14 +25,15 @@ def current():
     import finetune
     import train
     from reproduce.plan import BUDGETS
+
     out = {}
     for name, module in (("train.py", train), ("finetune.py", finetune), ("eval.py", evaluate_script)):
         parser = capture_parser(module)
         for a in parser._actions:
             if a.option_strings and a.dest != "help":
-                out[f"{name} {a.option_strings[0]}"] = a.default if isinstance(a.default,
-                                                                               (int, float, str, bool,
-                                                                                type(None))) else repr(a.default)
+                out[f"{name} {a.option_strings[0]}"] = (
+                    a.default if isinstance(a.default, (int, float, str, bool, type(None))) else repr(a.default)
+                )
     for budget, fields in BUDGETS.items():
         for k, v in fields.items():
             if isinstance(v, (int, float, str, bool, type(None))):
@@ -53,8 +55,11 @@ def unnamed_changes():
     with open(PATH) as f:
         recorded = json.load(f)
     heading, body = newest_entry()
-    changed = [(k, v, recorded["defaults"].get(k, "(absent)")) for k, v in current().items()
-               if recorded["defaults"].get(k, "(absent)") != v]
+    changed = [
+        (k, v, recorded["defaults"].get(k, "(absent)"))
+        for k, v in current().items()
+        if recorded["defaults"].get(k, "(absent)") != v
+    ]
     if not changed:
         return [], recorded["entry"]
     fresh = heading != recorded["entry"]
@@ -64,6 +69,7 @@ def unnamed_changes():
         if words[0] == "plan":
             return f"the {words[1]} budget" in body.lower() or f"`{words[1]}` budget" in body.lower()
         return f"`{words[1]}" in body
+
     return [(k, old, v) for k, v, old in changed if not (fresh and named(k))], recorded["entry"]
 
 
@@ -75,6 +81,7 @@ def capture_parser(module):
     def grab(self, *a, **k):
         seen["p"] = self
         raise SystemExit(0)
+
     argparse.ArgumentParser.parse_args = grab
     try:
         module.get_args([])

@@ -5,6 +5,7 @@ each figure is a deterministic SVG in docs/figures/, so that a redraw of the sam
 byte. With DRAW off (`render_docs --check`) nothing is drawn: a block's line is checked and its
 figure must exist.
 """
+
 import glob
 import json
 import os
@@ -45,13 +46,14 @@ def held_out(path):
     `error:` line where it has none."""
     evals = [r for r in _jsonl(path) if "unigram_entropy" in r]
     if not evals:
-        raise SystemExit(f"error: {path} holds no held-out record (train.py writes one every --eval-every steps): "
-                         f"not a finished pretraining's log")
+        raise SystemExit(
+            f"error: {path} holds no held-out record (train.py writes one every --eval-every steps): "
+            f"not a finished pretraining's log"
+        )
     try:
         return evals, held_out_key(evals[-1], path)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
-
 
 
 FIGURES = "docs/figures"
@@ -61,9 +63,9 @@ DRAW = {"on": True}  # --check draws nothing: it checks that each figure was dra
 def data_digest(path):
     """The SHA-1 of the data a figure is drawn from: a file's bytes, or a folder's files' names and bytes."""
     import hashlib
+
     full = os.path.join(ROOT, path.split("::")[0])
-    files = [full] if os.path.isfile(full) else sorted(
-        os.path.join(d, f) for d, _, fs in os.walk(full) for f in fs)
+    files = [full] if os.path.isfile(full) else sorted(os.path.join(d, f) for d, _, fs in os.walk(full) for f in fs)
     h = hashlib.sha1()
     for f in files:
         h.update(os.path.relpath(f, full).encode() + b"\0")
@@ -83,21 +85,29 @@ def _figure(path, where, name, draw):
             raise SystemExit(f"error: {where}: figure {FIGURES}/{name}.svg is missing: run python -m tools.render_docs")
         with open(out) as f:
             if f"data sha1 {digest}" not in f.read():
-                raise SystemExit(f"error: {where}: figure {FIGURES}/{name}.svg was drawn from other data than {path} "
-                                 f"holds now: run python -m tools.render_docs")
+                raise SystemExit(
+                    f"error: {where}: figure {FIGURES}/{name}.svg was drawn from other data than {path} "
+                    f"holds now: run python -m tools.render_docs"
+                )
     else:
         try:
             import matplotlib
         except ImportError:
-            raise SystemExit("error: drawing the figures needs matplotlib (pip install matplotlib); "
-                             "--check does not") from None
+            raise SystemExit(
+                "error: drawing the figures needs matplotlib (pip install matplotlib); --check does not"
+            ) from None
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+
         plt.rcParams.update({"svg.hashsalt": "textgen", "svg.fonttype": "none", "font.size": 9})
         fig = draw(plt, path)
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        fig.savefig(out, format="svg", bbox_inches="tight",
-                    metadata={"Date": None, "Creator": None, "Description": f"drawn from {path}, data sha1 {digest}"})
+        fig.savefig(
+            out,
+            format="svg",
+            bbox_inches="tight",
+            metadata={"Date": None, "Creator": None, "Description": f"drawn from {path}, data sha1 {digest}"},
+        )
         plt.close(fig)
     rel = os.path.relpath(out, os.path.dirname(os.path.join(ROOT, where)))
     return f"![{name}]({rel})\n\n(`{FIGURES}/{name}.svg`, drawn from `{path}`.)\n"
@@ -110,11 +120,17 @@ def _draw_pretraining(plt, path):
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     train = [r for r in rows if train_key in r and "unigram_entropy" not in r]
     if train:
-        ax.plot([r["step"] for r in train], [r[train_key] for r in train], color="0.65", lw=1,
-                label=f"training batches ({train_key})")
+        ax.plot(
+            [r["step"] for r in train],
+            [r[train_key] for r in train],
+            color="0.65",
+            lw=1,
+            label=f"training batches ({train_key})",
+        )
     ax.plot([r["step"] for r in evals], [r[key] for r in evals], "o-", color="C0", label=f"held-out ({train_key})")
-    ax.axhline(evals[-1]["unigram_entropy"], ls="--", color="C3",
-               label=f"unigram entropy {evals[-1]['unigram_entropy']:.3f}")
+    ax.axhline(
+        evals[-1]["unigram_entropy"], ls="--", color="C3", label=f"unigram entropy {evals[-1]['unigram_entropy']:.3f}"
+    )
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
     ax.set_title(f"{os.path.basename(path).split('-log')[0]}: loss against the unigram entropy", fontsize=9)
@@ -126,14 +142,22 @@ def _draw_pretraining(plt, path):
 def _draw_pretrainings(plt, folder):
     """Every pretraining log of a folder on one axis: held-out loss against step, the unigram line."""
     import glob
+
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     entropy = None
     for i, path in enumerate(sorted(glob.glob(os.path.join(ROOT, folder, "*-log.jsonl")))):
         rel = os.path.relpath(path, ROOT)
         evals, key = held_out(rel)
         entropy = evals[-1]["unigram_entropy"]
-        ax.plot([r["step"] for r in evals], [r[key] for r in evals], "o-", ms=2.5, lw=1.2, color=f"C{i % 10}",
-                label=f"{os.path.basename(path).split('-log')[0]} ({key[6:]})")
+        ax.plot(
+            [r["step"] for r in evals],
+            [r[key] for r in evals],
+            "o-",
+            ms=2.5,
+            lw=1.2,
+            color=f"C{i % 10}",
+            label=f"{os.path.basename(path).split('-log')[0]} ({key[6:]})",
+        )
     if entropy is not None:
         ax.axhline(entropy, ls="--", color="k", lw=0.9, label=f"unigram entropy {entropy:.3f}")
     ax.set_xlabel("step")
@@ -159,11 +183,16 @@ def _draw_attention(plt, path):
     d = _load(path)
     dims = sorted({r["D"] for r in d["records"]})
     fig, axes = plt.subplots(1, len(dims), figsize=(3.6 * len(dims) + 0.6, 3.4), squeeze=False)
-    labels = {"ours": "ours (codes)", "sdpa-mask": "SDPA, dense mask", "flex": "Flex, block mask (fused)",
-              "sdpa-nomask": "SDPA, no mask (the floor)"}
+    labels = {
+        "ours": "ours (codes)",
+        "sdpa-mask": "SDPA, dense mask",
+        "flex": "Flex, block mask (fused)",
+        "sdpa-nomask": "SDPA, no mask (the floor)",
+    }
     for ax, dim in zip(axes[0], dims):
-        recs = sorted((r for r in d["records"] if r["D"] == dim and r["layout"].startswith("s2s")),
-                      key=lambda r: r["L"])
+        recs = sorted(
+            (r for r in d["records"] if r["D"] == dim and r["layout"].startswith("s2s")), key=lambda r: r["L"]
+        )
         for k, (method, label) in enumerate(labels.items()):
             pts = [(r["L"], r["methods"][method]["fwdbwd_ms"]) for r in recs if method in r["methods"]]
             if pts:
@@ -187,6 +216,7 @@ def plot_attention(path, where):
 
 # -----------------------------------------------------------------------------
 # decoders: a folder of eval.py result files (eval-*.json), one per checkpoint and setting
+
 
 def decoder_rows(folder):
     """The eval.py rows of a folder, each with its family (AR greedy/beam, Mask-Predict, ELMER per exit
@@ -234,10 +264,16 @@ def _draw_decoders(plt, folder):
     markers = {"AR": "s", "Mask-Predict": "^", "ELMER": "o"}
     for k, ((family, run), rs) in enumerate(_families(rows).items()):
         rs = sorted(rs, key=_order)
-        ax.plot([r["latency_ms"] for r in rs], [r["rougeL"] for r in rs],
-                marker=markers[family.split(" ")[0].rstrip(",")], color=f"C{k}", label=f"{family}: {run}")
+        ax.plot(
+            [r["latency_ms"] for r in rs],
+            [r["rougeL"] for r in rs],
+            marker=markers[family.split(" ")[0].rstrip(",")],
+            color=f"C{k}",
+            label=f"{family}: {run}",
+        )
     ax.set_xscale("log")
     from matplotlib.ticker import NullFormatter, ScalarFormatter
+
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())
     lo, hi = min(r["latency_ms"] for r in rows), max(r["latency_ms"] for r in rows)
@@ -264,8 +300,13 @@ def _draw_exits(plt, folder):
             ax.plot([r[x] for r in rs], [r["rougeL"] for r in rs], "o-", color=f"C{k}", label=family[6:])
     off = [r for r in rows if r["shown"].endswith("(exit disabled)")][:1]
     for ax, x in zip(axes, ("dec_flops", "latency_ms")):
-        ax.plot([r[x] for r in off], [r["rougeL"] for r in off], "k*", ms=10,
-                label="exit disabled" if x == "dec_flops" else None)
+        ax.plot(
+            [r[x] for r in off],
+            [r["rougeL"] for r in off],
+            "k*",
+            ms=10,
+            label="exit disabled" if x == "dec_flops" else None,
+        )
     axes[0].set_xlabel("decoder multiply-adds / exit disabled")
     axes[1].set_xlabel("latency per summary at batch 1, ms")
     axes[0].set_ylabel("ROUGE-L (point values: no per-example outputs were kept)")
@@ -284,6 +325,7 @@ def plot_exits(folder, where):
 # -----------------------------------------------------------------------------
 # the papers' orderings: reproduce's results.json
 
+
 def orderings_of(d, path):
     """results.json's orderings, each checked against the plan and the file: a chain names runs of
     the plan, and a run given a value, seeds or a pair has its row in the file's runs (an archived
@@ -291,15 +333,22 @@ def orderings_of(d, path):
     and the run."""
     for o in d["orderings"]:
         chain = parse_chain(o["chain"])[0]
-        measured = ([n for n, v in o.get("values", {}).items() if v is not None]
-                    + [s for seeds in o.get("seeds", {}).values() for s in seeds]
-                    + [n for p in o["pairs"] for n in (p["a"], p["b"])])
+        measured = (
+            [n for n, v in o.get("values", {}).items() if v is not None]
+            + [s for seeds in o.get("seeds", {}).values() for s in seeds]
+            + [n for p in o["pairs"] for n in (p["a"], p["b"])]
+        )
         unplanned = [n for n in chain + list(o.get("values", {})) if n not in BY_NAME]
         unrun = [] if o.get("archived") else [n for n in measured if n not in d["runs"]]
         if unplanned or unrun:
-            raise SystemExit(f"error: {path}: the ordering {o['chain']!r} names " + (
-                f"{unplanned[0]!r}, which is no run of the plan (reproduce/plan.py)" if unplanned else
-                f"{unrun[0]!r} as measured, but the file has no row of it under runs"))
+            raise SystemExit(
+                f"error: {path}: the ordering {o['chain']!r} names "
+                + (
+                    f"{unplanned[0]!r}, which is no run of the plan (reproduce/plan.py)"
+                    if unplanned
+                    else f"{unrun[0]!r} as measured, but the file has no row of it under runs"
+                )
+            )
     return d["orderings"]
 
 
@@ -310,11 +359,22 @@ def _draw_scorecard(plt, path):
     fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.42 * max(len(pairs), 1)))
     for i, (o, p) in enumerate(pairs):
         y = len(pairs) - 1 - i
-        ax.errorbar(p["difference"], y, xerr=[[p["difference"] - p["low"]], [p["high"] - p["difference"]]], fmt="o",
-                    color=colors.get(p["verdict"], "C0"), capsize=3)
+        ax.errorbar(
+            p["difference"],
+            y,
+            xerr=[[p["difference"] - p["low"]], [p["high"] - p["difference"]]],
+            fmt="o",
+            color=colors.get(p["verdict"], "C0"),
+            capsize=3,
+        )
     ax.set_yticks([len(pairs) - 1 - i for i in range(len(pairs))])
-    ax.set_yticklabels([f"{o['paper']}: {p['a']} {p['op']} {p['b']} ({o['metric']}"
-                        + (", a control)" if p.get("control") else ")") for o, p in pairs], fontsize=7)
+    ax.set_yticklabels(
+        [
+            f"{o['paper']}: {p['a']} {p['op']} {p['b']} ({o['metric']}" + (", a control)" if p.get("control") else ")")
+            for o, p in pairs
+        ],
+        fontsize=7,
+    )
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel("difference, first minus second: 95% interval over test examples and seeds")
     ax.set_ylim(-0.7, max(len(pairs), 1) - 0.3)
@@ -333,6 +393,7 @@ def plot_scorecard(path, where):
 
 # -----------------------------------------------------------------------------
 # MLAE's Figure 3: the initial mask ratio of the linear schedule
+
 
 def mask_sweep_rows(path):
     """(m0, run, its results.json row or None) for each run of MLAE Figure 3's sweep, by m0."""
@@ -360,8 +421,11 @@ def _draw_mask_ratio(plt, path):
         _rouge2_bar(ax, 0.62, constant, fmt="s", color="C1", label="constant schedule, m0 0.6")
         ax.legend(frameon=False, fontsize=7)
     missing = [f"{m:g}" for m, _, r in rows if not r]
-    ax.set_title("MLAE Figure 3: ROUGE-2 against the initial mask ratio" +
-                 ("\n(not run yet: m0 " + ", ".join(missing) + ")" if missing else ""), fontsize=8)
+    ax.set_title(
+        "MLAE Figure 3: ROUGE-2 against the initial mask ratio"
+        + ("\n(not run yet: m0 " + ", ".join(missing) + ")" if missing else ""),
+        fontsize=8,
+    )
     ax.set_xlabel("initial mask ratio m0 of the decoder input (linear schedule; 0 = none)")
     ax.set_ylabel("test ROUGE-2, 95% bootstrap interval")
     ax.set_xlim(-0.05, 0.95)

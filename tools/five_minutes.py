@@ -10,6 +10,7 @@ fine-tuning from the released pretraining, and a tiny pretraining. They run in t
 one after the other, with the environment this command has (set OMP_NUM_THREADS for the thread
 count the record names).
 """
+
 import argparse
 import datetime
 import json
@@ -25,9 +26,11 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
 from tools.release import ROOT, commit  # noqa: E402
 
 RELEASE = "releases/pmlm-small"
-DOCUMENT = ("GNU Wget is a free software package for retrieving files using HTTP, HTTPS and FTP, the most "
-            "widely-used Internet protocols. It is a non-interactive commandline tool, so it may easily be "
-            "called from scripts.")
+DOCUMENT = (
+    "GNU Wget is a free software package for retrieving files using HTTP, HTTPS and FTP, the most "
+    "widely-used Internet protocols. It is a non-interactive commandline tool, so it may easily be "
+    "called from scripts."
+)
 
 
 class Step:
@@ -43,24 +46,54 @@ class Step:
 
 
 STEPS = [
-    Step("the released summarizer's one-line summary of a document typed on the command line",
-         ["eval.py", f"{RELEASE}/summarize.pt.xz", "--text", DOCUMENT], keep=1),
-    Step("its ROUGE on a fixed sample of the test split, beside the LEAD baselines, with its latency",
-         ["eval.py", f"{RELEASE}/summarize.pt.xz", "--limit", "200"], keep=5),
-    Step("the fine-tuning loop, from the released pretraining on a small share of the training pairs for "
-         "one epoch, validated at its end on a part of the validation split",
-         ["finetune.py", "--init", f"{RELEASE}/pretrained.pt.xz", "--train-share", "0.03", "--epochs", "1",
-          "--valid-examples", "500", "--rouge-examples", "50", "--out", "checkpoints/five-minute"], keep=4),
-    Step("the pretraining loop, UniLMv2's PMLM on the `tiny` preset (its tokenizer trained first, as on any fresh "
-         "clone): its held-out loss beside the unigram entropy, which a model that has learnt is under",
-         ["train.py", "--model", "tiny", "--steps", "50", "--out", "checkpoints/five-minute-pretrain"], keep=2),
+    Step(
+        "the released summarizer's one-line summary of a document typed on the command line",
+        ["eval.py", f"{RELEASE}/summarize.pt.xz", "--text", DOCUMENT],
+        keep=1,
+    ),
+    Step(
+        "its ROUGE on a fixed sample of the test split, beside the LEAD baselines, with its latency",
+        ["eval.py", f"{RELEASE}/summarize.pt.xz", "--limit", "200"],
+        keep=5,
+    ),
+    Step(
+        "the fine-tuning loop, from the released pretraining on a small share of the training pairs for "
+        "one epoch, validated at its end on a part of the validation split",
+        [
+            "finetune.py",
+            "--init",
+            f"{RELEASE}/pretrained.pt.xz",
+            "--train-share",
+            "0.03",
+            "--epochs",
+            "1",
+            "--valid-examples",
+            "500",
+            "--rouge-examples",
+            "50",
+            "--out",
+            "checkpoints/five-minute",
+        ],
+        keep=4,
+    ),
+    Step(
+        "the pretraining loop, UniLMv2's PMLM on the `tiny` preset (its tokenizer trained first, as on any fresh "
+        "clone): its held-out loss beside the unigram entropy, which a model that has learnt is under",
+        ["train.py", "--model", "tiny", "--steps", "50", "--out", "checkpoints/five-minute-pretrain"],
+        keep=2,
+    ),
 ]
 
 
 def run(steps, machine, root=ROOT):
     """Run each step in ROOT; returns the record: each command, its wall seconds and its last lines."""
-    record = {"machine": machine, "commit": commit(), "date": datetime.date.today().isoformat(),
-              "threads": os.environ.get("OMP_NUM_THREADS", "unset"), "steps": []}
+    record = {
+        "machine": machine,
+        "commit": commit(),
+        "date": datetime.date.today().isoformat(),
+        "threads": os.environ.get("OMP_NUM_THREADS", "unset"),
+        "steps": [],
+    }
     for i, step in enumerate(steps, 1):
         print(f"[{i}/{len(steps)}] {step.command}", file=sys.stderr, flush=True)
         start = time.perf_counter()
@@ -69,23 +102,29 @@ def run(steps, machine, root=ROOT):
         if done.returncode:
             raise SystemExit(f"error: {step.command} exited {done.returncode}:\n{done.stderr[-2000:]}")
         lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-        record["steps"].append({"command": step.command, "shows": step.shows, "seconds": round(seconds, 1),
-                                "output": lines[-step.keep:]})
+        record["steps"].append(
+            {"command": step.command, "shows": step.shows, "seconds": round(seconds, 1), "output": lines[-step.keep :]}
+        )
         print(f"      {seconds:.0f} s", file=sys.stderr, flush=True)
     return record
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m tools.five_minutes", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.five_minutes", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--out", default="results/five-minute", help="the folder that keeps run.json")
     p.add_argument("--machine", required=True, help="the machine and what else ran on it, in words")
     a = p.parse_args(argv)
-    missing = [x for s in STEPS for x in s.argv if x.startswith("releases/") and not os.path.exists(
-        os.path.join(ROOT, x))]
+    missing = [
+        x for s in STEPS for x in s.argv if x.startswith("releases/") and not os.path.exists(os.path.join(ROOT, x))
+    ]
     if missing:
-        print(f"error: {', '.join(sorted(set(missing)))} not found: the path runs the released model "
-              "(python -m tools.release makes it)", file=sys.stderr)
+        print(
+            f"error: {', '.join(sorted(set(missing)))} not found: the path runs the released model "
+            "(python -m tools.release makes it)",
+            file=sys.stderr,
+        )
         return 2
     record = run(STEPS, a.machine)
     os.makedirs(a.out, exist_ok=True)

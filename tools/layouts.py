@@ -10,6 +10,7 @@ kernels/reference.py (`visible`): a change to a layout or to the rule changes th
 SVG text, no plotting library, so that `render_docs --check` draws each one again and compares it
 with the committed file byte for byte.
 """
+
 import contextlib
 import os
 from types import SimpleNamespace
@@ -77,14 +78,17 @@ def runs(labels):
 # -----------------------------------------------------------------------------
 # SVG text
 
+
 class Svg:
     def __init__(self):
         self.items = []
         self.panel = 0  # the panel being drawn, named in its cells
 
     def rect(self, x, y, w, h, fill, stroke="none", width=0.5, extra=""):
-        self.items.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" fill="{fill}" stroke="{stroke}" '
-                          f'stroke-width="{width}"{extra}/>')
+        self.items.append(
+            f'<rect x="{x}" y="{y}" width="{w}" height="{h}" fill="{fill}" stroke="{stroke}" '
+            f'stroke-width="{width}"{extra}/>'
+        )
 
     def line(self, x1, y1, x2, y2, color="#222", width=1.2):
         self.items.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" stroke-width="{width}"/>')
@@ -95,13 +99,17 @@ class Svg:
     def text(self, x, y, s, size=10, anchor="start", color="#000", mono=False, rotate=False, bold=False):
         turn = f' transform="rotate(-90 {x} {y})"' if rotate else ""
         weight = ' font-weight="bold"' if bold else ""
-        self.items.append(f'<text x="{x}" y="{y}" font-family="{MONO if mono else SANS}" font-size="{size}" '
-                          f'text-anchor="{anchor}" fill="{color}"{weight}{turn}>{escape(s)}</text>')
+        self.items.append(
+            f'<text x="{x}" y="{y}" font-family="{MONO if mono else SANS}" font-size="{size}" '
+            f'text-anchor="{anchor}" fill="{color}"{weight}{turn}>{escape(s)}</text>'
+        )
 
     def render(self, width, height, desc):
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-                f'viewBox="0 0 {width} {height}">\n<desc>{escape(desc)}</desc>\n'
-                f'<rect width="{width}" height="{height}" fill="#fff"/>\n' + "\n".join(self.items) + "\n</svg>\n")
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}">\n<desc>{escape(desc)}</desc>\n'
+            f'<rect width="{width}" height="{height}" fill="#fff"/>\n' + "\n".join(self.items) + "\n</svg>\n"
+        )
 
 
 GROUP_H, TOKEN_H, POS_H = 16, 40, 12  # above the grid: group names, token names (upright), position ids
@@ -180,12 +188,14 @@ def figure(svg, panels, entries, title, desc):
 # -----------------------------------------------------------------------------
 # the three layouts
 
+
 def pmlm():
     """core/unilm/pmlm.py's example: the factorization order <{x4, x5}, {x2}> of x1 .. x6 (UniLMv2 Figure 4),
     one stack over the AE part and the appended steps, and who may attend to whom (its Figure 5)."""
     from core.masking import corrupt
     from core.model import UnifiedLM
     from core.unilm.pmlm import pmlm_layout
+
     ids = sequence(6)
     blocks = [np.array([4, 5]), np.array([2])]
     # every masked token of the AE part [MASK], as the docstring draws it
@@ -204,16 +214,29 @@ def pmlm():
     color = {CONTEXT: BLUE, ORIGINAL: GREEN, PSEUDO: ORANGE}
     order = ", ".join("{" + ", ".join(name(ids[p]) for p in b) + "}" for b in blocks)
     svg = Svg()
-    panel = lambda svg, x, y: matrix(svg, x, y, names, names, lambda i, j: color[int(kind[j])] if see[i, j] else None,
-                                     groups, groups)
-    entries = [(BLUE, "seen: a key of the AE part (CONTEXT)"), (GREEN, "seen: an ORIGINAL copy of a masked token"),
-               (ORANGE, "seen: a pseudo mask [P] (PSEUDO)"), ("#fff", "not seen"),
-               (None, "(AE part: the masked LM over the whole text; step s: the s-th block"),
-               (None, " of the PAR factorization, partially autoregressive; row: the query;"),
-               (None, " column: the key; grey: position ids)")]
-    return figure(svg, [panel], entries, f"UniLMv2's PMLM, factorization order <{order}>",
-                  "drawn by tools/layouts.py from core/unilm/pmlm.py pmlm_layout and kernels/reference.py "
-                  "visible"), see, ex
+    panel = lambda svg, x, y: matrix(
+        svg, x, y, names, names, lambda i, j: color[int(kind[j])] if see[i, j] else None, groups, groups
+    )
+    entries = [
+        (BLUE, "seen: a key of the AE part (CONTEXT)"),
+        (GREEN, "seen: an ORIGINAL copy of a masked token"),
+        (ORANGE, "seen: a pseudo mask [P] (PSEUDO)"),
+        ("#fff", "not seen"),
+        (None, "(AE part: the masked LM over the whole text; step s: the s-th block"),
+        (None, " of the PAR factorization, partially autoregressive; row: the query;"),
+        (None, " column: the key; grey: position ids)"),
+    ]
+    return (
+        figure(
+            svg,
+            [panel],
+            entries,
+            f"UniLMv2's PMLM, factorization order <{order}>",
+            "drawn by tools/layouts.py from core/unilm/pmlm.py pmlm_layout and kernels/reference.py visible",
+        ),
+        see,
+        ex,
+    )
 
 
 def mlae():
@@ -221,6 +244,7 @@ def mlae():
     decoder of each variant, (a) self-attention over the latents put back and [MASK]s, (b) the
     [MASK]s alone with cross-attention to the latents."""
     from core.mlae.model import MLAE, VARIANTS, collate, decoder_inputs, mlae_layout
+
     ids = sequence(6)
     masked = np.isin(np.arange(len(ids)), [2, 3, 6])
     batch = collate([mlae_layout(ids, masked, MASK)], SimpleNamespace(pad_id=PAD))
@@ -248,19 +272,36 @@ def mlae():
             if j >= U:
                 return GREEN if self_[i - U, j - U] else None
             return ORANGE if cross is not None and cross[i - U, j] else None
+
         groups = [("encoder", 0, U), (f"decoder ({variant})", U, U + D)]
         title = {"a": "(a) self-attention only", "b": "(b) [M]s, cross-attention"}[variant]
-        panels.append(lambda svg, x, y, rows=enc + dec, fill=fill, groups=groups, title=title:
-                      matrix(svg, x, y, rows, rows, fill, groups, groups, title=title))
+        panels.append(
+            lambda svg, x, y, rows=enc + dec, fill=fill, groups=groups, title=title: matrix(
+                svg, x, y, rows, rows, fill, groups, groups, title=title
+            )
+        )
     masked_names = " ".join(name(t) for t in ids[masked])
-    entries = [(BLUE, "seen by the encoder's self-attention"), (GREEN, "seen by the decoder's self-attention"),
-               (ORANGE, "seen by the decoder's cross-attention (the encoder's output)"), ("#fff", "not seen"),
-               (None, "(h_i: the encoder's output for position i, put back in decoder (a)'s input;"),
-               (None, " the masked tokens never enter the encoder; grey: position ids)")]
+    entries = [
+        (BLUE, "seen by the encoder's self-attention"),
+        (GREEN, "seen by the decoder's self-attention"),
+        (ORANGE, "seen by the decoder's cross-attention (the encoder's output)"),
+        ("#fff", "not seen"),
+        (None, "(h_i: the encoder's output for position i, put back in decoder (a)'s input;"),
+        (None, " the masked tokens never enter the encoder; grey: position ids)"),
+    ]
     svg = Svg()
-    return figure(svg, panels, entries, f"MLAE pretraining, {masked_names} masked: the encoder and each decoder",
-                  "drawn by tools/layouts.py from core/mlae/model.py mlae_layout, decoder_inputs and MLAE, "
-                  "and kernels/reference.py visible"), seen, batch
+    return (
+        figure(
+            svg,
+            panels,
+            entries,
+            f"MLAE pretraining, {masked_names} masked: the encoder and each decoder",
+            "drawn by tools/layouts.py from core/mlae/model.py mlae_layout, decoder_inputs and MLAE, "
+            "and kernels/reference.py visible",
+        ),
+        seen,
+        batch,
+    )
 
 
 EXITS = (2, 4, 1, 3, 4, 2)  # each decoder token's exit layer (LPLM assigns them: core/elmer/lplm.py lplm_batch)
@@ -271,6 +312,7 @@ def elmer():
     """core/elmer/model.py's decoder loop on [MASK] x T with an exit layer per token: which tokens run
     each layer (as queries) and, at one layer, what its queries see."""
     from core.elmer.model import ELMER
+
     T, L = len(EXITS), max(EXITS)
     torch.manual_seed(0)
     model = ELMER(preset("tiny", vocab_size=VOCAB, n_dec_layers=L), dec_len=T)
@@ -281,6 +323,7 @@ def elmer():
     def decide(l, idx, h, x_in):  # assigned exit layers, as core/elmer/model.py assigned_loss_sums
         ran.append(idx.tolist())
         return exits[idx] == l + 1, None
+
     with kernels.use_backend("reference"), torch.no_grad():
         memory = model.encode_source(src, src_valid)
     with recorded_masks() as masks:
@@ -295,30 +338,65 @@ def elmer():
     def state(i, j):
         l = L - 1 - i
         return BLUE if j in ran[l] else GREY if l > last[j] else None
+
     S = src.shape[1]
     rows = [("[M]", t) for t in queries]
     cols = tokens + [(name(t), p) for p, t in enumerate(src[0])]
     fill = lambda i, j: (GREEN if self_[i, j] else None) if j < T else (ORANGE if cross[i, j - T] else None)
-    panels = [lambda svg, x, y: matrix(svg, x, y, layers, tokens, state, [("decoder", 0, L)],
-                                       [("[MASK] x T", 0, T)], mark=lambda i, j: last[j] == L - 1 - i,
-                                       title="which tokens run each layer"),
-              lambda svg, x, y: matrix(svg, x, y, rows, cols, fill, [("queries", 0, len(rows))],
-                                       [("decoder", 0, T), ("source", T, T + S)],
-                                       title=f"what layer {SHOWN}'s queries see")]
-    entries = [(BLUE, "runs the layer: its query, attention, FFN are computed"),
-               ("dot", "its exit layer: the off-ramp predicts its token there"),
-               (GREY, "exited below: its state copied up, a key and value only"),
-               (GREEN, "seen: a decoder token (exited ones too)"), (ORANGE, "seen: a source token (cross-attention)"),
-               ("#fff", "not seen / not run"), (None, "(grey numbers: position ids)")]
+    panels = [
+        lambda svg, x, y: matrix(
+            svg,
+            x,
+            y,
+            layers,
+            tokens,
+            state,
+            [("decoder", 0, L)],
+            [("[MASK] x T", 0, T)],
+            mark=lambda i, j: last[j] == L - 1 - i,
+            title="which tokens run each layer",
+        ),
+        lambda svg, x, y: matrix(
+            svg,
+            x,
+            y,
+            rows,
+            cols,
+            fill,
+            [("queries", 0, len(rows))],
+            [("decoder", 0, T), ("source", T, T + S)],
+            title=f"what layer {SHOWN}'s queries see",
+        ),
+    ]
+    entries = [
+        (BLUE, "runs the layer: its query, attention, FFN are computed"),
+        ("dot", "its exit layer: the off-ramp predicts its token there"),
+        (GREY, "exited below: its state copied up, a key and value only"),
+        (GREEN, "seen: a decoder token (exited ones too)"),
+        (ORANGE, "seen: a source token (cross-attention)"),
+        ("#fff", "not seen / not run"),
+        (None, "(grey numbers: position ids)"),
+    ]
     svg = Svg()
     exit_at = " ".join(str(last[t] + 1) for t in range(T))
-    return figure(svg, panels, entries, f"ELMER's decoder with early exit, exit layers {exit_at}",
-                  "drawn by tools/layouts.py from core/elmer/model.py ELMER.decoder_loop and kernels/reference.py "
-                  "visible"), (ran, self_, cross), model
+    return (
+        figure(
+            svg,
+            panels,
+            entries,
+            f"ELMER's decoder with early exit, exit layers {exit_at}",
+            "drawn by tools/layouts.py from core/elmer/model.py ELMER.decoder_loop and kernels/reference.py visible",
+        ),
+        (ran, self_, cross),
+        model,
+    )
 
 
-LAYOUTS = {"core/unilm/pmlm.py": ("layout-pmlm", pmlm), "core/mlae/model.py": ("layout-mlae", mlae),
-           "core/elmer/model.py": ("layout-elmer", elmer)}
+LAYOUTS = {
+    "core/unilm/pmlm.py": ("layout-pmlm", pmlm),
+    "core/mlae/model.py": ("layout-mlae", mlae),
+    "core/elmer/model.py": ("layout-elmer", elmer),
+}
 
 
 def plot_layout(path, where):
@@ -339,8 +417,11 @@ def plot_layout(path, where):
     else:
         with open(out) as f:
             if f.read() != svg:
-                raise SystemExit(f"error: {where}: figure {where_to} is not what the code draws now: "
-                                 f"run python -m tools.render_docs")
+                raise SystemExit(
+                    f"error: {where}: figure {where_to} is not what the code draws now: run python -m tools.render_docs"
+                )
     rel = os.path.relpath(out, os.path.dirname(os.path.join(figures.ROOT, where)))
-    return (f"![{name}]({rel})\n\n(`{where_to}`, drawn by `tools/layouts.py` from `{path}` and the rule of "
-            f"`kernels/reference.py`.)\n")
+    return (
+        f"![{name}]({rel})\n\n(`{where_to}`, drawn by `tools/layouts.py` from `{path}` and the rule of "
+        f"`kernels/reference.py`.)\n"
+    )

@@ -7,6 +7,7 @@ the file records with them the command that made it, the machine and versions
 (reproduce/report.py environment), the date and the load average of the machine while it ran
 (timings on a shared CPU mean little without it).
 """
+
 import datetime
 import json
 import os
@@ -26,13 +27,20 @@ def write(path, command, columns, rows, note=None, dtype=None):
     """Write the table to `path` (JSON), the folder made if needed; `command` a string or an argv;
     `dtype` what the script computed in, where that is not what the scripts' `--dtype auto` picks."""
     from reproduce.report import environment
+
     if not isinstance(command, str):
         command = " ".join(shlex.quote(a) for a in command)
     env = environment()
     if dtype:
         env = re.sub(r"compute dtype [^;]*", f"compute dtype {dtype}", env)
-    d = {"command": command, "environment": env, "date": datetime.date.today().isoformat(),
-         "load_average": load_average(), "columns": [list(c) for c in columns], "rows": rows}
+    d = {
+        "command": command,
+        "environment": env,
+        "date": datetime.date.today().isoformat(),
+        "load_average": load_average(),
+        "columns": [list(c) for c in columns],
+        "rows": rows,
+    }
     if note:
         d["note"] = note
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -50,6 +58,7 @@ def cell(value, fmt):
 def markdown(columns, rows):
     """The rows as a markdown table, one line each (reproduce/report.py's table, each cell formatted)."""
     from reproduce.report import table
+
     return table([h for h, _, _ in columns], [[cell(r.get(k), f) for _, k, f in columns] for r in rows])
 
 
@@ -60,6 +69,8 @@ def table(d):
         raise ValueError(f"no {', '.join(missing)}: not a file tools/records.py wrote")
     out = markdown(d["columns"], d["rows"])
     load = f", load average {d['load_average']:.1f}" if d.get("load_average") is not None else ""
-    out += ["", f"`{d['command']}` ({d['date']}{load}; {d['environment']})."
-            + (f" {d['note']}" if d.get("note") else "")]
+    out += [
+        "",
+        f"`{d['command']}` ({d['date']}{load}; {d['environment']})." + (f" {d['note']}" if d.get("note") else ""),
+    ]
     return "\n".join(out) + "\n"

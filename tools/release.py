@@ -13,6 +13,7 @@ command, its time, the machine, the commit). Both load as
 any checkpoint: `python eval.py releases/NAME/summarize.pt.xz --text "..."`, `python finetune.py
 --init releases/NAME/pretrained.pt.xz`.
 """
+
 import argparse
 import json
 import os
@@ -32,8 +33,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def commit():
     """The commit of the tree this runs in ('unknown' outside git)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -51,6 +53,7 @@ def write_examples(outputs, path, n=EXAMPLES):
                 rows.append(json.loads(line))
     if rows and rows[0].get("task") != "classify":
         from rouge_score import rouge_scorer
+
         scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
         for r in rows:
             r["rougeL"] = 100 * scorer.score(r["reference"], r["prediction"])["rougeL"].fmeasure
@@ -100,16 +103,23 @@ def release(pretrained, finetuned, name, run_json=None, evaluation=None, root=RO
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m tools.release", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.release", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--pretrained", required=True, help="train.py's last.pt")
     p.add_argument("--finetuned", required=True, help="finetune.py's best.pt, evaluated on the test split")
     p.add_argument("--name", required=True, help="the release's folder under releases/")
-    p.add_argument("--eval", default=None,
-                   help="the fine-tuned checkpoint's eval-*.json (default: its whole test split's, beside it); an "
-                        "eval.log beside it (eval.py's table) is kept too")
-    p.add_argument("--run-json", default=None,
-                   help="a JSON file of how the runs ran (commands, seconds, machine), kept as the record's run.json")
+    p.add_argument(
+        "--eval",
+        default=None,
+        help="the fine-tuned checkpoint's eval-*.json (default: its whole test split's, beside it); an "
+        "eval.log beside it (eval.py's table) is kept too",
+    )
+    p.add_argument(
+        "--run-json",
+        default=None,
+        help="a JSON file of how the runs ran (commands, seconds, machine), kept as the record's run.json",
+    )
     a = p.parse_args(argv)
     try:
         sizes = release(a.pretrained, a.finetuned, a.name, a.run_json, a.eval)
@@ -117,7 +127,7 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
     for path, n in sizes.items():
-        print(f"{path}: {n / 2 ** 20:.1f} MiB")
+        print(f"{path}: {n / 2**20:.1f} MiB")
     return 0
 
 

@@ -23,6 +23,7 @@ checks the lines and that each figure exists. `plot-layout core/unilm/pmlm.py` (
 core/elmer/model.py) draws the attention layout of that module's example by running its code
 (tools/layouts.py, no matplotlib); --check draws it again and compares.
 """
+
 import argparse
 import glob
 import json
@@ -36,8 +37,18 @@ if __name__ == "__main__" and not __package__:  # run as a file, its imports wou
 
 from reproduce.claims import pair_text, verdict_text  # noqa: E402
 from tools import figures, layouts, records, render_release  # noqa: E402
-from tools.render_bench import (attention, backward, compile_cost, exit_rows, fused_backward, loops, loss_profile, step,  # noqa: E402
-                                sweep, targets)
+from tools.render_bench import (
+    attention,
+    backward,
+    compile_cost,
+    exit_rows,
+    fused_backward,
+    loops,
+    loss_profile,
+    step,  # noqa: E402
+    sweep,
+    targets,
+)
 from tools.figures import ROOT, _jsonl, _load  # noqa: E402
 from reproduce.plan import seeds_of  # noqa: E402
 
@@ -63,7 +74,7 @@ def table(spec):
     if start is None:
         raise SystemExit(f"error: no line holding {marker!r} in {path}")
     out, seen = [], False
-    for l in lines[start + 1:]:
+    for l in lines[start + 1 :]:
         l = l.strip()  # a log may indent its tables under a case's heading
         if l.startswith("|") or l.startswith("target "):
             out.append(l if l.startswith("|") else f"({l})")
@@ -71,9 +82,13 @@ def table(spec):
         elif seen and not l.strip():
             break
     note = _run_note(path)  # the run.json beside the file, if it names it
-    return "\n".join(o for o in out if o.startswith("|")) + "\n" + "".join(f"\n{o}" for o in out
-                                                                           if not o.startswith("|")) \
-        + ("\n" if any(not o.startswith("|") for o in out) else "") + (f"\n{note}\n" if note else "")
+    return (
+        "\n".join(o for o in out if o.startswith("|"))
+        + "\n"
+        + "".join(f"\n{o}" for o in out if not o.startswith("|"))
+        + ("\n" if any(not o.startswith("|") for o in out) else "")
+        + (f"\n{note}\n" if note else "")
+    )
 
 
 def _run_note(path):
@@ -111,10 +126,14 @@ def default_pretraining(path):
     """train.py's log.jsonl: the held-out records against the unigram entropy, and the run's time."""
     evals, key = figures.held_out(path)
     ent = evals[-1]["unigram_entropy"]
-    out = ["| step | " + " | ".join(str(r["step"]) for r in evals) + " |", "|---|" + "---|" * len(evals),
-           f"| held-out {key[6:]} | " + " | ".join(f"{r[key]:.3f}" for r in evals) + " |",
-           f"| against the unigram entropy {ent:.3f} | "
-           + " | ".join(f"{abs(ent - r[key]):.2f} {'under' if ent >= r[key] else 'above'}" for r in evals) + " |"]
+    out = [
+        "| step | " + " | ".join(str(r["step"]) for r in evals) + " |",
+        "|---|" + "---|" * len(evals),
+        f"| held-out {key[6:]} | " + " | ".join(f"{r[key]:.3f}" for r in evals) + " |",
+        f"| against the unigram entropy {ent:.3f} | "
+        + " | ".join(f"{abs(ent - r[key]):.2f} {'under' if ent >= r[key] else 'above'}" for r in evals)
+        + " |",
+    ]
     note = _run_note(path)
     return "\n".join(out) + ("\n\n" + note if note else "") + "\n"
 
@@ -124,22 +143,31 @@ def default_finetuning(path):
     evals = [r for r in _jsonl(path) if "valid_loss" in r]
     cols = [c for c in ("valid_loss", "valid_acc", "valid_rouge1", "valid_rouge2", "valid_rougeL") if c in evals[-1]]
     out = ["| step | " + " | ".join(c[6:] for c in cols) + " |", "|---|" + "---|" * len(cols)]
-    out += [f"| {r['step']} | " + " | ".join(f"{r[c]:.3f}" if c in ("valid_loss", "valid_acc") else f"{r[c]:.2f}"
-                                           for c in cols) + " |" for r in evals]
+    out += [
+        f"| {r['step']} | "
+        + " | ".join(f"{r[c]:.3f}" if c in ("valid_loss", "valid_acc") else f"{r[c]:.2f}" for c in cols)
+        + " |"
+        for r in evals
+    ]
     note = _run_note(path)
     return "\n".join(out) + ("\n\n" + note if note else "") + "\n"
 
 
 def decoders(folder):
     """A folder of eval.py result files: quality, work and batch-1 latency of each decoder and setting."""
-    out = ["| run | decoding | setting | ROUGE-1 | ROUGE-2 | ROUGE-L | decoder multiply-adds | mean exit layer | "
-           "batch-1 ms | samples/s at batch 64 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| run | decoding | setting | ROUGE-1 | ROUGE-2 | ROUGE-L | decoder multiply-adds | mean exit layer | "
+        "batch-1 ms | samples/s at batch 64 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in figures.decoder_rows(folder):
         flops = f"{r['dec_flops']:.2f}" if "dec_flops" in r else "-"
         exit_layer = f"{r['mean_exit']:.2f}" if "mean_exit" in r else "-"
-        out.append(f"| {r['run']} | {r['family']} | {r['shown']} | {r['rouge1']:.2f} | {r['rouge2']:.2f} | "
-                   f"{r['rougeL']:.2f} | "
-                   f"{flops} | {exit_layer} | {r['latency_ms']:.1f} | {r['samples_per_s']:.0f} |")
+        out.append(
+            f"| {r['run']} | {r['family']} | {r['shown']} | {r['rouge1']:.2f} | {r['rouge2']:.2f} | "
+            f"{r['rougeL']:.2f} | "
+            f"{flops} | {exit_layer} | {r['latency_ms']:.1f} | {r['samples_per_s']:.0f} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -158,8 +186,9 @@ def claims_summary(path):
     resolved and are not measured yet."""
     d = _load(path)
     if "summary" not in d:
-        raise SystemExit(f"error: {path} has no summary of the claims: write it again with python -m reproduce "
-                         "--report-only")
+        raise SystemExit(
+            f"error: {path} has no summary of the claims: write it again with python -m reproduce --report-only"
+        )
     return d["summary"]["sentence"] + "\n"
 
 
@@ -173,32 +202,50 @@ def scorecard(spec):
     runs, pre = d["runs"], d["pretraining"]
     filters = [f for f in only.split(",") if f]
     papers = [f for f in filters if f != "measured"]
-    orderings = [o for o in figures.orderings_of(d, path)
-                 if not papers or any(o["paper"].startswith(p) for p in papers)]
+    orderings = [
+        o for o in figures.orderings_of(d, path) if not papers or any(o["paper"].startswith(p) for p in papers)
+    ]
     if papers and not orderings:
-        raise SystemExit(f"error: {spec}: no claim of {', '.join(papers)} in {path} (its papers: "
-                         f"{', '.join(sorted({o['paper'].split()[0] for o in d['orderings']}))})")
-    out = ["| paper | claim | the paper's figures | here, in the order measured | difference (seeds a side), 95% "
-           "interval | verdict |",
-           "|---|---|---|---|---|---|"]
+        raise SystemExit(
+            f"error: {spec}: no claim of {', '.join(papers)} in {path} (its papers: "
+            f"{', '.join(sorted({o['paper'].split()[0] for o in d['orderings']}))})"
+        )
+    out = [
+        "| paper | claim | the paper's figures | here, in the order measured | difference (seeds a side), 95% "
+        "interval | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for o in orderings:
         if "measured" in filters and o["verdict"].startswith("not measured"):
             continue
         pairs = "; ".join(_pair(p) for p in o["pairs"]) or "-"
         if o.get("controls"):  # the project's controls: shown, deciding nothing
             pairs += "; the project's controls, deciding nothing: " + "; ".join(_pair(p) for p in o["controls"])
-        out.append(f"| {o['paper']} | {o['claim']} ({o['metric']}, `{o['chain']}`) | {o.get('theirs', '-')} | "
-                   f"{o.get('here') or '-'} | {pairs} | {verdict_text(o)} |")
+        out.append(
+            f"| {o['paper']} | {o['claim']} ({o['metric']}, `{o['chain']}`) | {o.get('theirs', '-')} | "
+            f"{o.get('here') or '-'} | {pairs} | {verdict_text(o)} |"
+        )
     measured = [o for o in orderings if not o["verdict"].startswith("not measured")]
-    used = sorted({runs[n]["pretraining"] for o in measured for n in o["values"]
-                   if n in runs and runs[n].get("pretraining")})
+    used = sorted(
+        {runs[n]["pretraining"] for o in measured for n in o["values"] if n in runs and runs[n].get("pretraining")}
+    )
     whose = f"{' and '.join(papers)}'s " if papers else ""
-    out += ["", f"{len(measured)} of {whose}{len(orderings)} claims measured at the `{d['budget']}` budget "
-                f"({d['steps']} pretraining steps; written {d['written']}; {d['environment']})."]
+    out += [
+        "",
+        f"{len(measured)} of {whose}{len(orderings)} claims measured at the `{d['budget']}` budget "
+        f"({d['steps']} pretraining steps; written {d['written']}; {d['environment']}).",
+    ]
     if used:
-        out.append("The pretrainings behind them, held-out loss under the unigram entropy at their last step: " +
-                   ", ".join(f"{p} {pre[p]['under']:.2f} nats ({pre[p]['held_out_loss']:.3f} against "
-                             f"{pre[p]['unigram_entropy']:.3f})" for p in used if p in pre) + ".")
+        out.append(
+            "The pretrainings behind them, held-out loss under the unigram entropy at their last step: "
+            + ", ".join(
+                f"{p} {pre[p]['under']:.2f} nats ({pre[p]['held_out_loss']:.3f} against "
+                f"{pre[p]['unigram_entropy']:.3f})"
+                for p in used
+                if p in pre
+            )
+            + "."
+        )
     return "\n".join(out) + "\n"
 
 
@@ -206,22 +253,31 @@ def mask_sweep(path):
     """reproduce's results.json: MLAE Figure 3's sweep, one row per initial mask ratio m0, each the run
     of that name (its first seed); for a run with further seeds, a line with their mean, the figure
     the scorecard shows."""
-    out = ["| m0 | run | ROUGE-2, 95% interval | ROUGE-L | pretraining, under the unigram entropy |",
-           "|---|---|---|---|---|"]
+    out = [
+        "| m0 | run | ROUGE-2, 95% interval | ROUGE-L | pretraining, under the unigram entropy |",
+        "|---|---|---|---|---|",
+    ]
     runs, means = _load(path)["runs"], []
     for m, name, r in figures.mask_sweep_rows(path):
         seeds = [runs[n]["metrics"] for n in seeds_of(name, runs) if n in runs]
         if len(seeds) > 1:
-            means.append(f"{name}: the row is its first seed; the mean of its {len(seeds)} seeds, the scorecard's, is "
-                         + " and ".join(f"{k} {statistics.mean(x[key] for x in seeds):.2f}"
-                                        for k, key in (("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"))) + ".")
+            means.append(
+                f"{name}: the row is its first seed; the mean of its {len(seeds)} seeds, the scorecard's, is "
+                + " and ".join(
+                    f"{k} {statistics.mean(x[key] for x in seeds):.2f}"
+                    for k, key in (("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"))
+                )
+                + "."
+            )
         if not r:
             out.append(f"| {m:g} | {name} | not run | - | - |")
             continue
         low, high = r.get("intervals", {}).get("rouge2", (None, None))
         spread = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
-        out.append(f"| {m:g} | {name} | {r['metrics']['rouge2']:.2f}{spread} | {r['metrics']['rougeL']:.2f} | "
-                   f"{r['pretraining']} step {r['pretraining_step']}, {_value(r['under'])} nats |")
+        out.append(
+            f"| {m:g} | {name} | {r['metrics']['rouge2']:.2f}{spread} | {r['metrics']['rougeL']:.2f} | "
+            f"{r['pretraining']} step {r['pretraining_step']}, {_value(r['under'])} nats |"
+        )
     return "\n".join(out + ([""] + means if means else [])) + "\n"
 
 
@@ -232,8 +288,9 @@ def _kind_of(run):
         return "classification fine-tuning"
     if m.get("arch") == "elmer":
         return "ELMER fine-tuning"
-    return "NAR fine-tuning" if str(m.get("decoding",
-                                          "")).startswith("mask-predict") else "summarization fine-tuning (AR)"
+    return (
+        "NAR fine-tuning" if str(m.get("decoding", "")).startswith("mask-predict") else "summarization fine-tuning (AR)"
+    )
 
 
 def _minutes(secs):
@@ -243,11 +300,22 @@ def _minutes(secs):
 def run_times(path):
     """reproduce's results.json: how long each kind of run took at the budget, from the runner's clock."""
     d = _load(path)
-    kinds = {k: [] for k in ("pretraining", "LPLM pretraining (ELMER)", "summarization fine-tuning (AR)",
-                             "NAR fine-tuning", "classification fine-tuning", "ELMER fine-tuning", "evaluation")}
+    kinds = {
+        k: []
+        for k in (
+            "pretraining",
+            "LPLM pretraining (ELMER)",
+            "summarization fine-tuning (AR)",
+            "NAR fine-tuning",
+            "classification fine-tuning",
+            "ELMER fine-tuning",
+            "evaluation",
+        )
+    }
     for name, p in d["pretraining"].items():
-        kinds.setdefault("LPLM pretraining (ELMER)" if name == "pre-elmer" else "pretraining",
-                         []).append(p.get("seconds"))
+        kinds.setdefault("LPLM pretraining (ELMER)" if name == "pre-elmer" else "pretraining", []).append(
+            p.get("seconds")
+        )
     for r in d["runs"].values():
         kinds.setdefault(_kind_of(r), []).append(r.get("seconds"))
         kinds.setdefault("evaluation", []).append(r.get("eval_seconds"))
@@ -255,8 +323,10 @@ def run_times(path):
     for kind, secs in kinds.items():
         secs = sorted(s for s in secs if s is not None)
         if secs:
-            out.append(f"| {kind} | {len(secs)} | {_minutes(statistics.median(secs))} | {_minutes(secs[0])} | "
-                       f"{_minutes(secs[-1])} |")
+            out.append(
+                f"| {kind} | {len(secs)} | {_minutes(statistics.median(secs))} | {_minutes(secs[0])} | "
+                f"{_minutes(secs[-1])} |"
+            )
     return "\n".join(out + ["", f"`{d['budget']}` budget, written {d['written']}; {d['environment']}."]) + "\n"
 
 
@@ -264,13 +334,17 @@ def pretrainings(path):
     """reproduce's results.json: every pretraining's held-out loss at its last step against the
     unigram entropy of the held-out text, whether it left the plateau, and its time."""
     d = _load(path)
-    out = ["| run | what | step | held-out loss | unigram entropy | under it, nats | time |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        "| run | what | step | held-out loss | unigram entropy | under it, nats | time |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, p in sorted(d["pretraining"].items()):
         time_ = _minutes(p["seconds"]) if p.get("seconds") else "-"
-        out.append(f"| {name} | {p['label']} | {p['step']} | {p['held_out_loss']:.3f} ({p['loss']}) | "
-                   f"{p['unigram_entropy']:.3f} | {p['under']:.2f}{' (PLATEAU)' if p.get('plateau') else ''} | {time_} "
-                   "|")
+        out.append(
+            f"| {name} | {p['label']} | {p['step']} | {p['held_out_loss']:.3f} ({p['loss']}) | "
+            f"{p['unigram_entropy']:.3f} | {p['under']:.2f}{' (PLATEAU)' if p.get('plateau') else ''} | {time_} "
+            "|"
+        )
     if not d["pretraining"]:
         out.append("| (none yet) | | | | | | |")
     return "\n".join(out + ["", f"`{d['budget']}` budget, written {d['written']}; {d['environment']}."]) + "\n"
@@ -293,11 +367,16 @@ def lr_grid(folder):
         runs.append((lr, {r["step"]: r for r in evals}, min(evals, key=lambda r: r["valid_loss"]), log[-1]["step"]))
     runs.sort(key=lambda r: r[0])
     steps = sorted({s for _, by, _, _ in runs for s in by})
-    out = ["| peak lr | " + " | ".join(f"step {s}" for s in steps) + " | lowest | ROUGE-L there (sample) | steps run |",
-           "|---|" + "---|" * (len(steps) + 3)]
+    out = [
+        "| peak lr | " + " | ".join(f"step {s}" for s in steps) + " | lowest | ROUGE-L there (sample) | steps run |",
+        "|---|" + "---|" * (len(steps) + 3),
+    ]
     for lr, by, best, last in runs:
-        out.append(f"| {_lr(lr)} | " + " | ".join(f"{by[s]['valid_loss']:.3f}" if s in by else "-" for s in steps)
-                   + f" | {best['valid_loss']:.3f} (step {best['step']}) | {best['valid_rougeL']:.2f} | {last} |")
+        out.append(
+            f"| {_lr(lr)} | "
+            + " | ".join(f"{by[s]['valid_loss']:.3f}" if s in by else "-" for s in steps)
+            + f" | {best['valid_loss']:.3f} (step {best['step']}) | {best['valid_rougeL']:.2f} | {last} |"
+        )
     chosen = min(runs, key=lambda r: r[2]["valid_loss"])
     return "\n".join(out) + f"\n\nLowest validation loss: `--lr {_lr(chosen[0])}`.\n"
 
@@ -307,27 +386,55 @@ def study(path):
     return records.table(_load(path))
 
 
-RENDERERS = {"study": study, "run-times": run_times, "run-time": run_time, "default-pretraining": default_pretraining,
-             "default-finetuning": default_finetuning, "loops": loops, "backward": backward,
-             "attention": attention, "step": step, "targets": targets, "sweep": sweep, "exit": exit_rows,
-             "table": table,
-             "decoders": decoders, "loss-profile": loss_profile, "fused-backward": fused_backward,
-             "plot-pretraining": figures.plot_pretraining, "plot-attention": figures.plot_attention,
-             "plot-decoders": figures.plot_decoders, "plot-exits": figures.plot_exits, "scorecard": scorecard,
-             "claims-summary": claims_summary, "pretrainings": pretrainings,
-             "plot-pretrainings": figures.plot_pretrainings,
-             "plot-scorecard": figures.plot_scorecard, "mask-sweep": mask_sweep,
-             "plot-mask-ratio": figures.plot_mask_ratio, "lr-grid": lr_grid, "plot-layout": layouts.plot_layout,
-             "compile-cost": compile_cost,
-             "release": render_release.release, "examples": render_release.examples,
-             "five-minute": render_release.five_minutes}
+RENDERERS = {
+    "study": study,
+    "run-times": run_times,
+    "run-time": run_time,
+    "default-pretraining": default_pretraining,
+    "default-finetuning": default_finetuning,
+    "loops": loops,
+    "backward": backward,
+    "attention": attention,
+    "step": step,
+    "targets": targets,
+    "sweep": sweep,
+    "exit": exit_rows,
+    "table": table,
+    "decoders": decoders,
+    "loss-profile": loss_profile,
+    "fused-backward": fused_backward,
+    "plot-pretraining": figures.plot_pretraining,
+    "plot-attention": figures.plot_attention,
+    "plot-decoders": figures.plot_decoders,
+    "plot-exits": figures.plot_exits,
+    "scorecard": scorecard,
+    "claims-summary": claims_summary,
+    "pretrainings": pretrainings,
+    "plot-pretrainings": figures.plot_pretrainings,
+    "plot-scorecard": figures.plot_scorecard,
+    "mask-sweep": mask_sweep,
+    "plot-mask-ratio": figures.plot_mask_ratio,
+    "lr-grid": lr_grid,
+    "plot-layout": layouts.plot_layout,
+    "compile-cost": compile_cost,
+    "release": render_release.release,
+    "examples": render_release.examples,
+    "five-minute": render_release.five_minutes,
+}
 NEEDS_WHERE = {k for k in RENDERERS if k.startswith("plot-")}
 
 
 def files():
-    return [p for p in [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "bench", "RESULTS.md"),
-                        os.path.join(ROOT, "releases", "README.md")]
-            + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) if os.path.exists(p)]
+    return [
+        p
+        for p in [
+            os.path.join(ROOT, "README.md"),
+            os.path.join(ROOT, "bench", "RESULTS.md"),
+            os.path.join(ROOT, "releases", "README.md"),
+        ]
+        + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+        if os.path.exists(p)
+    ]
 
 
 def render_text(text, where):
@@ -340,13 +447,18 @@ def render_text(text, where):
         try:
             body = RENDERERS[kind](path, where) if kind in NEEDS_WHERE else RENDERERS[kind](path)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:  # a result file of another shape
-            raise SystemExit(f"error: {where}: the {kind} block of {path} cannot be drawn from it "
-                             f"({type(e).__name__}: {e}): is it the file that kind reads?") from None
+            raise SystemExit(
+                f"error: {where}: the {kind} block of {path} cannot be drawn from it "
+                f"({type(e).__name__}: {e}): is it the file that kind reads?"
+            ) from None
         return m.group(1) + body + m.group(5)
+
     opened, blocks = len(re.findall(r"<!-- render: ", text)), len(BLOCK.findall(text))
     if opened != blocks:
-        raise SystemExit(f"error: {where}: {opened - blocks} render block(s) without a well-formed "
-                         f"`<!-- render: KIND PATH -->` line or their `<!-- /render -->` end")
+        raise SystemExit(
+            f"error: {where}: {opened - blocks} render block(s) without a well-formed "
+            f"`<!-- render: KIND PATH -->` line or their `<!-- /render -->` end"
+        )
     return BLOCK.sub(one, text)
 
 
@@ -366,11 +478,16 @@ def main(argv=None):
                 with open(path, "w") as f:
                     f.write(new)
     if a.check and stale:
-        print(f"error: generated blocks out of date in {', '.join(stale)}: run python -m tools.render_docs",
-              file=sys.stderr)
+        print(
+            f"error: generated blocks out of date in {', '.join(stale)}: run python -m tools.render_docs",
+            file=sys.stderr,
+        )
         return 1
-    print(("checked " if a.check else "rendered ") + f"{len(files())} files"
-          + (f"; rewrote {', '.join(stale)}" if stale and not a.check else ""))
+    print(
+        ("checked " if a.check else "rendered ")
+        + f"{len(files())} files"
+        + (f"; rewrote {', '.join(stale)}" if stale and not a.check else "")
+    )
     return 0
 
 

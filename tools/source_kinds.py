@@ -15,6 +15,7 @@ formulas some pins name.
     Word("at batch 1")        0 or 1 standing for a word: a first layer, a batch of one, a ratio's 1
     a function                a formula whose value the number is
 """
+
 import functools
 import io
 import json
@@ -27,8 +28,7 @@ import tokenize
 from typing import NamedTuple, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAPERS = ("UniLMv2", "MLAE", "ELMER", "BERT", "RoBERTa", "T5", "Wu et al.", "CMLM", "FlashAttention", "XSum",
-          "CALM")
+PAPERS = ("UniLMv2", "MLAE", "ELMER", "BERT", "RoBERTa", "T5", "Wu et al.", "CMLM", "FlashAttention", "XSum", "CALM")
 
 
 class Paper(str):
@@ -50,7 +50,7 @@ class Field(NamedTuple):
 # -----------------------------------------------------------------------------
 # agreement: a typed number against a value, as printed or as a rounding of it
 
-UNIT = {"k": (1e3, 1024.0), "M": (1e6, 2.0 ** 20), "G": (1e9, 2.0 ** 30)}
+UNIT = {"k": (1e3, 1024.0), "M": (1e6, 2.0**20), "G": (1e9, 2.0**30)}
 VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 IN_TEXT = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)*(?:e[-+]?\d+)?")
 
@@ -105,12 +105,15 @@ def agrees(number, value):
     if not isinstance(value, str):
         return agrees_with_value(number, value)
     typed = number.replace(",", "")
-    return any(t == typed or t.startswith(typed + ".") if isinstance(t, str) else agrees_with_value(number, t)
-               for t in _numbers_in(value))
+    return any(
+        t == typed or t.startswith(typed + ".") if isinstance(t, str) else agrees_with_value(number, t)
+        for t in _numbers_in(value)
+    )
 
 
 # -----------------------------------------------------------------------------
 # reading a field
+
 
 @functools.lru_cache(maxsize=None)
 def _text(path, at):
@@ -119,8 +122,9 @@ def _text(path, at):
             return f.read()
     r = subprocess.run(["git", "show", f"{at}:{path}"], cwd=ROOT, capture_output=True, text=True)
     if r.returncode:
-        raise OSError(f"git show {at}:{path} failed ({r.stderr.strip()[:80]}): the check needs the repository's "
-                      "history")
+        raise OSError(
+            f"git show {at}:{path} failed ({r.stderr.strip()[:80]}): the check needs the repository's history"
+        )
     return r.stdout
 
 
@@ -129,8 +133,14 @@ def _walk(data, key):
         if isinstance(data, list):
             if "=" in part:  # the first element whose fields are so: "batch=64&what=...", "what^=its start"
                 want = [c.partition("=")[::2] for c in part.split("&")]
-                data = next(x for x in data if all(str(x.get(k.rstrip("^"))).startswith(v) if k.endswith("^")
-                                                   else str(x.get(k)) == v for k, v in want))
+                data = next(
+                    x
+                    for x in data
+                    if all(
+                        str(x.get(k.rstrip("^"))).startswith(v) if k.endswith("^") else str(x.get(k)) == v
+                        for k, v in want
+                    )
+                )
             else:
                 data = data[int(part)]
         else:
@@ -148,13 +158,18 @@ def _statements(text):
         return rows
     out, row, start = [], 1, None
     for tok in tokens:
-        if start is None and tok.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
-                                              tokenize.ENDMARKER):
+        if start is None and tok.type not in (
+            tokenize.NL,
+            tokenize.COMMENT,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.ENDMARKER,
+        ):
             start = tok.start[0]
         if tok.type == tokenize.NEWLINE:
-            out += rows[row - 1:start - 1] + [" ".join(r.strip() for r in rows[start - 1:tok.end[0]])]
+            out += rows[row - 1 : start - 1] + [" ".join(r.strip() for r in rows[start - 1 : tok.end[0]])]
             row, start = tok.end[0] + 1, None
-    return out + rows[row - 1:]
+    return out + rows[row - 1 :]
 
 
 def _span(words, line, spaced):
@@ -175,8 +190,11 @@ def field_values(source):
         return [], f"its source {source.path} cannot be read ({e})"
     if source.path.endswith((".json", ".jsonl")):
         try:
-            data = json.loads(text) if source.path.endswith(".json") else \
-                [json.loads(line) for line in text.splitlines() if line.strip()]
+            data = (
+                json.loads(text)
+                if source.path.endswith(".json")
+                else [json.loads(line) for line in text.splitlines() if line.strip()]
+            )
             value = _walk(data, source.key)
         except (ValueError, KeyError, IndexError, StopIteration, TypeError, AttributeError):
             return [], f"{source.path} has no field {source.key!r}"
@@ -196,11 +214,10 @@ def field_values(source):
         if source.after is not None:
             if not (span := _span(source.after, line[start:], spaced)):
                 return [], f"{source.path}: its line holding {marker!r} has no {source.after!r}"
-            values = _numbers_in(line[start + span[1]:])[:1]
+            values = _numbers_in(line[start + span[1] :])[:1]
         else:
             values = _numbers_in(line)
-    return [v / source.div if isinstance(v, (int, float)) and not isinstance(v, bool) else v
-            for v in values], ""
+    return [v / source.div if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in values], ""
 
 
 # -----------------------------------------------------------------------------
@@ -218,6 +235,7 @@ def entropy_exit_cost(layers, T=32, S=128):
     once at the top (core/exit_decode.decoder_macs; `small`, V 8000)."""
     from core.config import PRESETS, ModelConfig
     from core.elmer.exit_decode import decoder_macs
+
     cfg = ModelConfig(**PRESETS["small"], vocab_size=8000)
     every = dict(queries=[T] * layers, ramp=[T] * layers, measure=[0] * layers)
     top = dict(queries=[T] * layers, ramp=[0] * (layers - 1) + [T], measure=[0] * layers)
@@ -258,12 +276,14 @@ def value(field):
 def lplm_steps():
     """ELMER's LPLM pretraining steps at the cpu budget (reproduce/plan.py)."""
     from reproduce.plan import BUDGETS, BY_NAME, steps_of
+
     return steps_of(BY_NAME["pre-elmer"], BUDGETS["cpu"])
 
 
 def offramp_chunk(V):
     """The off-ramp loss's token rows per chunk at vocabulary V (kernels/offramp_loss.py)."""
     from kernels.offramp_loss import default_chunk
+
     return default_chunk(V)
 
 

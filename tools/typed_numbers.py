@@ -18,6 +18,7 @@ earlier commit), a paper's place (Paper), a formula, or, for 0 and 1 only, a wor
 editing its pin. Numbers inside render blocks are drawn from their files by tools/render_docs.py.
 docs/LOG.md is the dated record: its numbers stand as they were recorded and are not checked here.
 """
+
 import glob
 import os
 import re
@@ -33,22 +34,36 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = re.compile(r"<!-- render: (\S+) (\S+) -->\n.*?<!-- /render -->", re.S)
 # a numeral not inside a word: a version, or digits with thousands commas, a decimal part, an
 # exponent, and a unit of its own (%, x, k, M, G); the second of a range ("3.5-3.8") too
-NUMBER = re.compile(r"(?:(?<![\w.\-/#=])|(?<=\d-))[-−]?(?:\d+\.\d+\.\d+|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
-                    r"(?:e-?\d+)?)(?:%|x(?![\w])|[kMG](?![\w]))?(?![\w]|\.\d)")
-POINTERS = re.compile(r"\b(?:[Ss]ections?|Tables?|Figures?|Fig\.|Algorithms?|Equations?|Eq\.|[Aa]ppendix|[Cc]alls?|§)"
-                      r"\s+\d+(?:\.\d+)*(?:(?:,\s*|\s+and\s+|-)\d+(?:\.\d+)*)*")
+NUMBER = re.compile(
+    r"(?:(?<![\w.\-/#=])|(?<=\d-))[-−]?(?:\d+\.\d+\.\d+|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+    r"(?:e-?\d+)?)(?:%|x(?![\w])|[kMG](?![\w]))?(?![\w]|\.\d)"
+)
+POINTERS = re.compile(
+    r"\b(?:[Ss]ections?|Tables?|Figures?|Fig\.|Algorithms?|Equations?|Eq\.|[Aa]ppendix|[Cc]alls?|§)"
+    r"\s+\d+(?:\.\d+)*(?:(?:,\s*|\s+and\s+|-)\d+(?:\.\d+)*)*"
+)
 DATE = re.compile(r"\b\d{4}-\d\d-\d\d(?:\s+(?:to|and)\s+\d\d?\b)?")
-HIDDEN = (re.compile(r"```[^`\n]+\n.*?```", re.S), re.compile(r"`[^`\n]+(?:\n[^`\n]+)?`"), re.compile(r"\]\([^)]*\)"),
-          re.compile(r"<!--(?! render| /render).*?-->", re.S), BLOCK, POINTERS, DATE,
-          re.compile(r"^\s*\d+\.\s", re.M))  # a numbered list's item
+HIDDEN = (
+    re.compile(r"```[^`\n]+\n.*?```", re.S),
+    re.compile(r"`[^`\n]+(?:\n[^`\n]+)?`"),
+    re.compile(r"\]\([^)]*\)"),
+    re.compile(r"<!--(?! render| /render).*?-->", re.S),
+    BLOCK,
+    POINTERS,
+    DATE,
+    re.compile(r"^\s*\d+\.\s", re.M),
+)  # a numbered list's item
 
 
 def files():
     """The documents checked, relative to the repository root."""
     docs = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
-    paths = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CHANGELOG.md"),
-             os.path.join(ROOT, "bench", "RESULTS.md"), os.path.join(ROOT, "releases", "README.md")] + [
-                 p for p in docs if not p.endswith("LOG.md")]
+    paths = [
+        os.path.join(ROOT, "README.md"),
+        os.path.join(ROOT, "CHANGELOG.md"),
+        os.path.join(ROOT, "bench", "RESULTS.md"),
+        os.path.join(ROOT, "releases", "README.md"),
+    ] + [p for p in docs if not p.endswith("LOG.md")]
     return [os.path.relpath(p, ROOT) for p in paths]
 
 
@@ -60,8 +75,11 @@ def typed(text):
     """[(line number, number as typed, (its line as checked, start, end))] of a document's prose."""
     for pattern in HIDDEN:
         text = pattern.sub(_blank, text)
-    return [(i, m.group(0), (line, m.start(), m.end()))
-            for i, line in enumerate(text.split("\n"), 1) for m in NUMBER.finditer(line)]
+    return [
+        (i, m.group(0), (line, m.start(), m.end()))
+        for i, line in enumerate(text.split("\n"), 1)
+        for m in NUMBER.finditer(line)
+    ]
 
 
 def pin_of(number, where, pins):
@@ -75,7 +93,7 @@ def pin_of(number, where, pins):
         at = words.find(number)
         if at < 0:
             raise SystemExit(f"error: tools/typed_sources.py: the words of {key!r} do not hold its number")
-        if line[start - at:start - at + len(words)] == words:
+        if line[start - at : start - at + len(words)] == words:
             return key, source
     return (number, pins[number]) if number in pins else (None, None)
 
@@ -100,9 +118,13 @@ def check_source(number, source):
     values, why = field_values(source)
     if why:
         return why
-    return "" if any(agrees(number, v) for v in values) else \
-        f"it is not {source.path} {source.key!r}" + (f" at {source.at}" if source.at else "") + \
-        f" ({', '.join(str(v) for v in values[:6])})"
+    return (
+        ""
+        if any(agrees(number, v) for v in values)
+        else f"it is not {source.path} {source.key!r}"
+        + (f" at {source.at}" if source.at else "")
+        + f" ({', '.join(str(v) for v in values[:6])})"
+    )
 
 
 def problems(texts=None):
@@ -125,8 +147,11 @@ def problems(texts=None):
             why = check_source(number, source)
             if why:
                 bad.append((doc, line, number, why))
-        bad += [(doc, 0, key, "pinned in tools/typed_sources.py but no longer typed there") for key in pins
-                if key not in used]
+        bad += [
+            (doc, 0, key, "pinned in tools/typed_sources.py but no longer typed there")
+            for key in pins
+            if key not in used
+        ]
     return bad
 
 
@@ -134,8 +159,11 @@ def main():
     bad = problems()
     for doc, line, number, why in bad:
         print(f"{doc}:{line}: {number}: {why}")
-    print(f"{len(bad)} typed number(s) without a source" if bad else f"every typed number in {len(files())} "
-          "documents agrees with its source")
+    print(
+        f"{len(bad)} typed number(s) without a source"
+        if bad
+        else f"every typed number in {len(files())} documents agrees with its source"
+    )
     sys.exit(1 if bad else 0)
 
 

@@ -34,8 +34,9 @@ def _masked_work(p, run, L):
 
 
 @torch.no_grad()
-def decode_exit(model, memory, src_valid, T, delta, gather=None, measure="entropy", work=None, layout=None,
-                graphs=True):
+def decode_exit(
+    model, memory, src_valid, T, delta, gather=None, measure="entropy", work=None, layout=None, graphs=True
+):
     """Hard exit: a token leaves at the first layer whose measure passes the threshold `delta`
     (entropy < delta, or state / classifier > delta); everyone leaves at the top. Returns the
     tokens (B, T) and each token's exit layer (B, T), 1-based. work: a dict that receives, per

@@ -13,6 +13,7 @@ Exit measures, each compared with a threshold after every decoder layer but the 
 With state or classifier the vocabulary projection runs once per token, at its exit layer (the
 top for tokens that never exit), so an exit saves the layers and the off-ramps above it.
 """
+
 import argparse
 import math
 
@@ -40,8 +41,11 @@ def check_threshold(measure, threshold, flag="--exit-threshold"):
         raise UserError(f"{flag} nan: a number")
     ok = dict(entropy=threshold >= 0, state=-1 <= threshold <= 1, classifier=0 <= threshold <= 1)[measure]
     if not ok:
-        what = dict(entropy="0 or more (an entropy in nats; inf: every token leaves at layer 1)",
-                    state="in [-1, 1] (a cosine similarity)", classifier="in [0, 1] (a probability)")[measure]
+        what = dict(
+            entropy="0 or more (an entropy in nats; inf: every token leaves at layer 1)",
+            state="in [-1, 1] (a cosine similarity)",
+            classifier="in [0, 1] (a probability)",
+        )[measure]
         raise UserError(f"{flag} {threshold:g} with --exit-measure {measure}: must be {what}")
 
 
@@ -76,13 +80,15 @@ def exit_flags(args):
             raise UserError("--exit-entropy X is --exit-measure entropy --exit-threshold X: give one or the other")
         measure, threshold = "entropy", args.exit_entropy
     if threshold is not None:
-        check_threshold(measure or "entropy", threshold,
-                        "--exit-entropy" if args.exit_entropy is not None else "--exit-threshold")
+        check_threshold(
+            measure or "entropy", threshold, "--exit-entropy" if args.exit_entropy is not None else "--exit-threshold"
+        )
     return measure, threshold
 
 
 # -----------------------------------------------------------------------------
 # eval.py's exit settings: the flags' sweep, resolved per checkpoint
+
 
 def exit_settings(args):
     """[(measure, threshold)] of the exit flags (a comma-separated sweep), or [None]: the
@@ -99,9 +105,11 @@ def exit_settings(args):
         raise UserError(f"{flag} {text}: a number, or comma-separated numbers")
     out = []
     for v in values:
-        ns = argparse.Namespace(exit_measure=args.exit_measure,
-                                exit_threshold=None if args.exit_entropy is not None else v,
-                                exit_entropy=v if args.exit_entropy is not None else None)
+        ns = argparse.Namespace(
+            exit_measure=args.exit_measure,
+            exit_threshold=None if args.exit_entropy is not None else v,
+            exit_entropy=v if args.exit_entropy is not None else None,
+        )
         measure, threshold = exit_flags(ns)
         if measure is not None:
             check_threshold(measure, threshold, flag)
@@ -123,6 +131,8 @@ def resolve_exit(setting, state, path):
         threshold = DEFAULT_THRESHOLD[measure] if threshold is None else threshold
     check_threshold(measure, threshold, "--exit-threshold")
     if measure == "classifier" and "exit_clf.weight" not in state["model"]:
-        raise UserError(f"{path} holds no exit classifier (it was fine-tuned before the classifier was trained): "
-                        f"evaluate it with --exit-measure entropy or state")
+        raise UserError(
+            f"{path} holds no exit classifier (it was fine-tuned before the classifier was trained): "
+            f"evaluate it with --exit-measure entropy or state"
+        )
     return measure, threshold

@@ -23,6 +23,7 @@ and rebuilt when the model's parameters change. The results equal decoder_loop's
 it on the CPU, where the same pass runs eagerly); work counts are those of this layout: every
 query row of every layer that ran.
 """
+
 import weakref
 
 import torch
@@ -71,8 +72,11 @@ class MaskedExitPass:
         self.plan = torch.zeros(B * T, dtype=torch.long, device=dev)
         z = torch.zeros(B, T, dtype=torch.long, device=dev)
         self.meta = Meta(z, z)  # bidirectional self-attention, made once: its codes and map too
-        self.mem_meta = Meta(torch.zeros(B, S, dtype=torch.long, device=dev),
-                             torch.zeros(B, S, dtype=torch.long, device=dev), self.src_valid)
+        self.mem_meta = Meta(
+            torch.zeros(B, S, dtype=torch.long, device=dev),
+            torch.zeros(B, S, dtype=torch.long, device=dev),
+            self.src_valid,
+        )
         self.version = self._version()
         self._graphs = None
 
@@ -86,8 +90,11 @@ class MaskedExitPass:
         self.meta.cache.clear()
         self.mem_meta.cache.clear()
         m = self.model
-        self.x.copy_(m.emb(torch.full((self.B, self.T), MASK, device=self.x.device, dtype=torch.long),
-                           self.pos).reshape(self.B * self.T, -1))
+        self.x.copy_(
+            m.emb(torch.full((self.B, self.T), MASK, device=self.x.device, dtype=torch.long), self.pos).reshape(
+                self.B * self.T, -1
+            )
+        )
         self.active.fill_(True)
         self.tokens.zero_()
         self.layer_of.zero_()
@@ -102,8 +109,9 @@ class MaskedExitPass:
         m, B, T = self.model, self.B, self.T
         if l == 0:
             self.bias = m.rel_bias(m.dec_rel_table, self.pos, self.pos)  # made once a pass, read by every layer
-        y, _ = m.dec_layers[l](self.x.view(B, T, -1), self.meta, bias=self.bias, memory=self.memory,
-                               mem_meta=self.mem_meta)
+        y, _ = m.dec_layers[l](
+            self.x.view(B, T, -1), self.meta, bias=self.bias, memory=self.memory, mem_meta=self.mem_meta
+        )
         h = y.reshape(B * T, -1)
         active = self.active
         argmax = None
@@ -195,8 +203,12 @@ class MaskedExitPass:
                 steps[self.L - 1]()  # the top: everyone still here leaves
         steps[-1]()  # exits disabled: the whole pass
         B, T = self.B, self.T
-        return (self.tokens.view(B, T).clone(), self.layer_of.view(B, T).clone(),
-                self.entropies.view(B, T, self.L).clone(), run)
+        return (
+            self.tokens.view(B, T).clone(),
+            self.layer_of.view(B, T).clone(),
+            self.entropies.view(B, T, self.L).clone(),
+            run,
+        )
 
     def _flag(self):
         """Whether anybody is active, copied to pinned host memory behind an event (no wait)."""

@@ -1,12 +1,12 @@
 """LPLM's pretraining data (ELMER section 4.2, "Pre-training Tasks", after BART): sentence
 shuffling and text infilling of the encoder input, and k exit-layer assignments per sequence."""
+
 import numpy as np
 import torch
 
 from ..batch import Batch, pad_stack
 
 IGNORE = -100
-
 
 
 def full_stop_ids(tok):
@@ -32,6 +32,7 @@ def sentence_shuffle(ids, stops, rng, eos_id=None):
             sentences.append(cur)
         out.extend(t for i in rng.permutation(len(sentences)) for t in sentences[i])
         doc.clear()
+
     for t in ids:
         if int(t) == eos_id:
             flush()
@@ -59,9 +60,9 @@ def infilling_spans(n, rng, ratio=0.15, lam=3.0, fixed=()):
             m = int(rng.poisson(lam))
         m = min(m, budget)
         s = int(rng.integers(0, n - m + 1))
-        if taken[s:s + m + 2].any():  # cells s-1 .. s+m in guard coordinates
+        if taken[s : s + m + 2].any():  # cells s-1 .. s+m in guard coordinates
             continue
-        taken[s + 1:s + m + 1] = True
+        taken[s + 1 : s + m + 1] = True
         spans.append((s, m))
         budget -= m
     return sorted(spans)
@@ -92,10 +93,10 @@ def lplm_batch(stream, indices, tok, n_layers, k):
     src, src_valid = pad_stack(sources, tok.pad_id)
     tgt, _ = pad_stack(targets, IGNORE)
     T = tgt.shape[1]
-    exit_layers = torch.stack([torch.as_tensor(np.pad(l, ((0, 0), (0, T - l.shape[1])), constant_values=1))
-                               for l in layers])  # (B, k, T)
+    exit_layers = torch.stack(
+        [torch.as_tensor(np.pad(l, ((0, 0), (0, T - l.shape[1])), constant_values=1)) for l in layers]
+    )  # (B, k, T)
     n = int((tgt != IGNORE).sum())
-    return Batch(norm=n, n_tokens=int(src_valid.sum()) + n, src=src, src_valid=src_valid, tgt_out=tgt,
-                 exit_layers=exit_layers)
-
-
+    return Batch(
+        norm=n, n_tokens=int(src_valid.sum()) + n, src=src, src_valid=src_valid, tgt_out=tgt, exit_layers=exit_layers
+    )

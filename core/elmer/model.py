@@ -22,6 +22,7 @@ Exit policies: assigned layers (LPLM, section 4.2: each token's exit layer unifo
 assignments per sequence with the encoder run once), entropy under a threshold at inference
 (hard exit, Eq. 10) and soft exit (Eq. 11-12: W[Embed(argmax); h^l] fed to layer l + 1).
 """
+
 import math
 
 import numpy as np
@@ -48,6 +49,7 @@ def elmer_depth(model_name, n_layers):
 # -----------------------------------------------------------------------------
 # the model
 
+
 class ELMER(EncoderDecoder):
     """dec_len: T, the [MASK] tokens fed to the decoder; separate_offramps: one LM head per
     decoder layer instead of one shared; soft: the soft-exit projection W of Eq. 12;
@@ -56,8 +58,17 @@ class ELMER(EncoderDecoder):
     exit_train: "hard" (section 4.1: tokens leave during fine-tuning) or "all" (no token leaves,
     every off-ramp trained)."""
 
-    def __init__(self, cfg, dec_len=32, separate_offramps=False, soft=False, exit_entropy=None,
-                 exit_measure="entropy", exit_threshold=None, exit_train="hard"):
+    def __init__(
+        self,
+        cfg,
+        dec_len=32,
+        separate_offramps=False,
+        soft=False,
+        exit_entropy=None,
+        exit_measure="entropy",
+        exit_threshold=None,
+        exit_train="hard",
+    ):
         super().__init__(cfg)
         if exit_entropy is not None:  # the options of a checkpoint written before exit measures
             exit_measure, exit_threshold = "entropy", exit_entropy
@@ -132,8 +143,12 @@ class ELMER(EncoderDecoder):
         k_pos, k_seq = pos.reshape(1, -1), torch.arange(B, device=dev).repeat_interleave(T)[None]
         zk = torch.zeros_like(k_seq)
         mem = memory.reshape(1, B * S, C)
-        mem_meta = Meta(torch.zeros(1, B * S, dtype=torch.long, device=dev), torch.zeros(1, B * S, dtype=torch.long,
-                        device=dev), src_valid.reshape(1, -1), torch.arange(B, device=dev).repeat_interleave(S)[None])
+        mem_meta = Meta(
+            torch.zeros(1, B * S, dtype=torch.long, device=dev),
+            torch.zeros(1, B * S, dtype=torch.long, device=dev),
+            src_valid.reshape(1, -1),
+            torch.arange(B, device=dev).repeat_interleave(S)[None],
+        )
         dense_meta = Meta(torch.zeros_like(pos), torch.zeros_like(pos))  # bidirectional
         dense_mem = self.memory_meta(src_valid)
         active = torch.ones(B, T, dtype=torch.bool, device=dev)
@@ -144,8 +159,12 @@ class ELMER(EncoderDecoder):
                 break
             if gather and N < B * T:  # with every token active the gather is the identity: plain layout
                 q = kernels.gather_rows(x, idx)[None]  # (1, N, C)
-                q_meta = Meta(torch.zeros(1, N, dtype=torch.long, device=dev), torch.zeros(1, N, dtype=torch.long,
-                              device=dev), None, k_seq[:, idx])
+                q_meta = Meta(
+                    torch.zeros(1, N, dtype=torch.long, device=dev),
+                    torch.zeros(1, N, dtype=torch.long, device=dev),
+                    None,
+                    k_seq[:, idx],
+                )
                 bias = self.rel_bias(self.dec_rel_table, k_pos[:, idx], k_pos)
                 k_meta = Meta(zk, zk, None, k_seq)
                 y, _ = layer(q, q_meta, k_meta, bias, context=x[None], memory=mem, mem_meta=mem_meta)
@@ -161,8 +180,11 @@ class ELMER(EncoderDecoder):
             if self.soft is not None and l < L - 1:
                 if argmax is None:
                     argmax = self.ramp_stats(l, h)[0]
-                fed = torch.where(exit_[:, None], fed, self.soft(torch.cat([self.emb.tok(argmax), h], -1))) \
-                    if exit_ is not None else self.soft(torch.cat([self.emb.tok(argmax), h], -1))
+                fed = (
+                    torch.where(exit_[:, None], fed, self.soft(torch.cat([self.emb.tok(argmax), h], -1)))
+                    if exit_ is not None
+                    else self.soft(torch.cat([self.emb.tok(argmax), h], -1))
+                )
             x = kernels.scatter_rows(x, idx, fed) if gather else x.index_copy(0, idx, fed)
             if trace is not None:
                 trace.append(x)
@@ -180,8 +202,9 @@ class ELMER(EncoderDecoder):
         off-ramps of fine-tuning (offramp_loss_sums). Returns dict(loss, nll, hit, n) of sums."""
         memory = self.encode_source(src, src_valid)
         if exit_layers is None:
-            loss, nll, hit, n = offramp_loss_sums(self, memory, src_valid, target, label_smoothing,
-                                                  self.exit_train == "hard")
+            loss, nll, hit, n = offramp_loss_sums(
+                self, memory, src_valid, target, label_smoothing, self.exit_train == "hard"
+            )
             return dict(loss=loss, nll=nll, hit=hit, n=n)
         k = exit_layers.shape[1]
         loss = hit = 0.0
@@ -193,6 +216,7 @@ class ELMER(EncoderDecoder):
 
 # -----------------------------------------------------------------------------
 # losses: assigned exit layers (LPLM), or the off-ramps a token passes (fine-tuning)
+
 
 def gather_pays(B, device):
     """Whether the gathered layout does less work than the plain one for a batch of B. The Triton
@@ -300,14 +324,15 @@ def offramp_loss_sums(model, memory, src_valid, target, label_smoothing=0.0, har
 # -----------------------------------------------------------------------------
 # fine-tuning batches
 
+
 def elmer_seq2seq_batch(pairs, tok, max_src, max_tgt, dec_len):
     """Source SRC + [EOS]; target TGT + [EOS] (at most max_tgt tokens), IGNORE up to dec_len."""
-    sources = [np.array(list(s)[:max_src - 1] + [tok.eos_id], dtype=np.int64) for s, _ in pairs]
-    targets = [np.array(list(t)[:min(max_tgt, dec_len) - 1] + [tok.eos_id], dtype=np.int64) for _, t in pairs]
+    sources = [np.array(list(s)[: max_src - 1] + [tok.eos_id], dtype=np.int64) for s, _ in pairs]
+    targets = [np.array(list(t)[: min(max_tgt, dec_len) - 1] + [tok.eos_id], dtype=np.int64) for _, t in pairs]
     src, src_valid = pad_stack(sources, tok.pad_id)
     tgt = torch.full((len(pairs), dec_len), IGNORE, dtype=torch.long)
     for b, t in enumerate(targets):
-        tgt[b, :len(t)] = torch.as_tensor(t)
+        tgt[b, : len(t)] = torch.as_tensor(t)
     n = int((tgt != IGNORE).sum())
     return Batch(norm=n, n_tokens=int(src_valid.sum()) + n, src=src, src_valid=src_valid, tgt_out=tgt)
 

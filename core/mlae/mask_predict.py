@@ -23,6 +23,7 @@ can launch its ~100 kernels a layer, and the re-masking between two model calls 
 comparison, two selects) would otherwise be launched from the host each iteration.
 bench/bench_decoders.py times both against the eager path.
 """
+
 import weakref
 
 import torch
@@ -34,6 +35,7 @@ from ..model import positions
 
 # -----------------------------------------------------------------------------
 # Mask-Predict
+
 
 class NARDecoder:
     """What mask_predict asks of a model (a toy one in the tests implements the same two calls):
@@ -85,7 +87,8 @@ class NARDecoder:
         """Static decoders only: mask_predict's I iterations (without adaptive stop) as one call,
         on a GPU with graphs one replay. Returns (tokens, confidences), each (N, T)."""
         return self._static(rows, inp.shape, (iterations, mask_id, pad_id)).run(
-            self.memory[rows], self.src_valid[rows], inp, valid, lengths)
+            self.memory[rows], self.src_valid[rows], inp, valid, lengths
+        )
 
     def _static(self, rows, shape, loop):
         S = -(-self.src_valid.shape[1] // SOURCE_BUCKET) * SOURCE_BUCKET
@@ -202,8 +205,17 @@ def merge_repeats(ids):
 
 
 @torch.no_grad()
-def mask_predict(decoder, mask_id, length_beam=3, iterations=10, max_len=32, pad_id=0, eos_id=3,
-                 return_details=False, adaptive_stop=False):
+def mask_predict(
+    decoder,
+    mask_id,
+    length_beam=3,
+    iterations=10,
+    max_len=32,
+    pad_id=0,
+    eos_id=3,
+    return_details=False,
+    adaptive_stop=False,
+):
     """Batched Mask-Predict (see the module docstring). Returns a list of B token lists (cut at
     an [EOS] if one is predicted, consecutive duplicates merged); with return_details also a
     dict of (B,) tensors: score (mean log-probability of the chosen candidate), length, and
@@ -228,8 +240,9 @@ def mask_predict(decoder, mask_id, length_beam=3, iterations=10, max_len=32, pad
         if static and hasattr(decoder, "iterate"):
             tokens, conf = decoder.iterate(rows, inp, valid, lengths, iterations, mask_id, pad_id)
         else:
-            tokens, conf = _iterate(lambda x: _predict_max(decoder, rows, x, valid), inp, valid, lengths, iterations,
-                                    mask_id, pad_id)
+            tokens, conf = _iterate(
+                lambda x: _predict_max(decoder, rows, x, valid), inp, valid, lengths, iterations, mask_id, pad_id
+            )
     else:
         conf, tokens = _predict_max(decoder, rows, inp, valid)
         tokens = tokens.masked_fill(~valid, pad_id)
@@ -255,7 +268,7 @@ def mask_predict(decoder, mask_id, length_beam=3, iterations=10, max_len=32, pad
     out = []
     for r, L in zip(pick.tolist(), lengths[pick].tolist()):
         ids = tokens[r, :L].tolist()
-        ids = ids[:ids.index(eos_id)] if eos_id in ids else ids
+        ids = ids[: ids.index(eos_id)] if eos_id in ids else ids
         out.append(merge_repeats(ids))
     if not return_details:
         return out

@@ -42,6 +42,7 @@ default is 4L-2L, the encoder as deep as the MLM baseline's stack (the paper com
 RoBERTa with a 12L-4L MLAE), and 3L-3L is the symmetric ablation of Table 6 (the same number of
 layers, as the paper's 8L-8L has the parameters of its 12L-4L).
 """
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -64,6 +65,7 @@ def variant_of(state_dict):
 
 # -----------------------------------------------------------------------------
 # the model
+
 
 class MLAE(EncoderDecoder):
     """Encoder over the unmasked tokens, light bidirectional decoder (variant a or b).
@@ -137,6 +139,7 @@ def place(x, rows, index, valid):
 # -----------------------------------------------------------------------------
 # pretraining examples, batches and the loss
 
+
 def mlae_example(window, rng, tok, ratio=0.15, mean_span=3):
     """One example: "[SOS] window [EOS]" with spans of the window masked. Returns a dict of
     arrays: enc_tok/enc_pos (the unmasked tokens and their positions), full_tok (the sequence
@@ -153,8 +156,14 @@ def mlae_layout(ids, masked, mask_id):
     """The arrays of mlae_example for the sequence ids (n,) with the tokens `masked` (n,) bool."""
     keep = np.flatnonzero(~masked)
     where = np.flatnonzero(masked)
-    return dict(enc_tok=ids[keep], enc_pos=keep, full_tok=np.where(masked, mask_id, ids),
-                full_target=np.where(masked, ids, IGNORE), msk_pos=where, msk_target=ids[where])
+    return dict(
+        enc_tok=ids[keep],
+        enc_pos=keep,
+        full_tok=np.where(masked, mask_id, ids),
+        full_target=np.where(masked, ids, IGNORE),
+        msk_pos=where,
+        msk_target=ids[where],
+    )
 
 
 def collate(examples, tok):
@@ -231,8 +240,9 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
     own = model.state_dict()
     if "layers.0.attn.q.weight" in sd and "enc_layers.0.attn.q.weight" in own:
         # a UnifiedLM (MLM/PMLM) into an encoder-decoder (RoBERTa-s2s): its stack is the encoder
-        rename = lambda k: ("enc_" + k if k.startswith(("layers.", "rel_table")) else
-                            "ln_enc" + k[4:] if k.startswith("ln_f.") else k)
+        rename = lambda k: (
+            "enc_" + k if k.startswith(("layers.", "rel_table")) else "ln_enc" + k[4:] if k.startswith("ln_f.") else k
+        )
         sd = {rename(k): v for k, v in sd.items() if "emb.seg.weight" in own or not k.startswith("emb.seg.")}
     is_cross = lambda k: k.startswith("dec_layers.") and (".cross." in k or ".ln_cross." in k)
     if cross_init == "random":
@@ -244,8 +254,11 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
             src = k.replace(".cross.", ".attn.").replace(".ln_cross.", ".ln1.")
             if is_cross(k) and k not in sd and src in sd:
                 sd[k] = sd[src].clone()
-    wrong = [f"{k} {tuple(v.shape)} (the model's {tuple(own[k].shape)})" for k, v in sd.items()
-             if k in own and v.shape != own[k].shape]
+    wrong = [
+        f"{k} {tuple(v.shape)} (the model's {tuple(own[k].shape)})"
+        for k, v in sd.items()
+        if k in own and v.shape != own[k].shape
+    ]
     if wrong:  # the checkpoint's weights are not those of its own config
         raise RuntimeError(f"size mismatch:\n{', '.join(wrong[:3])}")
     fresh = [k for k in own if k not in sd]
@@ -257,6 +270,7 @@ def init_from_pretrained(model, state_dict, cross_init="self"):
 # -----------------------------------------------------------------------------
 # fine-tuning for generation, UniLM-style (section 3.3): the decoder's self-attention over the
 # source's latents followed by the target tokens, with the seq2seq (prefix) mask
+
 
 class MLAEUniLM(MLAE):
     """Encoder over "[SOS] SRC [EOS]" (cfg.enc_sos: as MLAE's pretraining laid out its text); the
@@ -292,8 +306,11 @@ class MLAEUniLM(MLAE):
         latents = self.encode(src, src_pos, src_valid)  # (B, S, C)
         tgt_pos = src_valid.long().sum(1, keepdim=True) + torch.arange(T, device=src.device)  # (B, T)
         steps = torch.arange(1, T + 1, device=src.device).expand_as(tgt_in)
-        meta = Meta(torch.cat([torch.full_like(src, CONTEXT), torch.full_like(tgt_in, ORIGINAL)], 1),
-                    torch.cat([torch.zeros_like(src), steps], 1), torch.cat([src_valid, tgt_valid], 1))
+        meta = Meta(
+            torch.cat([torch.full_like(src, CONTEXT), torch.full_like(tgt_in, ORIGINAL)], 1),
+            torch.cat([torch.zeros_like(src), steps], 1),
+            torch.cat([src_valid, tgt_valid], 1),
+        )
         pos = torch.cat([src_pos, tgt_pos], 1)
         x = torch.cat([latents, self.emb(tgt_in, tgt_pos)], 1)  # (B, S + T, C)
         x, _ = self.stack(x, meta, pos, meta, pos)
@@ -328,13 +345,18 @@ class MLAEUniLMDecoder:
     @torch.no_grad()
     def step(self, prev=None):
         t = self.prefix.shape[1]
-        tokens = (torch.full((self.rows,), self.tok.sos_id, device=self.src.device) if prev is None
-                  else prev.to(self.src.device, torch.long).view(self.rows))
+        tokens = (
+            torch.full((self.rows,), self.tok.sos_id, device=self.src.device)
+            if prev is None
+            else prev.to(self.src.device, torch.long).view(self.rows)
+        )
         self.prefix = torch.cat([self.prefix, tokens[:, None]], 1)  # (N, t + 1)
         pos = (self.src_len + t)[:, None]  # (N, 1)
         if int(pos.max()) >= self.model.cfg.max_positions:
-            raise ValueError(f"decoding step {t + 1} reaches position {int(pos.max())}, past the model's "
-                             f"max_positions {self.model.cfg.max_positions}: shorten the source or max_len")
+            raise ValueError(
+                f"decoding step {t + 1} reaches position {int(pos.max())}, past the model's "
+                f"max_positions {self.model.cfg.max_positions}: shorten the source or max_len"
+            )
         if not self.use_cache:
             h = self.model(self.src, self.src_valid, self.prefix, torch.ones_like(self.prefix, dtype=torch.bool))
             return F.log_softmax(self.model.head(h[:, -1]).float(), -1)

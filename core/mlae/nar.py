@@ -46,6 +46,7 @@ token cross-entropy alone as text_loss.
 
 Decoding, Mask-Predict over this model, is in core/mlae/mask_predict.py.
 """
+
 import hashlib
 
 import numpy as np
@@ -64,6 +65,7 @@ LENGTH_LOSS = 0.1
 # -----------------------------------------------------------------------------
 # the model
 
+
 class NARModel(EncoderDecoder):
     """An encoder-decoder with a bidirectional decoder over [MASK]s and a length predictor.
 
@@ -81,7 +83,7 @@ class NARModel(EncoderDecoder):
         if cfg.cross_anchor not in CROSS_ANCHORS:
             raise ValueError(f"unknown cross_anchor {cfg.cross_anchor!r}; pick one of {CROSS_ANCHORS}")
         self.length = nn.Linear(cfg.d_model, cfg.max_positions)  # class L: a target of L tokens
-        nn.init.normal_(self.length.weight, std=cfg.d_model ** -0.5)
+        nn.init.normal_(self.length.weight, std=cfg.d_model**-0.5)
         nn.init.zeros_(self.length.bias)
         keep = cross_rel_pos or cfg.cross_anchor != "none"
         self.cross_rel_table = local_rel_table(cfg) if keep and cfg.rel_pos else None
@@ -148,6 +150,7 @@ def _drop_unused_cross_table(module, state_dict, prefix, *args):
 # -----------------------------------------------------------------------------
 # CMLM training batches and loss
 
+
 def _batch_rng(arrays):
     digest = hashlib.sha1(b"".join(np.asarray(a, dtype=np.int64).tobytes() + b"|" for a in arrays)).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
@@ -159,7 +162,7 @@ def nar_batch(pairs, tok, max_src, max_tgt, sos=False):
     Fields: src, src_valid, tgt (the gold target), tgt_in (k of its tokens [MASK]ed), tgt_valid,
     tgt_out (the gold ids at the masked positions, IGNORE elsewhere), length. norm = masked."""
     sources = [source_array(s, tok, max_src, sos) for s, _ in pairs]
-    targets = [np.array(list(t)[:max(1, max_tgt - 1)] or [tok.unk_id], dtype=np.int64) for _, t in pairs]
+    targets = [np.array(list(t)[: max(1, max_tgt - 1)] or [tok.unk_id], dtype=np.int64) for _, t in pairs]
     rng = _batch_rng(sources + targets)
     tgt_in, tgt_out = [], []
     for t in targets:
@@ -174,9 +177,19 @@ def nar_batch(pairs, tok, max_src, max_tgt, sos=False):
     tgt_out, _ = pad_stack(tgt_out, IGNORE)
     length = torch.tensor([len(t) for t in targets])
     predict, predict_target = flat_positions(tgt_out != IGNORE, tgt_out)
-    return Batch(norm=(tgt_out != IGNORE).sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src,
-                 src_valid=src_valid, tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out, length=length,
-                 predict=predict, predict_target=predict_target)
+    return Batch(
+        norm=(tgt_out != IGNORE).sum(),
+        n_tokens=src_valid.sum() + tgt_valid.sum(),
+        src=src,
+        src_valid=src_valid,
+        tgt=tgt,
+        tgt_in=tgt_in,
+        tgt_valid=tgt_valid,
+        tgt_out=tgt_out,
+        length=length,
+        predict=predict,
+        predict_target=predict_target,
+    )
 
 
 def nar_loss_sums(model, batch, label_smoothing=0.1, length_grad=True):
@@ -185,21 +198,34 @@ def nar_loss_sums(model, batch, label_smoothing=0.1, length_grad=True):
     length mean), nll, hit, n; and the length's len_nll, len_hit, len_n. A batch with an
     `anchor` field (T5-NAR pretraining) passes it to the model; length_grad: NARModel.forward."""
     # the masked positions as flat indices made on the host with the batch (no host sync)
-    logits, len_logits = model(batch.src, batch.src_valid, batch.tgt_in, batch.tgt_valid, batch.predict,
-                               batch.tensors.get("anchor"), length_grad)
+    logits, len_logits = model(
+        batch.src,
+        batch.src_valid,
+        batch.tgt_in,
+        batch.tgt_valid,
+        batch.predict,
+        batch.tensors.get("anchor"),
+        length_grad,
+    )
     logits, len_logits, target = logits.float(), len_logits.float(), batch.predict_target
     n = (batch.tgt_out != IGNORE).sum().float()
     len_ce = F.cross_entropy(len_logits, batch.length, reduction="sum")
     loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=label_smoothing)
     loss = loss + LENGTH_LOSS * len_ce * n / len(batch.length)
-    return dict(loss=loss, nll=F.cross_entropy(logits.detach(), target, reduction="sum"),
-                hit=(logits.argmax(-1) == target).float().sum(), n=n, len_nll=len_ce.detach(),
-                len_hit=(len_logits.argmax(-1) == batch.length).float().sum(),
-                len_n=torch.tensor(float(len(batch.length)), device=n.device))
+    return dict(
+        loss=loss,
+        nll=F.cross_entropy(logits.detach(), target, reduction="sum"),
+        hit=(logits.argmax(-1) == target).float().sum(),
+        n=n,
+        len_nll=len_ce.detach(),
+        len_hit=(len_logits.argmax(-1) == batch.length).float().sum(),
+        len_n=torch.tensor(float(len(batch.length)), device=n.device),
+    )
 
 
 # -----------------------------------------------------------------------------
 # T5-NAR pretraining: span corruption, every target token predicted from a [MASK]
+
 
 def t5_nar_batch(stream, indices, tok, ratio=0.15, mean_span=3):
     """The examples `indices` of a TokenStream, span-corrupted as by t5_batch, in the layout of
@@ -221,10 +247,20 @@ def t5_nar_batch(stream, indices, tok, ratio=0.15, mean_span=3):
     tgt_in = tgt.masked_fill(text, tok.mask_id)
     tgt_out = tgt.masked_fill(~text, IGNORE)
     predict, predict_target = flat_positions(text, tgt_out)
-    return Batch(norm=text.sum(), n_tokens=src_valid.sum() + tgt_valid.sum(), src=src, src_valid=src_valid,
-                 tgt=tgt, tgt_in=tgt_in, tgt_valid=tgt_valid, tgt_out=tgt_out,
-                 length=torch.tensor([len(t) for t in targets]), anchor=anchor, predict=predict,
-                 predict_target=predict_target)
+    return Batch(
+        norm=text.sum(),
+        n_tokens=src_valid.sum() + tgt_valid.sum(),
+        src=src,
+        src_valid=src_valid,
+        tgt=tgt,
+        tgt_in=tgt_in,
+        tgt_valid=tgt_valid,
+        tgt_out=tgt_out,
+        length=torch.tensor([len(t) for t in targets]),
+        anchor=anchor,
+        predict=predict,
+        predict_target=predict_target,
+    )
 
 
 def sentinel_anchors(src, tgt):

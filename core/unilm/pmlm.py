@@ -25,6 +25,7 @@ PMLM about 0.2 nats of AE loss on the same [MASK]ed targets and 3 ROUGE-L agains
 against the unigram entropy count the hidden targets alone (the ae_hidden_ / par_hidden_ sums):
 a kept target can be copied.
 """
+
 import numpy as np
 import torch.nn.functional as F
 
@@ -46,10 +47,10 @@ def pretraining_sentence_pair(window, rng, sos, eos):
     first = np.flatnonzero(window == eos)
     k = int(first[0]) if len(first) else len(window)  # tokens of the first document in the window
     cut = int(rng.integers(1, max(2, min(k, len(window)))))
-    rest = window[cut + 1:] if window[cut] == eos else window[cut:]  # no [EOS] twice at the cut
+    rest = window[cut + 1 :] if window[cut] == eos else window[cut:]  # no [EOS] twice at the cut
     ids = np.concatenate([[sos], window[:cut], [eos], rest, [eos]]).astype(np.int64)
     seg = np.zeros(len(ids), dtype=np.int64)
-    seg[cut + 2:] = 1
+    seg[cut + 2 :] = 1
     special = (ids == eos) | (ids == sos)
     return ids, seg, special
 
@@ -87,8 +88,7 @@ def pmlm_layout(ids, seg, ae, blocks, pseudo_id, losses="ae+par"):
             step += [np.full(m, s), np.full(m, s)]
             targets += [np.full(m, IGNORE), ids[block]]
     cat = lambda xs: np.concatenate(xs).astype(np.int64)
-    return dict(tokens=cat(tokens), pos=cat(pos), seg=cat(segs), kind=cat(kind), step=cat(step),
-                target=cat(targets))
+    return dict(tokens=cat(tokens), pos=cat(pos), seg=cat(segs), kind=cat(kind), step=cat(step), target=cat(targets))
 
 
 def collate(examples, pad_id, losses="ae+par"):
@@ -101,8 +101,9 @@ def collate(examples, pad_id, losses="ae+par"):
     # L_AE + L_PAR, each a mean over the masked tokens: both make one prediction per masked token
     counted = predicted & (out["kind"] == (PSEUDO if losses == "par" else CONTEXT))
     predict, predict_target = flat_positions(predicted, out["target"])
-    return Batch(norm=counted.sum(), n_tokens=valid.sum(), valid=valid, predict=predict,
-                 predict_target=predict_target, **out)
+    return Batch(
+        norm=counted.sum(), n_tokens=valid.sum(), valid=valid, predict=predict, predict_target=predict_target, **out
+    )
 
 
 def static_shapes(batch, pad_id, multiple=64, predictions=256):
@@ -113,8 +114,11 @@ def static_shapes(batch, pad_id, multiple=64, predictions=256):
     B, L = batch.tokens.shape
     Lp = -(-L // multiple) * multiple
     fill = dict(tokens=pad_id, target=IGNORE, valid=False)
-    out = {k: F.pad(v, (0, Lp - L), value=fill.get(k, 0)) for k, v in batch.tensors.items()
-           if v.dim() == 2 and v.shape == (B, L)}
+    out = {
+        k: F.pad(v, (0, Lp - L), value=fill.get(k, 0))
+        for k, v in batch.tensors.items()
+        if v.dim() == 2 and v.shape == (B, L)
+    }
     n = batch.predict.numel()
     extra = -n % predictions
     flat = batch.predict // L * Lp + batch.predict % L  # the same (row, column) in rows of Lp
@@ -137,8 +141,9 @@ def pmlm_loss_sums(model, batch):
     """Summed (not averaged) losses and hits, so that the caller can normalise by the count of
     predicted tokens over the whole global batch, whatever the number of processes."""
     sel, target = batch.predict, batch.predict_target  # (N,) flat positions and their targets
-    logits = model(batch.tokens, batch.pos, batch.seg, batch.kind, batch.step, batch.valid,
-                   predict=sel).float()  # (N, V)
+    logits = model(
+        batch.tokens, batch.pos, batch.seg, batch.kind, batch.step, batch.valid, predict=sel
+    ).float()  # (N, V)
     ce = F.cross_entropy(logits, target, reduction="none")
     ce_sum = ce.sum()
     hit = (logits.argmax(-1) == target).float()
@@ -150,7 +155,11 @@ def pmlm_loss_sums(model, batch):
     ce, hit = ce.detach(), hit.detach()
     # every part as a masked sum: no host sync (a boolean index would read its count)
     sums = dict(loss=ce_sum)
-    for name, part in (("ae_", live - par), ("par_", par), ("ae_hidden_", (live - par) * hidden),
-                       ("par_hidden_", par * hidden)):
+    for name, part in (
+        ("ae_", live - par),
+        ("par_", par),
+        ("ae_hidden_", (live - par) * hidden),
+        ("par_hidden_", par * hidden),
+    ):
         sums.update({name + "loss": (ce * part).sum(), name + "hit": (hit * part).sum(), name + "n": part.sum()})
     return sums

@@ -19,6 +19,7 @@ step t feeds y_{t-1} (ORIGINAL, step t-1) and a fresh [P] (PSEUDO, step t), both
 positions; the [P]'s output gives p(y_t | ...), and only y_{t-1}'s keys and values join the cache,
 since no later token may see a [P]. The search itself lives in core/decoding.py.
 """
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,7 @@ def seq2seq_example(src_ids, tgt_ids, tok, max_src, max_tgt):
     docstring. The source keeps its first max_src ids (S = that + 2), the target its first
     max_tgt - 1 ids, then [EOS] (T <= max_tgt)."""
     src = np.asarray(list(src_ids)[:max_src], dtype=np.int64)
-    y = np.concatenate([np.asarray(list(tgt_ids)[:max_tgt - 1], dtype=np.int64), [tok.eos_id]])
+    y = np.concatenate([np.asarray(list(tgt_ids)[: max_tgt - 1], dtype=np.int64), [tok.eos_id]])
     S, T = len(src) + 2, len(y)
     steps = np.arange(1, T + 1)
     cat = lambda *xs: np.concatenate(xs).astype(np.int64)
@@ -47,7 +48,8 @@ def seq2seq_example(src_ids, tgt_ids, tok, max_src, max_tgt):
         seg=cat(np.zeros(S), np.ones(2 * T)),
         kind=cat(np.full(S, CONTEXT), np.full(T, ORIGINAL), np.full(T, PSEUDO)),
         step=cat(np.zeros(S), steps, steps),
-        target=cat(np.full(S + T, IGNORE), y))
+        target=cat(np.full(S + T, IGNORE), y),
+    )
 
 
 def seq2seq_batch(pairs, tok, max_src, max_tgt):
@@ -62,8 +64,9 @@ def seq2seq_loss_sums(model, batch, label_smoothing=0.1):
     == target; n, the count."""
     # the [P]s as flat positions made on the host by collate: a boolean index would read its count
     sel, target = batch.predict, batch.predict_target
-    logits = model(batch.tokens, batch.pos, batch.seg, batch.kind, batch.step, batch.valid,
-                   predict=sel).float()  # (N, V), the vocabulary projection at the [P]s only
+    logits = model(
+        batch.tokens, batch.pos, batch.seg, batch.kind, batch.step, batch.valid, predict=sel
+    ).float()  # (N, V), the vocabulary projection at the [P]s only
     loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=label_smoothing)
     nll = F.cross_entropy(logits.detach(), target, reduction="sum")
     hit = (logits.argmax(-1) == target).float().sum()
@@ -95,7 +98,7 @@ class PMLMDecoder:
         self.src_len = torch.tensor([len(s) for s in srcs], device=dev)  # (N,) S_b
         self.src_tok = torch.full((N, Smax), tok.pad_id, dtype=torch.long, device=dev)
         for b, s in enumerate(srcs):
-            self.src_tok[b, :len(s)] = torch.tensor(s, device=dev)
+            self.src_tok[b, : len(s)] = torch.tensor(s, device=dev)
         ar = torch.arange(Smax, device=dev)[None]
         valid = ar < self.src_len[:, None]
         # the source's keys: CONTEXT, step 0, pos 0..S_b-1 (0 on padding)
@@ -128,8 +131,10 @@ class PMLMDecoder:
     def _check_positions(self, last_pos):
         limit = self.model.cfg.max_positions
         if int(last_pos.max()) >= limit:
-            raise ValueError(f"decoding step {self.t + 1} reaches position {int(last_pos.max())}, past the "
-                             f"model's max_positions {limit}: shorten the source or max_len")
+            raise ValueError(
+                f"decoding step {self.t + 1} reaches position {int(last_pos.max())}, past the "
+                f"model's max_positions {limit}: shorten the source or max_len"
+            )
 
     @torch.no_grad()
     def step(self, prev):
@@ -178,8 +183,9 @@ class PMLMDecoder:
         pos = torch.cat([src.pos, tgt_pos], 1)
         seg = torch.cat([torch.zeros_like(src.pos), torch.ones_like(tgt_pos)], 1)
         steps = torch.arange(1, t + 2, device=dev)[None].expand(N, -1)
-        kind = torch.cat([src.meta.kind, torch.full((N, t), ORIGINAL, device=dev),
-                          torch.full((N, 1), PSEUDO, device=dev)], 1)
+        kind = torch.cat(
+            [src.meta.kind, torch.full((N, t), ORIGINAL, device=dev), torch.full((N, 1), PSEUDO, device=dev)], 1
+        )
         step = torch.cat([src.meta.step, steps], 1)
         valid = torch.cat([src.meta.valid, torch.ones(N, t + 1, dtype=torch.bool, device=dev)], 1)
         return m(tokens, pos, seg, kind, step, valid)[:, -1]

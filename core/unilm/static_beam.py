@@ -1,6 +1,7 @@
 """UniLMv2's seq2seq decoder (core/unilm/seq2seq.py PMLMDecoder) in the beam search at fixed shapes
 of core/static_beam.py, so that a GPU can replay each step as one CUDA graph (UniLMv2 section 3.4:
 the [P] of each step predicts its token)."""
+
 import torch
 
 import kernels
@@ -29,8 +30,9 @@ class StaticBeamPMLM(StaticBeam):
         self.k_valid = torch.ones(N, S + M + 1, dtype=torch.bool, device=dev)
         self.k_meta = Meta(self.k_kind, self.k_step, self.k_valid)
         self.q_step, self.q_pos, self.q_tok = full(2, 0), full(2, 0), full(2, 0)
-        self.meta = Meta(torch.tensor([kernels.ORIGINAL, kernels.PSEUDO], device=dev).expand(N, 2).contiguous(),
-                         self.q_step)
+        self.meta = Meta(
+            torch.tensor([kernels.ORIGINAL, kernels.PSEUDO], device=dev).expand(N, 2).contiguous(), self.q_step
+        )
         self.src_len = torch.zeros(N, dtype=torch.long, device=dev)
         self.pseudo = full(1, self.tok.pseudo_id)[:, 0]
 
@@ -40,27 +42,30 @@ class StaticBeamPMLM(StaticBeam):
         K, S, M = self.K, dec.cache.length, self.M
         limit = self.model.cfg.max_positions
         if int(dec.src_len.max()) + M - 1 >= limit:
-            raise ValueError(f"decoding {M} steps reaches position {int(dec.src_len.max()) + M - 1}, past the "
-                             f"model's max_positions {limit}: shorten the source or max_len")
+            raise ValueError(
+                f"decoding {M} steps reaches position {int(dec.src_len.max()) + M - 1}, past the "
+                f"model's max_positions {limit}: shorten the source or max_len"
+            )
         if self.cache is None:
             _, H, _, D = dec.cache.kv[0][0].shape
-            kv = zero_pairs(len(dec.cache.kv), self.B * K, H, self.S + M + 1, D, dec.cache.kv[0][0].dtype,
-                            self.t.device)
+            kv = zero_pairs(
+                len(dec.cache.kv), self.B * K, H, self.S + M + 1, D, dec.cache.kv[0][0].dtype, self.t.device
+            )
             self.cache = KVCache(kv, self.k_meta, self.k_pos)  # a step writes at its own slots (_logits)
         for (k, v), (ck, cv) in zip(dec.cache.kv, self.cache.kv):
             ck[:, :, :S].copy_(k.repeat_interleave(K, 0))
             cv[:, :, :S].copy_(v.repeat_interleave(K, 0))
         self.src_len.copy_(dec.src_len.repeat_interleave(K, 0))
-        self.k_valid[:, :self.S].zero_()
+        self.k_valid[:, : self.S].zero_()
         self.k_valid[:, :S].copy_(dec.cache.meta.valid.repeat_interleave(K, 0))
-        self.k_pos[:, :self.S].zero_()
+        self.k_pos[:, : self.S].zero_()
         self.k_pos[:, :S].copy_(dec.cache.pos.repeat_interleave(K, 0))
-        self.k_pos[:, self.S:self.S + M].copy_(self.src_len[:, None] + torch.arange(M, device=self.t.device))
+        self.k_pos[:, self.S : self.S + M].copy_(self.src_len[:, None] + torch.arange(M, device=self.t.device))
 
     def _clear(self):
         for k, v in self.cache.kv:  # the target and [P] slots; the source's stay
-            k[:, :, self.S:].zero_()
-            v[:, :, self.S:].zero_()
+            k[:, :, self.S :].zero_()
+            v[:, :, self.S :].zero_()
 
     def _logits(self):
         m, S, M, t = self.model, self.S, self.M, self.t
@@ -79,13 +84,27 @@ class StaticBeamPMLM(StaticBeam):
         return m.head(m.ln_f(x[:, -1]))
 
 
-def static_beam_pmlm(model, src_ids, tok, beam, max_len, min_len=1, length_penalty=0.6, length_norm="wu",
-                     no_repeat_ngram=0, max_src=None, graphs=True):
+def static_beam_pmlm(
+    model,
+    src_ids,
+    tok,
+    beam,
+    max_len,
+    min_len=1,
+    length_penalty=0.6,
+    length_norm="wu",
+    no_repeat_ngram=0,
+    max_src=None,
+    graphs=True,
+):
     """Beam search of a UniLMv2 seq2seq model (core/model.UnifiedLM) over a batch of sources, at fixed
     shapes (CUDA graphs on a GPU): the tokens and scores of decoding.beam_search over PMLMDecoder."""
     longest = max(len(list(s)[:max_src]) for s in src_ids) + 2  # [SOS] ... [EOS]
     S_pad = -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET
     settings = (min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs)
-    search = kept(model, ("pmlm", len(src_ids), S_pad, beam, max_len) + settings,
-                   lambda: StaticBeamPMLM(model, len(src_ids), S_pad, beam, max_len, *settings))
+    search = kept(
+        model,
+        ("pmlm", len(src_ids), S_pad, beam, max_len) + settings,
+        lambda: StaticBeamPMLM(model, len(src_ids), S_pad, beam, max_len, *settings),
+    )
     return search.run(src_ids, max_src)
