@@ -12,7 +12,8 @@ log.jsonl (its held-out curve).
     python -m reproduce.archive verdicts results/cpu-budget/results.json results/cpu-budget/archive
 
 `save` keeps every finished pretraining, and every fine-tuning whose evaluation is done and
-current, with its evaluation; it rewrites only the files that changed (JSON lines gzipped, with
+current, with its evaluation, and never drops a run DEST records: one that OUT runs again keeps
+DEST's record and files until it has finished there. It rewrites only the files that changed (JSON lines gzipped, with
 no time stamp, so that the same run gives the same bytes), and the packed weights of the
 pretrainings the plan keeps (plan.KEEP_WEIGHTS, reproduce/weights.py) in DEST/weights/. `restore`
 copies into OUT the runs OUT has no record of, never over a file OUT has, and marks them archived
@@ -39,7 +40,16 @@ import sys
 from reproduce.claims import SPREAD_METRICS, VERDICTS_FILE
 from reproduce.plan import BY_NAME, ORDERINGS, needs_of, plan_for
 from reproduce.runner import budget_fields, get_args, resolve
-from reproduce.runstate import LINEAGE, init_step_of, load_state, locked_state, progress_of, run_files, stale_reason
+from reproduce.runstate import (
+    LINEAGE,
+    claim,
+    init_step_of,
+    load_state,
+    locked_state,
+    progress_of,
+    run_files,
+    stale_reason,
+)
 from reproduce.weights import KEEP_WEIGHTS, WEIGHTS, pack_bytes, packed_path, unpack_into
 
 STATE_KEYS = ("budget", "lead", "majority")  # what state.json holds besides its runs that a report reads
@@ -58,6 +68,15 @@ def resolved_runs(out, budget):
     return fields, {r.name: resolve(r, fields, out) for r in plan_for(fields)}
 
 
+def idle(out, name):
+    """Whether no runner is running NAME now (runstate.claim): an archived run started again rewrites
+    its files until its runner records it as its own."""
+    held = claim(out, name)
+    if held is not None:
+        held.close()
+    return held is not None
+
+
 def finished(out, state, budget):
     """{run: its files, relative to OUT}: every finished pretraining, and every fine-tuning whose
     evaluation is done and current, with that evaluation."""
@@ -69,7 +88,7 @@ def finished(out, state, budget):
     kept = {}
     for name in resolved:
         run = BY_NAME[name]
-        if run.script == "train" and (done(name) or state["runs"].get(name, {}).get("archived")):
+        if run.script == "train" and (done(name) or (state["runs"].get(name, {}).get("archived") and idle(out, name))):
             kept[name] = ["config.json", "log.jsonl"]
         elif run.script == "eval" and done(name) and not stale_reason(run, resolved, out):
             files = [os.path.relpath(f, out) for f in run_files(state, name, out)]
@@ -89,6 +108,15 @@ def write_if_changed(path, data):
         f.write(data)
     os.replace(path + ".tmp", path)
     return True
+
+
+def previous_records(dest):
+    """The runs DEST's state.json records ({} where it has none)."""
+    path = os.path.join(dest, "state.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)["runs"]
 
 
 def save(out, dest):
@@ -118,6 +146,10 @@ def save(out, dest):
             written += write_if_changed(os.path.join(dest, rel), data)
             rec["files_kept"].append(rel)
         records[name] = rec
+    # a run DEST records and OUT has not finished stays as DEST has it: an archived pretraining that
+    # OUT runs again for the runs that need its weights, stopped before its end, loses nothing
+    for name, rec in previous_records(dest).items():
+        records.setdefault(name, rec)
     top = {k: state[k] for k in STATE_KEYS if k in state}
     text = json.dumps(dict(top, runs=records), indent=1, sort_keys=True) + "\n"
     written += write_if_changed(os.path.join(dest, "state.json"), text.encode())

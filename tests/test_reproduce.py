@@ -2,6 +2,7 @@
 that stops and one that continues with only what is left (a half-trained run resumed, finished
 runs untouched)."""
 
+import gzip
 import json
 import os
 import re
@@ -266,6 +267,7 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
             results.append(json.load(f))
     for key in ("pretraining", "runs", "orderings", "summary"):
         assert results[0][key] == results[1][key], key
+    check_a_run_again_keeps_its_archived_record(elsewhere, kept, tmp_path)
     # a pretraining run again to another step makes the archived fine-tunings built on it stale
     from reproduce.runstate import stale_reason
 
@@ -288,6 +290,36 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     assert "left: 3 runs" in text
     for name in ("pre-pmlm", "sum-pmlm", "eval-sum-pmlm"):
         assert re.search(rf"^  {name} +to run", text, re.M), name
+
+
+def check_a_run_again_keeps_its_archived_record(out, kept, tmp_path):
+    """An archived pretraining that OUT runs again (its weights not kept, a run left needing them)
+    rewrites its log.jsonl: while a runner holds it, and once stopped before its end, a save keeps
+    the archive's record and curve as they were."""
+    import shutil
+
+    from reproduce import archive
+    from reproduce.runstate import claim, load_state, locked_state
+
+    dest = str(tmp_path / "archive-again")
+    shutil.copytree(kept, dest)
+    with open(os.path.join(dest, "state.json")) as f:
+        before = json.load(f)["runs"]["pre-pmlm"]
+    with gzip.open(os.path.join(dest, "pre-pmlm", "log.jsonl.gz")) as f:
+        curve = f.read()
+    assert load_state(out)["runs"]["pre-pmlm"].get("archived")
+    with open(os.path.join(out, "pre-pmlm", "log.jsonl"), "w") as f:  # the run again, its first record
+        f.write(curve.decode().splitlines()[0] + "\n")
+    running = claim(out, "pre-pmlm")  # a runner holds it, its record still the archive's
+    archive.save(out, dest)
+    running.close()
+    with locked_state(out) as state:  # stopped: the runner's record, its own now
+        state["runs"]["pre-pmlm"] = dict(status="stopped", secs=1.0)
+    archive.save(out, dest)
+    with open(os.path.join(dest, "state.json")) as f:
+        assert json.load(f)["runs"]["pre-pmlm"] == before
+    with gzip.open(os.path.join(dest, "pre-pmlm", "log.jsonl.gz")) as f:
+        assert f.read() == curve
 
 
 def test_tiny_end_to_end_and_resume(tmp_path, capsys):
