@@ -39,7 +39,7 @@ from core import decoding  # noqa: E402
 from core.config import preset  # noqa: E402
 from core.elmer.model import ELMER  # noqa: E402
 from core.model import EncoderDecoder, UnifiedLM  # noqa: E402
-from core.graphs import SOURCE_BUCKET  # noqa: E402
+from core.graphs import source_bucket  # noqa: E402
 from core.mlae.mask_predict import NARDecoder, mask_predict  # noqa: E402
 from core.mlae.nar import NARModel  # noqa: E402
 from core.unilm.seq2seq import PMLMDecoder  # noqa: E402
@@ -136,7 +136,7 @@ def main(argv=None):
     pmlm = UnifiedLM(cfg).to(device).eval()
     src = [list(np.random.default_rng(0).integers(6, args.vocab, args.src))]
     S = args.src + 1
-    S_pad = -(-S // SOURCE_BUCKET) * SOURCE_BUCKET
+    S_pad = source_bucket(S)
 
     def mp(**flags):
         return lambda: mask_predict(

@@ -11,6 +11,11 @@ import torch
 SOURCE_BUCKET = 64  # a static decoder pads its sources to a multiple of this: a few shapes, a few graphs
 
 
+def source_bucket(n):
+    """The padded length of N source positions: the next multiple of SOURCE_BUCKET."""
+    return -(-n // SOURCE_BUCKET) * SOURCE_BUCKET
+
+
 def capture(steps, model=None):
     """One CUDA graph per callable of `steps`, each step first run once, in order, outside any capture.
     Under autocast the steps run with its weight-cast cache off: a graph captured with the cache on

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 import kernels
 from .decoding import NEG_INF, length_norm_fn
-from .graphs import SOURCE_BUCKET, capture, weights_version
+from .graphs import capture, source_bucket, weights_version
 from .kv_cache import KVCache
 from .model import Meta, positions
 from .t5 import encoder_input
@@ -258,7 +258,7 @@ def static_beam_t5(
     (CUDA graphs on a GPU): the tokens and scores of decoding.beam_search over T5Decoder."""
     src, valid = encoder_input(model, src_ids, tok)
     B, S = src.shape
-    S_pad = -(-S // SOURCE_BUCKET) * SOURCE_BUCKET
+    S_pad = source_bucket(S)
     settings = (min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs)
     search = kept(
         model,

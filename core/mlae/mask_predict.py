@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..batch import pad_stack, source_array
-from ..graphs import SOURCE_BUCKET, capture, weights_version
+from ..graphs import capture, source_bucket, weights_version
 from ..model import positions
 
 # -----------------------------------------------------------------------------
@@ -91,7 +91,7 @@ class NARDecoder:
         )
 
     def _static(self, rows, shape, loop):
-        S = -(-self.src_valid.shape[1] // SOURCE_BUCKET) * SOURCE_BUCKET
+        S = source_bucket(self.src_valid.shape[1])
         return static_decode(self.model, *shape, S, self.memory.dtype, self.graphs, loop)
 
 

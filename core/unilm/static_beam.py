@@ -5,7 +5,7 @@ the [P] of each step predicts its token)."""
 import torch
 
 import kernels
-from ..graphs import SOURCE_BUCKET
+from ..graphs import source_bucket
 from ..kv_cache import KVCache
 from ..model import Meta
 from ..static_beam import StaticBeam, kept, zero_pairs
@@ -100,7 +100,7 @@ def static_beam_pmlm(
     """Beam search of a UniLMv2 seq2seq model (core/model.UnifiedLM) over a batch of sources, at fixed
     shapes (CUDA graphs on a GPU): the tokens and scores of decoding.beam_search over PMLMDecoder."""
     longest = max(len(list(s)[:max_src]) for s in src_ids) + 2  # [SOS] ... [EOS]
-    S_pad = -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET
+    S_pad = source_bucket(longest)
     settings = (min_len, length_penalty, length_norm, no_repeat_ngram, tok, graphs)
     search = kept(
         model,
