@@ -555,3 +555,20 @@ def test_an_ordering_names_only_runs_the_file_measured_unless_it_is_archived():
         orderings_of(dict(orderings=[o], runs={}), "results.json")
     archived = dict(o, archived=dict(commit="0000000", written="2026-11-28", verdict="not resolved"))
     assert orderings_of(dict(orderings=[archived], runs={}), "results.json") == [archived]
+
+
+def test_the_checks_render_one_choice_or_say_what_the_file_has():
+    """`checks PATH::WHAT`: the project's checks of one choice from a report's results.json, read as
+    a claim is; a choice the file has no check of is an error, not an empty table."""
+    from tools import render_docs
+
+    path = "results/cpu-budget/results.json"
+    with open(os.path.join(ROOT, path)) as f:
+        d = json.load(f)
+    what = d["checks"][-1]["what"]
+    text = render_docs.checks(f"{path}::{what.replace(' ', '~')}")
+    rows = [l for l in text.splitlines() if l.startswith(f"| {what} |")]
+    assert len(rows) == sum(c["what"] == what for c in d["checks"]) and d["checks"][-1]["check"] in rows[-1]
+    assert f"`{d['budget']}` budget, written {d['written']}" in text
+    with pytest.raises(SystemExit, match="no check of 'no~such'"):
+        render_docs.checks(f"{path}::no~such")

@@ -181,6 +181,28 @@ def _pair(p):
     return pair_text(p)
 
 
+def checks(spec):
+    """reproduce's results.json: the project's checks of its own choices (reproduce/plan.py CHECKS),
+    read as a claim is; PATH::WHAT keeps the checks of one choice (its "what", "~" for a space)."""
+    path, _, what = spec.partition("::")
+    d = _load(path)
+    rows = [c for c in d["checks"] if not what or c["what"] == what.replace("~", " ")]
+    if not rows:
+        raise SystemExit(f"error: {spec}: no check of {what!r} in {path}")
+    out = [
+        "| choice | check | here | difference (seeds a side), 95% interval | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for c in rows:
+        pairs = "; ".join(_pair(p) for p in c["pairs"]) or "-"
+        out.append(
+            f"| {c['what']} | {c['check']} ({c['metric']}, `{c['chain']}`) | {c['here'] or '-'} | {pairs} "
+            f"| {c['verdict']} |"
+        )
+    out += ["", f"At the `{d['budget']}` budget, written {d['written']}; {d['environment']}."]
+    return "\n".join(out) + "\n"
+
+
 def claims_summary(path):
     """reproduce's results.json: the one sentence of how many claims hold, are reversed, are not
     resolved and are not measured yet."""
@@ -408,6 +430,7 @@ RENDERERS = {
     "plot-decoders": figures.plot_decoders,
     "plot-exits": figures.plot_exits,
     "scorecard": scorecard,
+    "checks": checks,
     "claims-summary": claims_summary,
     "pretrainings": pretrainings,
     "plot-pretrainings": figures.plot_pretrainings,
