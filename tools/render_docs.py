@@ -12,7 +12,8 @@ A block is written in a markdown file as
 KIND names a renderer below (the benchmarks' are in tools/render_bench.py) and PATH a result
 file (relative to the repository root) that it reads (for `table`, PATH::MARKER or PATH::MARKER#N,
 "~" standing for a space in the marker; `targets` PATH::PREFIX keeps the targets so named;
-`scorecard` PATH::measured the claims measured, PATH::PAPER one paper's; `study` a file that
+`scorecard` PATH::measured the claims measured, PATH::PAPER one paper's; `checks` PATH::WHAT the
+project's checks of one choice; `study` a file that
 tools/records.py wrote): no number in a
 block is typed by hand. Files scanned: README.md, docs/*.md, bench/RESULTS.md, releases/README.md.
 
