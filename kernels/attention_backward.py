@@ -14,7 +14,9 @@ registers as acc[u, c] = slot c * BN + u: a gather turns each query's column so 
 pair whose slot is u modulo BN, and two products with 0/1 matrices add that to block r_i // BN or the
 next (_window_grad). A FAR tile adds one sum at -M or +M. Where the keys do not run (MLAE's latents,
 a key tile across the PMLM appended part), and at head dims past attention_plan.GRAD_WINDOWS_MAX_D,
-each pair is added into the row by an atomic.
+each pair is added into the row by an atomic. Where the windows apply, the PARTIAL and EDGE loops are
+compiled twice, once by windows and once by atomics, and each program runs the pair its keys take:
+neither copy carries the other's code.
 """
 
 from typing import NamedTuple
@@ -74,8 +76,8 @@ def _delta_kernel(O, DO, DELTA, sob, soh, som, sdob, sdoh, sdom, H, Lq, D: tl.co
 
 
 class _Keys(NamedTuple):
-    """A dK/dV program's key tile, read once: K, V, their codes and columns, and whether the live
-    keys' positions run k0, k0 + 1, ... (krun)."""
+    """A dK/dV program's key tile, read once: K, V, their codes and columns, and k0, the first of the
+    positions k0, k0 + 1, ... where its live keys run, if they do (the module docstring)."""
 
     k: object
     v: object
@@ -85,7 +87,6 @@ class _Keys(NamedTuple):
     kp: object
     cols: object
     k0: object
-    krun: object
 
 
 class _Queries(NamedTuple):
@@ -137,9 +138,10 @@ def _window_grad(table, ds, qp, k0, max_dist, F: tl.constexpr):
 
 
 @triton.jit
-def _kv_tile(code, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: tl.constexpr):
+def _kv_tile(code, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: tl.constexpr, RUN: tl.constexpr):
     """One query tile of the dK/dV kernel (keys along dim 0), compiled for one class; EDGE is the
-    PARTIAL query tile that straddles Lq. Adds its dQ (FUSED_DQ), the table's gradient (REL_GRAD) and
+    PARTIAL query tile that straddles Lq. Adds its dQ (FUSED_DQ), the table's gradient (REL_GRAD: by
+    windows where the program's keys run, RUN, and F.GRAD_WINDOWS; else pair by pair by atomics) and
     writes its dS (DENSE_GRAD)."""
     MASKED: tl.constexpr = CLASS == 5
     if CLASS == 3:
@@ -183,13 +185,8 @@ def _kv_tile(code, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: tl.constexpr
             total = tl.sum(tl.sum(ds_t, 1), 0)
             far_hi += tl.where(code % 2 == 1, total, 0.0)
             far_lo += tl.where(code % 2 == 1, 0.0, total)
-        elif F.GRAD_WINDOWS and CLASS == 2:  # a FULL tile's keys run (kernels/tilemap.py): so do the program's
+        elif F.GRAD_WINDOWS and RUN:
             table = _window_grad(table, ds_t.to(keys.k.dtype), qp, keys.k0, bias.max_dist, F)
-        elif F.GRAD_WINDOWS and CLASS != 4:  # (a GATHER tile's keys do not run)
-            if keys.krun:
-                table = _window_grad(table, ds_t.to(keys.k.dtype), qp, keys.k0, bias.max_dist, F)
-            else:
-                tl.atomic_add(qs.ROW + d + bias.max_dist + F.BN, ds_t, sem="relaxed")
         else:
             if CLASS == 2:
                 d = tl.minimum(tl.maximum(keys.kp[:, None] - qp[None, :], -bias.max_dist), bias.max_dist)
@@ -204,12 +201,13 @@ def _kv_tile(code, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: tl.constexpr
 
 
 @triton.jit
-def _kv_loop(lst, start, end, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: tl.constexpr):
-    """Entries start..end-1 of one class's list, the next entry read a tile ahead (attention_tiles._entry)."""
+def _kv_loop(lst, start, end, sums, keys, qs, bias, P, F: tl.constexpr, CLASS: tl.constexpr, RUN: tl.constexpr = True):
+    """Entries start..end-1 of one class's list, the next entry read a tile ahead (attention_tiles._entry);
+    RUN: the program's keys run (a FULL tile's do, a GATHER tile's do not: kernels/tilemap.py)."""
     nxt = _entry(lst, start, end)
     for t in range(start, end):
         code, nxt = nxt, _entry(lst, t + 1, end)
-        sums = _kv_tile(code, sums, keys, qs, bias, P, F, CLASS)
+        sums = _kv_tile(code, sums, keys, qs, bias, P, F, CLASS, RUN)
     return sums
 
 
@@ -234,11 +232,11 @@ def _bwd_kv_kernel(
     # (dead keys, padding and past Lk, are never seen: their dS is 0 wherever their slot falls)
     live = (ka != _BIG) | (kb != _NONE_K)
     k0 = tl.max(tl.where(live, kp - offs_n, -_BIG), 0)
-    if F.GRAD_WINDOWS:
+    if F.GRAD_WINDOWS and F.REL_GRAD:
         krun = tl.min(tl.where(live, kp - offs_n, k0), 0) == k0
-    else:  # every pair's gradient by an atomic
+    else:  # every pair's gradient by an atomic, or no table's gradient: one PARTIAL and one EDGE loop
         krun = False
-    keys = _Keys(k, v, ka, kb, kq, kp, cols, k0, krun)
+    keys = _Keys(k, v, ka, kb, kq, kp, cols, k0)
     entry = b * n_kt + pid_n
     ROW = R.DTABLE + (entry * H + h) * (F.NB * F.BN)
     slots = tl.arange(0, F.NB)[None, :] * F.BN + offs_n[:, None]  # (BN, NB): the row as its blocks
@@ -275,11 +273,17 @@ def _bwd_kv_kernel(
         sums = _kv_loop(lst + 2 * n_qt, 0, tl.load(cnt + 2), sums, keys, qs, bias, P, F, _FAR)
     sums = _kv_loop(lst + n_qt, 0, tl.load(cnt + 1), sums, keys, qs, bias, P, F, _FULL)
     if F.REL:
-        sums = _kv_loop(lst + 3 * n_qt, 0, tl.load(cnt + 3), sums, keys, qs, bias, P, F, _GATHER)
+        sums = _kv_loop(lst + 3 * n_qt, 0, tl.load(cnt + 3), sums, keys, qs, bias, P, F, _GATHER, False)
     n_part = tl.load(cnt)
     edge = _edge(lst, n_part, n_qt, Lq, F.BM)
-    sums = _kv_loop(lst, 0, n_part - edge, sums, keys, qs, bias, P, F, _PARTIAL)
-    sums = _kv_loop(lst, n_part - edge, n_part, sums, keys, qs, bias, P, F, _EDGE)
+    # PARTIAL and EDGE compiled twice, chosen per program: the windows' loops carry no atomic, the
+    # atomics' loops no window
+    if krun:
+        sums = _kv_loop(lst, 0, n_part - edge, sums, keys, qs, bias, P, F, _PARTIAL)
+        sums = _kv_loop(lst, n_part - edge, n_part, sums, keys, qs, bias, P, F, _EDGE)
+    else:
+        sums = _kv_loop(lst, 0, n_part - edge, sums, keys, qs, bias, P, F, _PARTIAL, False)
+        sums = _kv_loop(lst, n_part - edge, n_part, sums, keys, qs, bias, P, F, _EDGE, False)
     mask = cols[:, None] < Lk
     tl.store(
         DK.ptr + b * DK.sb + h * DK.sh + cols[:, None] * DK.sm + offs_d[None, :],
