@@ -114,14 +114,19 @@ def test_tile_loops_keep_copies_in_flight(rows):
     """Every tile-class loop of the forward and of the fused dK/dV kernel (D 64, relative bias: the
     PMLM layer's) keeps at least one cp.async group in flight at each wait: the next tiles' K and V
     (Q and dO) load while this tile computes. Reading the tile list where the entry is used made the
-    FAR loops wait for every outstanding copy (DEPBAR.LE SB0, 0x0) at the top of each iteration."""
+    FAR loops wait for every outstanding copy (DEPBAR.LE SB0, 0x0) at the top of each iteration.
+    (The dK/dV kernel's loops: its five classes', PARTIAL and EDGE twice, tools/aot.py loop_names.)"""
+    import tools.aot as aot
+
     seen = 0
     for r in rows:
         if r["compiles"] and (r["kernel"], r["cases"][0]) in (
             ("_fwd_kernel", "rel-bfloat16-d64"),
             ("_bwd_kv_kernel", "rel_fused-bfloat16-d64"),
         ):
-            assert len(r["loop_waits"]) == 5 and all(w and w >= 1 for w in r["loop_waits"]), (
+            names = aot.loop_names(r)
+            assert names and len(r["loop_waits"]) == len(names), f"{r['kernel']}: loops {r['loops']} not named"
+            assert all(w and w >= 1 for w in r["loop_waits"]), (
                 f"{r['kernel']} [{r['cases'][0]}]: fewest copy groups in flight per loop {r['loop_waits']}"
             )
             seen += 1
@@ -135,8 +140,11 @@ def test_backward_computes_each_product_once_and_leaves_room_for_two_programs(ro
     dQ^T: BM x BN x D multiply-adds each) and, in the loops whose tiles sum the table's gradient by
     windows (FULL, PARTIAL, EDGE; up to GRAD_WINDOWS_MAX_D), its two grouping products (BN x BM x NB
     each) - no warpgroup repeats another's rows; where it sums by windows, no atomic add but dQ's
-    (BM x D a tile) in the FAR and FULL loops; no spill, and registers and shared memory for two
-    programs an SM. (At D 128 one warpgroup spills: kernels/attention_plan.CUDA_CONFIGS.)"""
+    (BM x D a tile) in the FAR, FULL, PARTIAL and EDGE loops, and the PARTIAL and EDGE loops of the
+    programs whose keys do not run compiled apart (PARTIAL atomic, EDGE atomic), which with the
+    GATHER loop add each pair's share of the table's gradient (BM x BN a tile) and dQ's; no spill,
+    and registers and shared memory for two programs an SM. (At D 128 one warpgroup spills:
+    kernels/attention_plan.CUDA_CONFIGS.)"""
     import tools.aot as aot
     from kernels.attention_plan import CUDA_CONFIGS, GRAD_WINDOWS_MAX_D, grad_blocks
 
@@ -151,6 +159,9 @@ def test_backward_computes_each_product_once_and_leaves_room_for_two_programs(ro
         tile = cfg.BMK * cfg.BNK * D
         windows = D <= GRAD_WINDOWS_MAX_D
         grouping = 2 * cfg.BNK * cfg.BMK * grad_blocks(128, cfg.BNK) if windows else 0
+        dq = cfg.BMK * D if fused else 0
+        if windows:
+            assert set(aot.ATOMIC_NAMES) <= set(r["loops"]), f"{r['case']}: loops {list(r['loops'])}"
         for name, loop in r["loops"].items():
             want = (5 if fused else 4) * tile + (grouping if name in ("FULL", "PARTIAL", "EDGE") else 0)
             got = aot.wgmma_macs(loop["wgmma_shapes"], r["num_warps"])
@@ -159,8 +170,11 @@ def test_backward_computes_each_product_once_and_leaves_room_for_two_programs(ro
                 f"{loop['atomics']} atomic elements"
             )
             assert got == want, f"{r['case']} {name}: wgmma do {got} multiply-adds, the products {want}"
-            if windows and name in ("FAR", "FULL"):
-                assert loop["atomics"] == (cfg.BMK * D if fused else 0), f"{r['case']} {name}: {loop['atomics']}"
+            if windows and name in ("FAR", "FULL", "PARTIAL", "EDGE"):
+                assert loop["atomics"] == dq, f"{r['case']} {name}: {loop['atomics']} atomic elements, dQ's {dq}"
+            elif windows:  # GATHER, PARTIAL atomic, EDGE atomic
+                adds = cfg.BMK * cfg.BNK + dq
+                assert loop["atomics"] == adds, f"{r['case']} {name}: {loop['atomics']} atomic elements, {adds}"
         assert r["spill"] == 0 and r["programs_per_sm"] >= 2, (
             f"{r['case']}: {r['registers']} registers at {r['num_warps']} warps, {r['shared']} B shared"
         )

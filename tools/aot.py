@@ -292,7 +292,37 @@ def table(rows):
 
 
 LOOP_NAMES = {True: ("FAR", "FULL", "GATHER", "PARTIAL", "EDGE"), False: ("FULL", "PARTIAL", "EDGE")}
+# the dK/dV kernel's second PARTIAL and EDGE loops where it sums the table's gradient by windows
+# (kernels/attention_backward.py): those of the programs whose keys do not run, adding it by atomics;
+# PARTIAL and EDGE are then the windows' loops
+ATOMIC_NAMES = ("PARTIAL atomic", "EDGE atomic")
+ALL_LOOP_NAMES = LOOP_NAMES[True] + ATOMIC_NAMES  # the columns of the loop tables, in this order
 REL_CASES = ("rel", "rel_frozen", "rel_fused", "seq", "decode", "cross")  # the compile cases with a relative bias
+
+
+def loop_names(row):
+    """The tile class of each loop of a compiled attention kernel's row, in address order (the order
+    of its source: one loop per class, kernels/tilemap.py), or None where the loops are not those of
+    its case. A dK/dV kernel with two more loops than its classes has FAR, FULL and GATHER, then
+    PARTIAL and EDGE twice: the copies that group the table's gradient by windows (the wgmma of its
+    FULL loop, which sums by windows too) are PARTIAL and EDGE, the copies with the GATHER loop's
+    wgmma (each pair by an atomic) PARTIAL atomic and EDGE atomic, each pair in address order."""
+    rel = row["cases"][0].split("-")[0] in REL_CASES
+    names, n = LOOP_NAMES[rel], len(row["loops"])
+    if n == len(names):
+        return names
+    if not (rel and row["kernel"] == "_bwd_kv_kernel" and n == len(names) + 2 and row.get("loop_wgmma")):
+        return None
+    wgmma = [sum(w.values()) for w in row["loop_wgmma"]]
+    full, gather = wgmma[names.index("FULL")], wgmma[names.index("GATHER")]
+    windows = [i for i in range(3, n) if wgmma[i] == full]
+    atomic = [i for i in range(3, n) if wgmma[i] == gather]
+    if full == gather or len(windows) != 2 or len(atomic) != 2:
+        return None
+    out = list(names[:3]) + [None] * 4
+    for i, name in zip(windows + atomic, ("PARTIAL", "EDGE") + ATOMIC_NAMES):
+        out[i] = name
+    return tuple(out)
 
 
 def loop_table(rows):
@@ -307,18 +337,17 @@ def loop_table(rows):
     }
     lines = [
         "| kernel | case | registers | wgmma serialised | "
-        + " | ".join(f"{n} (x plain)" for n in LOOP_NAMES[True])
+        + " | ".join(f"{n} (x plain)" for n in ALL_LOOP_NAMES)
         + " |",
-        "|" + "---|" * 9,
+        "|" + "---|" * (4 + len(ALL_LOOP_NAMES)),
     ]
     out = []
     for r in rows:
         if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
             continue
         case = r["cases"][0]
-        rel = case.split("-")[0] in REL_CASES
-        names = LOOP_NAMES[rel]
-        if len(r["loops"]) != len(names):
+        names = loop_names(r)
+        if names is None:
             continue
         base = plain.get(case[-3:])
         cells = dict(zip(names, r["loops"]))
@@ -338,7 +367,7 @@ def loop_table(rows):
         )  # noqa: E731
         lines.append(
             f"| {r['kernel']} | {case} | {r['registers']} | {'YES' if row['serialized'] else 'no'} | "
-            + " | ".join(ratio(n) for n in LOOP_NAMES[True])
+            + " | ".join(ratio(n) for n in ALL_LOOP_NAMES)
             + " |"
         )
     lines.append("plain FlashAttention loop: " + ", ".join(f"{d}: {n}" for d, n in sorted(plain.items())))
@@ -381,8 +410,8 @@ def backward_table(rows):
         if not r["compiles"] or r["kernel"] not in ("_bwd_kv_kernel", "_plain_flash_bwd"):
             continue
         case = r["cases"][0]
-        names = ("plain",) if r["kernel"] == "_plain_flash_bwd" else LOOP_NAMES[case.split("-")[0] in REL_CASES]
-        if len(r["loops"]) != len(names):
+        names = ("plain",) if r["kernel"] == "_plain_flash_bwd" else loop_names(r)
+        if names is None or len(r["loops"]) != len(names):
             continue
         threads = 32 * r["num_warps"]
         loops = {

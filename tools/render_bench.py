@@ -145,7 +145,7 @@ def exit_rows(path):
 def loops(path):
     """tools/aot.py --loops --json: the SASS per loop iteration of each tile class of the attention
     kernels, against the plain FlashAttention loop compiled with the forward's blocks."""
-    from tools.aot import LOOP_NAMES, REL_CASES
+    from tools.aot import ALL_LOOP_NAMES, loop_names
 
     rows = _load(path)
     version = os.path.basename(path)[:-5].split("triton-")[-1]
@@ -155,26 +155,33 @@ def loops(path):
         if r["kernel"] == "_plain_flash_fwd" and r.get("loops")
         for c in r["cases"]
     }
-    names = LOOP_NAMES[True]
+    kernels = [
+        r
+        for r in rows
+        if r["module"] == "pseudo_attention" and r["compiles"] and r["kernel"] != "_delta_kernel" and loop_names(r)
+    ]
+    names = [n for n in ALL_LOOP_NAMES if any(n in loop_names(r) for r in kernels)]  # the columns some row fills
     out = [
         f"Triton {version}, sm_90a. SASS instructions per thread per iteration of each loop; the forward's "
         f"against the plain loop (x plain); after the slash, the fewest cp.async groups its waits leave in flight "
         f"(0: each iteration waits for every copy, the next tiles' too). Plain loop: "
         + ", ".join(f"{d} {n}" for d, n in sorted(plain.items()))
-        + ".",
+        + "."
+        + (
+            " Where the dK/dV kernel compiles PARTIAL and EDGE twice, PARTIAL and EDGE are the loops of "
+            "the programs whose keys run (the table's gradient by windows), PARTIAL atomic and EDGE atomic "
+            "those of the others (by atomics)."
+            if "PARTIAL atomic" in names
+            else ""
+        ),
         "",
         "| kernel | case | registers | spills | shared KB | " + " | ".join(names) + " |",
         "|" + "---|" * (5 + len(names)),
     ]
-    for r in rows:
-        if r["module"] != "pseudo_attention" or not r["compiles"] or r["kernel"] == "_delta_kernel":
-            continue
+    for r in kernels:
         case = r["cases"][0]
-        rel = case.split("-")[0] in REL_CASES
-        if len(r["loops"]) != len(LOOP_NAMES[rel]):
-            continue
-        cells = dict(zip(LOOP_NAMES[rel], r["loops"]))
-        waits = dict(zip(LOOP_NAMES[rel], r.get("loop_waits") or [None] * len(r["loops"])))
+        cells = dict(zip(loop_names(r), r["loops"]))
+        waits = dict(zip(loop_names(r), r.get("loop_waits") or [None] * len(r["loops"])))
         base = plain.get(case.rsplit("-", 1)[1]) if r["kernel"] == "_fwd_kernel" else None
         show = lambda n: (
             "-"
@@ -229,6 +236,47 @@ def backward(path):
                 + " | "
                 + cell(lambda l: f"{l['instructions'] * threads / pairs:.0f}")
                 + " |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def backward_loops(path):
+    """tools/aot.py --loops --json FILE --side before|after: the dK/dV kernel's compile-time proxies
+    before and after a change, a row per case and loop (tools/aot.py loop_names), each cell
+    before / after: registers, spills and programs an SM of the kernel, and the wgmma, SASS
+    instructions and atomic adds to global memory of one iteration (one tile) of the loop."""
+    from tools.aot import ALL_LOOP_NAMES, backward_table
+
+    rec = _load(path)
+    sides = {s: {r["case"]: r for r in backward_table(rec[s]["rows"])[1]} for s in ("before", "after")}
+    out = [
+        "Triton " + ", ".join(sorted({rec[s]["triton"] for s in rec})) + ", sm_90a, read off the SASS of one "
+        f"iteration of each loop; each cell before ({rec['before']['commit']}) / after ({rec['after']['commit']}), "
+        "- where that side has no such loop. Tile: query rows x keys. SASS: instructions a thread. Atomic "
+        "adds: elements added to global memory a tile (elements a thread x threads; both branches of an if "
+        "counted).",
+        "",
+        "| case | tile, warps | registers | spill B | programs / SM | loop | wgmma / iteration | SASS / iteration "
+        "| atomic adds / tile |",
+        "|" + "---|" * 9,
+    ]
+    for case, after in sides["after"].items():
+        before = sides["before"].get(case)
+        if before is None:
+            continue
+        both = (before, after)
+        pair = lambda f: " / ".join(str(f(r)) for r in both)  # noqa: E731
+        for name in ALL_LOOP_NAMES:
+            loops = [r["loops"].get(name) for r in both]
+            if loops == [None, None]:
+                continue
+            cell = lambda k: " / ".join("-" if l is None else str(l[k]) for l in loops)  # noqa: E731
+            tile = pair(lambda r: f"{r['blocks'][0]} x {r['blocks'][1]}, {r['num_warps']}")
+            out.append(
+                f"| {case} | {tile if len(set(tile.split(' / '))) > 1 else tile.split(' / ')[0]} | "
+                f"{pair(lambda r: r['registers'])} | {pair(lambda r: r['spill'])} | "
+                f"{pair(lambda r: r['programs_per_sm'])} | {name} | {cell('wgmma')} | {cell('instructions')} | "
+                f"{cell('atomics')} |"
             )
     return "\n".join(out) + "\n"
 

@@ -41,6 +41,7 @@ from tools import figures, layouts, records, render_release  # noqa: E402
 from tools.render_bench import (
     attention,
     backward,
+    backward_loops,
     compile_cost,
     exit_rows,
     fused_backward,
@@ -417,6 +418,7 @@ RENDERERS = {
     "default-finetuning": default_finetuning,
     "loops": loops,
     "backward": backward,
+    "backward-loops": backward_loops,
     "attention": attention,
     "step": step,
     "targets": targets,
