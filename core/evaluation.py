@@ -67,32 +67,30 @@ def evaluate_checkpoint(ck, data, args, device, dtype=torch.float32, gen=None):
         n=len(sources),
         skipped=data.skipped,
     )
-    if ck.task == "summarize":
-        kind = decoding_of(ck.arch)
-        row["decoding"] = kind.label(gen)
-        show = progress_line(f"generating with {os.path.basename(os.path.dirname(os.path.abspath(ck.path)))}")
-        with autocast(device, dtype):
+    with torch.no_grad(), autocast(device, dtype):  # the forward passes of the quality and of the timing
+        if ck.task == "summarize":
+            kind = decoding_of(ck.arch)
+            row["decoding"] = kind.label(gen)
+            show = progress_line(f"generating with {os.path.basename(os.path.dirname(os.path.abspath(ck.path)))}")
             preds = run(sources, show)
-        row |= kind.report(model, ck.arch, gen, stats, ck.path) | rouge(preds, targets)
-        outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
-    else:
-        sources, gold = tok.encode(sources), ck.labels.ids(targets)
-        if -1 in gold:
-            print(
-                f"note: {gold.count(-1)} examples of {data.origin} have labels {ck.path} never saw in training "
-                f"(counted as wrong)",
-                file=sys.stderr,
-            )
-        with autocast(device, dtype):
+            row |= kind.report(model, ck.arch, gen, stats, ck.path) | rouge(preds, targets)
+            outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
+        else:
+            sources, gold = tok.encode(sources), ck.labels.ids(targets)
+            if -1 in gold:
+                print(
+                    f"note: {gold.count(-1)} examples of {data.origin} have labels {ck.path} never saw in training "
+                    f"(counted as wrong)",
+                    file=sys.stderr,
+                )
             pred = run(sources)
-        row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
-        row["macro_f1"] = 100 * macro_f1(pred, gold, len(ck.labels))
-        # per example, as summarization's: reproduce/significance.py pairs two models' accuracies on them
-        outputs = [
-            dict(prediction=ck.labels.names[p], reference=t, source=s, task="classify")
-            for s, t, p in zip(data.sources, targets, pred)
-        ]
-    with torch.no_grad(), autocast(device, dtype):
+            row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
+            row["macro_f1"] = 100 * macro_f1(pred, gold, len(ck.labels))
+            # per example, as summarization's: reproduce/significance.py pairs two models' accuracies on them
+            outputs = [
+                dict(prediction=ck.labels.names[p], reference=t, source=s, task="classify")
+                for s, t, p in zip(data.sources, targets, pred)
+            ]
         row["latency_ms"], row["samples_per_s"] = speed(device, run, sources, args.batch_size, args.latency_samples)
     return row, outputs
 
