@@ -34,19 +34,20 @@ def examples(task, args):
 
 
 def load_decoder(ck, device, batch_size, gen, stats=None):
-    """(model in eval mode on device, its tokenizer, run) of a checkpoint.Finetuned: run(sources,
-    progress=None) is a summarizer's summaries of texts decoded with the settings gen, or a
-    classifier's label ids of token-id lists."""
+    """(model in eval mode on device, its parameter count, its tokenizer, run) of a
+    checkpoint.Finetuned: run(sources, progress=None) is a summarizer's summaries of texts decoded
+    with the settings gen, or a classifier's label ids of token-id lists."""
     tok = Tokenizer.from_tensor(ck.state["tokenizer"])
     fa = ck.state["args"]
     with checkpoint.weights_of(ck.path):
         reads = fa.get("cls_vector")  # None in a classifier saved before the flag: the default
         model = build_model(ck.arch, ck.cfg, len(ck.labels) if ck.labels else None, ck.state.get("elmer"), reads)
         model.load_state_dict(ck.state["model"])
+    params = count_parameters(model)
     model = model.to(device).eval()
     if ck.task == "summarize":
-        return model, tok, summarizer(model, ck.arch, tok, fa["max_src"], batch_size, gen, stats)
-    return model, tok, classifier(model, tok, fa["max_src"], batch_size, device, ARCHS[ck.arch].classify_sos)
+        return model, params, tok, summarizer(model, ck.arch, tok, fa["max_src"], batch_size, gen, stats)
+    return model, params, tok, classifier(model, tok, fa["max_src"], batch_size, device, ARCHS[ck.arch].classify_sos)
 
 
 # -----------------------------------------------------------------------------
@@ -57,13 +58,13 @@ def evaluate_checkpoint(ck, data, args, device, dtype=torch.float32, gen=None):
     """The row of one checkpoint (a checkpoint.Finetuned) on the examples data, decoding with the
     settings gen, and the generated outputs to write."""
     stats = {}
-    model, tok, run = load_decoder(ck, device, args.batch_size, gen, stats)
+    model, params, tok, run = load_decoder(ck, device, args.batch_size, gen, stats)
     sources, targets = data.sources, data.targets
     row = dict(
         model=ck.path,
         arch=ck.arch,
         task=ck.task,
-        params_M=round(count_parameters(model) / 1e6, 2),
+        params_M=round(params / 1e6, 2),
         n=len(sources),
         skipped=data.skipped,
     )
@@ -127,7 +128,7 @@ def answer(args, device, dtype):
             f"--text prints one output per document: the flags give a sweep of {len(gens)} settings, give one"
         )
     docs = documents(args.text)
-    _, tok, run = load_decoder(ck, device, args.batch_size, gens[0])
+    _, _, tok, run = load_decoder(ck, device, args.batch_size, gens[0])
     with torch.no_grad(), autocast(device, dtype):
         outs = run(docs) if ck.task == "summarize" else [ck.labels.names[i] for i in run(tok.encode(docs))]
     for out in outs:
