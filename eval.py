@@ -35,11 +35,10 @@ import sys
 import torch
 
 from core import checkpoint
-from core.classify import majority_row
 from core.decodings import DECODINGS, decoding_plans
 from core.distributed import resolve_dtype
 from core.errors import main_guard
-from core.evaluation import answer, evaluate_checkpoint, lead_rows
+from core.evaluation import answer, evaluate_checkpoint, lead_rows, majority_row
 from core.flags import AT_LEAST_1, flag, parser
 from core.guards import parse_args, refuse_unused
 from core.results import check_writable, markdown, write_results

@@ -42,7 +42,8 @@ from core.finetune_flags import finetuning_flags, scratch_flags, seq2seq_flags, 
 from core.finetuning import Tuned, elmer_options, scheduled_loss
 from core import flags
 from core.flags import always_applies
-from core.generation import rouge, summarize
+from core.generation import summarize
+from core.metrics import rouge
 from core.positions import DEFAULT_MAX_SRC, fit_lengths, positions_of
 from core.elmer.exit_measures import exit_flags
 from core.mlae.model import init_from_pretrained

@@ -90,18 +90,6 @@ def predict(model, batch):
     return model(batch.tokens, batch.valid).argmax(-1)
 
 
-def macro_f1(pred, gold, n_labels):
-    """Mean over the labels that occur in gold or pred of the per-label F1."""
-    pred, gold = np.asarray(pred), np.asarray(gold)
-    scores = []
-    for c in range(n_labels):
-        tp = np.sum((pred == c) & (gold == c))
-        fp, fn = np.sum((pred == c) & (gold != c)), np.sum((pred != c) & (gold == c))
-        if tp + fp + fn:
-            scores.append(2 * tp / (2 * tp + fp + fn))
-    return float(np.mean(scores)) if scores else 0.0
-
-
 def classifier(model, tok, max_len, batch_size, device, sos=True):
     """run(text id lists, progress=None) -> their predicted label ids, in batches."""
 
@@ -115,20 +103,3 @@ def classifier(model, tok, max_len, batch_size, device, sos=True):
         return out
 
     return run
-
-
-def majority_row(targets):
-    """Classification's floor, as LEAD is summarization's: the most frequent label of the evaluated
-    examples for every one of them, the best any model that ignores its input can score there (a
-    row of eval.py's table)."""
-    names = sorted(set(targets))
-    gold = [names.index(t) for t in targets]
-    top = max(range(len(names)), key=gold.count)
-    return dict(
-        model="majority class",
-        arch="-",
-        params_M=0,
-        n=len(targets),
-        accuracy=100 * gold.count(top) / len(gold),
-        macro_f1=100 * macro_f1([top] * len(gold), gold, len(names)),
-    )

@@ -13,10 +13,11 @@ import torch
 
 from . import checkpoint
 from .architectures import ARCHS, build_model
-from .classify import classifier, macro_f1
+from .classify import classifier
 from .decodings import decoding_of, decoding_plans
 from .errors import UserError
-from .generation import rouge, summarizer
+from .generation import summarizer
+from .metrics import label_scores, majority_scores, rouge
 from .model import count_parameters
 from .progress import progress_line
 from .results import data_tag, jsonl, write_atomically
@@ -85,8 +86,7 @@ def evaluate_checkpoint(ck, data, args, device, dtype=torch.float32, gen=None):
                     file=sys.stderr,
                 )
             pred = run(sources)
-            row["accuracy"] = 100 * sum(p == g for p, g in zip(pred, gold)) / len(gold)
-            row["macro_f1"] = 100 * macro_f1(pred, gold, len(ck.labels))
+            row |= label_scores(pred, gold, len(ck.labels))
             # per example, as summarization's: reproduce/significance.py pairs two models' accuracies on them
             outputs = [
                 dict(prediction=ck.labels.names[p], reference=t, source=s, task="classify")
@@ -109,6 +109,12 @@ def lead_rows(data, where, args):
         )
         rows.append(dict(model=name, arch="-", params_M=0, n=len(data.sources), **rouge(preds, data.targets)))
     return rows
+
+
+def majority_row(targets):
+    """Classification's floor, as LEAD is summarization's: the row of the most frequent label of the
+    evaluated examples predicted for every one of them."""
+    return dict(model="majority class", arch="-", params_M=0, n=len(targets), **majority_scores(targets))
 
 
 # -----------------------------------------------------------------------------

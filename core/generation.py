@@ -1,13 +1,11 @@
-"""Generation from a fine-tuned model of any architecture, and the metric it is scored by: the way
-the architecture decodes (core/decodings.py: beam search, Mask-Predict or ELMER's early exit) over
-a batch of sources; ROUGE-1/2/L F1."""
+"""Generation from a fine-tuned model of any architecture: the way the architecture decodes
+(core/decodings.py: beam search, Mask-Predict or ELMER's early exit) over a batch of sources. What
+the summaries score is core/metrics.py's."""
 
-import numpy as np
 import torch
 
 from .architectures import seq2seq_ops
 from .decodings import decoding_of
-from .errors import UserError
 
 
 @torch.no_grad()
@@ -47,26 +45,3 @@ def summarize(model, arch, tok, sources, max_src, batch_size=64, progress=None, 
 def summarizer(model, arch, tok, max_src, batch_size, gen, stats=None):
     """run(sources, progress=None) -> their summaries, decoded with the settings gen."""
     return lambda srcs, progress=None: summarize(model, arch, tok, srcs, max_src, batch_size, progress, stats, **gen)
-
-
-# -----------------------------------------------------------------------------
-# metrics
-
-
-def rouge(predictions, references):
-    """ROUGE-1/2/L F1 (x100) with stemming, averaged over examples (rouge-score). Imported here,
-    where it is used: training, the kernels and the benchmarks run without it."""
-    try:
-        from rouge_score import rouge_scorer
-    except ImportError:
-        raise UserError(
-            "ROUGE needs the rouge-score package (pip install rouge-score); without it, "
-            "fine-tune with --rouge-examples 0"
-        ) from None
-    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
-    totals = np.zeros(3)
-    for p, r in zip(predictions, references):
-        s = scorer.score(r, p)
-        totals += [s["rouge1"].fmeasure, s["rouge2"].fmeasure, s["rougeL"].fmeasure]
-    r1, r2, rl = 100 * totals / max(1, len(predictions))
-    return dict(rouge1=float(r1), rouge2=float(r2), rougeL=float(rl))

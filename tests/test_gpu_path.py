@@ -26,7 +26,7 @@ def test_scripts_import_without_rouge_score():
     r = python(
         "import sys; sys.modules['rouge_score'] = None\n"
         "import train, finetune, eval\n"
-        "from core.generation import rouge\n"
+        "from core.metrics import rouge\n"
         "from core.errors import UserError\n"
         "try:\n    rouge(['a'], ['a'])\nexcept UserError as e:\n    print('refused:', e)\n"
     )
