@@ -29,7 +29,6 @@ It prints each output on a line of stdout and nothing else there (no table, no f
 decoding flags and their defaults as in an evaluation, for one checkpoint.
 """
 
-import os
 import sys
 
 import torch
@@ -38,7 +37,7 @@ from core import checkpoint
 from core.decodings import DECODINGS, decoding_plans
 from core.distributed import resolve_dtype
 from core.errors import main_guard
-from core.evaluation import answer, evaluate_checkpoint, lead_rows, majority_row
+from core.evaluation import answer, baseline_rows, evaluate_checkpoint
 from core.flags import AT_LEAST_1, flag, parser
 from core.guards import parse_args, refuse_unused
 from core.results import check_writable, markdown, write_results
@@ -168,11 +167,8 @@ def main(argv=None):
             row, outputs = evaluate_checkpoint(ck, splits[ck.task].sample(config.limit), config, device, dtype, gen)
             write_results(ck.path, row, outputs, config, gen)
             rows.append(row)
-    if not config.no_lead and "summarize" in splits:  # beside the first summarizer's files
-        where = os.path.dirname(os.path.abspath(next(ck.path for ck in cks if ck.task == "summarize")))
-        rows += lead_rows(splits["summarize"].sample(config.limit), where, config)
-    if not config.no_lead and "classify" in splits:
-        rows.append(majority_row(splits["classify"].sample(config.limit).targets))
+    if not config.no_lead:  # LEAD, the majority class
+        rows += baseline_rows(splits, cks, config)
 
     # -------------------------------------------------------------------------
     # the table

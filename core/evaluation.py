@@ -1,6 +1,6 @@
 """What eval.py evaluates with: a fine-tuned checkpoint's model and the function that decodes with
-it (load_decoder), one checkpoint's row (quality, then speed), the LEAD baselines' rows, and
---text's outputs (answer).
+it (load_decoder), one checkpoint's row (quality, then speed), the baselines' rows (LEAD, the
+majority class), and --text's outputs (answer).
 
     ck = checkpoint.read_finetuned(path)                   # core/checkpoint.py
     row, outputs = evaluate_checkpoint(ck, data.sample(config.limit), config, device, dtype, gen)
@@ -20,7 +20,7 @@ from .generation import summarizer
 from .metrics import label_scores, majority_scores, rouge
 from .model import count_parameters
 from .progress import progress_line
-from .results import data_tag, jsonl, write_atomically
+from .results import write_baseline
 from .tasks import lead, load_split
 from .timing import speed
 from .tokenizer import Tokenizer
@@ -96,25 +96,24 @@ def evaluate_checkpoint(ck, data, args, device, dtype=torch.float32, gen=None):
     return row, outputs
 
 
-def lead_rows(data, where, args):
-    """Summarization's baselines on the examples data, LEAD-8 (the first 8 words) and LEAD-1sent (the
-    first sentence): their rows, and their outputs in `where`, beside the first summarizer's, so
-    that reproduce/significance.py pairs "beats LEAD"."""
+def baseline_rows(splits, cks, args):
+    """The rows of what ignores (most of) the input, on the examples the checkpoints are scored on:
+    summarization's LEAD-8 (the first 8 words) and LEAD-1sent (the first sentence), their outputs
+    beside the first summarizer's files so that reproduce/significance.py pairs "beats LEAD"; and
+    classification's floor, the majority class of the examples predicted for every one of them."""
     rows = []
-    for name, words in (("LEAD-8", 8), ("LEAD-1sent", None)):
-        preds = [lead(s, words) for s in data.sources]
-        write_atomically(
-            os.path.join(where, f"outputs-{name}-{data_tag(args)}.jsonl"),
-            jsonl(dict(source=s, prediction=p, reference=t) for s, p, t in zip(data.sources, preds, data.targets)),
-        )
-        rows.append(dict(model=name, arch="-", params_M=0, n=len(data.sources), **rouge(preds, data.targets)))
+    if "summarize" in splits:
+        data = splits["summarize"].sample(args.limit)
+        where = os.path.dirname(os.path.abspath(next(ck.path for ck in cks if ck.task == "summarize")))
+        for name, words in (("LEAD-8", 8), ("LEAD-1sent", None)):
+            preds = [lead(s, words) for s in data.sources]
+            outputs = [dict(source=s, prediction=p, reference=t) for s, p, t in zip(data.sources, preds, data.targets)]
+            write_baseline(where, name, outputs, args)
+            rows.append(dict(model=name, arch="-", params_M=0, n=len(data.sources), **rouge(preds, data.targets)))
+    if "classify" in splits:
+        targets = splits["classify"].sample(args.limit).targets
+        rows.append(dict(model="majority class", arch="-", params_M=0, n=len(targets), **majority_scores(targets)))
     return rows
-
-
-def majority_row(targets):
-    """Classification's floor, as LEAD is summarization's: the row of the most frequent label of the
-    evaluated examples predicted for every one of them."""
-    return dict(model="majority class", arch="-", params_M=0, n=len(targets), **majority_scores(targets))
 
 
 # -----------------------------------------------------------------------------

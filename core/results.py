@@ -1,7 +1,8 @@
 """eval.py's result files and its table. Each row goes to eval-NAME-DATA.json beside its checkpoint
 and its generated outputs to outputs-NAME-DATA.jsonl, named for the checkpoint, the examples it
-scored and how it decoded, so that no evaluation overwrites another; each file is written
-atomically (temp file + rename). The table of every row is markdown."""
+scored and how it decoded, so that no evaluation overwrites another; a baseline's outputs to
+outputs-LEAD-8-DATA.jsonl (and LEAD-1sent); each file is written atomically (temp file + rename).
+The table of every row is markdown."""
 
 import hashlib
 import json
@@ -93,6 +94,12 @@ def write_results(path, row, outputs, args, gen):
         files.append((outputs_path, jsonl(outputs)))
     for name, text in files:
         write_atomically(name, text)
+
+
+def write_baseline(where, name, outputs, args):
+    """Atomically, a baseline's outputs (LEAD-8, LEAD-1sent) in the folder `where`, named for it and
+    the data as a checkpoint's are."""
+    write_atomically(os.path.join(where, f"outputs-{name}-{data_tag(args)}.jsonl"), jsonl(outputs))
 
 
 def jsonl(outputs):
