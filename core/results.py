@@ -10,7 +10,6 @@ import os
 
 from . import checkpoint
 from .decodings import DECODINGS
-from .elmer.exit_measures import exit_settings
 from .errors import UserError
 from .flags import defaults
 
@@ -56,12 +55,12 @@ def data_tag(args):
 def result_names(path, args, task="summarize", gen=None):
     """(eval json, outputs jsonl) beside the checkpoint, named for it, the data, and how it decodes
     (a classifier decodes nothing: no decoding settings in its names); gen: the settings the row
-    decoded with (core/decodings.py), else the flags' first."""
+    decoded with (core/decodings.py: an ELMER row's exit rule, resolved against its checkpoint), None
+    for a row without an exit rule."""
     tag = os.path.splitext(os.path.basename(path).removesuffix(checkpoint.PACKED))[0] + "-" + data_tag(args)
-    setting = exit_settings(args)[0] if gen is None else gen.get("exit_rule")
-    if setting:  # a threshold sweep keeps each (resolved by decoding_settings; read off the flags, the checkpoint's
-        # own measure)
-        tag += f"-exit-{setting[0] or 'own'}" + (f"{setting[1]:g}" if setting[1] is not None else "")
+    setting = (gen or {}).get("exit_rule")
+    if setting:  # a threshold sweep keeps each
+        tag += f"-exit-{setting[0]}{setting[1]:g}"
     if task == "classify":
         return (
             os.path.join(os.path.dirname(os.path.abspath(path)), f"eval-{tag}.json"),

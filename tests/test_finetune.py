@@ -10,6 +10,7 @@ import torch
 import eval as evaluate_script
 import finetune
 from core.checkpoint import read_finetuned
+from core.decodings import decoding_plans
 from core.evaluation import examples, load_decoder
 from core.results import result_names
 from conftest import FT, ROOT, read_log
@@ -105,12 +106,9 @@ def test_summarize_pipeline(objective, pretrained, task_files, tmp_path, capsys)
         assert limited_outputs.endswith("-sample5-beam1.jsonl") and limited_outputs != outputs_jsonl
         assert [json.loads(l)["source"] for l in open(limited_outputs)] == sample.sources
         assert len(open(outputs_jsonl).readlines()) == 12  # the full evaluation's files are untouched
-        swept = result_names(ckpt, evaluate_script.get_args([ckpt, "--exit-entropy", "0"]))[0]
-        assert swept.endswith("-exit-entropy0.json")  # an exit-threshold sweep keeps a file per threshold
-        swept = result_names(
-            ckpt, evaluate_script.get_args([ckpt, "--exit-measure", "state", "--exit-threshold", "0.99"])
-        )[0]
-        assert swept.endswith("-exit-state0.99.json")
+        swept = lambda rule: result_names(ckpt, evaluate_script.get_args([ckpt]), gen=dict(exit_rule=rule))[0]  # noqa: E731
+        assert swept(("entropy", 0.0)).endswith("-exit-entropy0.json")  # a threshold sweep keeps a file per threshold
+        assert swept(("state", 0.99)).endswith("-exit-state0.99.json")
         # a decoding setting away from its default keeps its own files; the defaults' names stay as they were
         named = lambda *flags: result_names(ckpt, evaluate_script.get_args([ckpt, *flags]))[0]  # noqa: E731
         assert named("--beam", "5") == named() and named("--beam", "1") != named()
@@ -458,7 +456,8 @@ def test_text_prints_what_the_evaluation_predicts(kind, finetuned, task_files, m
     data = ["--data", task_files["test"], "--limit", "6"]
     evaluate_script.main([ckpt, "--latency-samples", "1", "--no-lead"] + data + flags)
     args = evaluate_script.get_args([ckpt] + data + flags)
-    outputs = result_names(ckpt, args, "classify" if kind == "classify" else "summarize")[1]
+    gen = decoding_plans(args, [read_finetuned(ckpt)])[ckpt][0]  # the settings the evaluation decoded with
+    outputs = result_names(ckpt, args, "classify" if kind == "classify" else "summarize", gen)[1]
     rows = [json.loads(line) for line in open(outputs)]
     docs, expected = [r["source"] for r in rows], [r["prediction"] for r in rows]
     assert len(set(expected)) > 1, expected  # outputs that depend on the document

@@ -416,4 +416,5 @@ def test_elmer_exit_uses_the_checkpoints_measure_and_its_classifier():
     with pytest.raises(UserError, match="holds no exit classifier"):
         resolve_exit(("classifier", 0.9), old, "ck")
     args = evaluate_script.get_args(["ck.pt", "--exit-threshold", "0.95"])
-    assert "-exit-own0.95" in result_names("ck.pt", args)[0]
+    gen = dict(exit_rule=resolve_exit((None, 0.95), state, "ck"))  # the row's settings (core/decodings.py)
+    assert "-exit-state0.95" in result_names("ck.pt", args, gen=gen)[0]
