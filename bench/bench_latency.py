@@ -36,9 +36,8 @@ from core.decodings import decoding_of  # noqa: E402
 from core.evaluation import examples, load_decoder  # noqa: E402
 from core.distributed import resolve_dtype  # noqa: E402
 from core.errors import UserError, main_guard  # noqa: E402
-from core.model import count_parameters  # noqa: E402
 from core.timing import clock  # noqa: E402
-from core.training import add_dtype_flag, autocast  # noqa: E402
+from core.training import add_dtype_flag  # noqa: E402
 
 
 def get_args(argv=None):
@@ -57,19 +56,19 @@ def get_args(argv=None):
     return args
 
 
-def decoder_of(path, args, device):
+def decoder_of(path, args, device, dtype):
     """(a function decoding one source, its table row) for one checkpoint, as eval.py decodes."""
     ck = checkpoint.read_finetuned(path)
     if ck.task != "summarize":
         raise UserError(f"{path} is a {ck.state['kind']} checkpoint: the latency benchmark times summarizers")
     kind = decoding_of(ck.arch)
     gen = kind.settings(evaluate.get_args([path, "--beam", str(args.beam)]), ck.state, path)[0]
-    model, _, decode = load_decoder(ck, device, 1, gen)
+    _, params, _, decode = load_decoder(ck, device, dtype, 1, gen)
     row = dict(
         model=os.path.basename(os.path.dirname(os.path.abspath(path))),
         arch=ck.arch,
         decoding=kind.label(gen),
-        params_M=count_parameters(model) / 1e6,
+        params_M=params / 1e6,
     )
     return lambda src: decode([src]), row
 
@@ -97,10 +96,10 @@ def main(argv=None):
     sources = examples("summarize", evaluate.get_args(data + ["--limit", str(args.n)])).sources
     runs, rows = [], []
     for path in args.checkpoints:
-        run, row = decoder_of(path, args, device)
+        run, row = decoder_of(path, args, device, dtype)
         runs.append(run)
         rows.append(row)
-    with torch.no_grad(), autocast(device, dtype):
+    with torch.no_grad():  # each decoder runs in the compute dtype (load_decoder)
         for run, row in zip(runs, rows):
             row["flops"] = flops_of(run, sources)
             run(sources[0])  # warm-up

@@ -34,10 +34,11 @@ def examples(task, args):
     )
 
 
-def load_decoder(ck, device, batch_size, gen, stats=None):
+def load_decoder(ck, device, dtype, batch_size, gen, stats=None):
     """(model in eval mode on device, its parameter count, its tokenizer, run) of a
     checkpoint.Finetuned: run(sources, progress=None) is a summarizer's summaries of texts decoded
-    with the settings gen, or a classifier's label ids of token-id lists."""
+    with the settings gen, or a classifier's label ids of token-id lists, its forward passes in the
+    compute dtype (core/training.py's autocast)."""
     tok = Tokenizer.from_tensor(ck.state["tokenizer"])
     fa = ck.state["args"]
     with checkpoint.weights_of(ck.path):
@@ -47,8 +48,15 @@ def load_decoder(ck, device, batch_size, gen, stats=None):
     params = count_parameters(model)
     model = model.to(device).eval()
     if ck.task == "summarize":
-        return model, params, tok, summarizer(model, ck.arch, tok, fa["max_src"], batch_size, gen, stats)
-    return model, params, tok, classifier(model, tok, fa["max_src"], batch_size, device, ARCHS[ck.arch].classify_sos)
+        decode = summarizer(model, ck.arch, tok, fa["max_src"], batch_size, gen, stats)
+    else:
+        decode = classifier(model, tok, fa["max_src"], batch_size, device, ARCHS[ck.arch].classify_sos)
+
+    def run(sources, progress=None):
+        with autocast(device, dtype):
+            return decode(sources, progress)
+
+    return model, params, tok, run
 
 
 # -----------------------------------------------------------------------------
@@ -59,7 +67,7 @@ def evaluate_checkpoint(ck, data, args, device, dtype=torch.float32, gen=None):
     """The row of one checkpoint (a checkpoint.Finetuned) on the examples data, decoding with the
     settings gen, and the generated outputs to write."""
     stats = {}
-    model, params, tok, run = load_decoder(ck, device, args.batch_size, gen, stats)
+    model, params, tok, run = load_decoder(ck, device, dtype, args.batch_size, gen, stats)
     sources, targets = data.sources, data.targets
     row = dict(
         model=ck.path,
@@ -69,30 +77,29 @@ def evaluate_checkpoint(ck, data, args, device, dtype=torch.float32, gen=None):
         n=len(sources),
         skipped=data.skipped,
     )
-    with torch.no_grad(), autocast(device, dtype):  # the forward passes of the quality and of the timing
-        if ck.task == "summarize":
-            kind = decoding_of(ck.arch)
-            row["decoding"] = kind.label(gen)
-            show = progress_line(f"generating with {os.path.basename(os.path.dirname(os.path.abspath(ck.path)))}")
-            preds = run(sources, show)
-            row |= kind.report(model, ck.arch, gen, stats, ck.path) | rouge(preds, targets)
-            outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
-        else:
-            sources, gold = tok.encode(sources), ck.labels.ids(targets)
-            if -1 in gold:
-                print(
-                    f"note: {gold.count(-1)} examples of {data.origin} have labels {ck.path} never saw in training "
-                    f"(counted as wrong)",
-                    file=sys.stderr,
-                )
-            pred = run(sources)
-            row |= label_scores(pred, gold, len(ck.labels))
-            # per example, as summarization's: reproduce/significance.py pairs two models' accuracies on them
-            outputs = [
-                dict(prediction=ck.labels.names[p], reference=t, source=s, task="classify")
-                for s, t, p in zip(data.sources, targets, pred)
-            ]
-        row["latency_ms"], row["samples_per_s"] = speed(device, run, sources, args.batch_size, args.latency_samples)
+    if ck.task == "summarize":
+        kind = decoding_of(ck.arch)
+        row["decoding"] = kind.label(gen)
+        show = progress_line(f"generating with {os.path.basename(os.path.dirname(os.path.abspath(ck.path)))}")
+        preds = run(sources, show)
+        row |= kind.report(model, ck.arch, gen, stats, ck.path) | rouge(preds, targets)
+        outputs = [dict(prediction=p, reference=t, source=s) for s, t, p in zip(sources, targets, preds)]
+    else:
+        sources, gold = tok.encode(sources), ck.labels.ids(targets)
+        if -1 in gold:
+            print(
+                f"note: {gold.count(-1)} examples of {data.origin} have labels {ck.path} never saw in training "
+                f"(counted as wrong)",
+                file=sys.stderr,
+            )
+        pred = run(sources)
+        row |= label_scores(pred, gold, len(ck.labels))
+        # per example, as summarization's: reproduce/significance.py pairs two models' accuracies on them
+        outputs = [
+            dict(prediction=ck.labels.names[p], reference=t, source=s, task="classify")
+            for s, t, p in zip(data.sources, targets, pred)
+        ]
+    row["latency_ms"], row["samples_per_s"] = speed(device, run, sources, args.batch_size, args.latency_samples)
     return row, outputs
 
 
@@ -133,9 +140,8 @@ def answer(args, device, dtype):
             f"--text prints one output per document: the flags give a sweep of {len(gens)} settings, give one"
         )
     docs = documents(args.text)
-    _, _, tok, run = load_decoder(ck, device, args.batch_size, gens[0])
-    with torch.no_grad(), autocast(device, dtype):
-        outs = run(docs) if ck.task == "summarize" else [ck.labels.names[i] for i in run(tok.encode(docs))]
+    _, _, tok, run = load_decoder(ck, device, dtype, args.batch_size, gens[0])
+    outs = run(docs) if ck.task == "summarize" else [ck.labels.names[i] for i in run(tok.encode(docs))]
     for out in outs:
         print(" ".join(out.split()), flush=True)
     return outs

@@ -142,7 +142,7 @@ def test_classify_pipeline(objective, pretrained, task_files, tmp_path, capsys):
     reads = "first" if objective in ("pmlm", "t5") else "last"
     saved = torch.load(os.path.join(out, "best.pt"), weights_only=True)
     assert saved["args"]["cls_vector"] == reads
-    model = load_decoder(read_finetuned(os.path.join(out, "best.pt")), torch.device("cpu"), 1, {})[0]
+    model = load_decoder(read_finetuned(os.path.join(out, "best.pt")), torch.device("cpu"), torch.float32, 1, {})[0]
     assert model.reads == reads
     rows = evaluate_script.main(
         [os.path.join(out, "best.pt"), "--data", task_files["test"], "--batch-size", "4", "--latency-samples", "2"]
