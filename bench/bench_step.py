@@ -478,7 +478,7 @@ def main(argv=None):
     )
     out = dict(
         env,
-        command=shlex.join([sys.executable.split("/")[-1]] + sys.argv),
+        command=shlex.join(["python", "-m", "bench.bench_step"] + (sys.argv[1:] if argv is None else list(argv))),
         model=args.model,
         objective=args.objective,
         tokens_per_step=tokens,
