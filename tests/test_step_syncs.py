@@ -325,3 +325,37 @@ def step_lines(path):
 @pytest.mark.parametrize("script", ["train.py", "finetune.py"])
 def test_the_step_is_the_scripts_step(script):
     assert step_lines(script) == step_lines("bench/step.py")
+
+
+@pytest.mark.parametrize("objective", ["t5-nar", "mlae"])
+def test_the_compiled_mlae_and_t5_nar_pretraining_steps_are_one_graph_without_a_sync(
+    tokenizer, text_file, monkeypatch, objective
+):
+    """The pretraining models the PMLM's and the seq2seq fine-tunings' do not cover (MLAE's latents
+    and decoders, T5-NAR's NAR decoder) under --compile: each forward one graph, no operation in it
+    or in its backward that would wait for a GPU."""
+    import train
+    from core.data import TokenStream, read_texts
+    from core.objectives import OBJECTIVES
+
+    o, a = OBJECTIVES[objective], train.get_args(["--objective", objective, "--model", "tiny"])
+    torch.manual_seed(0)
+    model = o.model(o.shape(preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id), a), a)
+    stream = TokenStream(tokenizer.encode(read_texts(text_file)[:200]), o.window(64), seed=0, sep=tokenizer.eos_id)
+    graphs, ops = compiled_graphs(model, o.loss(a), o.batch(stream, [0, 1, 2, 3], tokenizer, a, model), monkeypatch)
+    assert len(graphs) == 1 and ops and syncing(ops) == [], (len(graphs), syncing(ops))
+
+
+@pytest.mark.parametrize("arch", ["t5", "mlae-unilm", "nar"])
+def test_the_compiled_encoder_decoder_fine_tuning_steps_are_one_graph_without_a_sync(tokenizer, monkeypatch, arch):
+    """The encoder-decoder's AR fine-tuning step (T5's, MLAE's seq2seq style, RoBERTa's: one model),
+    MLAE's UniLM style and the CMLM's NAR step under --compile, the same way."""
+    from core.architectures import build_model, seq2seq_ops
+
+    torch.manual_seed(0)
+    model = build_model(arch, preset("tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id))
+    ops_ = seq2seq_ops(arch)
+    ids = random_ids(tokenizer)
+    batch = ops_.batch([(ids(9), ids(3)), (ids(5), ids(6))], tokenizer, 16, 8)
+    graphs, ops = compiled_graphs(model, lambda m, b: ops_.loss_sums(m, b), batch, monkeypatch)
+    assert len(graphs) == 1 and ops and syncing(ops) == [], (len(graphs), syncing(ops))
