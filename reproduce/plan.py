@@ -108,7 +108,7 @@ PRETRAIN = [
 # the pretrainings whose weights the repository keeps (reproduce/weights.py): each feeds more runs
 # than fit the sitting that made it, so a later machine starts them from its packed copy; the rest
 # are short enough to run again with their fine-tunings in one sitting
-KEEP_WEIGHTS = ("pre-mlae-a", "pre-elmer", "pre-mlae-b", "pre-t5-nar")
+KEEP_WEIGHTS = ("pre-mlae-a", "pre-elmer", "pre-mlae-b", "pre-t5-nar", "pre-t5", "pre-pmlm")
 
 # -----------------------------------------------------------------------------
 # fine-tuning: summarization (document -> one-line summary) and classification (-> section)
