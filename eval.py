@@ -31,11 +31,10 @@ decoding flags and their defaults as in an evaluation, for one checkpoint.
 
 import sys
 
-import torch
 
 from core import checkpoint
 from core.decodings import DECODINGS, decoding_plans
-from core.distributed import resolve_dtype
+from core.distributed import resolve_device, resolve_dtype
 from core.errors import main_guard
 from core.evaluation import answer, baseline_rows, evaluate_checkpoint
 from core.flags import AT_LEAST_1, flag, parser
@@ -118,13 +117,7 @@ def get_args(argv=None):
 @main_guard
 def main(argv=None):
     args = get_args(argv)
-    device = torch.device(
-        "cuda"
-        if args.device == "auto" and torch.cuda.is_available()
-        else "cpu"
-        if args.device == "auto"
-        else args.device
-    )
+    device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     if args.text is not None:  # the outputs of the documents given, nothing else
         return answer(args, device, dtype)

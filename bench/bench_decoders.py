@@ -37,6 +37,7 @@ import torch
 from bench.bench_early_exit import Tok, interleaved  # noqa: E402
 from core import decoding  # noqa: E402
 from core.config import preset  # noqa: E402
+from core.distributed import resolve_device  # noqa: E402
 from core.elmer.model import ELMER  # noqa: E402
 from core.model import EncoderDecoder, UnifiedLM  # noqa: E402
 from core.graphs import source_bucket  # noqa: E402
@@ -111,13 +112,7 @@ def targets_of(rows, K):
 
 def main(argv=None):
     args = get_args(argv)
-    device = torch.device(
-        "cuda"
-        if args.device == "auto" and torch.cuda.is_available()
-        else "cpu"
-        if args.device == "auto"
-        else args.device
-    )
+    device = resolve_device(args.device)
     cfg = preset(
         args.model,
         vocab_size=args.vocab,

@@ -46,6 +46,7 @@ import kernels  # noqa: E402
 from core import checkpoint, decoding  # noqa: E402
 from core.batch import pad_stack  # noqa: E402
 from core.config import ModelConfig, preset  # noqa: E402
+from core.distributed import resolve_device  # noqa: E402
 from core.elmer.model import ELMER  # noqa: E402
 from core.elmer.exit_measures import DEFAULT_THRESHOLD  # noqa: E402
 from core.elmer.exit_decode import decode_exit, decoder_macs  # noqa: E402
@@ -432,13 +433,7 @@ def main():
     )
     if not (args.ckpt or args.forced or args.ar or args.graphs):
         p.error("nothing to time: give --ckpt CKPT, --forced, --ar and / or --graphs")
-    device = torch.device(
-        "cuda"
-        if args.device == "auto" and torch.cuda.is_available()
-        else "cpu"
-        if args.device == "auto"
-        else args.device
-    )
+    device = resolve_device(args.device)
     print(
         f"torch {torch.__version__}, {device.type}"
         + (

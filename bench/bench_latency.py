@@ -34,7 +34,7 @@ import kernels  # noqa: E402
 from core import checkpoint  # noqa: E402
 from core.decodings import decoding_of  # noqa: E402
 from core.evaluation import examples, load_decoder  # noqa: E402
-from core.distributed import resolve_dtype  # noqa: E402
+from core.distributed import resolve_device, resolve_dtype  # noqa: E402
 from core.errors import UserError, main_guard  # noqa: E402
 from core.timing import clock  # noqa: E402
 from core.training import add_dtype_flag  # noqa: E402
@@ -84,13 +84,7 @@ def flops_of(run, sources):
 @main_guard
 def main(argv=None):
     args = get_args(argv)
-    device = torch.device(
-        "cuda"
-        if args.device == "auto" and torch.cuda.is_available()
-        else "cpu"
-        if args.device == "auto"
-        else args.device
-    )
+    device = resolve_device(args.device)
     data = ["--data", args.data] if args.data else []
     dtype = resolve_dtype(args.dtype, device)
     sources = examples("summarize", evaluate.get_args(data + ["--limit", str(args.n)])).sources

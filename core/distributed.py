@@ -66,6 +66,13 @@ def native_bf16_cpu():
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def resolve_device(flag):
+    """`--device auto`: CUDA where there is one, else the CPU; any other value as torch names it."""
+    if flag == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(flag)
+
+
 def resolve_dtype(flag, device):
     """`--dtype auto`: bf16 autocast on CUDA and on CPUs with native bf16 (measured 1.75x the
     tokens/s of float32 there), float32 elsewhere."""
