@@ -119,12 +119,22 @@ def main(argv=None):
     args = get_args(argv)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    if args.text is not None:  # the outputs of the documents given, nothing else
-        return answer(args, device, dtype)
 
     # -------------------------------------------------------------------------
-    # read and check every input before the first (long) evaluation
+    # read and check every input before the first (long) evaluation: the checkpoints and the
+    # decoding settings of each one's rows (--text's too), then the data
     cks = checkpoint.read_all_finetuned(args.checkpoints)
+    plans = decoding_plans(
+        args,
+        cks,
+        also=dict(
+            src_field=(args.data is not None, "with --data", True),
+            tgt_field=(args.data is not None, "with --data", True),
+            split=(args.data is None, "without --data (the embedded corpus's splits)", True),
+        ),
+    )
+    if args.text is not None:  # the outputs of the documents given, nothing else
+        return answer(args.text, cks, plans, device, dtype, args.batch_size)
     held = []  # what the data says (examples left out), said once every input is checked
     splits = {
         task: load_split(task, args.split, args.data, args.src_field, args.tgt_field, note=held.append)
@@ -137,15 +147,6 @@ def main(argv=None):
     # the run's config, frozen: what --limit, --dtype auto and --device auto resolved to (each result records it)
     config = args.resolved(
         limit=None if past else args.limit, dtype_run=str(dtype).split(".")[-1], device_run=device.type
-    )
-    plans = decoding_plans(
-        config,
-        cks,
-        also=dict(
-            src_field=(config.data is not None, "with --data", True),
-            tgt_field=(config.data is not None, "with --data", True),
-            split=(config.data is None, "without --data (the embedded corpus's splits)", True),
-        ),
     )
     check_writable([ck.path for ck in cks])
     for note in held:

@@ -14,7 +14,7 @@ import torch
 from . import checkpoint
 from .architectures import ARCHS, build_model
 from .classify import classifier
-from .decodings import decoding_of, decoding_plans
+from .decodings import decoding_of
 from .errors import UserError
 from .generation import summarizer
 from .metrics import label_scores, majority_scores, rouge
@@ -127,20 +127,19 @@ def baseline_rows(splits, cks, args):
 # --text: the outputs of the documents given, nothing else
 
 
-def answer(args, device, dtype):
-    """Each document's output (a summary, or a classifier's label) on a line of stdout, decoded by
-    the one checkpoint named (eval.py's get_args refuses the flags of an evaluation over a data set)."""
-    paths = checkpoint.pick_checkpoints(args.checkpoints)
-    if len(paths) != 1:
-        raise UserError(f"--text decodes with one checkpoint, not {len(paths)}: name one")
-    ck = checkpoint.read_finetuned(paths[0])
-    gens = decoding_plans(args, [ck])[ck.path]
+def answer(text, cks, plans, device, dtype, batch_size):
+    """Each document of --text's (documents) output on a line of stdout, a summary or a classifier's
+    label, decoded by the one checkpoint of cks with its one decoding setting of plans (eval.py's
+    get_args refuses the flags of an evaluation over a data set)."""
+    if len(cks) != 1:
+        raise UserError(f"--text decodes with one checkpoint, not {len(cks)}: name one")
+    ck, gens = cks[0], plans[cks[0].path]
     if len(gens) > 1:
         raise UserError(
             f"--text prints one output per document: the flags give a sweep of {len(gens)} settings, give one"
         )
-    docs = documents(args.text)
-    _, _, tok, run = load_decoder(ck, device, dtype, args.batch_size, gens[0])
+    docs = documents(text)
+    _, _, tok, run = load_decoder(ck, device, dtype, batch_size, gens[0])
     outs = run(docs) if ck.task == "summarize" else [ck.labels.names[i] for i in run(tok.encode(docs))]
     for out in outs:
         print(" ".join(out.split()), flush=True)
