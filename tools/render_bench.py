@@ -145,7 +145,7 @@ def exit_rows(path):
 def loops(path):
     """tools/aot.py --loops --json: the SASS per loop iteration of each tile class of the attention
     kernels, against the plain FlashAttention loop compiled with the forward's blocks."""
-    from tools.aot import ALL_LOOP_NAMES, loop_names
+    from tools.aot_tables import ALL_LOOP_NAMES, loop_names
 
     rows = _load(path)
     version = os.path.basename(path)[:-5].split("triton-")[-1]
@@ -203,7 +203,7 @@ def backward(path):
     """tools/aot.py --loops --json FILE --side before|after: the dK/dV kernel's compile-time proxies
     before and after a change, beside the plain FlashAttention-2 dK/dV kernel (tools/aot_cases.py)
     compiled with the same blocks, warps and stages."""
-    from tools.aot import backward_table, wgmma_macs
+    from tools.aot_tables import backward_table, wgmma_macs
 
     rec = _load(path)
     out = [
@@ -242,10 +242,10 @@ def backward(path):
 
 def backward_loops(path):
     """tools/aot.py --loops --json FILE --side before|after: the dK/dV kernel's compile-time proxies
-    before and after a change, a row per case and loop (tools/aot.py loop_names), each cell
+    before and after a change, a row per case and loop (tools/aot_tables.py loop_names), each cell
     before / after: registers, spills and programs an SM of the kernel, and the wgmma, SASS
     instructions and atomic adds to global memory of one iteration (one tile) of the loop."""
-    from tools.aot import ALL_LOOP_NAMES, backward_table
+    from tools.aot_tables import ALL_LOOP_NAMES, backward_table
 
     rec = _load(path)
     sides = {s: {r["case"]: r for r in backward_table(rec[s]["rows"])[1]} for s in ("before", "after")}
