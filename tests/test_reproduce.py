@@ -229,6 +229,11 @@ def check_an_edited_plan_keeps_its_results(out, capsys):
     )
 
 
+# a pretraining whose weights the archive does not keep (plan.KEEP_WEIGHTS), and the summarization
+# fine-tuning built on it
+UNKEPT, UNKEPT_FT = "pre-mlm", "sum-mlm"
+
+
 def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     """A snapshot's archive of OUT, restored into an empty OUT on another machine, gives the same
     report with no run left; a run the archive lacks runs again with the pretraining it needs."""
@@ -242,7 +247,7 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     # the kept pretrainings' weights, packed; the runs built on them read the same rounded weights
     from reproduce.weights import is_rounded
 
-    assert sorted(f for f in files if f.endswith(".pt.xz")) == [f"weights/{n}.pt.xz" for n in sorted(plan.KEEP_WEIGHTS)]
+    assert sorted(f for f in files if f.endswith(".pt.xz")) == sorted(f"weights/{n}.pt.xz" for n in plan.KEEP_WEIGHTS)
     assert all(is_rounded(os.path.join(out, n, "last.pt")) for n in plan.KEEP_WEIGHTS)
     assert [f for f in files if re.fullmatch(r"sum-pmlm/outputs-best-test\S*\.jsonl\.gz", f)], files
     assert archive.main(["save", out, kept]) == 0  # nothing changed: nothing rewritten
@@ -253,7 +258,8 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     assert reproduce.main(["--budget", "tiny", "--out", elsewhere, "--dry-run"]) == 0
     text = capsys.readouterr().out
     assert "left: 0 runs" in text
-    assert re.search(r"^  pre-pmlm +archived: its curve is kept and no run left needs its weights", text, re.M)
+    assert UNKEPT not in plan.KEEP_WEIGHTS
+    assert re.search(rf"^  {UNKEPT} +archived: its curve is kept and no run left needs its weights", text, re.M)
     for name in plan.KEEP_WEIGHTS:  # restored with its weights: done, and the weights the original runs read
         assert re.search(rf"^  {name} +done", text, re.M), name
         a, b = (torch.load(os.path.join(w, name, "last.pt"), weights_only=True)["model"] for w in (out, elsewhere))
@@ -277,10 +283,11 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
         == "fine-tuned from pre-pmlm at step 4, which is now at step 99"
     )
 
-    # the archive without sum-pmlm's evaluation: the fine-tuning, its evaluation and its pretraining run again
+    # the archive without sum-mlm's evaluation: the fine-tuning, its evaluation and its pretraining, whose
+    # weights the archive does not keep, run again
     with open(os.path.join(kept, "state.json")) as f:
         state = json.load(f)
-    del state["runs"]["eval-sum-pmlm"], state["runs"]["sum-pmlm"]
+    del state["runs"][f"eval-{UNKEPT_FT}"], state["runs"][UNKEPT_FT]
     with open(os.path.join(kept, "state.json"), "w") as f:
         json.dump(state, f)
     again = str(tmp_path / "again")
@@ -288,7 +295,7 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
     assert reproduce.main(["--budget", "tiny", "--out", again, "--dry-run"]) == 0
     text = capsys.readouterr().out
     assert "left: 3 runs" in text
-    for name in ("pre-pmlm", "sum-pmlm", "eval-sum-pmlm"):
+    for name in (UNKEPT, UNKEPT_FT, f"eval-{UNKEPT_FT}"):
         assert re.search(rf"^  {name} +to run", text, re.M), name
 
 
@@ -304,21 +311,21 @@ def check_a_run_again_keeps_its_archived_record(out, kept, tmp_path):
     dest = str(tmp_path / "archive-again")
     shutil.copytree(kept, dest)
     with open(os.path.join(dest, "state.json")) as f:
-        before = json.load(f)["runs"]["pre-pmlm"]
-    with gzip.open(os.path.join(dest, "pre-pmlm", "log.jsonl.gz")) as f:
+        before = json.load(f)["runs"][UNKEPT]
+    with gzip.open(os.path.join(dest, UNKEPT, "log.jsonl.gz")) as f:
         curve = f.read()
-    assert load_state(out)["runs"]["pre-pmlm"].get("archived")
-    with open(os.path.join(out, "pre-pmlm", "log.jsonl"), "w") as f:  # the run again, its first record
+    assert load_state(out)["runs"][UNKEPT].get("archived")
+    with open(os.path.join(out, UNKEPT, "log.jsonl"), "w") as f:  # the run again, its first record
         f.write(curve.decode().splitlines()[0] + "\n")
-    running = claim(out, "pre-pmlm")  # a runner holds it, its record still the archive's
+    running = claim(out, UNKEPT)  # a runner holds it, its record still the archive's
     archive.save(out, dest)
     running.close()
     with locked_state(out) as state:  # stopped: the runner's record, its own now
-        state["runs"]["pre-pmlm"] = dict(status="stopped", secs=1.0)
+        state["runs"][UNKEPT] = dict(status="stopped", secs=1.0)
     archive.save(out, dest)
     with open(os.path.join(dest, "state.json")) as f:
-        assert json.load(f)["runs"]["pre-pmlm"] == before
-    with gzip.open(os.path.join(dest, "pre-pmlm", "log.jsonl.gz")) as f:
+        assert json.load(f)["runs"][UNKEPT] == before
+    with gzip.open(os.path.join(dest, UNKEPT, "log.jsonl.gz")) as f:
         assert f.read() == curve
 
 
