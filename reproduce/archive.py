@@ -206,8 +206,10 @@ def keep_verdicts(results, dest):
     return [order[(r["chain"], r["metric"])] + 1 for r in claims if (r["chain"], r["metric"]) in order]
 
 
-def restore(src, out):
-    """Copy into OUT the archived runs OUT has no record of; returns (restored, kept as OUT has them)."""
+def restore(src, out, weights=True):
+    """Copy into OUT the archived runs OUT has no record of, with the packed pretrainings' weights unless
+    `weights` is False (a report reads none; a run that needs them then runs its pretraining again);
+    returns (restored, kept as OUT has them)."""
     with open(os.path.join(src, "state.json")) as f:
         archived = json.load(f)
     os.makedirs(out, exist_ok=True)
@@ -235,7 +237,7 @@ def restore(src, out):
                         shutil.copyfileobj(fin, fout)
                 else:
                     shutil.copyfile(os.path.join(src, rel), target)
-            if rec.get("weights"):
+            if rec.get("weights") and weights:
                 unpack_into(src, out, name)
             state["runs"][name] = rec
             restored.append(name)
@@ -256,6 +258,12 @@ def main(argv=None):
     r = sub.add_parser("restore", help="copy the runs of an archive into OUT where OUT has no record of them")
     r.add_argument("src")
     r.add_argument("out")
+    r.add_argument(
+        "--no-weights",
+        action="store_true",
+        help="the records and outputs alone, not the packed pretrainings (a report reads no weights; a run that "
+        "needs one runs its pretraining again)",
+    )
     v = sub.add_parser("verdicts", help="keep the claims a results.json measured in DEST/verdicts.json")
     v.add_argument("results")
     v.add_argument("dest")
@@ -277,7 +285,7 @@ def main(argv=None):
     else:
         if not os.path.isfile(os.path.join(args.src, "state.json")):
             p.error(f"{args.src} holds no state.json: not an archive `save` wrote")
-        restored, skipped = restore(args.src, args.out)
+        restored, skipped = restore(args.src, args.out, weights=not args.no_weights)
         print(
             f"restored {len(restored)} runs into {args.out}"
             + (f"; {len(skipped)} left as {args.out} has them" if skipped else "")

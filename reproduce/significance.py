@@ -40,6 +40,7 @@ lies below, "not resolved" otherwise.
 """
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -50,7 +51,8 @@ import numpy as np
 Z = 1.96  # two-sided 95%
 Z_POWER = 0.84  # 80% power
 SEED_SHARE = 0.9  # archived_se: past this share of a recorded interval's variance, its seed draw's, keep it whole
-CACHE = {}  # (path, mtime, metric) -> per-example scores
+CACHE = {}  # (digest of the file's bytes, metric) -> per-example scores: a copy of a file is not scored again
+DIGESTS = {}  # (path, mtime, size) -> digest
 COMPARED = {}  # ((path, mtime) of each side's files, metric) -> compare_seeds' result
 
 
@@ -112,11 +114,21 @@ def metrics_of(path):
     return ("accuracy",) if rows and rows[0].get("task") == "classify" else ("rouge1", "rouge2", "rougeL")
 
 
+def digest(path):
+    """The SHA-1 of the file at path, read again only when its mtime or size changed."""
+    st = os.stat(path)
+    key = (path, st.st_mtime, st.st_size)
+    if key not in DIGESTS:
+        with open(path, "rb") as f:
+            DIGESTS[key] = hashlib.sha1(f.read()).hexdigest()
+    return DIGESTS[key]
+
+
 def per_example(path, metric="rougeL"):
     """The per-example score (x100) of one of eval.py's outputs files: ROUGE F1, or accuracy (100 where
     the predicted label is the reference); and its sources (to pair on). ROUGE-1, 2 and L are scored
     in one pass and kept for the next call."""
-    key = (path, os.path.getmtime(path), metric)
+    key = (digest(path), metric)
     if key not in CACHE:
         rows = read_rows(path)
         sources = [r["source"] for r in rows]
@@ -129,7 +141,7 @@ def per_example(path, metric="rougeL"):
             scorer = rouge_scorer.RougeScorer(list(names), use_stemmer=True)
             scored = [scorer.score(r["reference"], r["prediction"]) for r in rows]
             for m in names:
-                CACHE[(path, key[1], m)] = ([100 * s[m].fmeasure for s in scored], sources)
+                CACHE[(key[0], m)] = ([100 * s[m].fmeasure for s in scored], sources)
     return CACHE[key]
 
 

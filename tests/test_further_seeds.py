@@ -106,7 +106,7 @@ def test_a_first_seed_only_archived_verdicts_read_is_not_run_again(tmp_path, cap
     from reproduce import archive
 
     out = str(tmp_path / "r")
-    assert archive.main(["restore", os.path.join(ROOT, "results", "cpu-budget", "archive"), out]) == 0
+    assert archive.main(["restore", os.path.join(ROOT, "results", "cpu-budget", "archive"), out, "--no-weights"]) == 0
     assert reproduce.main(["--budget", "cpu", "--out", out, "--dry-run"]) == 0
     text = capsys.readouterr().out
     line = lambda n: next(l for l in text.splitlines() if l.split()[:1] == [n])
