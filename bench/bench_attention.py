@@ -23,7 +23,8 @@ a step for all its layers and shown apart: a layer is charged its call plus its 
                   "bias table frozen": a table that requires no gradient (the kernel skips it);
                   "dQ fused" / "dQ kernel apart": the backward the plan does not pick
                   (kernels/attention_plan.Tuning.fused_dq); "16-bit bias table": the other table
-                  dtype (Tuning.table_16bit);
+                  dtype (Tuning.table_16bit); "table's gradient by atomics": every pair's share
+                  of the table's gradient added by an atomic, no windows (Tuning.grad_windows);
   sdpa-mask       kernels/baselines.py's sdpa (train.py --attention sdpa): SDPA with the dense
                   (B, H, L, L) bias + -inf mask built once a step, its gradient summed over the
                   layers and gathered back into the table once;
@@ -78,9 +79,12 @@ from bench.attention_cases import (
 )
 from bench.attention_harness import charge, fused_flex, kernel_names, timer
 from bench.common import attention_backend, write_json
+from kernels.attention_plan import FUSED_DQ_MAX_D, GRAD_WINDOWS_MAX_D
 
 # the row that times the bias table's other dtype (attention_plan.Tuning.table_16bit -> its label)
 ALT_TABLE = {False: "ours, 16-bit bias table", True: "ours, float32 bias table"}
+# the row that times the table's gradient summed the other way (attention_plan.Tuning.grad_windows -> its label)
+ALT_WINDOWS = {True: "ours, table's gradient by atomics", False: "ours, table's gradient by windows"}
 
 
 def get_args(argv=None):
@@ -164,21 +168,25 @@ def views(leaves):
 
 def alternatives(tuning, D):
     """{label: Tuning} of the rows that time what `tuning` does not pick: the other backward (at D 64;
-    at D 128 there is one) and the other bias table dtype."""
+    at D 128 there is one), the other bias table dtype, and the table's gradient summed the other
+    way (where windows apply, up to GRAD_WINDOWS_MAX_D)."""
     out = {}
-    if D <= 64:
+    if D <= FUSED_DQ_MAX_D:
         out[ALT_BACKWARD[tuning.fused_dq]] = tuning._replace(fused_dq=not tuning.fused_dq)
     out[ALT_TABLE[tuning.table_16bit]] = tuning._replace(table_16bit=not tuning.table_16bit)
+    if D <= GRAD_WINDOWS_MAX_D:
+        out[ALT_WINDOWS[tuning.grad_windows]] = tuning._replace(grad_windows=not tuning.grad_windows)
     return out
 
 
 def checks(meta, table, q, k, v, tuning):
     """Ours against the reference as `tuning` launches it, then as each alternative does (a mismatch
-    of the bias table's drops its row): {label: Tuning} of the alternatives whose check passed."""
+    of the bias table's dtype drops its row; of a backward, fatal): {label: Tuning} of the alternatives
+    whose check passed."""
     check(meta, table, q, k, v, tuning=tuning)
     ok = {}
     for label, alt in alternatives(tuning, q.shape[-1]).items():
-        backward = label in ALT_BACKWARD.values()
+        backward = label in ALT_BACKWARD.values() or label in ALT_WINDOWS.values()
         if check(meta, table, q, k, v, ", " + backward_name(label), fatal=backward, tuning=alt):
             ok[label] = alt
     return ok

@@ -14,7 +14,7 @@ the autograd.Function and its dict cache; traced, the plan is an operator's outp
 every layer of a forward reads one plan, as in eager mode. The bias table is extended inside the
 forward and the backward operator (two small launches each) rather than cached: a compiled graph
 keeps no dict between calls. `launch` is the call's attention_plan.Tuning as numbers (_launch): its
-Config for the device and head dim, then fused_dq and table_16bit.
+Config for the device and head dim, then fused_dq, table_16bit and grad_windows.
 """
 
 from typing import List, Optional, Tuple
@@ -36,14 +36,16 @@ _EMPTY = (0,)  # an absent optional output: custom operators return tensors, nev
 
 def _launch(tuning, device, D):
     """A Tuning as an operator takes it: the Config a launch on `device` at head dim D runs, then
-    fused_dq and table_16bit, all ints."""
-    return list(tuning.config(device, D)) + [int(tuning.fused_dq), int(tuning.table_16bit)]
+    fused_dq, table_16bit and grad_windows, all ints."""
+    return list(tuning.config(device, D)) + [int(tuning.fused_dq), int(tuning.table_16bit), int(tuning.grad_windows)]
 
 
 def _tuning(launch):
     """The Tuning of a _launch list (its Config for every device and head dim)."""
-    cfg = Config(*launch[: len(Config._fields)])
-    return Tuning(cfg, cfg, cfg, bool(launch[-2]), bool(launch[-1]))
+    n = len(Config._fields)
+    cfg = Config(*launch[:n])
+    fused_dq, table_16bit, grad_windows = (bool(x) for x in launch[n:])
+    return Tuning(cfg, cfg, cfg, fused_dq, table_16bit, grad_windows)
 
 
 # -----------------------------------------------------------------------------

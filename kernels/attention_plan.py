@@ -76,13 +76,19 @@ class Tuning(NamedTuple):
     reads its bias as a (BM, BN) window of the table through shared memory, like K and V: in float32
     as many bytes as K and V together at D 64. 16 bits halve that but add conversions to the
     forward's loop, and the bias then carries the 8 bits of bf16's mantissa, as q and k do; float32
-    until a GPU has timed both (bench/bench_attention.py, docs/kernels.md)."""
+    until a GPU has timed both (bench/bench_attention.py, docs/kernels.md).
+    grad_windows: where the dK/dV kernel sums the relative bias table's gradient (up to
+    GRAD_WINDOWS_MAX_D), a program whose keys run sums it by windows in registers, with two grouping
+    products a tile and no atomic add (kernels/attention_backward.py); off, every pair is added by an
+    atomic, as past GRAD_WINDOWS_MAX_D. The windows issue more instructions a tile and the atomics
+    more adds to global memory (python -m tools.tile_census); windows until a GPU has timed both."""
 
     d64: Config = CUDA_CONFIGS[64]
     d128: Config = CUDA_CONFIGS[128]
     interpret: Config = INTERPRET_CONFIG
     fused_dq: bool = True
     table_16bit: bool = False
+    grad_windows: bool = True
 
     def config(self, device, D):
         """The Config a launch on `device` at head dim D runs."""
@@ -99,6 +105,10 @@ class Tuning(NamedTuple):
     def fused(self, D):
         """Whether the backward at head dim D fuses dQ into the dK/dV kernel."""
         return self.fused_dq and D <= FUSED_DQ_MAX_D
+
+    def windows(self, D):
+        """Whether the backward at head dim D sums the table's gradient by windows where keys run."""
+        return self.grad_windows and D <= GRAD_WINDOWS_MAX_D
 
     def table_dtype(self, q):
         """The dtype of the extended bias table the kernels read."""
@@ -305,6 +315,7 @@ class Launch(NamedTuple):
     has_seq: bool  # packed sequences (q_seq, k_seq given)
     rel: bool  # a relative bias
     fused: bool  # dQ fused into the dK/dV kernel (Tuning.fused)
+    windows: bool  # the table's gradient by windows where a program's keys run (Tuning.windows)
     precision: str  # the products' input precision: "ieee" in float32, "tf32" otherwise
     table_dtype: Optional[torch.dtype]  # by_distance's dtype, which its gradient returns in
     dense_dtype: Optional[torch.dtype]  # the dense bias's
@@ -327,6 +338,7 @@ def launch_of(q, k, qc, kc, tiles, table, ext, dense, max_dist, scale, has_seq, 
         has_seq=has_seq,
         rel=rel,
         fused=tuning.fused(D),
+        windows=tuning.windows(D),
         precision="ieee" if q.dtype == torch.float32 else "tf32",
         table_dtype=table.dtype if rel else None,
         dense_dtype=None if dense is None else dense.dtype,

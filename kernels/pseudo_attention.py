@@ -51,7 +51,6 @@ import triton.language as tl
 from .attention_backward import _bwd_kv_kernel, _bwd_q_kernel, _delta_kernel
 from .attention_plan import DTYPES, HEAD_DIMS, Config, Tuning, extended_table  # noqa: F401
 from .attention_plan import (
-    GRAD_WINDOWS_MAX_D,
     LOG2E,
     TUNING,
     Codes,
@@ -176,7 +175,7 @@ def _flags(launch, D, blocks, **grads):
         DENSE=launch.dense is not None,
         DENSE_GRAD=grads.get("DENSE_GRAD", False),
         FUSED_DQ=grads.get("FUSED_DQ", False),
-        GRAD_WINDOWS=D <= GRAD_WINDOWS_MAX_D,
+        GRAD_WINDOWS=launch.windows,
         PRECISION=launch.precision,
     )
 

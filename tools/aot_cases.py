@@ -77,6 +77,7 @@ def _attention_meta(q, kind_q, step_q, kind_k, step_k, valid, seq_q, seq_k, bias
         has_seq=seq_q is not None,
         rel=rel,
         fused=False,
+        windows=tuning.windows(D),
         precision="tf32",
         table_dtype=None,
         dense_dtype=None,

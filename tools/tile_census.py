@@ -27,7 +27,7 @@ from collections import Counter
 import torch
 
 from kernels import reference
-from kernels.attention_plan import CUDA_CONFIGS, GRAD_WINDOWS_MAX_D
+from kernels.attention_plan import CUDA_CONFIGS, TUNING
 from kernels.tilemap import EMPTY, FAR, FULL, GATHER, PARTIAL, reference_classes
 
 CLASS_LOOPS = {FULL: "FULL", FAR: "FAR", GATHER: "GATHER"}
@@ -80,7 +80,7 @@ def step_census(objective, model="base"):
     for batch in micro:
         see = reference.visible(batch.kind, batch.step, batch.kind, batch.step, batch.valid)
         got, (n, r) = loops_of(
-            see, batch.pos, batch.valid, blocks.BMK, blocks.BNK, cfg.rel_max_distance, D <= GRAD_WINDOWS_MAX_D
+            see, batch.pos, batch.valid, blocks.BMK, blocks.BNK, cfg.rel_max_distance, TUNING.windows(D)
         )
         loops.update(got)
         programs, running, tokens = programs + n, running + r, tokens + int(batch.n_tokens)
