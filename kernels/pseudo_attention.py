@@ -175,7 +175,7 @@ def _flags(launch, D, blocks, **grads):
         DENSE=launch.dense is not None,
         DENSE_GRAD=grads.get("DENSE_GRAD", False),
         FUSED_DQ=grads.get("FUSED_DQ", False),
-        GRAD_WINDOWS=launch.windows,
+        GRAD_WINDOWS=launch.windows and grads.get("REL_GRAD", False),
         PRECISION=launch.precision,
     )
 

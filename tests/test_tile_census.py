@@ -33,10 +33,10 @@ def test_the_tile_across_the_last_query_row_is_edge():
     assert loops == {"FULL": 2, "EDGE": 1, "PARTIAL atomic": 1, "EDGE atomic": 1}
 
 
-def test_without_windows_no_program_runs():
+def test_without_windows_no_program_runs_and_partial_tiles_have_one_loop():
     loops, programs = census(*seq2seq_like(), BM=2, BN=4, windows=False)
     assert programs == (2, 0)
-    assert loops == {"FULL": 4, "PARTIAL atomic": 2}
+    assert loops == {"FULL": 4, "PARTIAL": 2}  # one PARTIAL loop, adding by atomics (Tuning.grad_windows off)
 
 
 def test_dead_keys_do_not_stop_a_run():
@@ -48,3 +48,16 @@ def test_dead_keys_do_not_stop_a_run():
     loops, programs = census(kind, step, pos, valid, BM=2, BN=4)
     assert programs == (2, 2)
     assert loops == {"FULL": 4, "PARTIAL": 4}  # keys 4-7: seen by every query, but not 6 and 7
+
+
+def test_the_per_pair_share_counts_the_loops_that_add_pair_by_pair():
+    from tools.tile_census import weigh
+
+    loop = lambda sass, atomics: dict(instructions=sass, atomics=atomics)  # noqa: E731
+    windows = {"FAR": loop(1, 0), "FULL": loop(4, 0), "PARTIAL atomic": loop(2, 8)}
+    got = weigh(dict(windows=True, iterations={"FAR": 1, "FULL": 1, "PARTIAL atomic": 2}), windows)
+    assert got["sass"] == 9 and got["atomic_elements"] == 16
+    assert got["per_pair_iterations"] == 0.5 and got["per_pair_sass"] == 4 / 9 and got["per_pair_atomic_elements"] == 1
+    atomics = {"FAR": loop(1, 0), "FULL": loop(3, 8), "PARTIAL": loop(2, 8)}
+    got = weigh(dict(windows=False, iterations={"FAR": 1, "FULL": 1, "PARTIAL": 2}), atomics)
+    assert got["per_pair_iterations"] == 0.75 and got["per_pair_sass"] == 7 / 8 and got["atomic_elements"] == 24

@@ -24,7 +24,8 @@ def attention(tuning=TUNING):
     """[(case name, thunk)]: each thunk runs the forward and backward launchers with the CUDA
     configuration of `tuning` on CPU tensors like a base-size layer's (B=2, H=12, L=768, PMLM layout). Variants:
     no bias, relative bias (the model's self-attention) with and without the table's gradient and
-    with dQ fused into the dK/dV kernel (D 64; at D 128 the same binary as rel),
+    with dQ fused into the dK/dV kernel (D 64; at D 128 the same binary as rel), and that with the
+    table's gradient by atomics alone (Tuning.grad_windows off; D 64, the windows' only head dim),
     packed sequences, a dense bias without and with its gradient, decoding (one query against 768
     cached keys), and MLAE decoder (b)'s cross-attention with its relative bias. Nothing runs: tools/aot.py records the
     launches, so
@@ -32,9 +33,10 @@ def attention(tuning=TUNING):
     cases = []
     # bf16 only: fp16 compiles to the same registers, spills and loop sizes (docs/LOG.md), and CI's
     # suite has a time budget
-    for variant in ("norel", "rel", "rel_frozen", "rel_fused", "seq", "dense", "dense_grad", "decode", "cross"):
+    variants = ("norel", "rel", "rel_frozen", "rel_fused", "rel_fused_atomics", "seq", "dense", "dense_grad")
+    for variant in variants + ("decode", "cross"):
         for dtype in (torch.bfloat16,):
-            for D in (64, 128):
+            for D in (64,) if variant == "rel_fused_atomics" else (64, 128):
                 cases.append(
                     (
                         f"{variant}-{str(dtype)[6:]}-d{D}",
@@ -107,7 +109,8 @@ def _attention_launch(variant, dtype, D, tuning, B=2, H=12, L=768):
     meta = _attention_meta(
         q, q_kind, q_step, kind, step, None, None if seq is None else seq[:, -Lq:], seq, bias, dense, D, tuning
     )
-    meta = meta._replace(fused=variant == "rel_fused" and D <= FUSED_DQ_MAX_D)  # as attention_plan.Tuning.fused does
+    fused = variant.startswith("rel_fused") and D <= FUSED_DQ_MAX_D  # as attention_plan.Tuning.fused does
+    meta = meta._replace(fused=fused, windows=meta.windows and variant != "rel_fused_atomics")
     pa._forward(q, k, v, meta)
     pa._backward(
         q,

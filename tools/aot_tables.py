@@ -35,7 +35,8 @@ LOOP_NAMES = {True: ("FAR", "FULL", "GATHER", "PARTIAL", "EDGE"), False: ("FULL"
 # PARTIAL and EDGE are then the windows' loops
 ATOMIC_NAMES = ("PARTIAL atomic", "EDGE atomic")
 ALL_LOOP_NAMES = LOOP_NAMES[True] + ATOMIC_NAMES  # the columns of the loop tables, in this order
-REL_CASES = ("rel", "rel_frozen", "rel_fused", "seq", "decode", "cross")  # the compile cases with a relative bias
+# the compile cases with a relative bias
+REL_CASES = ("rel", "rel_frozen", "rel_fused", "rel_fused_atomics", "seq", "decode", "cross")
 
 
 def loop_names(row):
