@@ -5,7 +5,9 @@ the same way.
     python -m bench.bench_step --objective s2s --json ...                       # a seq2seq fine-tuning step
     python -m bench.bench_step --smoke                                          # tiny, on a CPU: it runs
 
-Methods (train.py --attention, kernels/baselines.py): ours (the Triton kernel), sdpa-mask (SDPA with
+Methods (train.py --attention, kernels/baselines.py): ours (the Triton kernel), ours-atomics (the
+same with the bias table's gradient added pair by pair by atomics, no windows:
+kernels/attention_plan.Tuning.grad_windows off; ours-swept runs a sweep's blocks), sdpa-mask (SDPA with
 the dense mask and bias built once per step, shared by every layer, its rows padded once to SDPA's
 alignment; with a mask that needs a gradient PyTorch runs its memory-efficient (CUTLASS) kernels,
 cuDNN and flash refusing it), sdpa-nomask (SDPA with no mask: every pair visible; wrong for these
@@ -62,6 +64,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = {
     "ours": "triton",
     "ours-swept": "triton",
+    "ours-atomics": "triton",
     "sdpa-mask": "sdpa",
     "sdpa-nomask": "sdpa-nomask",
     "flex": "flex",
@@ -167,7 +170,7 @@ def get_args(argv=None):
         args.steps, args.warmup_steps, args.rounds = 2, 1, 2
         args.methods = [m for m in args.methods if method_of(m) in ("sdpa-mask", "sdpa-nomask", "reference")]
         args.methods += [] if "reference" in args.methods else ["reference"]
-    if not torch.cuda.is_available() and any(method_of(m) in ("ours", "ours-swept", "flex") for m in args.methods):
+    if not torch.cuda.is_available() and any(METHODS[method_of(m)] in ("triton", "flex") for m in args.methods):
         p.error(
             "ours and flex train on CUDA only (flex has no CPU backward): on a CPU use --smoke, or "
             "--methods reference,sdpa-mask,sdpa-nomask"
@@ -260,10 +263,14 @@ class Method:
         from core.training import StepStats, compile_model
         from bench.step import train_step
         from bench.attention_cases import read_configs
+        from kernels.attention_plan import TUNING
 
         self.name, self.mode, self.device = method, mode_of(method), device
-        # the Triton attention's launch tuning: ours-swept the file's, every other method the default
+        # the Triton attention's launch tuning: ours-swept the file's, ours-atomics the default's without the
+        # windows, every other method the default
         self.tuning = read_configs(args.configs) if method_of(method) == "ours-swept" else None
+        if method_of(method) == "ours-atomics":
+            self.tuning = TUNING._replace(grad_windows=False)
         self.backend = lambda: kernels.use_backend(METHODS[method_of(method)])  # noqa: E731
         self.model = tune_attention(fresh(), self.tuning)
         self.call = self.model  # what the step calls: the model, or its compiled graph

@@ -46,7 +46,7 @@ def test_the_smoke_run_times_every_method_in_rounds(tmp_path, monkeypatch):
     assert all(r["tokens_per_s"] > 0 and "host_syncs" not in r for r in first["rows"])
 
 
-def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
+def test_ours_swept_runs_the_file_its_run_was_given_and_ours_atomics_no_windows(tmp_path, monkeypatch):
     """--methods ours-swept needs --configs and the other way round (refused in one line); the
     method's model launches its attention with the file's configurations, ours's with the plan's own,
     and no module global holds a tuning."""
@@ -74,11 +74,12 @@ def test_ours_swept_runs_the_file_its_run_was_given(tmp_path, monkeypatch):
         name: bench_step.Method(
             name, args, [], lambda: torch.nn.Sequential(Attention(cfg)), torch.device("cpu"), torch.float32
         )
-        for name in ("ours", "ours-swept")
+        for name in ("ours", "ours-swept", "ours-atomics")
     }
     tuning = made["ours-swept"].model[0].tuning
     assert tuning.config(torch.device("cuda"), 64).kv_warps == 8 and not tuning.fused_dq
     assert made["ours"].model[0].tuning is None  # the default: attention_plan.TUNING
+    assert made["ours-atomics"].model[0].tuning == attention_plan.TUNING._replace(grad_windows=False)
     assert not hasattr(kernels, "_tuning")
 
 
