@@ -172,6 +172,13 @@ def test_the_prepared_call_fits_its_eight_minutes_and_runs_every_step_and_method
     methods = pmlm[pmlm.index("--methods") + 1].split(",")
     assert {"ours", "sdpa-mask", "sdpa-nomask", "flex", "ours:compiled", "ours:graph"} <= set(methods)
     assert any("--objective s2s" in c for c in cmds) and any("bench.bench_attention" in c for c in cmds)
+    from bench import bench_step
+
+    for _, step_methods, _ in gpu_check.ALL_STEPS:  # every method one bench_step.py knows, in a mode it has
+        for m in step_methods.split(","):
+            assert bench_step.method_of(m) in bench_step.METHODS and bench_step.mode_of(m) in bench_step.MODES, m
+    s2s = next(methods for objective, methods, _ in gpu_check.ALL_STEPS if objective == "s2s").split(",")
+    assert "ours-atomics" in s2s  # the seq2seq step without the windows (docs/kernels.md)
     assert all(str(tmp_path) in c[c.index("--json") + 1] for c, _ in ran if "--json" in c)
     assert cmds[-1] == "profile"
     assert sum(cap for _, _, cap in gpu_check.ALL_STEPS) + 120 + 60 + 40 <= args.budget
