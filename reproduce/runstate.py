@@ -197,11 +197,30 @@ def recipe_change(run, argv, out):
     )
 
 
+def ended_before(out, name, pre):
+    """'fine-tuned before pre-X's present run ended (...)' where OUT/state.json records run NAME as
+    ending before pretraining PRE's finished run did (times to the minute), else None. A
+    fine-tuning starts from its pretraining's final checkpoint, so one that ended first started from
+    an earlier run of it."""
+    try:
+        runs = load_state(out)["runs"]
+    except StateError:
+        return None
+    ft, pt = runs.get(name, {}), runs.get(pre, {})
+    if pt.get("status") != "done" or not ft.get("finished") or not pt.get("finished"):
+        return None
+    if ft["finished"] >= pt["finished"]:
+        return None
+    ended = f"{ft['finished']} < {pt['finished']}"
+    return f"fine-tuned before {pre}'s present run ended ({ended}): from an earlier run of it"
+
+
 def stale_reason(run, resolved, out):
     """Why a fine-tuning's result is not the plan's run as it is now, else None: it ran another recipe
     (recipe_change), it started from another step of its pretraining (a pretraining extended by a
-    later sitting), or, for a run older than that record, the pretraining's checkpoint was written
-    after the fine-tuning's. An evaluation is
+    later sitting), it ended before its pretraining's present run did (a pretraining run again from
+    step 0 to the same step: OUT/state.json's `finished` of each), or, for a run older than the step's
+    record, the pretraining's checkpoint was written after the fine-tuning's. An evaluation is
     stale when the fine-tuning it reads is."""
     if run.script == "eval":
         ft = next((d for d in resolved[run.name][1] if not d.startswith("pre-")), None)
@@ -214,6 +233,9 @@ def stale_reason(run, resolved, out):
     pre = next((d for d in resolved[run.name][1] if d.startswith("pre-")), None)
     if pre is None:
         return None
+    earlier = ended_before(out, run.name, pre)
+    if earlier:
+        return earlier
     started, mtime = init_step_of(out, run.name)
     if mtime is None and started is None:
         return None

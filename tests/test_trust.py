@@ -70,6 +70,30 @@ def test_an_extended_pretraining_makes_its_fine_tuning_and_evaluation_stale(tmp_
     assert "not recorded" in runstate.stale_reason(ft, resolved, out)
 
 
+def test_a_pretraining_run_again_to_the_same_step_makes_its_fine_tuning_stale(tmp_path):
+    """A pretraining run again from step 0 (its weights lost with a machine) ends at the step its
+    fine-tuning started from: the fine-tuning, which ended before that run did, came from the
+    earlier run, and is stale (as is its evaluation) until it runs again."""
+    out = str(tmp_path / "r")
+    args, fields, resolved = resolved_for(out)
+    fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=4, args=dict(model="tiny"), kind="pretrain/pmlm")
+    fake_ckpt(os.path.join(out, "sum-pmlm", "last.pt"), step=10, args=dict(epochs=1, steps=10), init_step=4)
+    ft, ev = plan.BY_NAME["sum-pmlm"], plan.BY_NAME["eval-sum-pmlm"]
+
+    def ended(pre, sum_pmlm, status="done"):
+        runs = {"pre-pmlm": dict(status=status, finished=pre), "sum-pmlm": dict(status="done", finished=sum_pmlm)}
+        runstate.save_state(out, dict(runs=runs))
+
+    ended("2026-11-28 21:42", "2026-11-28 22:15")  # the fine-tuning after its pretraining: current
+    assert runstate.stale_reason(ft, resolved, out) is None
+    ended("2026-11-29 21:20", "2026-11-28 22:15")  # the pretraining's run of a later sitting, the same step
+    why = runstate.stale_reason(ft, resolved, out)
+    assert "pre-pmlm" in why and "an earlier run" in why and "2026-11-28 22:15 < 2026-11-29 21:20" in why
+    assert runstate.stale_reason(ev, resolved, out) == why
+    ended("2026-11-29 21:20", "2026-11-28 22:15", status="stopped")  # short of its end: the step decides
+    assert runstate.stale_reason(ft, resolved, out) is None
+
+
 def test_a_checkpoint_is_read_once_until_it_changes(tmp_path, monkeypatch):
     """The report, written after every run, reads each checkpoint's lineage once per version of the
     file (loading all of them every time was most of a sitting's time at the tiny budget)."""
