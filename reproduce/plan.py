@@ -107,8 +107,10 @@ PRETRAIN = [
 
 # the pretrainings whose weights the repository keeps (reproduce/weights.py): each feeds more runs
 # than fit the sitting that made it, so a later machine starts them from its packed copy; the rest
-# are short enough to run again with their fine-tunings in one sitting
-KEEP_WEIGHTS = ("pre-mlae-a", "pre-elmer", "pre-mlae-b", "pre-t5-nar", "pre-t5", "pre-pmlm")
+# are short enough to run again with their fine-tunings in one sitting. A pretraining leaves the
+# list once every run that needs it has finished and no further seed of them is asked for
+# (pre-t5-nar: nar-t5 evaluated, its second seed not needed, RESULTS.md's further seeds)
+KEEP_WEIGHTS = ("pre-mlae-a", "pre-elmer", "pre-mlae-b", "pre-t5", "pre-pmlm")
 
 # -----------------------------------------------------------------------------
 # fine-tuning: summarization (document -> one-line summary) and classification (-> section)
