@@ -146,6 +146,20 @@ def with_interval(pair, se, sigma, n=None):
     return pair
 
 
+def recipe_dtypes(state, resolved, names):
+    """The compute dtypes a side's runs trained in, as the runner recorded them: (its pretraining's,
+    its fine-tunings'), each a sorted tuple (the pretraining's empty for a run from no pretraining),
+    None where a record has none."""
+    runs = state.get("runs", {})
+
+    def kinds(ns):
+        got = [runs.get(n, {}).get("dtype") for n in ns]
+        return None if not got or None in got else tuple(sorted(set(got)))
+
+    pre = sorted({d for n in names for d in resolved.get(n, ([], []))[1] if d.startswith("pre-")})
+    return kinds(pre) if pre else (), kinds(names)
+
+
 def ordering(state, resolved, metrics, stale_names, metric, chain, spread):
     """One claim read from OUT: its runs' values (means over seeds), each pair's difference,
     interval and verdict, the papers' pairs apart from the controls', and the claim's verdict."""
@@ -167,6 +181,10 @@ def ordering(state, resolved, metrics, stale_names, metric, chain, spread):
             seeds=[len(used[a]), len(used[b])],
             difference=vals[a] - vals[b],
         )
+        (pa, fa), (pb, fb) = recipe_dtypes(state, resolved, used[a]), recipe_dtypes(state, resolved, used[b])
+        known = None not in (pa, fa, pb, fb)
+        if known and (fa != fb or (pa and pb and pa != pb)):  # not one recipe on both sides: said beside the pair
+            pair["dtypes"] = {a: [pa, fa], b: [pb, fb]}
         diff = None if metric == "latency_ms" else compared(state, used[a], used[b], metric)
         if metric == "latency_ms":  # the means' order
             better = vals[a] < vals[b] if op == "<" else vals[a] > vals[b]
@@ -272,7 +290,8 @@ def pair_text(p):
     """One pair as RESULTS.md and the docs print it: its difference (seeds a side), 95% interval,
     verdict and the effect it could detect; how an archived pair was read; latency: the means' order."""
     if "low" not in p:
-        return f"{p['a']} {p['op']} {p['b']}: {p['verdict']}" + (f" ({p['note']})" if "note" in p else "")
+        text = f"{p['a']} {p['op']} {p['b']}: {p['verdict']}" + (f" ({p['note']})" if "note" in p else "")
+        return text + dtypes_text(p)
     seeds = "x".join(str(k) for k in p.get("seeds", []))
     text = (
         f"{p['a']} - {p['b']}: {p['difference']:+.2f}"
@@ -284,7 +303,16 @@ def pair_text(p):
     then = p.get("recorded", {})
     if "low" in then:
         text += f"; recorded [{then['low']:+.2f}, {then['high']:+.2f}], {then['verdict']}"
-    return text
+    return text + dtypes_text(p)
+
+
+def dtypes_text(p):
+    """Where a pair's sides trained in other compute dtypes: which, side by side (pretraining /
+    fine-tuning)."""
+    if "dtypes" not in p:
+        return ""
+    side = lambda n: " / ".join("+".join(k) for k in p["dtypes"][n] if k)  # noqa: E731
+    return f" (trained in other dtypes: {p['a']} {side(p['a'])}, {p['b']} {side(p['b'])})"
 
 
 def verdict_text(o):

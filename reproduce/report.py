@@ -398,7 +398,8 @@ def orderings_section(state, resolved, data, metrics, stale_names):
         "pretraining no paper has) is shown apart and decides nothing. A claim whose runs' outputs are gone "
         "keeps the verdict measured then (archived, with its commit and date, and its pairs read again with "
         "the seed term beside what was recorded). 'here' lists the runs in the order measured. Latency "
-        "compares the mean over seeds.",
+        "compares the mean over seeds. A pair whose sides trained in other compute dtypes (their "
+        "pretraining / fine-tuning, as the runner recorded them: machines with and without bf16) says so.",
         "",
         "The seed spread sigma (one run's test metric across fine-tuning seeds, its standard deviation), pooled "
         "over every run evaluated under several seeds: " + spread_text(spread) + ".",

@@ -160,3 +160,37 @@ def test_the_archived_verdicts_are_drawn_from_the_committed_report(tmp_path, mon
         (o["chain"], o.get("archived", o)["verdict"]) for o in measured
     ]
     assert all(set(k["runs"]) == {s for names in k["seeds"].values() for s in names} for k in kept)
+
+
+def test_a_pair_whose_sides_trained_in_other_dtypes_says_so():
+    """Not one recipe on both sides: where a side's fine-tuning, or the pretraining under it, trained
+    in another compute dtype than the other side's (runs of machines with and without bf16), the pair
+    names them; a run from no pretraining against a pretrained one is not such a pair."""
+    resolved = {
+        "elmer-hard": ([], ["pre-elmer"]),
+        "sum-mlae-none": ([], ["pre-mlae-a"]),
+        "elmer-hard-scratch": ([], []),
+    }
+    metrics = {
+        n: {"latency_ms": ms} for n, ms in (("elmer-hard", 5.0), ("sum-mlae-none", 50.0), ("elmer-hard-scratch", 6.0))
+    }
+    runs = {n: dict(dtype="float32") for n in ("elmer-hard", "pre-elmer", "sum-mlae-none", "elmer-hard-scratch")}
+    runs["pre-mlae-a"] = dict(dtype="bfloat16")
+
+    def pair(chain):
+        (p,) = claims.ordering(dict(runs=runs), resolved, metrics, set(), "latency_ms", chain, {})["pairs"]
+        return p
+
+    p = pair("elmer-hard < sum-mlae-none")
+    assert p["dtypes"] == {"elmer-hard": [("float32",), ("float32",)], "sum-mlae-none": [("bfloat16",), ("float32",)]}
+    assert (
+        "trained in other dtypes: elmer-hard float32 / float32, sum-mlae-none bfloat16 / float32" in claims.pair_text(p)
+    )
+    runs["pre-mlae-a"]["dtype"] = "float32"
+    assert "dtypes" not in pair("elmer-hard < sum-mlae-none")
+    assert "dtypes" not in pair("elmer-hard < elmer-hard-scratch")  # no pretraining on one side: the same dtypes
+    runs["elmer-hard-scratch"]["dtype"] = "bfloat16"
+    text = claims.pair_text(pair("elmer-hard < elmer-hard-scratch"))  # its fine-tuning's alone
+    assert text.endswith("(trained in other dtypes: elmer-hard float32 / float32, elmer-hard-scratch bfloat16)")
+    del runs["elmer-hard"]["dtype"]  # a record without one: nothing to compare
+    assert "dtypes" not in pair("elmer-hard < elmer-hard-scratch")
