@@ -368,10 +368,11 @@ def progress_of(run, argv, fields, out, state, resolved=None):
     """(fraction done in [0, 1], a last.pt to resume from or None). Train: the checkpoint's step
     against the budget's; finetune: its step against its steps and its epochs against the
     budget's, 0 when its pretraining has changed since (stale_reason, given `resolved`); eval: the
-    files recorded for this exact command, newer than the checkpoint, each a JSON result. A fine-tuning and its
-    evaluation restored from an archive without their weights are done (reproduce/archive.py)."""
-    if run.script == "finetune" and resolved is not None and stale_reason(run, resolved, out):
-        return 0.0, None  # its pretraining changed since: run it again from that pretraining as it is
+    files recorded for this exact command, newer than the checkpoint, each a JSON result, 0 while its
+    fine-tuning is stale. A fine-tuning and its evaluation restored from an archive without their
+    weights are done (reproduce/archive.py) unless stale."""
+    if run.script in ("finetune", "eval") and resolved is not None and stale_reason(run, resolved, out):
+        return 0.0, None  # its pretraining changed since: run it again from that pretraining as it is (then its eval)
     if run.script == "eval":
         rec = state["runs"].get(run.name, {})
         ckpt = argv[0]

@@ -80,13 +80,22 @@ def test_a_pretraining_run_again_to_the_same_step_makes_its_fine_tuning_stale(tm
     fake_ckpt(os.path.join(out, "sum-pmlm", "last.pt"), step=10, args=dict(epochs=1, steps=10), init_step=4)
     ft, ev = plan.BY_NAME["sum-pmlm"], plan.BY_NAME["eval-sum-pmlm"]
 
+    res = os.path.join(out, "sum-pmlm", "eval-best-test.json")  # its evaluation, restored without weights
+    with open(res, "w") as f:
+        json.dump(dict(rouge1=30.0, rouge2=10.0, rougeL=28.0), f)
+    ev_argv = resolved["eval-sum-pmlm"][0]
+    evaluated = dict(command=runstate.command(ev, ev_argv), files=[res], status="done", archived=True)
+
     def ended(pre, sum_pmlm, status="done"):
         runs = {"pre-pmlm": dict(status=status, finished=pre), "sum-pmlm": dict(status="done", finished=sum_pmlm)}
-        runstate.save_state(out, dict(runs=runs))
+        runstate.save_state(out, dict(runs=dict(runs, **{"eval-sum-pmlm": evaluated})))
+        return runstate.progress_of(ev, ev_argv, fields, out, runstate.load_state(out), resolved)[0]
 
-    ended("2026-11-28 21:42", "2026-11-28 22:15")  # the fine-tuning after its pretraining: current
+    assert ended("2026-11-28 21:42", "2026-11-28 22:15") == 1.0  # the fine-tuning after its pretraining: current
     assert runstate.stale_reason(ft, resolved, out) is None
-    ended("2026-11-29 21:20", "2026-11-28 22:15")  # the pretraining's run of a later sitting, the same step
+    # the pretraining's run of a later sitting, the same step: the evaluation is not done either, so a
+    # runner that runs the fine-tuning again runs its evaluation after it
+    assert ended("2026-11-29 21:20", "2026-11-28 22:15") == 0.0
     why = runstate.stale_reason(ft, resolved, out)
     assert "pre-pmlm" in why and "an earlier run" in why and "2026-11-28 22:15 < 2026-11-29 21:20" in why
     assert runstate.stale_reason(ev, resolved, out) == why
