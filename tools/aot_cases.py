@@ -180,7 +180,9 @@ def early_exit():
         return thunk
 
     cases = [("compact_index", compact)]
-    for dtype in (torch.bfloat16, torch.float16):
+    # bf16 only, as for the attention: fp16 compiles these kernels to the same registers, spills and
+    # loops, and CI's suite has a time budget
+    for dtype in (torch.bfloat16,):
         name = str(dtype).split(".")[1]
         cases += [
             (f"gather_rows_{name}", copy(dtype, "gather")),
@@ -259,7 +261,7 @@ def offramp_loss():
 
     return [
         (f"ce_rows{'_bias' if b else ''}_{str(d)[6:]}", thunk(d, b))
-        for d in (torch.bfloat16, torch.float16)
+        for d in (torch.bfloat16,)  # bf16 only: see early_exit() above
         for b in (False, True)
     ]
 
