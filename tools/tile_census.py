@@ -29,7 +29,7 @@ from collections import Counter
 import torch
 
 from kernels import reference
-from kernels.attention_plan import CUDA_CONFIGS, GRAD_WINDOWS_MAX_D
+from kernels.attention_plan import TUNING
 from kernels.tilemap import EMPTY, FAR, FULL, GATHER, PARTIAL, reference_classes
 
 CLASS_LOOPS = {FULL: "FULL", FAR: "FAR", GATHER: "GATHER"}
@@ -79,7 +79,8 @@ def step_census(objective, model="base", windows=True):
     args = get_args(["--model", model, "--objective", objective, "--methods", "reference"])
     micro, _, cfg = batches_and_model(args, torch.device("cpu"))
     D = cfg.head_dim
-    blocks = CUDA_CONFIGS[64 if D <= 64 else 128]
+    tuning = TUNING._replace(grad_windows=windows)
+    blocks = tuning.config(torch.device("cuda"), D)  # the blocks a launch on a GPU runs (no GPU needed to read them)
     loops, programs, running, tokens = Counter(), 0, 0, 0
     for batch in micro:
         see = reference.visible(batch.kind, batch.step, batch.kind, batch.step, batch.valid)
@@ -90,7 +91,7 @@ def step_census(objective, model="base", windows=True):
             blocks.BMK,
             blocks.BNK,
             cfg.rel_max_distance,
-            windows and D <= GRAD_WINDOWS_MAX_D,
+            tuning.windows(D),
         )
         loops.update(got)
         programs, running, tokens = programs + n, running + r, tokens + int(batch.n_tokens)
