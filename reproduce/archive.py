@@ -38,7 +38,8 @@ import shutil
 import sys
 
 from reproduce.claims import SPREAD_METRICS, VERDICTS_FILE
-from reproduce.plan import BY_NAME, ORDERINGS, needs_of, plan_for
+from reproduce.orderings import ORDERINGS
+from reproduce.plan import BY_NAME, needs_of, plan_for
 from reproduce.runner import budget_fields, get_args, resolve
 from reproduce.runstate import (
     LINEAGE,

@@ -1,13 +1,13 @@
 """The papers' claims read from OUT (RESULTS.md's "The papers' orderings here"; results.json's
-orderings, seed_spread and summary): each ordering of plan.ORDERINGS read pair by pair.
+orderings, seed_spread and summary): each ordering of orderings.ORDERINGS read pair by pair.
 
 * Every pair a chain claims is read: each link, and the runs further apart (a > b > c also claims
-  a > c, plan.chain_pairs), each from its interval over the test examples and the fine-tuning
+  a > c, orderings.chain_pairs), each from its interval over the test examples and the fine-tuning
   seeds (reproduce/significance.py), with the smallest difference it would detect.
 * The seed spread sigma of each metric is pooled over every run evaluated under several seeds:
   OUT's, and the runs behind the archived verdicts (below), each named with its source.
 * The papers' pairs decide a claim: it holds when every one holds, is reversed when one is, and is
-  not resolved otherwise. A pair with one of the project's controls (plan.CONTROLS) is shown apart
+  not resolved otherwise. A pair with one of the project's controls (orderings.CONTROLS) is shown apart
   and decides nothing.
 * A claim OUT cannot read (its runs' per-example outputs lost with a machine before the archive
   kept them) keeps the verdict an earlier report measured. OUT/verdicts.json, which
@@ -21,7 +21,8 @@ import os
 import sys
 
 from reproduce import significance
-from reproduce.plan import CONTROLS, MARGIN, ORDERINGS, chain_pairs, parse_chain, seed_one, seeds_of
+from reproduce.orderings import CONTROLS, MARGIN, ORDERINGS, chain_pairs, parse_chain
+from reproduce.plan import seed_one, seeds_of
 from reproduce.runstate import run_files
 
 VERDICTS_FILE = "verdicts.json"  # in OUT and in the archive: the claims an earlier report measured
@@ -273,7 +274,7 @@ def archived_ordering(rec, spread):
 
 
 def orderings(state, resolved, metrics, stale_names, out):
-    """(every claim of plan.ORDERINGS read here, the seed spread): from OUT's runs, or, where OUT
+    """(every claim of orderings.ORDERINGS read here, the seed spread): from OUT's runs, or, where OUT
     cannot measure a claim, from the verdict OUT/verdicts.json keeps of it."""
     archived = archived_verdicts(out)
     spread = seed_spread(metrics, archived)

@@ -19,15 +19,12 @@ import os
 
 from reproduce import significance
 from reproduce.claims import archived_verdicts, compared, seed_spread
+from reproduce.orderings import CHECKS, ORDERINGS, chain_pairs, parse_chain
 from reproduce.plan import (
     BY_NAME,
-    CHECKS,
-    ORDERINGS,
     PLAN,
     STAGES,
-    chain_pairs,
     needs_of,
-    parse_chain,
     seed_number,
     seed_one,
     seeds_of,
@@ -64,7 +61,7 @@ def needs_a_seed(d, se, sigma, k_a, k_b):
 def archived_only(name, out):
     """Why fine-tuning NAME's first seed need not run again: every claim that reads it keeps an
     archived verdict in OUT (reproduce/archive.py, `verdicts`), whose runs' outputs are gone, and no
-    check (plan.CHECKS) reads it; else None."""
+    check (orderings.CHECKS) reads it; else None."""
     kept = archived_verdicts(out)
     claims = [(chain, metric) for _, _, metric, chain, _ in ORDERINGS if name in parse_chain(chain)[0]]
     checked = any(name in parse_chain(chain)[0] for _, _, _, chain in CHECKS)

@@ -26,7 +26,8 @@ from reproduce.claims import (
     summary,
     verdict_text,
 )
-from reproduce.plan import BY_NAME, CHECKS, MARGIN, TABLES, seeds_of, steps_of
+from reproduce.orderings import CHECKS, MARGIN, TABLES
+from reproduce.plan import BY_NAME, seeds_of, steps_of
 from reproduce.runstate import eval_results, init_step_of, stale_reason
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything

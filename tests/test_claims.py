@@ -10,7 +10,7 @@ import shutil
 
 from conftest import ROOT
 
-from reproduce import claims, plan
+from reproduce import claims, orderings
 from reproduce.significance import seed_interval
 
 
@@ -33,12 +33,12 @@ def test_a_claim_is_decided_by_the_papers_pairs_only():
 def test_every_pair_of_a_chain_and_the_controls():
     """a > b > c claims a > c too; >= on the way implies >=, a ~ implies nothing further; the
     controls are the two runs no paper has, each in the claim it completes."""
-    assert plan.chain_pairs("a > b > c") == [("a", "b", ">", True), ("b", "c", ">", True), ("a", "c", ">", False)]
-    assert plan.chain_pairs("a > b >= c")[-1] == ("a", "c", ">=", False)
-    assert plan.chain_pairs("a > b ~ c") == [("a", "b", ">", True), ("b", "c", "~", True)]
-    ending = {parse[-1] for parse in (plan.parse_chain(o[3])[0] for o in plan.ORDERINGS)}
-    assert plan.CONTROLS <= ending
-    assert [o[1] for o in plan.ORDERINGS if set(plan.parse_chain(o[3])[0]) & plan.CONTROLS] == [
+    assert orderings.chain_pairs("a > b > c") == [("a", "b", ">", True), ("b", "c", ">", True), ("a", "c", ">", False)]
+    assert orderings.chain_pairs("a > b >= c")[-1] == ("a", "c", ">=", False)
+    assert orderings.chain_pairs("a > b ~ c") == [("a", "b", ">", True), ("b", "c", "~", True)]
+    ending = {parse[-1] for parse in (orderings.parse_chain(o[3])[0] for o in orderings.ORDERINGS)}
+    assert orderings.CONTROLS <= ending
+    assert [o[1] for o in orderings.ORDERINGS if set(orderings.parse_chain(o[3])[0]) & orderings.CONTROLS] == [
         "MLAE encoder > MLM > T5 encoder (> no pretraining)",
         "MLAE > T5 (AR) (> no pretraining)",
     ]
@@ -93,7 +93,7 @@ def test_the_committed_archive_keeps_its_verdicts(tmp_path, capsys):
         kept = json.load(f)["claims"]
     assert kept and all(k["commit"] and k["written"] for k in kept)
     # a verdict kept of a claim OUT can measure is not used: OUT's own reading is
-    numbers = {(o[3], o[2]): i + 1 for i, o in enumerate(plan.ORDERINGS)}
+    numbers = {(o[3], o[2]): i + 1 for i, o in enumerate(orderings.ORDERINGS)}
     first = next(k for k in kept if numbers[(k["chain"], k["metric"])] == 1)
     with open(os.path.join(out, claims.VERDICTS_FILE), "w") as f:
         json.dump(dict(claims=kept + [dict(first, chain="cls-pmlm > cls-mlm", metric="accuracy")]), f)
@@ -121,7 +121,7 @@ def test_the_committed_archive_keeps_its_verdicts(tmp_path, capsys):
     for o in d["orderings"]:  # the pairs that hold are named, a control's said to be one
         for q in o["pairs"] + o["controls"]:
             assert (q["verdict"] == "holds") == (f"{q['a']} {q['op']} {q['b']} (" in counts["sentence"])
-            assert q["control"] == (q in o["controls"]) == bool({q["a"], q["b"]} & plan.CONTROLS)
+            assert q["control"] == (q in o["controls"]) == bool({q["a"], q["b"]} & orderings.CONTROLS)
             assert q["verdict"] != "not resolved" or "detectable" in q
     with open(os.path.join(out, "RESULTS.md")) as f:
         md = f.read()

@@ -7,7 +7,7 @@ import os
 
 from conftest import ROOT
 
-from reproduce import plan
+from reproduce import orderings, plan
 from reproduce import runner as reproduce
 from reproduce import significance
 from reproduce.further_seeds import needs_a_seed, not_needed, pairs_reading
@@ -127,9 +127,9 @@ def test_a_first_seed_only_archived_verdicts_read_is_not_run_again(tmp_path, cap
 
 
 def test_the_checks_read_no_claim_and_run_one_seed():
-    claimed = {n for _, _, _, chain, _ in plan.ORDERINGS for n in plan.parse_chain(chain)[0]}
+    claimed = {n for _, _, _, chain, _ in orderings.ORDERINGS for n in orderings.parse_chain(chain)[0]}
     assert not plan.CHECK_RUNS & claimed
-    checked = {n for _, _, _, chain in plan.CHECKS for n in plan.parse_chain(chain)[0]}
+    checked = {n for _, _, _, chain in orderings.CHECKS for n in orderings.parse_chain(chain)[0]}
     assert plan.CHECK_RUNS <= checked and all(plan.SEEDS[n] == 1 for n in plan.CHECK_RUNS)
 
 

@@ -78,7 +78,7 @@ def test_each_place_exists_and_names_the_paper(folder):
     assert kernels or places["kernels"].startswith("none"), places["kernels"]
     bad += [f"{k} does not name {name}" for k in kernels if name not in read(k)]
     # claims: each paper label it gives is one of reproduce/plan.py's orderings
-    from reproduce.plan import ORDERINGS
+    from reproduce.orderings import ORDERINGS
 
     labels = {o[0] for o in ORDERINGS}
     claims = re.findall(r'"([^"]+)"', places["claims"])
@@ -104,7 +104,7 @@ def test_each_place_exists_and_names_the_paper(folder):
 
 def test_every_paper_of_the_plan_has_its_folder():
     """Each paper whose claims reproduce/plan.py holds has a folder under core/ whose map names it."""
-    from reproduce.plan import ORDERINGS
+    from reproduce.orderings import ORDERINGS
 
     papers = {o[0].split()[0] for o in ORDERINGS}
     assert papers == {paper_map(f)[0] for f in FOLDERS}

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import ROOT
 
-from reproduce import plan  # noqa: E402
+from reproduce import orderings, plan  # noqa: E402
 from reproduce import runner as reproduce  # noqa: E402
 
 
@@ -47,14 +47,14 @@ def test_plan(tmp_path, capsys):
                 1, round(int(budget[budget.index("--steps") + 1]) * plan.BY_NAME[name].steps_x)
             ), name
     assert steps("pre-pmlm-norel") == steps("pre-pmlm") == 2 * steps("pre-elmer")
-    for paper, _, metric, chain, theirs in plan.ORDERINGS:
-        names = plan.parse_chain(chain)[0]
+    for paper, _, metric, chain, theirs in orderings.ORDERINGS:
+        names = orderings.parse_chain(chain)[0]
         assert paper.split()[0] in ("UniLMv2", "MLAE", "ELMER") and theirs, chain  # the paper's own figures beside ours
         assert all(n in plan.BY_NAME for n in names), chain
         pre = {n: [d for d in resolved[n][1] if d.startswith("pre-")] for n in names}
         if metric != "latency_ms":  # a latency does not depend on how long the weights were trained
             assert len({steps(d[0]) for d in pre.values() if d}) <= 1, chain
-    for _, names in plan.TABLES:
+    for _, names in orderings.TABLES:
         assert all(n in plan.BY_NAME for n in names.split())
     assert reproduce.main(["--budget", "tiny", "--out", out, "--dry-run"]) == 0
     text = capsys.readouterr().out

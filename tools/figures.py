@@ -11,7 +11,8 @@ import json
 import os
 
 from core.data import held_out_key
-from reproduce.plan import BY_NAME, MASK_SWEEP, parse_chain
+from reproduce.orderings import parse_chain
+from reproduce.plan import BY_NAME, MASK_SWEEP
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

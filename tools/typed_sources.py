@@ -323,7 +323,7 @@ SOURCES = {
         "100": Field("reproduce/plan.py", "--warmup 60 --eval-every"),
         "1.96": Field("reproduce/significance.py", "Z = "),
         "2.8": lambda: (lambda z: z.Z + z.Z_POWER)(__import__("reproduce.significance").significance),
-        "22": lambda: len(__import__("reproduce.plan").plan.ORDERINGS),
+        "22": lambda: len(__import__("reproduce.orderings").orderings.ORDERINGS),
     },
     "docs/unilmv2.md": {
         "15%": Paper("UniLMv2 Algorithm 1: 15% masked"),
