@@ -184,7 +184,7 @@ def _pair(p):
 
 
 def checks(spec):
-    """reproduce's results.json: the project's checks of its own choices (reproduce/plan.py CHECKS),
+    """reproduce's results.json: the project's checks of its own choices (reproduce/orderings.py CHECKS),
     read as a claim is; PATH::WHAT keeps the checks of one choice (its "what", "~" for a space)."""
     path, _, what = spec.partition("::")
     d = _load(path)

@@ -20,7 +20,7 @@ Elsewhere:
   kernels  kernels/early_exit.py (active index, gather / scatter, the fused off-ramp; its test
            tests/test_early_exit.py), kernels/offramp_loss.py (the off-ramp's loss with the exit's
            statistics)
-  claims   reproduce/plan.py ORDERINGS "ELMER"
+  claims   reproduce/orderings.py ORDERINGS "ELMER"
   docs     docs/elmer.md
   tests    tests/test_elmer.py, tests/test_exit_measures.py, tests/test_exit_pass.py
 """

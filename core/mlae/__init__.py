@@ -15,7 +15,7 @@ Elsewhere:
   records  core/objectives.py OBJECTIVES "mlae", "t5-nar"; core/architectures.py ARCHS "mlae-a",
            "mlae-b", "mlae-s2s", "mlae-unilm", "t5-nar", "nar"; core/decodings.py DECODINGS "nar"
   kernels  none: MLAE runs on the shared attention kernels
-  claims   reproduce/plan.py ORDERINGS "MLAE"
+  claims   reproduce/orderings.py ORDERINGS "MLAE"
   docs     docs/mlae.md
   tests    tests/test_mlae.py, tests/test_nar.py, tests/test_finetune_inputs.py
 """

@@ -15,7 +15,7 @@ Elsewhere:
            core/decodings.py DECODINGS "ar" (beam search, shared with T5 and MLAE)
   kernels  kernels/pseudo_attention.py (the pseudo-mask attention in Triton, forward and backward),
            kernels/reference.py (the attention rule of section 3.2, readable)
-  claims   reproduce/plan.py ORDERINGS "UniLMv2", "UniLMv2 4.6"
+  claims   reproduce/orderings.py ORDERINGS "UniLMv2", "UniLMv2 4.6"
   docs     docs/unilmv2.md
   tests    tests/test_masking.py, tests/test_seq2seq.py, tests/test_attention_rule.py,
            tests/test_static_beam.py
