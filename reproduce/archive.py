@@ -41,16 +41,8 @@ from reproduce.claims import SPREAD_METRICS, VERDICTS_FILE
 from reproduce.orderings import ORDERINGS
 from reproduce.plan import BY_NAME, needs_of, plan_for
 from reproduce.runner import budget_fields, get_args, resolve
-from reproduce.runstate import (
-    LINEAGE,
-    claim,
-    init_step_of,
-    load_state,
-    locked_state,
-    progress_of,
-    run_files,
-    stale_reason,
-)
+from reproduce.runstate import claim, load_state, locked_state, progress_of, run_files
+from reproduce.staleness import LINEAGE, init_step_of, stale_reason
 from reproduce.weights import KEEP_WEIGHTS, WEIGHTS, pack_bytes, packed_path, unpack_into
 
 STATE_KEYS = ("budget", "lead", "majority")  # what state.json holds besides its runs that a report reads
@@ -91,7 +83,7 @@ def finished(out, state, budget):
         run = BY_NAME[name]
         if run.script == "train" and (done(name) or (state["runs"].get(name, {}).get("archived") and idle(out, name))):
             kept[name] = ["config.json", "log.jsonl"]
-        elif run.script == "eval" and done(name) and not stale_reason(run, resolved, out):
+        elif run.script == "eval" and done(name) and not stale_reason(run, resolved, out, state):
             files = [os.path.relpath(f, out) for f in run_files(state, name, out)]
             kept[needs_of(run)[0]] = ["config.json", "log.jsonl"]
             kept[name] = files + [outputs_file(f) for f in files if os.path.exists(os.path.join(out, outputs_file(f)))]

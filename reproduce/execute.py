@@ -10,7 +10,7 @@ import re
 import sys
 import traceback
 
-from reproduce.runstate import command
+from reproduce.staleness import command
 
 
 def scripts():

@@ -28,7 +28,8 @@ from reproduce.claims import (
 )
 from reproduce.orderings import CHECKS, MARGIN, TABLES
 from reproduce.plan import BY_NAME, seeds_of, steps_of
-from reproduce.runstate import eval_results, init_step_of, stale_reason
+from reproduce.runstate import eval_results
+from reproduce.staleness import init_step_of, stale_reason
 
 PLATEAU = 0.5  # nats under the unigram entropy a pretraining must reach before its rows say anything
 
@@ -239,7 +240,7 @@ def finetuned(out, state, resolved, data):
     metrics, stale_names = {}, set()
     for name in (n for n in resolved if BY_NAME[n].script == "finetune"):
         got = eval_results(state, "eval-" + name, out)
-        stale = stale_reason(BY_NAME[name], resolved, out)
+        stale = stale_reason(BY_NAME[name], resolved, out, state)
         if got and stale:
             stale_names.add(name)
         if not got or stale or name in unavailable or "eval-" + name in unavailable:
@@ -284,7 +285,7 @@ def tables_section(out, state, resolved, data, metrics, stale_names):
             seeds = [n for n in seeds_of(name, list(resolved)) if n in metrics]
             if not seeds:
                 why = (
-                    f"STALE: {stale_reason(BY_NAME[name], resolved, out)}; the same command runs it again"
+                    f"STALE: {stale_reason(BY_NAME[name], resolved, out, state)}; the same command runs it again"
                     if name in stale_names
                     else unavailable.get(name)
                     or unavailable.get("eval-" + name)

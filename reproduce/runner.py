@@ -68,19 +68,8 @@ from reproduce.plan import (
 from reproduce.weights import round_in_place
 from reproduce.dtypes import compute_dtype
 from reproduce.runstate import kind_of, locked_state  # noqa: F401
-from reproduce.runstate import (
-    STOPPED,
-    archived,
-    claim,
-    command,
-    estimate,
-    load_state,
-    progress_of,
-    ran_otherwise,
-    record,
-    stale_reason,
-    wrong_checkpoint,
-)
+from reproduce.runstate import STOPPED, archived, claim, estimate, load_state, progress_of, record
+from reproduce.staleness import command, ran_otherwise, stale_reason, wrong_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -348,7 +337,7 @@ def runs_left(args, fields, state, resolved, runs, unavailable):
         free = (claim(args.out, r.name) if not args.dry_run else open(os.devnull)) if done < 1 else None
         if free:
             free.close()
-        stale = stale_reason(r, resolved, args.out)
+        stale = stale_reason(r, resolved, args.out, state)
         busy = "" if free else "running in another runner, "
         todo = f"resume ({100 * done:.0f}%)" if resume else f"stale ({stale}): to run again" if stale else "to run"
         mark = unavailable.get(r.name) or spared or ("done" if done >= 1 else busy + todo)

@@ -275,11 +275,12 @@ def check_an_archive_keeps_the_runs_without_weights(out, tmp_path, capsys):
         assert results[0][key] == results[1][key], key
     check_a_run_again_keeps_its_archived_record(elsewhere, kept, tmp_path)
     # a pretraining run again to another step makes the archived fine-tunings built on it stale
-    from reproduce.runstate import stale_reason
+    from reproduce.runstate import load_state
+    from reproduce.staleness import stale_reason
 
     torch.save(dict(step=99), os.path.join(elsewhere, "pre-pmlm", "last.pt"))
     assert (
-        stale_reason(plan.BY_NAME["sum-pmlm"], commands(elsewhere), elsewhere)
+        stale_reason(plan.BY_NAME["sum-pmlm"], commands(elsewhere), elsewhere, load_state(elsewhere))
         == "fine-tuned from pre-pmlm at step 4, which is now at step 99"
     )
 
@@ -384,13 +385,13 @@ def test_tiny_end_to_end_and_resume(tmp_path, capsys):
 def test_flags_a_run_may_change_between_sittings():
     """More --steps or --epochs extend a run, --dtype may differ per sitting, --resume and --overwrite
     are the runner's: none of them makes a recorded run another run; any other flag does."""
-    from reproduce import runstate
+    from reproduce import staleness
 
     base = "python finetune.py --init x/last.pt --epochs 2 --out o/sum"
-    assert runstate.what_it_ran(base) == runstate.what_it_ran(
+    assert staleness.what_it_ran(base) == staleness.what_it_ran(
         "python finetune.py --init x/last.pt --epochs 4 --out o/sum --dtype bfloat16 --resume"
     )
-    assert runstate.what_it_ran(base) != runstate.what_it_ran(base + " --mask-schedule none")
+    assert staleness.what_it_ran(base) != staleness.what_it_ran(base + " --mask-schedule none")
 
 
 def test_two_runners_share_out(tmp_path, capsys):

@@ -13,7 +13,7 @@ import torch
 from conftest import ROOT
 
 from core import finetune_flags  # noqa: E402
-from reproduce import plan, report, runstate, significance  # noqa: E402
+from reproduce import plan, report, runstate, significance, staleness  # noqa: E402
 from reproduce import runner as reproduce  # noqa: E402
 
 
@@ -47,27 +47,31 @@ def test_an_extended_pretraining_makes_its_fine_tuning_and_evaluation_stale(tmp_
     state = dict(
         runs={
             "eval-sum-pmlm": dict(
-                command=runstate.command(plan.BY_NAME["eval-sum-pmlm"], ev_argv), files=[res], status="done"
+                command=staleness.command(plan.BY_NAME["eval-sum-pmlm"], ev_argv), files=[res], status="done"
             )
         }
     )
     ft, ev = plan.BY_NAME["sum-pmlm"], plan.BY_NAME["eval-sum-pmlm"]
     assert runstate.progress_of(ft, resolved["sum-pmlm"][0], fields, out, state, resolved)[0] == 1.0
-    assert runstate.stale_reason(ft, resolved, out) is None
+    assert staleness.stale_reason(ft, resolved, out, runstate.load_state(out)) is None
     text = open(report.write(args, fields, dict(state, unavailable={}), resolved)).read()
     assert "pre-pmlm step 4" in text and "STALE" not in text
     # a later sitting extends the pretraining to step 6
     fake_ckpt(os.path.join(out, "pre-pmlm", "last.pt"), step=6, args=dict(model="tiny"), kind="pretrain/pmlm")
     assert runstate.progress_of(ft, resolved["sum-pmlm"][0], fields, out, state, resolved) == (0.0, None)
-    why = runstate.stale_reason(ft, resolved, out)
-    assert "step 4" in why and "step 6" in why and runstate.stale_reason(ev, resolved, out) == why
+    why = staleness.stale_reason(ft, resolved, out, runstate.load_state(out))
+    assert (
+        "step 4" in why
+        and "step 6" in why
+        and staleness.stale_reason(ev, resolved, out, runstate.load_state(out)) == why
+    )
     text = open(report.write(args, fields, dict(state, unavailable={}), resolved)).read()
     row = next(l for l in text.splitlines() if l.startswith("| sum-pmlm |"))
     assert "STALE" in row and "28.00" not in row
     # a fine-tuning written before runs recorded their pretraining step: stale when that is newer
     fake_ckpt(os.path.join(out, "sum-pmlm", "last.pt"), step=10, args=dict(epochs=1, steps=10))
     os.utime(os.path.join(out, "sum-pmlm", "last.pt"), (1, 1))
-    assert "not recorded" in runstate.stale_reason(ft, resolved, out)
+    assert "not recorded" in staleness.stale_reason(ft, resolved, out, runstate.load_state(out))
 
 
 def test_a_pretraining_run_again_to_the_same_step_makes_its_fine_tuning_stale(tmp_path):
@@ -84,7 +88,7 @@ def test_a_pretraining_run_again_to_the_same_step_makes_its_fine_tuning_stale(tm
     with open(res, "w") as f:
         json.dump(dict(rouge1=30.0, rouge2=10.0, rougeL=28.0), f)
     ev_argv = resolved["eval-sum-pmlm"][0]
-    evaluated = dict(command=runstate.command(ev, ev_argv), files=[res], status="done", archived=True)
+    evaluated = dict(command=staleness.command(ev, ev_argv), files=[res], status="done", archived=True)
 
     def ended(pre, sum_pmlm, status="done"):
         runs = {"pre-pmlm": dict(status=status, finished=pre), "sum-pmlm": dict(status="done", finished=sum_pmlm)}
@@ -92,15 +96,15 @@ def test_a_pretraining_run_again_to_the_same_step_makes_its_fine_tuning_stale(tm
         return runstate.progress_of(ev, ev_argv, fields, out, runstate.load_state(out), resolved)[0]
 
     assert ended("2026-11-28 21:42", "2026-11-28 22:15") == 1.0  # the fine-tuning after its pretraining: current
-    assert runstate.stale_reason(ft, resolved, out) is None
+    assert staleness.stale_reason(ft, resolved, out, runstate.load_state(out)) is None
     # the pretraining's run of a later sitting, the same step: the evaluation is not done either, so a
     # runner that runs the fine-tuning again runs its evaluation after it
     assert ended("2026-11-29 21:20", "2026-11-28 22:15") == 0.0
-    why = runstate.stale_reason(ft, resolved, out)
+    why = staleness.stale_reason(ft, resolved, out, runstate.load_state(out))
     assert "pre-pmlm" in why and "an earlier run" in why and "2026-11-28 22:15 < 2026-11-29 21:20" in why
-    assert runstate.stale_reason(ev, resolved, out) == why
+    assert staleness.stale_reason(ev, resolved, out, runstate.load_state(out)) == why
     ended("2026-11-29 21:20", "2026-11-28 22:15", status="stopped")  # short of its end: the step decides
-    assert runstate.stale_reason(ft, resolved, out) is None
+    assert staleness.stale_reason(ft, resolved, out, runstate.load_state(out)) is None
 
 
 def test_a_checkpoint_is_read_once_until_it_changes(tmp_path, monkeypatch):
@@ -112,10 +116,10 @@ def test_a_checkpoint_is_read_once_until_it_changes(tmp_path, monkeypatch):
     loads = []
     real = torch.load
     monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a[0]) or real(*a, **k))
-    assert [runstate.pretraining_step(str(tmp_path), "pre") for _ in range(3)] == [4, 4, 4]
+    assert [staleness.pretraining_step(str(tmp_path), "pre") for _ in range(3)] == [4, 4, 4]
     assert len(loads) == 1
     fake_ckpt(path, step=6, args={})  # rewritten now: read again, and again while it is this recent
-    assert runstate.pretraining_step(str(tmp_path), "pre") == 6 and len(loads) == 2
+    assert staleness.pretraining_step(str(tmp_path), "pre") == 6 and len(loads) == 2
 
 
 def test_the_listing_says_what_is_stale(tmp_path, capsys):
@@ -144,8 +148,8 @@ def test_paths_spelled_otherwise_and_step_tied_intervals_change_nothing(tmp_path
         "python train.py --objective pmlm --steps 10 --eval-every 10 --data x/data/pretrain.txt "
         f"--out {os.path.abspath('r/pre-pmlm')}"
     )
-    assert runstate.what_it_ran(a) == runstate.what_it_ran(b)
-    assert runstate.what_it_ran(a) != runstate.what_it_ran(a.replace("pmlm --steps", "mlm --steps"))
+    assert staleness.what_it_ran(a) == staleness.what_it_ran(b)
+    assert staleness.what_it_ran(a) != staleness.what_it_ran(a.replace("pmlm --steps", "mlm --steps"))
 
 
 # -----------------------------------------------------------------------------

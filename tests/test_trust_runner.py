@@ -12,7 +12,7 @@ import torch
 
 from conftest import ROOT, TINY
 
-from reproduce import plan, report, runstate, significance  # noqa: E402
+from reproduce import plan, report, runstate, significance, staleness  # noqa: E402
 from reproduce import runner as reproduce  # noqa: E402
 
 
@@ -105,12 +105,12 @@ def test_runner_flags_refused(flags, words, capsys):
 def test_commands_and_files_of_a_moved_out_are_the_same(tmp_path):
     a, b = str(tmp_path / "here" / "r"), "elsewhere/r"
     ev = plan.BY_NAME["eval-sum-pmlm"]
-    assert runstate.what_it_ran(runstate.command(ev, resolved_for(a)[2]["eval-sum-pmlm"][0])) == runstate.what_it_ran(
-        runstate.command(ev, resolved_for(b)[2]["eval-sum-pmlm"][0])
-    )
+    assert staleness.what_it_ran(
+        staleness.command(ev, resolved_for(a)[2]["eval-sum-pmlm"][0])
+    ) == staleness.what_it_ran(staleness.command(ev, resolved_for(b)[2]["eval-sum-pmlm"][0]))
     pre = plan.BY_NAME["pre-pmlm"]
-    assert runstate.what_it_ran(runstate.command(pre, resolved_for(a)[2]["pre-pmlm"][0])) == runstate.what_it_ran(
-        runstate.command(pre, resolved_for(b)[2]["pre-pmlm"][0])
+    assert staleness.what_it_ran(staleness.command(pre, resolved_for(a)[2]["pre-pmlm"][0])) == staleness.what_it_ran(
+        staleness.command(pre, resolved_for(b)[2]["pre-pmlm"][0])
     )
     # result files are recorded relative to OUT, and found from wherever OUT now is
     os.makedirs(os.path.join(a, "sum-pmlm"))
@@ -194,7 +194,7 @@ def test_a_fine_tuning_made_under_another_recipe_is_stale(tmp_path):
     for lr, stale in ((now["lr"], False), (now["lr"] / 4, True)):
         with open(os.path.join(out, "sum-pmlm", "config.json"), "w") as f:
             json.dump(dict(model={}, args=dict(now, lr=lr)), f)
-        why = runstate.stale_reason(run, resolved, out)
+        why = staleness.stale_reason(run, resolved, out, runstate.load_state(out))
         assert bool(why) == stale, why
     assert why == f"fine-tuned with --lr {now['lr'] / 4}; the plan now runs {now['lr']}"
 
@@ -227,7 +227,7 @@ def test_an_evaluation_whose_result_is_not_json_is_not_done(tmp_path, capsys):
     run, argv = plan.BY_NAME["eval-sum-pmlm"], resolved["eval-sum-pmlm"][0]
     fake_ckpt(argv[0], step=3)
     result = os.path.join(out, "sum-pmlm", "eval-best-test.json")
-    state = dict(runs={run.name: dict(files=[result], command=runstate.command(run, argv), status="done")})
+    state = dict(runs={run.name: dict(files=[result], command=staleness.command(run, argv), status="done")})
     for text, done in (("", 0.0), ("not json", 0.0), ("[1, 2]", 0.0), (json.dumps(dict(rougeL=30.0)), 1.0)):
         open(result, "w").write(text)
         assert runstate.progress_of(run, argv, fields, out, state) == (done, None), text
