@@ -39,7 +39,7 @@ import sys
 
 from reproduce.claims import SPREAD_METRICS, VERDICTS_FILE
 from reproduce.orderings import ORDERINGS
-from reproduce.plan import BY_NAME, needs_of, plan_for
+from reproduce.plan import BY_NAME, needs_of, plan_for, seed_one
 from reproduce.runner import budget_fields, get_args, resolve
 from reproduce.runstate import claim, load_state, locked_state, progress_of, run_files
 from reproduce.staleness import LINEAGE, init_step_of, stale_reason
@@ -152,6 +152,25 @@ def save(out, dest):
     return sorted(records), written
 
 
+def superseded_seeds(old, new, seed_runs):
+    """The seed groups (a run under several seeds, each seed's metrics) of the archived record OLD that
+    its replacement NEW does not carry and `seed_runs` does not keep yet, each as {commit, written,
+    runs}: a claim measured again from one seed a side keeps the spread its earlier seeds measured,
+    which the seed spread of every interval pools (reproduce/claims.py seed_spread)."""
+    if not old:
+        return []
+    groups = {}
+    for name, m in old.get("runs", {}).items():
+        groups.setdefault(seed_one(name), {})[name] = m
+    have = {(r["commit"], seed_one(n)) for r in seed_runs for n in r["runs"]}
+    carried = {seed_one(n) for n in new.get("runs", {}) if seed_one(n) != n}  # groups NEW has several seeds of
+    return [
+        dict(commit=old["commit"], written=old["written"], runs=seeds)
+        for base, seeds in sorted(groups.items())
+        if len(seeds) > 1 and base not in carried and (old["commit"], base) not in have
+    ]
+
+
 def keep_verdicts(results, dest):
     """Add to DEST/verdicts.json every claim the report RESULTS (a results.json) measured itself, with
     that report's commit and date and the metrics of each seed its claims read; a claim RESULTS only
@@ -160,10 +179,12 @@ def keep_verdicts(results, dest):
         d = json.load(f)
     commit = re.search(r"commit (\S+)$", d.get("environment", ""))
     path = os.path.join(dest, VERDICTS_FILE)
-    kept = {}
+    kept, seed_runs = {}, []
     if os.path.exists(path):
         with open(path) as f:
-            kept = {(r["chain"], r["metric"]): r for r in json.load(f)["claims"]}
+            old = json.load(f)
+        kept = {(r["chain"], r["metric"]): r for r in old["claims"]}
+        seed_runs = old.get("seed_runs", [])
     for o in d["orderings"]:
         if o.get("archived") or o["verdict"].startswith("not measured"):
             continue
@@ -190,12 +211,15 @@ def keep_verdicts(results, dest):
             for s in names
             if s in d["runs"]
         }
-        kept[(o["chain"], o["metric"])] = dict(
+        new = dict(
             rec, commit=commit.group(1) if commit else "unknown", written=d["written"], source=results, runs=runs
         )
+        seed_runs += superseded_seeds(kept.get((o["chain"], o["metric"])), new, seed_runs)
+        kept[(o["chain"], o["metric"])] = new
     order = {(o[3], o[2]): i for i, o in enumerate(ORDERINGS)}
     claims = sorted(kept.values(), key=lambda r: order.get((r["chain"], r["metric"]), len(order)))
-    write_if_changed(path, (json.dumps(dict(claims=claims), indent=1, sort_keys=True) + "\n").encode())
+    out = dict(claims=claims, seed_runs=seed_runs) if seed_runs else dict(claims=claims)
+    write_if_changed(path, (json.dumps(out, indent=1, sort_keys=True) + "\n").encode())
     return [order[(r["chain"], r["metric"])] + 1 for r in claims if (r["chain"], r["metric"]) in order]
 
 

@@ -79,16 +79,35 @@ def archived_verdicts(out):
         return {(r["chain"], r["metric"]): r for r in json.load(f)["claims"]}
 
 
+def archived_seed_runs(out):
+    """The archived records whose runs the seed spread pools: each claim OUT/verdicts.json keeps, and
+    the seed groups it keeps of claims measured again since (its `seed_runs`, reproduce/archive.py)."""
+    path = os.path.join(out, VERDICTS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        d = json.load(f)
+    return d["claims"] + d.get("seed_runs", [])
+
+
+def same(a, b):
+    """Whether two records of a run's test metrics are one measurement (every spread metric equal)."""
+    return all(a.get(m) == b.get(m) for m in SPREAD_METRICS)
+
+
 def seed_spread(metrics, archived):
     """{metric: dict(sigma, dof, runs)}: significance.seed_spread over every run evaluated under
-    several seeds, OUT's (metrics) and those behind the archived verdicts, each run in `runs` with
-    where it was measured, its seeds and their standard deviation."""
+    several seeds, OUT's (metrics) and those behind the archived records (archived_seed_runs), each
+    run in `runs` with where it was measured, its seeds and their standard deviation."""
     groups = {}  # (where, run) -> {seed's run: its metrics}
     for name, m in metrics.items():
         groups.setdefault(("here", seed_one(name)), {})[name] = m
-    for rec in archived.values():  # two claims of one report name one measurement of a run
+    for rec in archived:  # two claims of one report name one measurement of a run
         for name, m in rec.get("runs", {}).items():
             groups.setdefault((f"archived {rec['commit']}", seed_one(name)), {})[name] = m
+    for (where, run), seeds in list(groups.items()):  # a claim measured here is archived as it reads here
+        if where != "here" and all(metrics.get(n) is not None and same(metrics[n], m) for n, m in seeds.items()):
+            del groups[(where, run)]
     spread = {}
     for metric in SPREAD_METRICS:
         runs, values = [], []
@@ -277,7 +296,7 @@ def orderings(state, resolved, metrics, stale_names, out):
     """(every claim of orderings.ORDERINGS read here, the seed spread): from OUT's runs, or, where OUT
     cannot measure a claim, from the verdict OUT/verdicts.json keeps of it."""
     archived = archived_verdicts(out)
-    spread = seed_spread(metrics, archived)
+    spread = seed_spread(metrics, archived_seed_runs(out))
     read = []
     for number, (paper, claim, metric, chain, theirs) in enumerate(ORDERINGS, 1):
         o = ordering(state, resolved, metrics, stale_names, metric, chain, spread)

@@ -18,7 +18,7 @@ import math
 import os
 
 from reproduce import significance
-from reproduce.claims import archived_verdicts, compared, seed_spread
+from reproduce.claims import archived_seed_runs, archived_verdicts, compared, seed_spread
 from reproduce.orderings import CHECKS, ORDERINGS, chain_pairs, parse_chain
 from reproduce.plan import (
     BY_NAME,
@@ -85,7 +85,7 @@ def not_needed(name, state, out):
     if stage_of(name) != LAST_STAGE:
         return None
     metrics = evaluated(state, out)
-    spread = seed_spread(metrics, archived_verdicts(out))
+    spread = seed_spread(metrics, archived_seed_runs(out))
     seen = dict(state, _out=out)
     below = [n for n in seeds_of(seed_one(name), list(BY_NAME)) if seed_number(n) < seed_number(name)]
     if missing := [n for n in below if n not in metrics]:  # the runner reaches the lower seeds first

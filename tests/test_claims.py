@@ -194,3 +194,35 @@ def test_a_pair_whose_sides_trained_in_other_dtypes_says_so():
     assert text.endswith("(trained in other dtypes: elmer-hard float32 / float32, elmer-hard-scratch bfloat16)")
     del runs["elmer-hard"]["dtype"]  # a record without one: nothing to compare
     assert "dtypes" not in pair("elmer-hard < elmer-hard-scratch")
+
+
+def test_a_claim_measured_again_keeps_the_seed_spread_its_earlier_seeds_measured(tmp_path):
+    """A claim archived with three seeds of a run, then measured again from one seed a side, keeps the
+    earlier seeds in verdicts.json's seed_runs, and the seed spread pools them; a claim measured here
+    and archived as it reads here counts its seeds once."""
+    from reproduce.archive import keep_verdicts
+
+    chain, metric = "sum-mlae > sum-t5 > sum-t5-scratch", "rougeL"
+    three = {"sum-mlae": dict(rougeL=30.0), "sum-mlae-s2": dict(rougeL=31.0), "sum-mlae-s3": dict(rougeL=32.0)}
+    dest = tmp_path / "archive"
+    dest.mkdir()
+    old = dict(chain=chain, metric=metric, commit="aaa", written="then", verdict="reversed", runs=three)
+    (dest / "verdicts.json").write_text(json.dumps(dict(claims=[old])))
+    results = tmp_path / "results.json"
+    o = dict(chain=chain, metric=metric, verdict="not resolved", seeds={"sum-mlae": ["sum-mlae"]})
+    d = dict(
+        environment="x; commit bbb", written="now", orderings=[o], runs={"sum-mlae": dict(metrics=dict(rougeL=29.0))}
+    )
+    results.write_text(json.dumps(d))
+    keep_verdicts(str(results), str(dest))
+    kept = json.loads((dest / "verdicts.json").read_text())
+    assert [c["commit"] for c in kept["claims"]] == ["bbb"]
+    assert [(s["commit"], sorted(s["runs"])) for s in kept["seed_runs"]] == [("aaa", sorted(three))]
+    keep_verdicts(str(results), str(dest))  # a second save keeps them once
+    assert len(json.loads((dest / "verdicts.json").read_text())["seed_runs"]) == 1
+    spread = claims.seed_spread({"sum-mlae": dict(rougeL=29.0)}, claims.archived_seed_runs(str(dest)))
+    assert spread["rougeL"]["dof"] == 2 and math.isclose(spread["rougeL"]["sigma"], 1.0)
+    # the same three seeds measured here and archived as read here: one group, not two
+    here = {n: dict(m, rouge1=0.0, rouge2=0.0, accuracy=None) for n, m in three.items()}
+    archived = [dict(commit="ccc", runs=here)]
+    assert claims.seed_spread(here, archived)["rougeL"]["dof"] == 2
