@@ -70,23 +70,24 @@ def diff_examples(state, name):
 # the archived verdicts and the seed spread
 
 
-def archived_verdicts(out):
-    """The claims OUT/verdicts.json keeps (reproduce/archive.py): {(chain, metric): its record}."""
+def verdicts_file(out):
+    """OUT/verdicts.json (reproduce/archive.py): {"claims": [...], "seed_runs": [...]}, empty where absent."""
     path = os.path.join(out, VERDICTS_FILE)
     if not os.path.exists(path):
-        return {}
+        return dict(claims=[])
     with open(path) as f:
-        return {(r["chain"], r["metric"]): r for r in json.load(f)["claims"]}
+        return json.load(f)
+
+
+def archived_verdicts(out):
+    """The claims OUT/verdicts.json keeps: {(chain, metric): its record}."""
+    return {(r["chain"], r["metric"]): r for r in verdicts_file(out)["claims"]}
 
 
 def archived_seed_runs(out):
     """The archived records whose runs the seed spread pools: each claim OUT/verdicts.json keeps, and
     the seed groups it keeps of claims measured again since (its `seed_runs`, reproduce/archive.py)."""
-    path = os.path.join(out, VERDICTS_FILE)
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        d = json.load(f)
+    d = verdicts_file(out)
     return d["claims"] + d.get("seed_runs", [])
 
 
